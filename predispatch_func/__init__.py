@@ -1,0 +1,22 @@
+"""predispatch_func: export PyTorch models into a functional pre-dispatch IR.
+
+See ``export`` (the entry point), ``aot_export_module`` (the layer under it)
+and ``verify`` (contract checks and replay against eager).
+"""
+
+from .aot import AotSignature, aot_export_module
+from .errors import ExportError, UnsupportedError, VerificationError
+from .export import export
+from .verify import VerifyReport, check_contract, verify
+
+__all__ = [
+    "AotSignature",
+    "ExportError",
+    "UnsupportedError",
+    "VerificationError",
+    "VerifyReport",
+    "aot_export_module",
+    "check_contract",
+    "export",
+    "verify",
+]

@@ -1,0 +1,178 @@
+"""Every private PyTorch API this project touches, wrapped in one place.
+
+torch is pinned (2.13.0), so private APIs are fair game, but the next torch bump
+should only have to read this file. Nothing outside this module imports from
+``torch._*`` or calls ``torch._C`` directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.functional_tensor import (
+    FunctionalTensor,
+    FunctionalTensorMode,
+    _can_decompose_fast,
+)
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.multiprocessing.reductions import StorageWeakRef
+
+__all__ = [
+    "FakeTensorMode",
+    "FunctionalTensor",
+    "FunctionalTensorMode",
+    "ShapeEnv",
+    "StorageWeakRef",
+    "disable_proxy_modes_tracing",
+    "make_fx",
+    "pytree",
+]
+
+# --- dispatcher facts -------------------------------------------------------
+
+
+def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
+    """True when ``op`` runs a CompositeImplicitAutograd decomposition."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        op.name(), torch._C.DispatchKey.CompositeImplicitAutograd
+    )
+
+
+def torch_would_decompose(op: torch._ops.OpOverload, pre_dispatch: bool) -> bool | None:
+    """torch's own export-time answer (None: it would consult autograd)."""
+    return _can_decompose_fast(op, True, pre_dispatch)
+
+
+def torch_tags_unsafe(op: torch._ops.OpOverload) -> bool:
+    """torch's ``maybe_aliasing_or_mutating`` tag, which it always decomposes."""
+    from torch._decomp import _should_decompose_because_unsafe_op
+
+    return bool(_should_decompose_because_unsafe_op(op))
+
+
+@contextlib.contextmanager
+def below_pre_dispatch() -> Iterator[None]:
+    """Run ops on fake tensors without our PreDispatch modes or proxy tracing."""
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PreDispatch) | torch._C.DispatchKeySet(
+        torch._C.DispatchKey.Functionalize
+    )
+    with torch._C._ExcludeDispatchKeyGuard(keys), disable_proxy_modes_tracing():
+        yield
+
+
+# --- functional tensors -----------------------------------------------------
+
+
+def to_functional(t: torch.Tensor) -> torch.Tensor:
+    return FunctionalTensor.to_functional(t)
+
+
+def inner_of_functional(t: Any) -> Any:
+    """The latest value behind a FunctionalTensor (after syncing pending views)."""
+    if not isinstance(t, FunctionalTensor):
+        return t
+    torch._sync(t)
+    return torch._from_functional_tensor(t.elem)
+
+
+def has_data_mutation(t: FunctionalTensor) -> bool:
+    torch._sync(t)
+    return bool(torch._functionalize_has_data_mutation(t.elem))
+
+
+def has_metadata_mutation(t: FunctionalTensor) -> bool:
+    return bool(torch._functionalize_has_metadata_mutation(t.elem))
+
+
+def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:
+    return torch._guards.detect_fake_mode(tensors)
+
+
+# --- export state -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def exporting_state() -> Iterator[None]:
+    """Make ``torch.compiler.is_exporting()`` true while tracing, as torch.export does.
+
+    transformers' masking code branches on it; without it, it takes
+    data-dependent paths that cannot be traced.
+    """
+    old_compiling = torch.compiler._is_compiling_flag
+    old_exporting = torch.compiler._is_exporting_flag
+    torch.compiler._is_compiling_flag = True
+    torch.compiler._is_exporting_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = old_compiling
+        torch.compiler._is_exporting_flag = old_exporting
+
+
+# --- grad / autocast markers recorded by pre-dispatch tracing ----------------
+
+SET_GRAD_ENABLED = torch._C._set_grad_enabled
+ENTER_AUTOCAST = torch.amp.autocast_mode._enter_autocast
+EXIT_AUTOCAST = torch.amp.autocast_mode._exit_autocast
+
+
+def reparametrize(module: torch.nn.Module, tensors: dict[str, torch.Tensor]):
+    """Temporarily swap named tensors (params, buffers, plain tensor attributes)."""
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    return _reparametrize_module(module, tensors, tie_weights=True, strict=False)
+
+
+# --- fx and symbolic shapes ------------------------------------------------------
+
+
+def rename_node(node: torch.fx.Node, wanted: str) -> None:
+    """Rename an fx node, letting the graph's namespace resolve clashes."""
+    node._rename(wanted)
+
+
+def fake_with_dynamic_dims(mode: FakeTensorMode, t: torch.Tensor, dims: dict[int, Any],
+                           symbols_by_dim_name: dict[Any, Any]) -> torch.Tensor:
+    """A fake tensor whose listed dims are symbolic (same ``Dim`` name -> same symbol)."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    sizes = [DimDynamic.DYNAMIC if i in dims else DimDynamic.STATIC for i in range(t.dim())]
+    fake = mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
+    env = mode.shape_env
+    for i, dim in dims.items():
+        size = fake.shape[i]
+        if not isinstance(size, torch.SymInt):
+            continue
+        name = getattr(dim, "__name__", None) or str(dim)
+        lo = getattr(dim, "min", None)
+        hi = getattr(dim, "max", None)
+        sym = size.node.expr
+        if lo is not None or hi is not None:
+            env.constrain_symbol_range(sym, compiler_min=max(2, lo or 2) if lo is not None else 2,
+                                       compiler_max=hi if hi is not None and hi < 2**62 else int(2**62))
+        if name in symbols_by_dim_name:
+            torch._check(size == symbols_by_dim_name[name])
+        else:
+            symbols_by_dim_name[name] = size
+    return fake
+
+
+def range_constraints_of(gm: torch.fx.GraphModule, mode: FakeTensorMode) -> dict[Any, Any]:
+    env = mode.shape_env
+    if env is None:
+        return {}
+    symbols = set()
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        sizes = val.shape if isinstance(val, torch.Tensor) else [val] if isinstance(val, torch.SymInt) else []
+        for s in sizes:
+            if isinstance(s, torch.SymInt):
+                symbols |= s.node.expr.free_symbols
+    return {s: env.var_to_range[s] for s in symbols if s in env.var_to_range}

@@ -1,0 +1,106 @@
+"""Lifting: the model's parameters, buffers and tensor constants become inputs.
+
+The functional program reads all state from placeholders (as torch.export
+does), so the trace never holds a reference to a real weight and the user's
+module is never written to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from typing import Any
+
+import torch
+
+from . import _torch_compat as tc
+
+
+@dataclasses.dataclass
+class LiftedState:
+    """Named state of a module, in the order it becomes graph inputs."""
+
+    parameters: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    non_persistent: set[str]
+    constants: dict[str, torch.Tensor]
+
+    def items(self) -> list[tuple[str, str, torch.Tensor]]:
+        """(kind, fqn, tensor) for every lifted tensor, in graph-input order."""
+        return ([("parameter", k, v) for k, v in self.parameters.items()]
+                + [("buffer", k, v) for k, v in self.buffers.items()]
+                + [("constant", k, v) for k, v in self.constants.items()])
+
+
+def lift_state(mod: torch.nn.Module) -> LiftedState:
+    parameters = dict(mod.named_parameters())
+    buffers = dict(mod.named_buffers())
+    non_persistent = {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, sub in mod.named_modules()
+        for name in getattr(sub, "_non_persistent_buffers_set", ())
+    }
+    known = {id(t) for t in (*parameters.values(), *buffers.values())}
+    constants = {}
+    for prefix, sub in mod.named_modules():
+        for name, value in vars(sub).items():
+            if isinstance(value, torch.Tensor) and id(value) not in known:
+                constants[f"{prefix}.{name}" if prefix else name] = value
+                known.add(id(value))
+    return LiftedState(parameters, buffers, non_persistent & buffers.keys(), constants)
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", name).strip("_")
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def placeholder_name(kind: str, fqn: str) -> str:
+    prefix = {"parameter": "p", "buffer": "b", "constant": "c"}[kind]
+    return f"{prefix}_{_sanitize(fqn)}"
+
+
+def user_input_names(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[list[str], list[str]]:
+    """Names for the flat user inputs (from ``forward``'s signature) and the forward arg names."""
+    try:
+        sig = inspect.signature(mod.forward)
+        bound_names = list(sig.bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        bound_names = [f"arg{i}" for i in range(len(args))] + list(kwargs)
+    arg_names = bound_names[: len(args)]
+    names = []
+    leaves, _ = tc.pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    for path, _leaf in leaves:
+        top, rest = path[0], path[1:]
+        first = path[1] if len(path) > 1 else None
+        if getattr(top, "idx", None) == 0 and first is not None:  # positional
+            idx = first.idx
+            base = arg_names[idx] if idx < len(arg_names) else f"arg{idx}"
+            rest = path[2:]
+        else:
+            base = str(getattr(first, "key", "kwarg"))
+            rest = path[2:]
+        suffix = "".join(_path_piece(p) for p in rest)
+        names.append(_sanitize(base + suffix))
+    return _unique(names), arg_names
+
+
+def _path_piece(entry: Any) -> str:
+    for attr in ("idx", "key", "name"):
+        if hasattr(entry, attr):
+            return f"_{getattr(entry, attr)}"
+    return "_x"
+
+
+def _unique(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        if n in seen:
+            seen[n] += 1
+            n = f"{n}_{seen[n]}"
+        else:
+            seen[n] = 0
+        out.append(n)
+    return out

@@ -1,0 +1,110 @@
+"""Where each CompositeImplicitAutograd op is kept as one node or decomposed.
+
+A composite may stay a single node only if it is honest about its schema:
+a ``-> Tensor`` result that is really the input (``type_as`` with a matching
+dtype, ``einsum("ij->ji")``) makes functionalization drop every later in-place
+op on it. The decision, in order:
+
+1. ops with alias or mutation annotations, or tagged unsafe by torch: decompose;
+2. the schema audit's shipped table (``schema_audit``), if it has the op;
+3. a trace-time guard: run the op's decomposition on fresh fake tensors with
+   the same metadata, and keep the op only if no result shares storage with an
+   input and no input's version moved. Cached per op and input metadata.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .. import _torch_compat as tc
+
+Decision = str  # "keep" | "decompose"
+AuditLookup = Callable[[torch._ops.OpOverload], "Decision | None"]
+
+
+def _meta_key(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("T", value.dtype, str(tuple(value.shape)), str(value.stride()), value.device.type,
+                value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, *(_meta_key(v) for v in value))
+    if isinstance(value, dict):
+        return tuple(sorted((k, _meta_key(v)) for k, v in value.items()))
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ("S", str(value))
+    return ("V", repr(value))
+
+
+def _fresh_like(t: torch.Tensor) -> torch.Tensor:
+    fresh = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return fresh.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else fresh
+
+
+class CompositePolicy:
+    """Decides keep/decompose for one export; remembers trace-time evidence."""
+
+    __slots__ = ("audit_lookup", "overrides", "_guard_cache", "decisions")
+
+    def __init__(self, audit_lookup: AuditLookup | None = None,
+                 overrides: dict[str, Decision] | None = None):
+        self.audit_lookup = audit_lookup
+        self.overrides = dict(overrides or {})
+        self._guard_cache: dict[Any, str | None] = {}
+        # op name -> (decision, why); read by the CLI and tests
+        self.decisions: dict[str, tuple[Decision, str]] = {}
+
+    def should_decompose(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+        if not tc.has_composite_implicit_kernel(op):
+            return bool(tc.torch_would_decompose(op, pre_dispatch=True))
+        schema = op._schema
+        if schema.is_mutable or any(a.alias_info for a in schema.arguments) or tc.torch_tags_unsafe(op):
+            return self._record(op, "decompose", "schema declares aliasing or mutation")
+        name = str(op)
+        if name in self.overrides:
+            return self._record(op, self.overrides[name], "user override")
+        audited = self.audit_lookup(op) if self.audit_lookup is not None else None
+        if audited == "decompose":
+            return self._record(op, "decompose", "schema audit")
+        lie = self._trace_time_lie(op, args, kwargs)
+        if lie is not None:
+            return self._record(op, "decompose", lie)
+        return self._record(op, "keep", "audit" if audited == "keep" else "trace-time guard")
+
+    def _record(self, op: torch._ops.OpOverload, decision: Decision, why: str) -> bool:
+        self.decisions.setdefault(str(op), (decision, why))
+        return decision == "decompose"
+
+    def _trace_time_lie(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str | None:
+        inner_args, inner_kwargs = tc.pytree.tree_map_only(
+            tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
+        key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
+        if key not in self._guard_cache:
+            self._guard_cache[key] = _run_decomposition_and_watch(op, inner_args, inner_kwargs)
+        return self._guard_cache[key]
+
+
+def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str | None:
+    """Run ``op``'s decomposition on fresh fakes; describe any alias or mutation."""
+    tensors = [t for t in tc.pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    fake_mode = tc.fake_mode_of(tensors)
+    if fake_mode is None:
+        return None
+    with tc.below_pre_dispatch(), fake_mode:
+        fresh_args, fresh_kwargs = tc.pytree.tree_map_only(torch.Tensor, _fresh_like, (args, kwargs))
+        fresh = [t for t in tc.pytree.tree_leaves((fresh_args, fresh_kwargs)) if isinstance(t, torch.Tensor)]
+        versions = [t._version for t in fresh]
+        storages = {tc.StorageWeakRef(t.untyped_storage()): i for i, t in enumerate(fresh)}
+        out = op.decompose(*fresh_args, **fresh_kwargs)
+        if out is NotImplemented:
+            return None
+        for i, t in enumerate(fresh):
+            if t._version != versions[i]:
+                return f"decomposition writes input {i}"
+        for j, o in enumerate(tc.pytree.tree_leaves(out)):
+            if isinstance(o, torch.Tensor):
+                hit = storages.get(tc.StorageWeakRef(o.untyped_storage()))
+                if hit is not None:
+                    return f"result {j} aliases input {hit}"
+    return None

@@ -1,0 +1,219 @@
+"""The verifier: contract checks on every graph, and replay against eager.
+
+``check_contract`` reads the program only (design.md points 2 and 3).
+``verify`` adds point 6 when given the model and inputs: the program and the
+model run on fresh clones of the same inputs, under the same RNG seed, and
+outputs, written-back inputs, buffers and gradients are compared.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+from typing import Any, Iterator
+
+import torch
+from torch.export.graph_signature import InputKind, OutputKind
+
+from . import _torch_compat as tc
+from .errors import VerificationError
+
+_FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    problems: list[str] = dataclasses.field(default_factory=list)
+    checked: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        head = "OK" if self.ok else f"{len(self.problems)} problem(s)"
+        lines = [f"verify: {head}; checked {', '.join(self.checked)}"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+# --- contract ---------------------------------------------------------------------
+
+
+def all_graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> Iterator[tuple[str, torch.fx.GraphModule]]:
+    """The graph and, recursively, every subgraph module it holds (region bodies)."""
+    yield prefix or "<top>", gm
+    for name, child in gm.named_children():
+        if isinstance(child, torch.fx.GraphModule):
+            yield from all_graph_modules(child, f"{prefix}.{name}" if prefix else name)
+
+
+def mutable_target_reason(target: Any) -> str | None:
+    """Why ``target`` is not allowed in the IR, or None."""
+    if target in _FORBIDDEN_CALLS:
+        return "grad-mode/autocast side effect"
+    if isinstance(target, torch._ops.OpOverload):
+        if target._schema.is_mutable:
+            return "mutable schema (in-place, out= or copy_)"
+        if torch.Tag.inplace_view in target.tags:
+            return "in-place view"
+    return None
+
+
+def check_contract(ep: torch.export.ExportedProgram) -> VerifyReport:
+    report = VerifyReport(checked=["contract"])
+    for where, gm in all_graph_modules(ep.graph_module):
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and (why := mutable_target_reason(node.target)):
+                report.problems.append(f"{where}: node {node.format_node()} is not functional: {why}")
+    _check_signature(ep, report)
+    return report
+
+
+def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> None:
+    sig = ep.graph_signature
+    graph = ep.graph_module.graph
+    placeholders = [n.name for n in graph.nodes if n.op == "placeholder"]
+    if placeholders != [s.arg.name for s in sig.input_specs]:
+        report.problems.append(f"placeholders {placeholders} do not match input specs")
+    outputs = list(next(n for n in reversed(graph.nodes) if n.op == "output").args[0])
+    if len(outputs) != len(sig.output_specs):
+        report.problems.append(f"{len(outputs)} graph outputs but {len(sig.output_specs)} output specs")
+    for out, spec in zip(outputs, sig.output_specs):
+        name = out.name if isinstance(out, torch.fx.Node) else ""
+        if getattr(spec.arg, "name", "") not in ("", name):
+            report.problems.append(f"output spec {spec.arg} does not name graph output {name}")
+    inputs_by_kind = {kind: {s.target if s.target else s.arg.name for s in sig.input_specs if s.kind == kind}
+                      for kind in InputKind}
+    wanted = {OutputKind.BUFFER_MUTATION: InputKind.BUFFER,
+              OutputKind.PARAMETER_MUTATION: InputKind.PARAMETER,
+              OutputKind.USER_INPUT_MUTATION: InputKind.USER_INPUT}
+    for spec in sig.output_specs:
+        if spec.kind in wanted and spec.target not in inputs_by_kind[wanted[spec.kind]]:
+            report.problems.append(f"{spec.kind.name} targets unknown input {spec.target!r}")
+
+
+# --- replay against eager ------------------------------------------------------------
+
+
+def _clone(value: Any, grad_for_floats: bool) -> Any:
+    def one(t: torch.Tensor) -> torch.Tensor:
+        c = t.detach().clone()
+        wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
+        return c.requires_grad_(wants)
+    return tc.pytree.tree_map_only(torch.Tensor, one, value)
+
+
+def _run(module: torch.nn.Module, args: tuple, kwargs: dict, seed: int) -> Any:
+    torch.manual_seed(seed)
+    return module(*args, **kwargs)
+
+
+def _compare(what: str, a: Any, b: Any, rtol: float, atol: float, values: bool, problems: list[str]) -> None:
+    fa, sa = tc.pytree.tree_flatten(a)
+    fb, sb = tc.pytree.tree_flatten(b)
+    if sa != sb:
+        problems.append(f"{what}: structure differs: eager {sa} vs program {sb}")
+        return
+    for i, (x, y) in enumerate(zip(fa, fb)):
+        label = f"{what}[{i}]" if len(fa) > 1 else what
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            problems.append(f"{label}: eager {type(x).__name__} vs program {type(y).__name__}")
+        elif not isinstance(x, torch.Tensor):
+            if values and x != y:
+                problems.append(f"{label}: eager {x!r} vs program {y!r}")
+        elif x.shape != y.shape or x.dtype != y.dtype:
+            problems.append(f"{label}: eager {x.dtype}{list(x.shape)} vs program {y.dtype}{list(y.shape)}")
+        elif values and not torch.allclose(x.detach(), y.detach(), rtol=rtol, atol=atol, equal_nan=True):
+            diff = (x.detach().double() - y.detach().double()).abs().nan_to_num().max().item()
+            problems.append(f"{label}: values differ (max abs diff {diff:.3g})")
+
+
+def _loss(outputs: Any, weights_seed: int) -> torch.Tensor | None:
+    gen = torch.Generator().manual_seed(weights_seed)
+    terms = []
+    for t in tc.pytree.tree_leaves(outputs):
+        if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point():
+            w = torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype)
+            terms.append((t * w).sum().double())
+    return sum(terms) if terms else None
+
+
+def _grads(named: dict[str, torch.Tensor]) -> dict[str, Any]:
+    return {k: v.grad for k, v in named.items() if v.requires_grad}
+
+
+def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = None,
+           args: tuple | None = None, kwargs: dict | None = None, *,
+           raise_on_failure: bool = False, check_values: bool = True, check_grads: bool = True,
+           rtol: float = 1e-4, atol: float = 1e-5, seed: int = 0) -> VerifyReport:
+    """Check the contract; with ``model`` and ``args`` also replay against eager.
+
+    ``check_values=False`` compares only structure, shapes and dtypes (for
+    programs with randomness that eager draws differently, e.g. dropout).
+    """
+    report = check_contract(ep)
+    if model is not None and args is not None:
+        with torch.random.fork_rng(devices=[]):
+            _replay(ep, model, tuple(args), dict(kwargs or {}), report,
+                    check_values=check_values, check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
+    if raise_on_failure and not report.ok:
+        raise VerificationError(str(report))
+    return report
+
+
+def _copy_program(ep: torch.export.ExportedProgram) -> torch.nn.Module:
+    """A runnable copy whose writes never reach the caller's program or model."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch's own deepcopy of TreeSpecs
+        return copy.deepcopy(ep).module()
+
+
+def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed) -> None:
+    eager_model = copy.deepcopy(model)
+    program = _copy_program(ep)
+    grad_inputs = check_grads
+    try:
+        e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
+        e_out = _run(eager_model, e_args, e_kwargs, seed)
+    except RuntimeError:
+        # in-place on a leaf that requires grad: retry with the caller's requires_grad
+        grad_inputs = False
+        eager_model = copy.deepcopy(model)
+        e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
+        e_out = _run(eager_model, e_args, e_kwargs, seed)
+    p_args, p_kwargs = _clone((args, kwargs), grad_inputs)
+    try:
+        p_out = _run(program, p_args, p_kwargs, seed)
+    except Exception as exc:  # a program that cannot run is a verification failure
+        report.problems.append(f"program raised {type(exc).__name__}: {exc}")
+        return
+    report.checked += ["outputs", "input mutations", "buffers"]
+    problems = report.problems
+    _compare("output", e_out, p_out, rtol, atol, check_values, problems)
+    _compare("input after call", (e_args, e_kwargs), (p_args, p_kwargs), rtol, atol, check_values, problems)
+    e_bufs, p_bufs = dict(eager_model.named_buffers()), dict(program.named_buffers())
+    for name, buf in e_bufs.items():
+        if name not in p_bufs:
+            problems.append(f"buffer {name} missing from the program")
+        else:
+            _compare(f"buffer {name}", buf, p_bufs[name], rtol, atol, check_values, problems)
+    if not check_grads:
+        return
+    e_loss, p_loss = _loss(e_out, seed + 1), _loss(p_out, seed + 1)
+    if (e_loss is None) != (p_loss is None):
+        problems.append(f"outputs require grad in eager: {e_loss is not None}, in program: {p_loss is not None}")
+        return
+    if e_loss is None:
+        return
+    report.checked.append("gradients")
+    e_loss.backward()
+    p_loss.backward()
+    e_params, p_params = dict(eager_model.named_parameters()), dict(program.named_parameters())
+    _compare("parameter grads", _grads(e_params), {k: p_params[k].grad for k in _grads(e_params) if k in p_params},
+             rtol, atol, check_values, problems)
+    e_leaves = [t for t in tc.pytree.tree_leaves((e_args, e_kwargs)) if isinstance(t, torch.Tensor)]
+    p_leaves = [t for t in tc.pytree.tree_leaves((p_args, p_kwargs)) if isinstance(t, torch.Tensor)]
+    _compare("input grads", [t.grad for t in e_leaves], [t.grad for t in p_leaves], rtol, atol,
+             check_values, problems)

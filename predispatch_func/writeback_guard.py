@@ -1,0 +1,56 @@
+"""Keep autograd's saved tensors intact when the program writes inputs back.
+
+Eager ``batch_norm`` updates ``running_mean`` in place *inside* the op, then
+autograd saves it. In the functional program the op reads the old buffer and
+the write-back (``copy_`` by the caller, after the forward) bumps the buffer's
+version, so backward fails with "modified by an inplace operation". torch's
+own ``run_decompositions`` program has this bug. The fix: a node that reads a
+mutated input, records autograd history, and computes that input's new value
+reads a clone instead. Nodes without autograd history save nothing and are
+left alone, so plain ``buf.add_(1)`` costs no copy.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _may_need_grad(gm: torch.fx.GraphModule, grad_sources: set[torch.fx.Node]) -> set[torch.fx.Node]:
+    """Nodes whose value may carry autograd history (fed by a parameter or float input)."""
+    reached = set(grad_sources)
+    for node in gm.graph.nodes:
+        if any(inp in reached for inp in node.all_input_nodes):
+            reached.add(node)
+    return reached
+
+
+def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
+    seen: set[torch.fx.Node] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        for inp in n.all_input_nodes:
+            if inp not in seen:
+                seen.add(inp)
+                stack.append(inp)
+    return seen
+
+
+def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
+                               written: dict[torch.fx.Node, torch.fx.Node],
+                               grad_sources: set[torch.fx.Node]) -> None:
+    """``written`` maps a mutated placeholder to the node holding its final value;
+    ``grad_sources`` are the placeholders that may require grad."""
+    may_need_grad = _may_need_grad(gm, grad_sources)
+    for placeholder, final in written.items():
+        feeding = _ancestors(final) | {final}
+        for user in list(placeholder.users):
+            if user.op != "call_function" or user not in feeding:
+                continue
+            if not any(i in may_need_grad for i in user.all_input_nodes if i is not placeholder):
+                continue
+            with gm.graph.inserting_before(user):
+                clone = gm.graph.call_function(torch.ops.aten.clone.default, (placeholder,))
+            clone.meta["val"] = placeholder.meta.get("val")
+            user.replace_input_with(placeholder, clone)
+    gm.recompile()
