@@ -23,6 +23,7 @@ import torch
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
 from .composite_policy import CompositePolicy
+from .differentiable_copy import DECOMPOSITIONS as COPY_DECOMPOSITIONS
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
@@ -83,7 +84,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         return tuple(tc.inner_of_functional(o) for o in outs)
 
     fake_mode = tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
-    tracer = tc.make_fx(traced, decomposition_table=decompositions, tracing_mode="real",
+    tracer = tc.make_fx(traced, decomposition_table={**COPY_DECOMPOSITIONS, **(decompositions or {})},
+                        tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
         with tc.exporting_state(), (fake_mode if fake_mode is not None else _null()):
