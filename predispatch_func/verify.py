@@ -97,12 +97,26 @@ def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> 
 # --- replay against eager ------------------------------------------------------------
 
 
-def _clone(value: Any, grad_for_floats: bool) -> Any:
-    def one(t: torch.Tensor) -> torch.Tensor:
-        c = t.detach().clone()
-        wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
-        return c.requires_grad_(wants)
-    return tc.pytree.tree_map_only(torch.Tensor, one, value)
+def _clone(value: Any, grad_for_floats: bool, written: frozenset[int] = frozenset()) -> Any:
+    """Fresh copies; float leaves require grad if asked, except the ``written`` ones
+    (flat indices): an in-place write to a leaf that requires grad is refused by autograd."""
+    leaves, spec = tc.pytree.tree_flatten(value)
+
+    def one(i: int, t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        wants = t.requires_grad or (grad_for_floats and i not in written
+                                    and (t.is_floating_point() or t.is_complex()))
+        return t.detach().clone().requires_grad_(wants)
+    return tc.pytree.tree_unflatten([one(i, t) for i, t in enumerate(leaves)], spec)
+
+
+def _written_user_inputs(ep: torch.export.ExportedProgram) -> frozenset[int]:
+    """Flat indices of the user inputs the program writes back."""
+    sig = ep.graph_signature
+    written = set(sig.user_inputs_to_mutate.values())
+    user_specs = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
+    return frozenset(i for i, s in enumerate(user_specs) if getattr(s.arg, "name", None) in written)
 
 
 def _run(module: torch.nn.Module, args: tuple, kwargs: dict, seed: int) -> Any:
@@ -182,8 +196,9 @@ def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol,
     eager_model = copy.deepcopy(model)
     program = _copy_program(ep)
     grad_inputs = check_grads
+    written = _written_user_inputs(ep)
     try:
-        e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
+        e_args, e_kwargs = _clone((args, kwargs), grad_inputs, written)
         e_out = _run(eager_model, e_args, e_kwargs, seed)
     except RuntimeError:
         # in-place on a leaf that requires grad: retry with the caller's requires_grad
@@ -191,7 +206,7 @@ def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol,
         eager_model = copy.deepcopy(model)
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
         e_out = _run(eager_model, e_args, e_kwargs, seed)
-    p_args, p_kwargs = _clone((args, kwargs), grad_inputs)
+    p_args, p_kwargs = _clone((args, kwargs), grad_inputs, written)
     try:
         p_out = _run(program, p_args, p_kwargs, seed)
     except Exception as exc:  # a program that cannot run is a verification failure
