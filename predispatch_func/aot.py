@@ -105,6 +105,13 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                     f"the model writes to tensor attribute {slots[i].target!r}, which is neither a "
                     "parameter nor a buffer; register it with register_buffer so the write can be "
                     "carried in the signature")
+            if slots[i].kind == "user" and _is_grad_leaf(slots[i].value):
+                raise UnsupportedError(
+                    f"the model writes in place to input {slots[i].target!r}, a leaf tensor that "
+                    "requires grad (eager allows it through .detach() or under no_grad); "
+                    "ExportedProgram.module() writes input mutations back with copy_, which "
+                    "autograd refuses on such a leaf: pass the input without requires_grad, or "
+                    "write to a clone")
         meta["mutated"] = [slots[i] for i in mutated]
         return [inputs[i] for i in mutated] + flat_out
 
@@ -126,6 +133,10 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         forward_arg_names=arg_names, state_dict=state_dict, constants=constants,
         range_constraints=fakeify.range_constraints(gm),
         composite_decisions=dict(policy.decisions))
+
+
+def _is_grad_leaf(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.requires_grad and value.is_leaf
 
 
 @contextlib.contextmanager

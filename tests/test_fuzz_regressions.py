@@ -9,6 +9,7 @@ import pytest
 import torch
 from expecttest import TestCase
 
+import predispatch_func as pf
 from oracle import export_checked
 
 
@@ -49,3 +50,25 @@ class TestFuzzRegressions(TestCase):
     def test_copy_into_strided_view_is_differentiable(self):
         export_checked(CopyIntoStridedView(), (torch.randn(3, 4, requires_grad=True),
                                                torch.randn(3, 1, requires_grad=True)))
+
+
+class WriteThroughDetachOfInput(torch.nn.Module):
+    def forward(self, x, y):
+        x.detach().clamp_(min=-0.5, max=0.5)
+        return x * y
+
+
+class TestWritesToGradLeafInputs(TestCase):
+    def test_write_through_detach_of_plain_input_is_written_back(self):
+        # verify must not make a written input require grad: the program's copy_
+        # write-back is refused on a leaf that requires grad, eager's detach() write is not
+        export_checked(WriteThroughDetachOfInput(), (torch.randn(4), torch.randn(4, requires_grad=True)))
+
+    def test_write_through_detach_of_grad_input_is_refused(self):
+        with self.assertRaisesRegex(pf.UnsupportedError, r"writes in place to input 'x'.*requires grad"):
+            pf.export(WriteThroughDetachOfInput(), (torch.randn(4, requires_grad=True), torch.randn(4)))
+
+    @pytest.mark.xfail(strict=True, reason="torch: ExportedProgram.module() writes input mutations back "
+                       "with copy_, refused by autograd on a leaf that requires grad")
+    def test_write_through_detach_of_grad_input(self):
+        export_checked(WriteThroughDetachOfInput(), (torch.randn(4, requires_grad=True), torch.randn(4)))
