@@ -38,10 +38,21 @@ class CopyIntoStridedView(torch.nn.Module):
         return a, v
 
 
+class CopyFromNonGradSourceOverGradIntermediate(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y.copy_(x > 0)
+        return y, x
+
+
 class TestFuzzRegressions(TestCase):
     def test_copy_into_buffer_from_grad_input_is_differentiable(self):
         # aten.copy (functional copy_) has no derivative: the program could not be trained
         export_checked(CopyIntoBufferFromGradInput(), (torch.randn(2, 4, requires_grad=True),))
+
+    def test_copy_from_non_grad_source_keeps_requires_grad(self):
+        # eager's copy_ result still requires grad (zero gradient to the overwritten tensor)
+        export_checked(CopyFromNonGradSourceOverGradIntermediate(), (torch.randn(2, 3, requires_grad=True),))
 
     def test_copy_into_transposed_view_keeps_layout(self):
         export_checked(CopyIntoTransposedView(), (torch.randn(3, 4, requires_grad=True),
@@ -72,3 +83,19 @@ class TestWritesToGradLeafInputs(TestCase):
                        "with copy_, refused by autograd on a leaf that requires grad")
     def test_write_through_detach_of_grad_input(self):
         export_checked(WriteThroughDetachOfInput(), (torch.randn(4, requires_grad=True), torch.randn(4)))
+
+
+class WriteThroughDetachOfIntermediate(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y.detach().mul_(3)
+        return y * x
+
+
+class TestWritesThroughDetach(TestCase):
+    @pytest.mark.xfail(strict=True, reason="open: a write through a detach() alias of a tensor that "
+                       "requires grad changes its values but, in eager, not its autograd history; the "
+                       "functional graph takes the history of the detached value (none), so gradients "
+                       "differ. Not yet detected nor refused by the exporter.")
+    def test_write_through_detach_keeps_eager_gradient(self):
+        export_checked(WriteThroughDetachOfIntermediate(), (torch.randn(3, requires_grad=True),))

@@ -100,6 +100,12 @@ class _Builder:
         names = [n for n in self.names if pred(self.value(n))]
         return self.draw(st.sampled_from(names)) if names else None
 
+    def pick_target(self, pred: Callable[[torch.Tensor], bool] = lambda t: True) -> str | None:
+        """A tensor an in-place op may write to."""
+        names = [n for n in self.names if writable(self.value(n)) and pred(self.value(n))
+                 and not writes_through_grad_alias(self, self.value(n))]
+        return self.draw(st.sampled_from(names)) if names else None
+
     def one_of(self, values):
         return self.draw(st.sampled_from(values))
 
@@ -226,11 +232,20 @@ def writable(t: torch.Tensor) -> bool:
     """Writable in eager: float, no expanded (stride-0) dim, not a grad leaf (or view of one) under grad mode."""
     if not t.is_floating_point() or any(st_ == 0 and sz > 1 for sz, st_ in zip(t.shape, t.stride())):
         return False
-    if torch.is_grad_enabled():
-        base = t._base if t._base is not None else t
-        if base.requires_grad and base.is_leaf:
-            return False
     return True
+
+
+def writes_through_grad_alias(b: "_Builder", t: torch.Tensor) -> bool:
+    """A write eager refuses (a grad leaf or a view of one, under grad mode), or one
+    our exporter refuses or has open (any write to the storage of a grad leaf input, a
+    write through a ``detach()`` alias of a tensor that requires grad)."""
+    storage = t.untyped_storage().data_ptr()
+    for name in b.names:
+        other = b.value(name)
+        if other.requires_grad and other.untyped_storage().data_ptr() == storage:
+            if other.is_leaf or not t.requires_grad:
+                return True
+    return False
 
 
 def broadcasts_to(src: torch.Tensor, shape: torch.Size) -> bool:
@@ -351,7 +366,9 @@ def gen_view(b: _Builder):
         return None
     t = b.value(a)
     nd = t.dim()
-    choices = ["unsqueeze", "select", "slice", "detach", "getitem_ellipsis", "expand"]
+    choices = ["unsqueeze", "slice", "detach", "getitem_ellipsis", "expand"]
+    if t.numel() > 0:
+        choices.append("select")
     if nd >= 2:
         choices += ["transpose", "permute", "diagonal"]
     if nd == 2:
@@ -459,7 +476,7 @@ def _operand(b: _Builder, target: torch.Tensor) -> str:
 
 
 def gen_binary_inplace(b: _Builder):
-    t = b.pick(writable)
+    t = b.pick_target()
     if t is None:
         return None
     op = b.one_of(["add_", "mul_", "sub_"])
@@ -467,7 +484,7 @@ def gen_binary_inplace(b: _Builder):
 
 
 def gen_unary_inplace(b: _Builder):
-    t = b.pick(writable)
+    t = b.pick_target()
     if t is None:
         return None
     kind = b.one_of(["zero_", "clamp_", "sin_"])
@@ -477,15 +494,18 @@ def gen_unary_inplace(b: _Builder):
 
 
 def gen_copy(b: _Builder):
-    t = b.pick(writable)
+    t = b.pick_target()
     if t is None:
         return None
-    src = b.pick(lambda o: broadcasts_to(o, b.value(t).shape))
+    tv = b.value(t)
+    # a source sharing memory with the target makes eager's result depend on its copy order
+    src = b.pick(lambda o: broadcasts_to(o, tv.shape)
+                 and o.untyped_storage().data_ptr() != tv.untyped_storage().data_ptr())
     return None if src is None else (t, f"{t}.copy_({src})")
 
 
 def gen_masked_fill(b: _Builder):
-    t = b.pick(writable)
+    t = b.pick_target()
     if t is None:
         return None
     shape = b.value(t).shape
@@ -494,7 +514,7 @@ def gen_masked_fill(b: _Builder):
 
 
 def gen_index_put(b: _Builder):
-    t = b.pick(lambda o: writable(o) and o.dim() >= 1)
+    t = b.pick_target(lambda o: o.dim() >= 1 and o.shape[0] > 0)
     if t is None:
         return None
     tv = b.value(t)
