@@ -480,3 +480,9 @@ class TestRegionsDownstream(TestCase):
             opt.step()
         for (name, p), (_, q) in zip(eager.named_parameters(), program.named_parameters()):
             torch.testing.assert_close(p, q, msg=name)
+
+
+class TestPostDispatchRefusesRegions(TestCase):
+    def test_no_grad_with_pre_dispatch_false_is_a_clear_error(self):
+        with self.assertRaisesRegex(pf.UnsupportedError, r"pre_dispatch=True[\s\S]*mul_[\s\S]*test_regions.py"):
+            pf.export(MutateInputUnderNoGrad(), (torch.randn(3),), pre_dispatch=False)
