@@ -215,3 +215,28 @@ def last_recorded_call_source(target: Any) -> str | None:
 
 def autocast_enabled_anywhere() -> bool:
     return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+
+
+def record_grad_marker(enabled: bool) -> None:
+    """Record a ``_set_grad_enabled(enabled)`` marker in the graph being traced.
+
+    Used to turn a write through a ``detach()``-ed alias into the no_grad region
+    it is equivalent to (eager changes the data and keeps autograd history).
+    """
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is not None:
+        node = mode.tracer.create_node("call_function", SET_GRAD_ENABLED, (enabled,), {})
+        node.meta["val"] = None
+
+
+@contextlib.contextmanager
+def grad_mode_untraced(enabled: bool) -> Iterator[None]:
+    """Set grad mode without recording a marker (the caller records its own)."""
+    previous = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch._C._set_grad_enabled(previous)

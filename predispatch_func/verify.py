@@ -91,10 +91,11 @@ def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> 
 
 
 def _clone(value: Any, grad_for_floats: bool) -> Any:
+    """Fresh copies; float leaves require grad if asked (an in-place write to such a
+    leaf is allowed where eager allows it: under no_grad or through ``detach()``)."""
     def one(t: torch.Tensor) -> torch.Tensor:
-        c = t.detach().clone()
         wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
-        return c.requires_grad_(wants)
+        return t.detach().clone().requires_grad_(wants)
     return tc.pytree.tree_map_only(torch.Tensor, one, value)
 
 
@@ -134,6 +135,14 @@ def _loss(outputs: Any, weights_seed: int) -> torch.Tensor | None:
             w = torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype)
             terms.append((t * w).sum().double())
     return sum(terms) if terms else None
+
+
+def _none_as_zeros(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:
+    """A missing gradient equals an all-zero one: eager keeps a zero grad for an
+    input whose every use was overwritten in place, the program never reads it."""
+    def fill(x, y):
+        return torch.zeros_like(y) if x is None and isinstance(y, torch.Tensor) else x
+    return [fill(x, y) for x, y in zip(a, b)], [fill(y, x) for x, y in zip(a, b)]
 
 
 def _grads(named: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -209,9 +218,12 @@ def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol,
     e_loss.backward()
     p_loss.backward()
     e_params, p_params = dict(eager_model.named_parameters()), dict(program.named_parameters())
-    _compare("parameter grads", _grads(e_params), {k: p_params[k].grad for k in _grads(e_params) if k in p_params},
-             rtol, atol, check_values, problems)
+    e_pgrads = _grads(e_params)
+    names = list(e_pgrads)
+    e_pg, p_pg = _none_as_zeros([e_pgrads[k] for k in names],
+                                [p_params[k].grad if k in p_params else "missing" for k in names])
+    _compare("parameter grads", dict(zip(names, e_pg)), dict(zip(names, p_pg)), rtol, atol, check_values, problems)
     e_leaves = [t for t in tc.pytree.tree_leaves((e_args, e_kwargs)) if isinstance(t, torch.Tensor)]
     p_leaves = [t for t in tc.pytree.tree_leaves((p_args, p_kwargs)) if isinstance(t, torch.Tensor)]
-    _compare("input grads", [t.grad for t in e_leaves], [t.grad for t in p_leaves], rtol, atol,
-             check_values, problems)
+    _compare("input grads", *_none_as_zeros([t.grad for t in e_leaves], [t.grad for t in p_leaves]),
+             rtol, atol, check_values, problems)

@@ -14,14 +14,23 @@ from __future__ import annotations
 
 import torch
 
+from .hop.ops import pf_grad_region
+
 
 def _may_need_grad(gm: torch.fx.GraphModule, grad_sources: set[torch.fx.Node]) -> set[torch.fx.Node]:
     """Nodes whose value may carry autograd history (fed by a parameter or float input)."""
     reached = set(grad_sources)
     for node in gm.graph.nodes:
+        if node.target is torch.ops.aten.detach.default:
+            continue
         if any(inp in reached for inp in node.all_input_nodes):
             reached.add(node)
     return reached
+
+
+def _saves_nothing(node: torch.fx.Node) -> bool:
+    """A no_grad region records no autograd history, so it saves no tensor."""
+    return node.target is pf_grad_region and node.args[0] is False
 
 
 def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
@@ -45,7 +54,7 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
     for placeholder, final in written.items():
         feeding = _ancestors(final) | {final}
         for user in list(placeholder.users):
-            if user.op != "call_function" or user not in feeding:
+            if user.op != "call_function" or user not in feeding or _saves_nothing(user):
                 continue
             if not any(i in may_need_grad for i in user.all_input_nodes if i is not placeholder):
                 continue

@@ -486,3 +486,34 @@ class TestPostDispatchRefusesRegions(TestCase):
     def test_no_grad_with_pre_dispatch_false_is_a_clear_error(self):
         with self.assertRaisesRegex(pf.UnsupportedError, r"pre_dispatch=True[\s\S]*mul_[\s\S]*test_regions.py"):
             pf.export(MutateInputUnderNoGrad(), (torch.randn(3),), pre_dispatch=False)
+
+
+class WriteThroughDetachedView(torch.nn.Module):
+    def forward(self, x, y):
+        x.detach()[0].mul_(2)
+        return x * y
+
+
+class TestWritesThroughDetach(TestCase):
+    def test_write_through_detached_view_is_a_no_grad_region_keeping_identity(self):
+        x, y = torch.randn(4), torch.randn(4)
+        ep = export_checked(WriteThroughDetachedView(), (x, y))
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x, y):
+    detach = torch.ops.aten.detach.default(x)
+    select = torch.ops.aten.select.int(detach, 0, 0);  detach = None
+    grad_region_0 = self.grad_region_0
+    pf_grad_region = torch.ops.higher_order.pf_grad_region(False, (1,), grad_region_0, select, x);  grad_region_0 = select = x = None
+    getitem = pf_grad_region[0];  pf_grad_region = None
+    mul_1 = torch.ops.aten.mul.Tensor(getitem, y);  y = None
+    return (getitem, mul_1)
+
+# grad_region_0
+def forward(self, select, x):
+    mul = torch.ops.aten.mul.Tensor(select, 2);  select = None
+    detach_1 = torch.ops.aten.detach.default(x);  x = None
+    select_scatter = torch.ops.aten.select_scatter.default(detach_1, mul, 0, 0);  detach_1 = mul = None
+    return (select_scatter,)""")
+        leaf = x.clone().requires_grad_()
+        ep.module()(leaf, y).sum().backward()
+        torch.testing.assert_close(leaf.grad, y)  # eager: the write keeps x's identity

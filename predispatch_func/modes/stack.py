@@ -24,6 +24,7 @@ from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
 from .composite_policy import CompositePolicy
+from .differentiable_copy import DECOMPOSITIONS as COPY_DECOMPOSITIONS
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
@@ -39,6 +40,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         # new-value node -> old-value node, for writes done while grad is off
         self.identity_edges: dict[torch.fx.Node, torch.fx.Node] = {}
         self._bases: dict[Any, tc.FunctionalTensor] = {}
+        # detach()-ed aliases and their views, by id (held, so ids stay unique while tracing)
+        self._detached: dict[int, Any] = {}
 
     def track_base(self, t: Any) -> None:
         if isinstance(t, tc.FunctionalTensor) and tc.is_functional_base(t):
@@ -51,17 +54,49 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         if new is not None and old is not None and new is not old:
             self.identity_edges[new] = old
 
-    def _written_bases(self, func, args, kwargs) -> list[Any]:
+    def _written_args(self, func, args) -> list[Any]:
         schema = getattr(func, "_schema", None)
-        if schema is None or not schema.is_mutable or torch.is_grad_enabled() or not self.pre_dispatch:
+        if schema is None or not schema.is_mutable or not self.pre_dispatch:
             return []
+        return [value for arg, value in zip(schema.arguments, args)
+                if arg.alias_info is not None and arg.alias_info.is_write
+                and isinstance(value, tc.FunctionalTensor)]
+
+    def _bases_of(self, tensors: list[Any]) -> list[Any]:
         bases = []
-        for arg, value in zip(schema.arguments, args):
-            if arg.alias_info is not None and arg.alias_info.is_write and isinstance(value, tc.FunctionalTensor):
-                base = self._bases.get(tc.storage_key(value))
-                if base is not None and all(base is not b for b in bases):
-                    bases.append(base)
+        for t in tensors:
+            base = self._bases.get(tc.storage_key(t))
+            if base is not None and all(base is not b for b in bases):
+                bases.append(base)
         return bases
+
+    def _track_detached(self, func, args, out) -> None:
+        if func is torch.ops.aten.detach.default or (
+                getattr(func, "is_view", False) and args and id(args[0]) in self._detached):
+            for t in tc.pytree.tree_leaves(out):
+                if isinstance(t, tc.FunctionalTensor):
+                    self._detached[id(t)] = t
+
+    def _dispatch_recording_identity(self, func, types, args, kwargs):
+        """Dispatch; a write done without autograd (grad off, or through a detached
+        alias) records that the written base keeps its old autograd identity."""
+        written = self._written_args(func, args)
+        through_detach = torch.is_grad_enabled() and any(id(t) in self._detached for t in written)
+        if not written or (torch.is_grad_enabled() and not through_detach):
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        bases = self._bases_of(written)
+        before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
+        if through_detach:  # eager: same as writing under no_grad
+            tc.record_grad_marker(False)
+        with tc.grad_mode_untraced(False):
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            after = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
+        if through_detach:
+            tc.record_grad_marker(True)
+        for old, new in zip(before, after):
+            if old is not None and new is not None and new is not old:
+                self.identity_edges[new] = old
+        return out
 
     def _can_decompose(self, func, args, kwargs) -> bool:  # noqa: D401 (torch hook)
         if not self.pre_dispatch:
@@ -87,13 +122,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 op=func, source=user_source_line())
         self.op_stack.append(func)
         try:
-            written = self._written_bases(func, args, kwargs)
-            before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in written]
-            out = super().__torch_dispatch__(func, types, args, kwargs)
-            for base, old in zip(written, before):
-                new = tc.proxy_node_of(tc.inner_of_functional(base))
-                if old is not None and new is not None and new is not old:
-                    self.identity_edges[new] = old
+            out = self._dispatch_recording_identity(func, types, args, kwargs)
+            self._track_detached(func, args, out)
             for t in tc.pytree.tree_leaves(out):
                 self.track_base(t)
             return out
@@ -134,7 +164,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         return tuple(tc.inner_of_functional(o) for o in outs)
 
     fake_mode = tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
-    tracer = tc.make_fx(traced, decomposition_table=decompositions, tracing_mode="real",
+    tracer = tc.make_fx(traced, decomposition_table={**COPY_DECOMPOSITIONS, **(decompositions or {})},
+                        tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
         with tc.exporting_state(), (fake_mode if fake_mode is not None else _null()):
