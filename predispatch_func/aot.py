@@ -60,6 +60,7 @@ class AotSignature:
     constants: dict[str, torch.Tensor]
     range_constraints: dict[Any, Any]
     composite_decisions: dict[str, tuple[str, str]]
+    grad_enabled_on_return: bool = True
 
 
 @dataclasses.dataclass
@@ -110,11 +111,12 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         return [inputs[i] for i in mutated] + flat_out
 
     with _preserved_model_state(mod):
-        gm, identity_edges = trace_functional(body, fake_inputs, policy=policy,
-                                              pre_dispatch=pre_dispatch, decompositions=decompositions)
+        trace = trace_functional(body, fake_inputs, policy=policy,
+                                 pre_dispatch=pre_dispatch, decompositions=decompositions)
+    gm = trace.graph_module
     slots = _lift_traced_constants(gm, slots, n_state)
     _name_placeholders(gm, slots)
-    gm = outline_regions(gm, identity_edges)
+    gm = outline_regions(gm, trace.identity_edges)
     _eliminate_dead_code(gm)
     signature = _build_signature(gm, slots, meta["mutated"])
     guard_saved_mutated_inputs(gm, _written_placeholders(gm, signature), _grad_sources(gm, signature))
@@ -126,7 +128,8 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         graph_signature=signature, in_spec=in_spec, out_spec=meta["out_spec"],
         forward_arg_names=arg_names, state_dict=state_dict, constants=constants,
         range_constraints=fakeify.range_constraints(gm),
-        composite_decisions=dict(policy.decisions))
+        composite_decisions=dict(policy.decisions),
+        grad_enabled_on_return=trace.grad_enabled_on_return)
 
 
 @contextlib.contextmanager

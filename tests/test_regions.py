@@ -517,3 +517,34 @@ def forward(self, select, x):
         leaf = x.clone().requires_grad_()
         ep.module()(leaf, y).sum().backward()
         torch.testing.assert_close(leaf.grad, y)  # eager: the write keeps x's identity
+
+
+class LeavesGradOff(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        torch.set_grad_enabled(False)
+        return y + x.exp()
+
+
+class TestGradModeLeftChanged(TestCase):
+    def test_set_grad_enabled_false_never_restored_leaves_grad_off_like_eager(self):
+        ep = export_checked(LeavesGradOff(), (torch.randn(3),))  # verify compares grad mode after
+        self.assertTrue(torch.is_grad_enabled())  # exporting restored the caller's mode
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    mul = torch.ops.aten.mul.Tensor(x, 2)
+    grad_region_0 = self.grad_region_0
+    pf_grad_region = torch.ops.higher_order.pf_grad_region(False, (), grad_region_0, x, mul);  grad_region_0 = x = mul = None
+    getitem = pf_grad_region[0];  pf_grad_region = None
+    return (getitem,)
+
+# grad_region_0
+def forward(self, x, mul):
+    exp = torch.ops.aten.exp.default(x);  x = None
+    add = torch.ops.aten.add.Tensor(mul, exp);  mul = exp = None
+    return (add,)""")
+        try:
+            ep.module()(torch.randn(3))
+            self.assertFalse(torch.is_grad_enabled())
+        finally:
+            torch.set_grad_enabled(True)

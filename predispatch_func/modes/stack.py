@@ -16,6 +16,7 @@ autograd, and record plain post-autograd ATen.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 import torch
@@ -138,15 +139,23 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 Body = Callable[[list[Any], PolicyFunctionalMode], list[Any]]
 
 
+@dataclasses.dataclass
+class Trace:
+    """The flat functional graph with its region markers, and what tracing learned."""
+
+    graph_module: torch.fx.GraphModule
+    identity_edges: dict[torch.fx.Node, torch.fx.Node]  # new value -> value it keeps identity of
+    grad_enabled_on_return: bool  # False: forward called set_grad_enabled(False) and never restored
+
+
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
                      pre_dispatch: bool, decompositions: dict | None = None
-                     ) -> tuple[torch.fx.GraphModule, dict[torch.fx.Node, torch.fx.Node]]:
+                     ) -> Trace:
     """Trace ``body`` over functional wrappers of ``flat_inputs`` into a flat graph.
 
     ``body`` receives the wrapped inputs and the mode, runs the user's code and
     returns the flat list of graph outputs (functional tensors or constants).
-    Inputs must already be fake tensors (or non-tensor constants). Also returns
-    the identity edges recorded for writes done while grad was off.
+    Inputs must already be fake tensors (or non-tensor constants).
     """
     state: dict[str, Any] = {}
 
@@ -160,7 +169,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             mode.track_base(t)
         with mode, note_identity_hook(mode.note_identity), torch.enable_grad():
             outs = body(wrapped, mode)
-            _refuse_leaked_mode()
+            _refuse_leaked_autocast()
+            state["grad_enabled_on_return"] = torch.is_grad_enabled()
         return tuple(tc.inner_of_functional(o) for o in outs)
 
     fake_mode = tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
@@ -170,7 +180,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
     try:
         with tc.exporting_state(), (fake_mode if fake_mode is not None else _null()):
             gm = tracer(*flat_inputs)
-        return gm, state["mode"].identity_edges
+        return Trace(gm, state["mode"].identity_edges, state["grad_enabled_on_return"])
     except ExportError:
         raise
     except Exception as exc:  # enrich with the op and the user's line
@@ -180,15 +190,15 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                           source=user_source_line(exc.__traceback__)) from exc
 
 
-def _refuse_leaked_mode() -> None:
-    """A forward that leaves grad mode or autocast changed cannot be a functional program."""
-    if torch.is_grad_enabled() and not tc.autocast_enabled_anywhere():
+def _refuse_leaked_autocast() -> None:
+    """Autocast left enabled when forward returns has no functional form (grad mode
+    left off does: the program's module() sets it, see export.FunctionalExportedProgram)."""
+    if not tc.autocast_enabled_anywhere():
         return
-    target = tc.SET_GRAD_ENABLED if not torch.is_grad_enabled() else tc.ENTER_AUTOCAST
     raise UnsupportedError(
-        "the model leaves grad mode or autocast changed when forward returns; a functional "
-        "program cannot change the caller's global state", op=target.__name__,
-        source=tc.last_recorded_call_source(target))
+        "the model leaves autocast enabled when forward returns; a functional program "
+        "cannot change the caller's autocast state", op=tc.ENTER_AUTOCAST.__name__,
+        source=tc.last_recorded_call_source(tc.ENTER_AUTOCAST))
 
 
 class _null:
