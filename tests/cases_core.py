@@ -182,13 +182,12 @@ def alias_mutated_other_alias_read_after() -> Built:
 
 
 @case()
-def same_input_passed_twice() -> Built:
+def overlapping_inputs_read_only() -> Built:
     class M(nn.Module):
-        def forward(self, x, y):
-            x.add_(1)
-            return y * 2
-    x = _r(3)
-    return M(), (x, x), {}
+        def forward(self, x, y, z):
+            return x[1:] * y + z
+    x = _r(4)
+    return M(), (x, x[1:], x[1:]), {}
 
 
 # --- outputs and inputs that alias ----------------------------------------------------

@@ -36,6 +36,29 @@ class TestMetadataMutationOfInputs(TestCase):
             pf.export(M(), (torch.randn(3),))
 
 
+class TestWritesThroughAliasedInputs(TestCase):
+    def test_write_to_input_passed_twice_is_refused(self):
+        """Eager: ``y`` sees the write to ``x``. torch.export drops the write; we refuse."""
+        class M(nn.Module):
+            def forward(self, x, y):
+                x.add_(1)
+                return y * 2
+
+        x = torch.randn(3)
+        with self.assertRaisesRegex(pf.UnsupportedError, r"writes to input 'x', which shares memory with 'y'"):
+            pf.export(M(), (x, x))
+
+    def test_write_to_input_overlapping_another_is_refused(self):
+        class M(nn.Module):
+            def forward(self, x, y):
+                y.mul_(2)
+                return x.sum()
+
+        x = torch.randn(4)
+        with self.assertRaisesRegex(pf.UnsupportedError, r"writes to input 'y', which shares memory with 'x'"):
+            pf.export(M(), (x, x[2:]))
+
+
 class TestErrorsInsideTheModel(TestCase):
     def test_shape_error_names_op_and_line(self):
         class M(nn.Module):

@@ -80,13 +80,14 @@ def forward(self, x):
     mul_1 = torch.ops.aten.mul.Tensor(select_1, 1);  select_1 = None
     return (t_1, mul_1)""")
 
-    def test_same_input_passed_twice(self):
-        ep = export_case("same_input_passed_twice")
+    def test_overlapping_inputs_read_only(self):
+        ep = export_case("overlapping_inputs_read_only")
         self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x, y):
-    add = torch.ops.aten.add.Tensor(y, 1)
-    mul = torch.ops.aten.mul.Tensor(y, 2);  y = None
-    return (add, mul)""")
+def forward(self, x, y, z):
+    slice_1 = torch.ops.aten.slice.Tensor(x, 0, 1, 9223372036854775807);  x = None
+    mul = torch.ops.aten.mul.Tensor(slice_1, y);  slice_1 = y = None
+    add = torch.ops.aten.add.Tensor(mul, z);  mul = z = None
+    return (add,)""")
 
 
 class TestOutputsAndInputs(TestCase):
