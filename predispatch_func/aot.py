@@ -90,6 +90,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     fake_inputs = [fakeify.state(s.value) if s.kind != "user" else fakeify.user(i, s.value)
                    for i, s in enumerate(slots)]
     n_state = len(slots) - len(flat_user)
+    aliased = _inputs_sharing_memory(fake_inputs)
     policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides)
     meta: dict[str, Any] = {}
 
@@ -107,6 +108,12 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                     f"the model writes to tensor attribute {slots[i].target!r}, which is neither a "
                     "parameter nor a buffer; register it with register_buffer so the write can be "
                     "carried in the signature")
+            if sharing := aliased.get(i):
+                raise UnsupportedError(
+                    f"the model writes to input {slots[i].target!r}, which shares memory with "
+                    f"{', '.join(repr(slots[j].target) for j in sharing)}; a functional program "
+                    "cannot carry a write through inputs that alias each other: pass distinct "
+                    "tensors (e.g. .clone() one of them)")
         meta["mutated"] = [slots[i] for i in mutated]
         return [inputs[i] for i in mutated] + flat_out
 
@@ -130,6 +137,16 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         range_constraints=fakeify.range_constraints(gm),
         composite_decisions=dict(policy.decisions),
         grad_enabled_on_return=trace.grad_enabled_on_return)
+
+
+def _inputs_sharing_memory(inputs: list[Any]) -> dict[int, list[int]]:
+    """For each input index, the other inputs over the same storage (fakes keep it)."""
+    by_storage: dict[Any, list[int]] = {}
+    for i, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor):
+            by_storage.setdefault(tc.StorageWeakRef(t.untyped_storage()), []).append(i)
+    return {i: [j for j in group if j != i] for group in by_storage.values() if len(group) > 1
+            for i in group}
 
 
 @contextlib.contextmanager

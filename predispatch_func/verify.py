@@ -91,11 +91,18 @@ def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> 
 
 
 def _clone(value: Any, grad_for_floats: bool) -> Any:
-    """Fresh copies; float leaves require grad if asked (an in-place write to such a
-    leaf is allowed where eager allows it: under no_grad or through ``detach()``)."""
+    """Fresh copies of every tensor leaf; a tensor passed twice stays one tensor,
+    so the replay sees the same aliasing between inputs as the caller's call.
+    Float leaves require grad if asked (an in-place write to such a leaf is
+    allowed where eager allows it: under no_grad or through ``detach()``)."""
+    memo: dict[int, torch.Tensor] = {}
+
     def one(t: torch.Tensor) -> torch.Tensor:
-        wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
-        return t.detach().clone().requires_grad_(wants)
+        if id(t) not in memo:
+            c = t.detach().clone()
+            wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
+            memo[id(t)] = c.requires_grad_(wants)
+        return memo[id(t)]
     return tc.pytree.tree_map_only(torch.Tensor, one, value)
 
 

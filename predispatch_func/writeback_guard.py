@@ -28,9 +28,23 @@ def _may_need_grad(gm: torch.fx.GraphModule, grad_sources: set[torch.fx.Node]) -
     return reached
 
 
+aten = torch.ops.aten
+# Ops whose derivative never reads the tensor being overwritten (their ``self``).
+_SELF_NOT_SAVED = {
+    aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar, aten._to_copy.default,
+    aten.clone.default, aten.expand.default, aten.slice_scatter.default,
+    aten.select_scatter.default, aten.diagonal_scatter.default, aten.as_strided_scatter.default,
+    aten.index_put.default, aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.fill.Scalar,
+    aten.zeros_like.default, aten.detach.default,
+}
+
+
 def _saves_nothing(node: torch.fx.Node) -> bool:
-    """A no_grad region records no autograd history, so it saves no tensor."""
-    return node.target is pf_grad_region and node.args[0] is False
+    """True when ``node`` cannot have saved the old value for backward: a no_grad
+    region records no history, and some ops' derivatives never read ``self``."""
+    if node.target is pf_grad_region and node.args[0] is False:
+        return True
+    return node.target in _SELF_NOT_SAVED
 
 
 def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
