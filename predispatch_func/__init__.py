@@ -6,7 +6,7 @@ and ``verify`` (contract checks and replay against eager).
 
 from .aot import AotSignature, aot_export_module
 from .errors import ExportError, UnsupportedError, VerificationError
-from .export import export
+from .export import export, functionalize
 from .verify import VerifyReport, check_contract, verify
 
 __all__ = [
@@ -18,5 +18,6 @@ __all__ = [
     "aot_export_module",
     "check_contract",
     "export",
+    "functionalize",
     "verify",
 ]

@@ -154,8 +154,6 @@ def fake_with_dynamic_dims(mode: FakeTensorMode, t: torch.Tensor, dims: set[int]
                             symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
 
 
-
-
 def value_range(lower: Any, upper: Any) -> Any:
     from torch.utils._sympy.value_ranges import ValueRanges
 
@@ -168,3 +166,42 @@ def symbol_range(env: ShapeEnv, symbol: Any) -> Any:
 
 def narrow_symbol_range(env: ShapeEnv, symbol: Any, lower: int, upper: Any) -> None:
     env.constrain_symbol_range(symbol, compiler_min=lower, compiler_max=upper)
+
+
+def proxy_node_of(t: torch.Tensor) -> torch.fx.Node | None:
+    """The fx node the active pre-dispatch proxy mode recorded for ``t``, if any."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    try:
+        return get_proxy_slot(t, mode.tracer).proxy.node
+    except (KeyError, RuntimeError, AttributeError):
+        return None
+
+
+def is_functional_base(t: FunctionalTensor) -> bool:
+    return bool(t.is_base_tensor())
+
+
+def storage_key(t: FunctionalTensor) -> StorageWeakRef:
+    return StorageWeakRef(t.elem.untyped_storage())
+
+
+def last_recorded_call_source(target: Any) -> str | None:
+    """Stack trace of the latest node calling ``target`` in the graph being traced."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    for node in reversed(mode.tracer.graph.nodes):
+        if node.target is target:
+            return (node.meta.get("stack_trace") or "").strip() or None
+    return None
+
+
+def autocast_enabled_anywhere() -> bool:
+    return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))

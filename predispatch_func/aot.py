@@ -29,6 +29,7 @@ from torch.export.graph_signature import (
 from . import _torch_compat as tc
 from .errors import UnsupportedError
 from .fakeify import Fakeifier
+from .graphs import all_graph_modules
 from .hop import outline_regions
 from .lift import LiftedState, lift_state, placeholder_name, user_input_names
 from .modes import CompositePolicy, trace_functional
@@ -109,12 +110,12 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         return [inputs[i] for i in mutated] + flat_out
 
     with _preserved_model_state(mod):
-        gm = trace_functional(body, fake_inputs, policy=policy, pre_dispatch=pre_dispatch,
-                              decompositions=decompositions)
-    gm = outline_regions(gm)
-    _eliminate_dead_code(gm)
+        gm, identity_edges = trace_functional(body, fake_inputs, policy=policy,
+                                              pre_dispatch=pre_dispatch, decompositions=decompositions)
     slots = _lift_traced_constants(gm, slots, n_state)
     _name_placeholders(gm, slots)
+    gm = outline_regions(gm, identity_edges)
+    _eliminate_dead_code(gm)
     signature = _build_signature(gm, slots, meta["mutated"])
     guard_saved_mutated_inputs(gm, _written_placeholders(gm, signature), _grad_sources(gm, signature))
     state_dict = {**state.parameters,
@@ -142,14 +143,16 @@ def _preserved_model_state(mod: torch.nn.Module):
 
 
 def _eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
-    """Drop unused view replays; keep random ops so the RNG stream matches eager."""
+    """Drop unused view replays (in every body too); keep random ops so the RNG
+    stream matches eager."""
     def impure(node: torch.fx.Node) -> bool:
         target = node.target
         if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
             return True
         return node.is_impure()
-    gm.graph.eliminate_dead_code(is_impure_node=impure)
-    gm.recompile()
+    for _, sub in reversed(list(all_graph_modules(gm))):
+        sub.graph.eliminate_dead_code(is_impure_node=impure)
+        sub.recompile()
 
 
 def _lift_traced_constants(gm: torch.fx.GraphModule, slots: list[_InputSlot],

@@ -29,12 +29,57 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     return to_exported_program(gm, sig, example_inputs=(args, dict(kwargs or {})))
 
 
+class FunctionalExportedProgram(ExportedProgram):
+    """An ExportedProgram whose ``module()`` writes mutations back as eager would.
+
+    torch's unlifted module writes each mutated input back with a plain
+    ``copy_`` after the forward. When the destination is a leaf that requires
+    grad (a parameter clamped under ``no_grad``, an input updated under
+    ``no_grad``) that ``copy_`` raises, while eager allowed the in-place
+    update. Such write-backs run under ``no_grad`` here; all others are
+    torch's own.
+    """
+
+    def module(self, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        mod = super().module(*args, **kwargs)
+        # Our graphs hold no copy_ (contract point 2): every copy_ here is a write-back.
+        for node in mod.graph.nodes:
+            if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
+                node.target = write_back
+        mod.recompile()
+        return mod
+
+
+def write_back(destination: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``destination.copy_(value)``, under no_grad when it is a leaf requiring grad."""
+    if destination.is_leaf and destination.requires_grad:
+        with torch.no_grad():
+            return destination.copy_(value)
+    return destination.copy_(value)
+
+
+def functionalize(ep: ExportedProgram, args: tuple | None = None,
+                  kwargs: dict | None = None) -> ExportedProgram:
+    """Bring any ExportedProgram (e.g. torch.export's non-functional training IR) to our contract.
+
+    Its region HOPs (torch's ``wrap_with_set_grad_enabled`` / ``wrap_with_autocast``
+    or ours) inline their bodies when called, so re-tracing records their
+    grad/autocast markers and our region pass outlines them again, with every
+    mutation inside threaded out.
+    """
+    if args is None:
+        if ep.example_inputs is None:
+            raise ValueError("functionalize needs args when the program has no example inputs")
+        args, kwargs = ep.example_inputs
+    return export(ep.module(), tuple(args), dict(kwargs or {}))
+
+
 def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
                         example_inputs: Any = None) -> ExportedProgram:
     call_signature = ModuleCallSignature(inputs=[], outputs=[], in_spec=sig.in_spec,
                                          out_spec=sig.out_spec,
                                          forward_arg_names=sig.forward_arg_names)
-    ep = ExportedProgram(
+    ep = FunctionalExportedProgram(
         root=gm, graph=gm.graph, graph_signature=sig.graph_signature,
         state_dict=sig.state_dict, range_constraints=sig.range_constraints,
         module_call_graph=[ModuleCallEntry(fqn="", signature=call_signature)],

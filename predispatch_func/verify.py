@@ -11,13 +11,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
 from .errors import VerificationError
+from .graphs import all_graph_modules
 
 _FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
 
@@ -39,14 +40,6 @@ class VerifyReport:
 
 
 # --- contract ---------------------------------------------------------------------
-
-
-def all_graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> Iterator[tuple[str, torch.fx.GraphModule]]:
-    """The graph and, recursively, every subgraph module it holds (region bodies)."""
-    yield prefix or "<top>", gm
-    for name, child in gm.named_children():
-        if isinstance(child, torch.fx.GraphModule):
-            yield from all_graph_modules(child, f"{prefix}.{name}" if prefix else name)
 
 
 def mutable_target_reason(target: Any) -> str | None:
@@ -105,9 +98,12 @@ def _clone(value: Any, grad_for_floats: bool) -> Any:
     return tc.pytree.tree_map_only(torch.Tensor, one, value)
 
 
-def _run(module: torch.nn.Module, args: tuple, kwargs: dict, seed: int) -> Any:
+def _run(module: torch.nn.Module, args: tuple, kwargs: dict, seed: int) -> tuple[Any, bool]:
+    """Outputs and the grad mode the call left behind (restored afterwards)."""
     torch.manual_seed(seed)
-    return module(*args, **kwargs)
+    with torch.enable_grad():
+        out = module(*args, **kwargs)
+        return out, torch.is_grad_enabled()
 
 
 def _compare(what: str, a: Any, b: Any, rtol: float, atol: float, values: bool, problems: list[str]) -> None:
@@ -176,21 +172,23 @@ def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol,
     grad_inputs = check_grads
     try:
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
-        e_out = _run(eager_model, e_args, e_kwargs, seed)
+        e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed)
     except RuntimeError:
         # in-place on a leaf that requires grad: retry with the caller's requires_grad
         grad_inputs = False
         eager_model = copy.deepcopy(model)
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
-        e_out = _run(eager_model, e_args, e_kwargs, seed)
+        e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed)
     p_args, p_kwargs = _clone((args, kwargs), grad_inputs)
     try:
-        p_out = _run(program, p_args, p_kwargs, seed)
+        p_out, p_grad_mode = _run(program, p_args, p_kwargs, seed)
     except Exception as exc:  # a program that cannot run is a verification failure
         report.problems.append(f"program raised {type(exc).__name__}: {exc}")
         return
-    report.checked += ["outputs", "input mutations", "buffers"]
+    report.checked += ["outputs", "input mutations", "buffers", "grad mode after the call"]
     problems = report.problems
+    if e_grad_mode != p_grad_mode:
+        problems.append(f"grad mode after the call: eager {e_grad_mode}, program {p_grad_mode}")
     _compare("output", e_out, p_out, rtol, atol, check_values, problems)
     _compare("input after call", (e_args, e_kwargs), (p_args, p_kwargs), rtol, atol, check_values, problems)
     e_bufs, p_bufs = dict(eager_model.named_buffers()), dict(program.named_buffers())

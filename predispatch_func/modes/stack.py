@@ -22,6 +22,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
+from ..hop.ops import note_identity_hook
 from .composite_policy import CompositePolicy
 
 
@@ -35,6 +36,32 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.graph_input_ids: set[int] = set()
         self.op_stack: list[Any] = []
         self.failed_op: Any = None
+        # new-value node -> old-value node, for writes done while grad is off
+        self.identity_edges: dict[torch.fx.Node, torch.fx.Node] = {}
+        self._bases: dict[Any, tc.FunctionalTensor] = {}
+
+    def track_base(self, t: Any) -> None:
+        if isinstance(t, tc.FunctionalTensor) and tc.is_functional_base(t):
+            self._bases.setdefault(tc.storage_key(t), t)
+
+    def note_identity(self, source: Any, value: Any) -> None:
+        """``value`` keeps ``source``'s autograd identity (re-traced region HOPs call this)."""
+        new = tc.proxy_node_of(tc.inner_of_functional(value))
+        old = tc.proxy_node_of(tc.inner_of_functional(source))
+        if new is not None and old is not None and new is not old:
+            self.identity_edges[new] = old
+
+    def _written_bases(self, func, args, kwargs) -> list[Any]:
+        schema = getattr(func, "_schema", None)
+        if schema is None or not schema.is_mutable or torch.is_grad_enabled() or not self.pre_dispatch:
+            return []
+        bases = []
+        for arg, value in zip(schema.arguments, args):
+            if arg.alias_info is not None and arg.alias_info.is_write and isinstance(value, tc.FunctionalTensor):
+                base = self._bases.get(tc.storage_key(value))
+                if base is not None and all(base is not b for b in bases):
+                    bases.append(base)
+        return bases
 
     def _can_decompose(self, func, args, kwargs) -> bool:  # noqa: D401 (torch hook)
         if not self.pre_dispatch:
@@ -50,7 +77,16 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 op=func, source=user_source_line())
         self.op_stack.append(func)
         try:
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            written = self._written_bases(func, args, kwargs)
+            before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in written]
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            for base, old in zip(written, before):
+                new = tc.proxy_node_of(tc.inner_of_functional(base))
+                if old is not None and new is not None and new is not old:
+                    self.identity_edges[new] = old
+            for t in tc.pytree.tree_leaves(out):
+                self.track_base(t)
+            return out
         except BaseException:
             if self.failed_op is None:
                 self.failed_op = func
@@ -63,12 +99,14 @@ Body = Callable[[list[Any], PolicyFunctionalMode], list[Any]]
 
 
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
-                     pre_dispatch: bool, decompositions: dict | None = None) -> torch.fx.GraphModule:
+                     pre_dispatch: bool, decompositions: dict | None = None
+                     ) -> tuple[torch.fx.GraphModule, dict[torch.fx.Node, torch.fx.Node]]:
     """Trace ``body`` over functional wrappers of ``flat_inputs`` into a flat graph.
 
     ``body`` receives the wrapped inputs and the mode, runs the user's code and
     returns the flat list of graph outputs (functional tensors or constants).
-    Inputs must already be fake tensors (or non-tensor constants).
+    Inputs must already be fake tensors (or non-tensor constants). Also returns
+    the identity edges recorded for writes done while grad was off.
     """
     state: dict[str, Any] = {}
 
@@ -78,8 +116,11 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         with mode:
             wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
         mode.graph_input_ids = {id(t) for t in wrapped if isinstance(t, torch.Tensor)}
-        with mode:
+        for t in wrapped:
+            mode.track_base(t)
+        with mode, note_identity_hook(mode.note_identity), torch.enable_grad():
             outs = body(wrapped, mode)
+            _refuse_leaked_mode()
         return tuple(tc.inner_of_functional(o) for o in outs)
 
     fake_mode = tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
@@ -87,7 +128,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
         with tc.exporting_state(), (fake_mode if fake_mode is not None else _null()):
-            return tracer(*flat_inputs)
+            gm = tracer(*flat_inputs)
+        return gm, state["mode"].identity_edges
     except ExportError:
         raise
     except Exception as exc:  # enrich with the op and the user's line
@@ -95,6 +137,17 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         op = getattr(mode, "failed_op", None)
         raise ExportError(f"tracing failed: {type(exc).__name__}: {exc}", op=op,
                           source=user_source_line(exc.__traceback__)) from exc
+
+
+def _refuse_leaked_mode() -> None:
+    """A forward that leaves grad mode or autocast changed cannot be a functional program."""
+    if torch.is_grad_enabled() and not tc.autocast_enabled_anywhere():
+        return
+    target = tc.SET_GRAD_ENABLED if not torch.is_grad_enabled() else tc.ENTER_AUTOCAST
+    raise UnsupportedError(
+        "the model leaves grad mode or autocast changed when forward returns; a functional "
+        "program cannot change the caller's global state", op=target.__name__,
+        source=tc.last_recorded_call_source(target))
 
 
 class _null:
