@@ -58,6 +58,18 @@ def write_back(destination: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return destination.copy_(value)
 
 
+def load(f: Any) -> FunctionalExportedProgram:
+    """``torch.export.load``, returning our program class so ``module()`` writes back as eager.
+
+    A program saved by us loads with plain ``torch.export.load`` too; only
+    write-backs to grad-requiring leaves (see :class:`FunctionalExportedProgram`)
+    need this class.
+    """
+    ep = torch.export.load(f)
+    ep.__class__ = FunctionalExportedProgram
+    return ep
+
+
 def functionalize(ep: ExportedProgram, args: tuple | None = None,
                   kwargs: dict | None = None) -> ExportedProgram:
     """Bring any ExportedProgram (e.g. torch.export's non-functional training IR) to our contract.

@@ -70,6 +70,16 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if torch.is_inference_mode_enabled():
+            raise UnsupportedError(
+                "torch.inference_mode() inside the model cannot be expressed as a region "
+                "(inference tensors cannot re-enter autograd); use torch.no_grad() instead",
+                op=func, source=user_source_line())
+        if not self.pre_dispatch and not torch.is_grad_enabled():
+            raise UnsupportedError(
+                "the model disables grad mode; after autograd (pre_dispatch=False) a region "
+                "cannot be recorded, so its gradients would silently differ from eager; "
+                "export with pre_dispatch=True", op=func, source=user_source_line())
         if torch.Tag.inplace_view in getattr(func, "tags", ()) and args and id(args[0]) in self.graph_input_ids:
             raise UnsupportedError(
                 "in-place metadata change (shape/stride) of a graph input cannot be expressed "
