@@ -133,7 +133,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                  **{s.target: s.value for s in slots if s.kind == "constant"}}
     return gm, AotSignature(
         graph_signature=signature, in_spec=in_spec, out_spec=meta["out_spec"],
-        forward_arg_names=arg_names, state_dict=state_dict, constants=constants,
+        forward_arg_names=arg_names + list(kwargs), state_dict=state_dict, constants=constants,
         range_constraints=fakeify.range_constraints(gm),
         composite_decisions=dict(policy.decisions),
         grad_enabled_on_return=trace.grad_enabled_on_return)
@@ -207,6 +207,8 @@ def _name_placeholders(gm: torch.fx.GraphModule, slots: list[_InputSlot]) -> Non
         wanted = slot.target if slot.kind == "user" else placeholder_name(slot.kind, slot.target)
         tc.rename_node(node, wanted)
         node.target = node.name
+        if slot.kind == "user" and not isinstance(slot.value, torch.Tensor):
+            node.meta["val"] = slot.value  # constants carry their value, as in torch.export
     gm.recompile()
 
 
