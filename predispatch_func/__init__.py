@@ -6,7 +6,7 @@ and ``verify`` (contract checks and replay against eager).
 
 from .aot import AotSignature, aot_export_module
 from .errors import ExportError, UnsupportedError, VerificationError
-from .export import export
+from .export import FunctionalExportedProgram, export, functionalize, load
 from .verify import VerifyReport, check_contract, verify
 
 __all__ = [
@@ -17,6 +17,9 @@ __all__ = [
     "VerifyReport",
     "aot_export_module",
     "check_contract",
+    "FunctionalExportedProgram",
     "export",
+    "load",
+    "functionalize",
     "verify",
 ]

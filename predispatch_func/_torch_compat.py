@@ -21,8 +21,10 @@ from torch._subclasses.functional_tensor import (
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [
+    "INT_OO",
     "FakeTensorMode",
     "FunctionalTensor",
     "FunctionalTensorMode",
@@ -136,43 +138,95 @@ def rename_node(node: torch.fx.Node, wanted: str) -> None:
     node._rename(wanted)
 
 
-def fake_with_dynamic_dims(mode: FakeTensorMode, t: torch.Tensor, dims: dict[int, Any],
-                           symbols_by_dim_name: dict[Any, Any]) -> torch.Tensor:
-    """A fake tensor whose listed dims are symbolic (same ``Dim`` name -> same symbol)."""
+def fake_with_dynamic_dims(mode: FakeTensorMode, t: torch.Tensor, dims: set[int],
+                           flat_index: int) -> torch.Tensor:
+    """A fake tensor whose ``dims`` are fresh backed symbols.
+
+    Its source is ``flat_args[flat_index]``, the name torch's unlifting
+    rewrites into the user's argument path when it turns shape guards into
+    the runtime checks of ``ep.module()``.
+    """
+    from torch._dynamo.source import GetItemSource, LocalSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
     sizes = [DimDynamic.DYNAMIC if i in dims else DimDynamic.STATIC for i in range(t.dim())]
-    fake = mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
-    env = mode.shape_env
-    for i, dim in dims.items():
-        size = fake.shape[i]
-        if not isinstance(size, torch.SymInt):
-            continue
-        name = getattr(dim, "__name__", None) or str(dim)
-        lo = getattr(dim, "min", None)
-        hi = getattr(dim, "max", None)
-        sym = size.node.expr
-        if lo is not None or hi is not None:
-            env.constrain_symbol_range(sym, compiler_min=max(2, lo or 2) if lo is not None else 2,
-                                       compiler_max=hi if hi is not None and hi < 2**62 else int(2**62))
-        if name in symbols_by_dim_name:
-            torch._check(size == symbols_by_dim_name[name])
-        else:
-            symbols_by_dim_name[name] = size
-    return fake
+    return mode.from_tensor(t, source=GetItemSource(LocalSource("flat_args"), flat_index),
+                            symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
 
 
-def range_constraints_of(gm: torch.fx.GraphModule, mode: FakeTensorMode) -> dict[Any, Any]:
-    env = mode.shape_env
-    if env is None:
-        return {}
-    symbols = set()
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = node.meta.get("val")
-        sizes = val.shape if isinstance(val, torch.Tensor) else [val] if isinstance(val, torch.SymInt) else []
-        for s in sizes:
-            if isinstance(s, torch.SymInt):
-                symbols |= s.node.expr.free_symbols
-    return {s: env.var_to_range[s] for s in symbols if s in env.var_to_range}
+def value_range(lower: Any, upper: Any) -> Any:
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    return ValueRanges(lower, upper)
+
+
+def symbol_range(env: ShapeEnv, symbol: Any) -> Any:
+    return env.var_to_range[symbol]
+
+
+def narrow_symbol_range(env: ShapeEnv, symbol: Any, lower: int, upper: Any) -> None:
+    env.constrain_symbol_range(symbol, compiler_min=lower, compiler_max=upper)
+
+
+def proxy_node_of(t: torch.Tensor) -> torch.fx.Node | None:
+    """The fx node the active pre-dispatch proxy mode recorded for ``t``, if any."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    try:
+        return get_proxy_slot(t, mode.tracer).proxy.node
+    except (KeyError, RuntimeError, AttributeError):
+        return None
+
+
+def is_functional_base(t: FunctionalTensor) -> bool:
+    return bool(t.is_base_tensor())
+
+
+def storage_key(t: FunctionalTensor) -> StorageWeakRef:
+    return StorageWeakRef(t.elem.untyped_storage())
+
+
+def last_recorded_call_source(target: Any) -> str | None:
+    """Stack trace of the latest node calling ``target`` in the graph being traced."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    for node in reversed(mode.tracer.graph.nodes):
+        if node.target is target:
+            return (node.meta.get("stack_trace") or "").strip() or None
+    return None
+
+
+def autocast_enabled_anywhere() -> bool:
+    return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+
+
+def record_grad_marker(enabled: bool) -> None:
+    """Record a ``_set_grad_enabled(enabled)`` marker in the graph being traced.
+
+    Used to turn a write through a ``detach()``-ed alias into the no_grad region
+    it is equivalent to (eager changes the data and keeps autograd history).
+    """
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is not None:
+        node = mode.tracer.create_node("call_function", SET_GRAD_ENABLED, (enabled,), {})
+        node.meta["val"] = None
+
+
+@contextlib.contextmanager
+def grad_mode_untraced(enabled: bool) -> Iterator[None]:
+    """Set grad mode without recording a marker (the caller records its own)."""
+    previous = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch._C._set_grad_enabled(previous)

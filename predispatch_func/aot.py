@@ -29,6 +29,7 @@ from torch.export.graph_signature import (
 from . import _torch_compat as tc
 from .errors import UnsupportedError
 from .fakeify import Fakeifier
+from .graphs import all_graph_modules
 from .hop import outline_regions
 from .lift import LiftedState, lift_state, placeholder_name, user_input_names
 from .modes import CompositePolicy, trace_functional
@@ -59,6 +60,7 @@ class AotSignature:
     constants: dict[str, torch.Tensor]
     range_constraints: dict[Any, Any]
     composite_decisions: dict[str, tuple[str, str]]
+    grad_enabled_on_return: bool = True
 
 
 @dataclasses.dataclass
@@ -88,6 +90,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     fake_inputs = [fakeify.state(s.value) if s.kind != "user" else fakeify.user(i, s.value)
                    for i, s in enumerate(slots)]
     n_state = len(slots) - len(flat_user)
+    aliased = _inputs_sharing_memory(fake_inputs)
     policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides)
     meta: dict[str, Any] = {}
 
@@ -105,23 +108,23 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                     f"the model writes to tensor attribute {slots[i].target!r}, which is neither a "
                     "parameter nor a buffer; register it with register_buffer so the write can be "
                     "carried in the signature")
-            if slots[i].kind == "user" and _is_grad_leaf(slots[i].value):
+            if sharing := aliased.get(i):
                 raise UnsupportedError(
-                    f"the model writes in place to input {slots[i].target!r}, a leaf tensor that "
-                    "requires grad (eager allows it through .detach() or under no_grad); "
-                    "ExportedProgram.module() writes input mutations back with copy_, which "
-                    "autograd refuses on such a leaf: pass the input without requires_grad, or "
-                    "write to a clone")
+                    f"the model writes to input {slots[i].target!r}, which shares memory with "
+                    f"{', '.join(repr(slots[j].target) for j in sharing)}; a functional program "
+                    "cannot carry a write through inputs that alias each other: pass distinct "
+                    "tensors (e.g. .clone() one of them)")
         meta["mutated"] = [slots[i] for i in mutated]
         return [inputs[i] for i in mutated] + flat_out
 
     with _preserved_model_state(mod):
-        gm = trace_functional(body, fake_inputs, policy=policy, pre_dispatch=pre_dispatch,
-                              decompositions=decompositions)
-    gm = outline_regions(gm)
-    _eliminate_dead_code(gm)
+        trace = trace_functional(body, fake_inputs, policy=policy,
+                                 pre_dispatch=pre_dispatch, decompositions=decompositions)
+    gm = trace.graph_module
     slots = _lift_traced_constants(gm, slots, n_state)
     _name_placeholders(gm, slots)
+    gm = outline_regions(gm, trace.identity_edges)
+    _eliminate_dead_code(gm)
     signature = _build_signature(gm, slots, meta["mutated"])
     guard_saved_mutated_inputs(gm, _written_placeholders(gm, signature), _grad_sources(gm, signature))
     state_dict = {**state.parameters,
@@ -130,13 +133,20 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                  **{s.target: s.value for s in slots if s.kind == "constant"}}
     return gm, AotSignature(
         graph_signature=signature, in_spec=in_spec, out_spec=meta["out_spec"],
-        forward_arg_names=arg_names, state_dict=state_dict, constants=constants,
+        forward_arg_names=arg_names + list(kwargs), state_dict=state_dict, constants=constants,
         range_constraints=fakeify.range_constraints(gm),
-        composite_decisions=dict(policy.decisions))
+        composite_decisions=dict(policy.decisions),
+        grad_enabled_on_return=trace.grad_enabled_on_return)
 
 
-def _is_grad_leaf(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.requires_grad and value.is_leaf
+def _inputs_sharing_memory(inputs: list[Any]) -> dict[int, list[int]]:
+    """For each input index, the other inputs over the same storage (fakes keep it)."""
+    by_storage: dict[Any, list[int]] = {}
+    for i, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor):
+            by_storage.setdefault(tc.StorageWeakRef(t.untyped_storage()), []).append(i)
+    return {i: [j for j in group if j != i] for group in by_storage.values() if len(group) > 1
+            for i in group}
 
 
 @contextlib.contextmanager
@@ -153,14 +163,16 @@ def _preserved_model_state(mod: torch.nn.Module):
 
 
 def _eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
-    """Drop unused view replays; keep random ops so the RNG stream matches eager."""
+    """Drop unused view replays (in every body too); keep random ops so the RNG
+    stream matches eager."""
     def impure(node: torch.fx.Node) -> bool:
         target = node.target
         if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
             return True
         return node.is_impure()
-    gm.graph.eliminate_dead_code(is_impure_node=impure)
-    gm.recompile()
+    for _, sub in reversed(list(all_graph_modules(gm))):
+        sub.graph.eliminate_dead_code(is_impure_node=impure)
+        sub.recompile()
 
 
 def _lift_traced_constants(gm: torch.fx.GraphModule, slots: list[_InputSlot],
@@ -195,6 +207,8 @@ def _name_placeholders(gm: torch.fx.GraphModule, slots: list[_InputSlot]) -> Non
         wanted = slot.target if slot.kind == "user" else placeholder_name(slot.kind, slot.target)
         tc.rename_node(node, wanted)
         node.target = node.name
+        if slot.kind == "user" and not isinstance(slot.value, torch.Tensor):
+            node.meta["val"] = slot.value  # constants carry their value, as in torch.export
     gm.recompile()
 
 

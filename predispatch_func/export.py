@@ -29,16 +29,82 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     return to_exported_program(gm, sig, example_inputs=(args, dict(kwargs or {})))
 
 
+# graph_module.meta key: False when forward leaves grad mode off (set_grad_enabled(False)
+# called and never restored); the IR cannot hold that side effect, module() replays it.
+GRAD_ON_RETURN = "grad_enabled_on_return"
+
+
+class FunctionalExportedProgram(ExportedProgram):
+    """An ExportedProgram whose ``module()`` writes mutations back as eager would.
+
+    torch's unlifted module writes each mutated input back with a plain
+    ``copy_`` after the forward. When the destination is a leaf that requires
+    grad (a parameter clamped under ``no_grad``, an input updated under
+    ``no_grad``) that ``copy_`` raises, while eager allowed the in-place
+    update. Such write-backs run under ``no_grad`` here; all others are
+    torch's own. A forward that leaves grad mode off leaves it off here too.
+    """
+
+    def module(self, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        mod = super().module(*args, **kwargs)
+        # Our graphs hold no copy_ (contract point 2): every copy_ here is a write-back.
+        for node in mod.graph.nodes:
+            if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
+                node.target = write_back
+        if self.graph_module.meta.get(GRAD_ON_RETURN) is False:
+            with mod.graph.inserting_before(mod.graph.output_node()):
+                mod.graph.call_function(torch.set_grad_enabled, (False,))
+        mod.recompile()
+        return mod
+
+
+def write_back(destination: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``destination.copy_(value)``, under no_grad when it is a leaf requiring grad."""
+    if destination.is_leaf and destination.requires_grad:
+        with torch.no_grad():
+            return destination.copy_(value)
+    return destination.copy_(value)
+
+
+def load(f: Any) -> FunctionalExportedProgram:
+    """``torch.export.load``, returning our program class so ``module()`` writes back as eager.
+
+    A program saved by us loads with plain ``torch.export.load`` too; only
+    write-backs to grad-requiring leaves (see :class:`FunctionalExportedProgram`)
+    need this class.
+    """
+    ep = torch.export.load(f)
+    ep.__class__ = FunctionalExportedProgram
+    return ep
+
+
+def functionalize(ep: ExportedProgram, args: tuple | None = None,
+                  kwargs: dict | None = None) -> ExportedProgram:
+    """Bring any ExportedProgram (e.g. torch.export's non-functional training IR) to our contract.
+
+    Its region HOPs (torch's ``wrap_with_set_grad_enabled`` / ``wrap_with_autocast``
+    or ours) inline their bodies when called, so re-tracing records their
+    grad/autocast markers and our region pass outlines them again, with every
+    mutation inside threaded out.
+    """
+    if args is None:
+        if ep.example_inputs is None:
+            raise ValueError("functionalize needs args when the program has no example inputs")
+        args, kwargs = ep.example_inputs
+    return export(ep.module(), tuple(args), dict(kwargs or {}))
+
+
 def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
                         example_inputs: Any = None) -> ExportedProgram:
     call_signature = ModuleCallSignature(inputs=[], outputs=[], in_spec=sig.in_spec,
                                          out_spec=sig.out_spec,
                                          forward_arg_names=sig.forward_arg_names)
-    ep = ExportedProgram(
+    ep = FunctionalExportedProgram(
         root=gm, graph=gm.graph, graph_signature=sig.graph_signature,
         state_dict=sig.state_dict, range_constraints=sig.range_constraints,
         module_call_graph=[ModuleCallEntry(fqn="", signature=call_signature)],
         example_inputs=example_inputs, constants=sig.constants,
     )
     ep.graph_module.meta["composite_decisions"] = sig.composite_decisions
+    ep.graph_module.meta[GRAD_ON_RETURN] = sig.grad_enabled_on_return
     return ep

@@ -2,17 +2,34 @@
 
 State is always static. A user input dimension is symbolic only where
 ``dynamic_shapes`` (torch.export's format: per argument, a dict or sequence
-mapping dim index -> ``torch.export.Dim``) says so.
+mapping dim index -> ``torch.export.Dim``) says so. Dims with the same name
+are one symbol. After tracing, :meth:`Fakeifier.range_constraints` checks
+that the model kept every declared dimension symbolic, within the declared
+``[min, max]``, and returns the ranges the ExportedProgram promises.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any
 
 import torch
 
 from . import _torch_compat as tc
+from .errors import UnsupportedError
+
+
+@dataclasses.dataclass
+class _DeclaredDim:
+    """One named ``Dim`` (or an anonymous ``Dim.DYNAMIC``/``AUTO`` hint) and its symbol."""
+
+    name: str
+    lower: int
+    upper: Any
+    strict: bool  # a named Dim: the trace must honour its range exactly
+    size: torch.SymInt
+    where: str
 
 
 class Fakeifier:
@@ -22,7 +39,7 @@ class Fakeifier:
         self.mode = tc.FakeTensorMode(shape_env=tc.ShapeEnv(), allow_non_fake_inputs=True)
         self._dims_per_leaf = _dynamic_dims_per_leaf(dynamic_shapes, mod, args, kwargs)
         self._user_index = 0
-        self._dims: dict[Any, Any] = {}
+        self._declared: dict[str, _DeclaredDim] = {}
 
     def state(self, t: Any) -> Any:
         return self.mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
@@ -33,12 +50,66 @@ class Fakeifier:
         if not isinstance(value, torch.Tensor):
             return value
         dims = self._dims_per_leaf[leaf] if leaf < len(self._dims_per_leaf) else None
+        dims = {i: d for i, d in (dims or {}).items() if not _is_static_hint(d)}
         if not dims:
             return self.mode.from_tensor(value, static_shapes=True)
-        return tc.fake_with_dynamic_dims(self.mode, value, dims, self._dims)
+        fake = tc.fake_with_dynamic_dims(self.mode, value, set(dims), leaf)
+        for i, dim in dims.items():
+            self._declare(dim, fake.shape[i], f"user input {leaf}, dim {i}", value.shape[i])
+        return fake
+
+    def _declare(self, dim: Any, size: torch.SymInt, where: str, example: int) -> None:
+        named = _is_named_dim(dim)
+        name = dim.__name__ if named else f"_dynamic_{len(self._declared)}"
+        lower = int(getattr(dim, "min", 0) or 0) if named else 0
+        upper = getattr(dim, "max", tc.INT_OO) if named else tc.INT_OO
+        if named and not lower <= example <= upper:
+            raise UnsupportedError(f"{where}: example size {example} is outside Dim {name!r} "
+                                   f"range [{lower}, {upper}]")
+        if name in self._declared:  # same Dim name: same symbol
+            torch._check(size == self._declared[name].size)
+            return
+        # tracing assumes sizes >= 2 (0/1 are generalised, as torch.export does)
+        tc.narrow_symbol_range(self.mode.shape_env, size.node.expr, max(2, lower), upper)
+        self._declared[name] = _DeclaredDim(name, lower, upper, named, size, where)
 
     def range_constraints(self, gm: torch.fx.GraphModule) -> dict[Any, Any]:
-        return tc.range_constraints_of(gm, self.mode)
+        """Symbol -> ValueRanges of the program; refuses a trace that narrowed a named Dim."""
+        env = self.mode.shape_env
+        out: dict[Any, Any] = {}
+        for d in self._declared.values():
+            expr = d.size.node.expr
+            if expr.is_number:
+                raise UnsupportedError(
+                    f"Dim {d.name!r} ({d.where}) was declared dynamic but the model specialised it "
+                    f"to {int(expr)}; make it static or remove the code that fixes it")
+            if len(expr.free_symbols) != 1 or expr not in expr.free_symbols:
+                raise UnsupportedError(f"Dim {d.name!r} ({d.where}) became the expression {expr}; "
+                                       "derived dims are not supported")
+            traced = tc.symbol_range(env, expr)
+            if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
+                raise UnsupportedError(
+                    f"Dim {d.name!r} ({d.where}) was declared [{d.lower}, {d.upper}] but the model "
+                    f"only supports [{traced.lower}, {traced.upper}]; declare "
+                    f"Dim({d.name!r}, min={max(d.lower, int(traced.lower))}, max={traced.upper})")
+            lower = d.lower if traced.lower <= 2 else traced.lower
+            out[expr] = tc.value_range(lower, traced.upper if not d.strict else d.upper)
+        for node in gm.graph.nodes:  # any other symbol a placeholder carries
+            if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
+                continue
+            for size in node.meta["val"].shape:
+                if isinstance(size, torch.SymInt):
+                    for sym in size.node.expr.free_symbols:
+                        out.setdefault(sym, tc.symbol_range(env, sym))
+        return out
+
+
+def _is_named_dim(dim: Any) -> bool:
+    return hasattr(dim, "__name__") and hasattr(dim, "min") and hasattr(dim, "max")
+
+
+def _is_static_hint(dim: Any) -> bool:
+    return dim is None or isinstance(dim, int) or str(getattr(dim, "type", "")).endswith("STATIC")
 
 
 def _dynamic_dims_per_leaf(dynamic_shapes: Any, mod: torch.nn.Module, args: tuple,
@@ -52,6 +123,10 @@ def _dynamic_dims_per_leaf(dynamic_shapes: Any, mod: torch.nn.Module, args: tupl
             bound = inspect.signature(mod.forward).bind(*args, **kwargs).arguments
         except (TypeError, ValueError):
             bound = {}
+        unknown = set(dynamic_shapes) - set(bound)
+        if unknown:
+            raise UnsupportedError(f"dynamic_shapes names {sorted(unknown)}, which are not "
+                                   f"arguments of this call (arguments: {list(bound)})")
         names = list(bound)
         positional = tuple(dynamic_shapes.get(n) for n in names[: len(args)])
         keyword = {k: dynamic_shapes.get(k) for k in kwargs}

@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
-from .verify import VerifyReport, all_graph_modules
+from .graphs import all_graph_modules
+from .verify import VerifyReport
 
 
 def render_program(ep: torch.export.ExportedProgram, console: Console) -> None:

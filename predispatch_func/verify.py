@@ -11,13 +11,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
 from .errors import VerificationError
+from .graphs import all_graph_modules
 
 _FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
 
@@ -39,14 +40,6 @@ class VerifyReport:
 
 
 # --- contract ---------------------------------------------------------------------
-
-
-def all_graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> Iterator[tuple[str, torch.fx.GraphModule]]:
-    """The graph and, recursively, every subgraph module it holds (region bodies)."""
-    yield prefix or "<top>", gm
-    for name, child in gm.named_children():
-        if isinstance(child, torch.fx.GraphModule):
-            yield from all_graph_modules(child, f"{prefix}.{name}" if prefix else name)
 
 
 def mutable_target_reason(target: Any) -> str | None:
@@ -97,31 +90,28 @@ def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> 
 # --- replay against eager ------------------------------------------------------------
 
 
-def _clone(value: Any, grad_for_floats: bool, written: frozenset[int] = frozenset()) -> Any:
-    """Fresh copies; float leaves require grad if asked, except the ``written`` ones
-    (flat indices): an in-place write to a leaf that requires grad is refused by autograd."""
-    leaves, spec = tc.pytree.tree_flatten(value)
+def _clone(value: Any, grad_for_floats: bool) -> Any:
+    """Fresh copies of every tensor leaf; a tensor passed twice stays one tensor,
+    so the replay sees the same aliasing between inputs as the caller's call.
+    Float leaves require grad if asked (an in-place write to such a leaf is
+    allowed where eager allows it: under no_grad or through ``detach()``)."""
+    memo: dict[int, torch.Tensor] = {}
 
-    def one(i: int, t: Any) -> Any:
-        if not isinstance(t, torch.Tensor):
-            return t
-        wants = t.requires_grad or (grad_for_floats and i not in written
-                                    and (t.is_floating_point() or t.is_complex()))
-        return t.detach().clone().requires_grad_(wants)
-    return tc.pytree.tree_unflatten([one(i, t) for i, t in enumerate(leaves)], spec)
-
-
-def _written_user_inputs(ep: torch.export.ExportedProgram) -> frozenset[int]:
-    """Flat indices of the user inputs the program writes back."""
-    sig = ep.graph_signature
-    written = set(sig.user_inputs_to_mutate.values())
-    user_specs = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
-    return frozenset(i for i, s in enumerate(user_specs) if getattr(s.arg, "name", None) in written)
+    def one(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in memo:
+            c = t.detach().clone()
+            wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
+            memo[id(t)] = c.requires_grad_(wants)
+        return memo[id(t)]
+    return tc.pytree.tree_map_only(torch.Tensor, one, value)
 
 
-def _run(module: torch.nn.Module, args: tuple, kwargs: dict, seed: int) -> Any:
+def _run(module: torch.nn.Module, args: tuple, kwargs: dict, seed: int) -> tuple[Any, bool]:
+    """Outputs and the grad mode the call left behind (restored afterwards)."""
     torch.manual_seed(seed)
-    return module(*args, **kwargs)
+    with torch.enable_grad():
+        out = module(*args, **kwargs)
+        return out, torch.is_grad_enabled()
 
 
 def _compare(what: str, a: Any, b: Any, rtol: float, atol: float, values: bool, problems: list[str]) -> None:
@@ -196,24 +186,25 @@ def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol,
     eager_model = copy.deepcopy(model)
     program = _copy_program(ep)
     grad_inputs = check_grads
-    written = _written_user_inputs(ep)
     try:
-        e_args, e_kwargs = _clone((args, kwargs), grad_inputs, written)
-        e_out = _run(eager_model, e_args, e_kwargs, seed)
+        e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
+        e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed)
     except RuntimeError:
         # in-place on a leaf that requires grad: retry with the caller's requires_grad
         grad_inputs = False
         eager_model = copy.deepcopy(model)
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
-        e_out = _run(eager_model, e_args, e_kwargs, seed)
-    p_args, p_kwargs = _clone((args, kwargs), grad_inputs, written)
+        e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed)
+    p_args, p_kwargs = _clone((args, kwargs), grad_inputs)
     try:
-        p_out = _run(program, p_args, p_kwargs, seed)
+        p_out, p_grad_mode = _run(program, p_args, p_kwargs, seed)
     except Exception as exc:  # a program that cannot run is a verification failure
         report.problems.append(f"program raised {type(exc).__name__}: {exc}")
         return
-    report.checked += ["outputs", "input mutations", "buffers"]
+    report.checked += ["outputs", "input mutations", "buffers", "grad mode after the call"]
     problems = report.problems
+    if e_grad_mode != p_grad_mode:
+        problems.append(f"grad mode after the call: eager {e_grad_mode}, program {p_grad_mode}")
     _compare("output", e_out, p_out, rtol, atol, check_values, problems)
     _compare("input after call", (e_args, e_kwargs), (p_args, p_kwargs), rtol, atol, check_values, problems)
     e_bufs, p_bufs = dict(eager_model.named_buffers()), dict(program.named_buffers())

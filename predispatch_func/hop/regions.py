@@ -1,40 +1,34 @@
-"""Turn grad-mode / autocast marker nodes into regions (see package docstring)."""
+"""The region stage of the pipeline: markers in, region HOP calls out.
+
+``assign_frames`` (frames.py) reads the markers; ``outline_level``
+(outline.py) turns each frame into a HOP call and recurses into its body.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from .. import _torch_compat as tc
-from ..errors import UnsupportedError
+from .frames import assign_frames, is_marker
+from .outline import FLAT, outline_level
+from ..graphs import all_graph_modules
 
 
-def _is_marker(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and node.target in (
-        tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
+def outline_regions(gm: torch.fx.GraphModule,
+                    identity_edges: dict[torch.fx.Node, torch.fx.Node] | None = None
+                    ) -> torch.fx.GraphModule:
+    """Replace grad/autocast markers in ``gm`` by nested region HOP calls.
 
-
-def _changes_mode(node: torch.fx.Node, grad_enabled: bool) -> bool:
-    if node.target is tc.SET_GRAD_ENABLED:
-        return bool(node.args[0]) != grad_enabled
-    if node.target is tc.ENTER_AUTOCAST:
-        return bool(node.args[2]) if len(node.args) > 2 else True
-    return False
-
-
-def outline_regions(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Drop markers that change nothing; refuse the ones that do (for now)."""
-    grad_enabled = True
-    for node in list(gm.graph.nodes):
-        if not _is_marker(node):
-            continue
-        if _changes_mode(node, grad_enabled):
-            raise UnsupportedError(
-                "the model changes grad mode or autocast; region export is not supported yet",
-                op=node.target.__name__, source=node.meta.get("stack_trace", "").strip() or None)
-        if node.target is tc.SET_GRAD_ENABLED:
-            grad_enabled = bool(node.args[0])
-    exits = [n for n in gm.graph.nodes if n.target is tc.EXIT_AUTOCAST]
-    for node in exits + [n for n in gm.graph.nodes if _is_marker(n) and n not in exits]:
+    ``identity_edges`` maps a node to the node whose autograd identity it
+    keeps (the tensor's value before an in-place op done with grad off).
+    """
+    frames_of = assign_frames(gm.graph)
+    for node in gm.graph.nodes:
+        node.meta[FLAT] = node
+    markers = [n for n in gm.graph.nodes if is_marker(n)]
+    for node in reversed(markers):  # exits before the enters they read
         gm.graph.erase_node(node)
-    gm.recompile()
+    outline_level(gm, frames_of, identity_edges or {})
+    for _, sub in all_graph_modules(gm):
+        for node in sub.graph.nodes:
+            node.meta.pop(FLAT, None)
     return gm

@@ -16,12 +16,14 @@ autograd, and record plain post-autograd ATen.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 import torch
 
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
+from ..hop.ops import note_identity_hook
 from .composite_policy import CompositePolicy
 from .differentiable_copy import DECOMPOSITIONS as COPY_DECOMPOSITIONS
 
@@ -36,6 +38,66 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.graph_input_ids: set[int] = set()
         self.op_stack: list[Any] = []
         self.failed_op: Any = None
+        # new-value node -> old-value node, for writes done while grad is off
+        self.identity_edges: dict[torch.fx.Node, torch.fx.Node] = {}
+        self._bases: dict[Any, tc.FunctionalTensor] = {}
+        # detach()-ed aliases and their views, by id (held, so ids stay unique while tracing)
+        self._detached: dict[int, Any] = {}
+
+    def track_base(self, t: Any) -> None:
+        if isinstance(t, tc.FunctionalTensor) and tc.is_functional_base(t):
+            self._bases.setdefault(tc.storage_key(t), t)
+
+    def note_identity(self, source: Any, value: Any) -> None:
+        """``value`` keeps ``source``'s autograd identity (re-traced region HOPs call this)."""
+        new = tc.proxy_node_of(tc.inner_of_functional(value))
+        old = tc.proxy_node_of(tc.inner_of_functional(source))
+        if new is not None and old is not None and new is not old:
+            self.identity_edges[new] = old
+
+    def _written_args(self, func, args) -> list[Any]:
+        schema = getattr(func, "_schema", None)
+        if schema is None or not schema.is_mutable or not self.pre_dispatch:
+            return []
+        return [value for arg, value in zip(schema.arguments, args)
+                if arg.alias_info is not None and arg.alias_info.is_write
+                and isinstance(value, tc.FunctionalTensor)]
+
+    def _bases_of(self, tensors: list[Any]) -> list[Any]:
+        bases = []
+        for t in tensors:
+            base = self._bases.get(tc.storage_key(t))
+            if base is not None and all(base is not b for b in bases):
+                bases.append(base)
+        return bases
+
+    def _track_detached(self, func, args, out) -> None:
+        if func is torch.ops.aten.detach.default or (
+                getattr(func, "is_view", False) and args and id(args[0]) in self._detached):
+            for t in tc.pytree.tree_leaves(out):
+                if isinstance(t, tc.FunctionalTensor):
+                    self._detached[id(t)] = t
+
+    def _dispatch_recording_identity(self, func, types, args, kwargs):
+        """Dispatch; a write done without autograd (grad off, or through a detached
+        alias) records that the written base keeps its old autograd identity."""
+        written = self._written_args(func, args)
+        through_detach = torch.is_grad_enabled() and any(id(t) in self._detached for t in written)
+        if not written or (torch.is_grad_enabled() and not through_detach):
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        bases = self._bases_of(written)
+        before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
+        if through_detach:  # eager: same as writing under no_grad
+            tc.record_grad_marker(False)
+        with tc.grad_mode_untraced(False):
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            after = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
+        if through_detach:
+            tc.record_grad_marker(True)
+        for old, new in zip(before, after):
+            if old is not None and new is not None and new is not old:
+                self.identity_edges[new] = old
+        return out
 
     def _can_decompose(self, func, args, kwargs) -> bool:  # noqa: D401 (torch hook)
         if not self.pre_dispatch:
@@ -44,6 +106,16 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if torch.is_inference_mode_enabled():
+            raise UnsupportedError(
+                "torch.inference_mode() inside the model cannot be expressed as a region "
+                "(inference tensors cannot re-enter autograd); use torch.no_grad() instead",
+                op=func, source=user_source_line())
+        if not self.pre_dispatch and not torch.is_grad_enabled():
+            raise UnsupportedError(
+                "the model disables grad mode; after autograd (pre_dispatch=False) a region "
+                "cannot be recorded, so its gradients would silently differ from eager; "
+                "export with pre_dispatch=True", op=func, source=user_source_line())
         if torch.Tag.inplace_view in getattr(func, "tags", ()) and args and id(args[0]) in self.graph_input_ids:
             raise UnsupportedError(
                 "in-place metadata change (shape/stride) of a graph input cannot be expressed "
@@ -51,7 +123,11 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 op=func, source=user_source_line())
         self.op_stack.append(func)
         try:
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            out = self._dispatch_recording_identity(func, types, args, kwargs)
+            self._track_detached(func, args, out)
+            for t in tc.pytree.tree_leaves(out):
+                self.track_base(t)
+            return out
         except BaseException:
             if self.failed_op is None:
                 self.failed_op = func
@@ -63,8 +139,18 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 Body = Callable[[list[Any], PolicyFunctionalMode], list[Any]]
 
 
+@dataclasses.dataclass
+class Trace:
+    """The flat functional graph with its region markers, and what tracing learned."""
+
+    graph_module: torch.fx.GraphModule
+    identity_edges: dict[torch.fx.Node, torch.fx.Node]  # new value -> value it keeps identity of
+    grad_enabled_on_return: bool  # False: forward called set_grad_enabled(False) and never restored
+
+
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
-                     pre_dispatch: bool, decompositions: dict | None = None) -> torch.fx.GraphModule:
+                     pre_dispatch: bool, decompositions: dict | None = None
+                     ) -> Trace:
     """Trace ``body`` over functional wrappers of ``flat_inputs`` into a flat graph.
 
     ``body`` receives the wrapped inputs and the mode, runs the user's code and
@@ -79,8 +165,12 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         with mode:
             wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
         mode.graph_input_ids = {id(t) for t in wrapped if isinstance(t, torch.Tensor)}
-        with mode:
+        for t in wrapped:
+            mode.track_base(t)
+        with mode, note_identity_hook(mode.note_identity), torch.enable_grad():
             outs = body(wrapped, mode)
+            _refuse_leaked_autocast()
+            state["grad_enabled_on_return"] = torch.is_grad_enabled()
         return tuple(tc.inner_of_functional(o) for o in outs)
 
     fake_mode = tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
@@ -89,7 +179,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
         with tc.exporting_state(), (fake_mode if fake_mode is not None else _null()):
-            return tracer(*flat_inputs)
+            gm = tracer(*flat_inputs)
+        return Trace(gm, state["mode"].identity_edges, state["grad_enabled_on_return"])
     except ExportError:
         raise
     except Exception as exc:  # enrich with the op and the user's line
@@ -97,6 +188,17 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         op = getattr(mode, "failed_op", None)
         raise ExportError(f"tracing failed: {type(exc).__name__}: {exc}", op=op,
                           source=user_source_line(exc.__traceback__)) from exc
+
+
+def _refuse_leaked_autocast() -> None:
+    """Autocast left enabled when forward returns has no functional form (grad mode
+    left off does: the program's module() sets it, see export.FunctionalExportedProgram)."""
+    if not tc.autocast_enabled_anywhere():
+        return
+    raise UnsupportedError(
+        "the model leaves autocast enabled when forward returns; a functional program "
+        "cannot change the caller's autocast state", op=tc.ENTER_AUTOCAST.__name__,
+        source=tc.last_recorded_call_source(tc.ENTER_AUTOCAST))
 
 
 class _null:

@@ -1,0 +1,106 @@
+"""Assign each node of the flat graph the stack of mode frames it runs under.
+
+Pre-dispatch tracing leaves grad toggles (``_set_grad_enabled(b)``, flat state
+changes) and autocast enter/exit (properly nested) as markers. This pass
+replays them as a stack of frames. A marker that does not change the
+effective mode opens no frame. A grad toggle that crosses an autocast frame
+(``torch.set_grad_enabled(False)`` called inside ``with autocast()`` and
+restored outside) closes the frames above it and reopens copies, so every
+frame covers one contiguous run of nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from ..errors import UnsupportedError
+
+
+@dataclasses.dataclass(eq=False)
+class GradFrame:
+    enabled: bool
+    stack_trace: str | None = None
+
+    def reopened(self) -> "GradFrame":
+        return GradFrame(self.enabled, self.stack_trace)
+
+
+@dataclasses.dataclass(eq=False)
+class AutocastFrame:
+    device_type: str
+    dtype: Any
+    enabled: bool
+    cache_enabled: Any
+    stack_trace: str | None = None
+
+    def reopened(self) -> "AutocastFrame":
+        return dataclasses.replace(self)
+
+
+Frame = GradFrame | AutocastFrame
+
+
+def is_marker(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in (
+        tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
+
+
+def assign_frames(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[Frame, ...]]:
+    """Frames (outermost first) for every non-marker node; raises if a mode leaks out."""
+    stack: list[Frame] = []
+    grad = True
+    autocast_by_enter: dict[torch.fx.Node, AutocastFrame | None] = {}
+    autocast_state: list[tuple[str, bool, Any]] = []
+    frames_of: dict[torch.fx.Node, tuple[Frame, ...]] = {}
+    last_marker = None
+    for node in graph.nodes:
+        where = node.meta.get("stack_trace")
+        if node.target is tc.SET_GRAD_ENABLED:
+            wanted = bool(node.args[0])
+            if wanted != grad:
+                _toggle_grad(stack, wanted, where)
+                grad = wanted
+                last_marker = node
+        elif node.target is tc.ENTER_AUTOCAST:
+            device, dtype, enabled, cache = (list(node.args) + [None] * 4)[:4]
+            current = next((s for s in reversed(autocast_state) if s[0] == device), (device, False, None))
+            changes = bool(enabled) != current[1] or (enabled and dtype != current[2])
+            frame = AutocastFrame(device, dtype, bool(enabled), cache, where) if changes else None
+            autocast_by_enter[node] = frame
+            autocast_state.append((device, bool(enabled), dtype))
+            if frame is not None:
+                stack.append(frame)
+        elif node.target is tc.EXIT_AUTOCAST:
+            frame = autocast_by_enter.get(node.args[0])
+            autocast_state.pop()
+            if frame is not None:
+                _close(stack, frame)
+        elif node.op not in ("placeholder", "output"):
+            frames_of[node] = tuple(stack)
+    if stack:
+        raise UnsupportedError(
+            "the model leaves grad mode or autocast changed when forward returns; a functional "
+            "program cannot change the caller's global state",
+            op=getattr(getattr(last_marker, "target", None), "__name__", None),
+            source=(stack[-1].stack_trace or "").strip() or None)
+    return frames_of
+
+
+def _toggle_grad(stack: list[Frame], wanted: bool, where: str | None) -> None:
+    open_grad = next((f for f in reversed(stack) if isinstance(f, GradFrame)), None)
+    if open_grad is None:
+        stack.append(GradFrame(wanted, where))
+    else:
+        _close(stack, open_grad)
+
+
+def _close(stack: list[Frame], frame: Frame) -> None:
+    """Pop ``frame``; frames opened above it are closed and reopened after it."""
+    index = next(i for i, f in enumerate(stack) if f is frame)
+    above = stack[index + 1:]
+    del stack[index:]
+    stack.extend(f.reopened() for f in above)

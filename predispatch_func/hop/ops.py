@@ -1,0 +1,93 @@
+"""The region HOPs: ``pf_grad_region`` and ``pf_autocast_region``.
+
+A call runs its functional ``body`` under the region's mode::
+
+    outs = pf_grad_region(False, (0, -1), body, x, w)
+    # == with torch.set_grad_enabled(False): body(x, w), then output 0 carries x's
+    #    autograd identity (see below)
+
+``identity_of[k] = j`` says output ``k`` is the new value of operand ``j``,
+written in place while grad was off. Eager keeps such a tensor's autograd
+identity (an in-place update under ``no_grad`` changes data, not history), so
+gradients reaching output ``k`` flow straight to operand ``j``; a fresh value
+with no history would silently drop them.
+
+Calling a region HOP inlines its body, as torch's ``wrap_with_set_grad_enabled``
+does. Re-tracing a program (``export(ep.module())``) therefore records the
+body's ops between grad/autocast markers again, and the region pass outlines
+the same regions again; identities are re-recorded through
+:func:`note_identity_hook`, so nothing is lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+from torch._ops import HigherOrderOperator
+
+# Set by the tracer while our mode stack is active: (source, value) -> None.
+_identity_hook: list[Callable[[Any, Any], None]] = []
+
+
+@contextlib.contextmanager
+def note_identity_hook(hook: Callable[[Any, Any], None]):
+    _identity_hook.append(hook)
+    try:
+        yield
+    finally:
+        _identity_hook.pop()
+
+
+class _CarryIdentity(torch.autograd.Function):
+    """Value of ``value``; gradient straight to ``source`` (eager's in-place-under-no_grad)."""
+
+    @staticmethod
+    def forward(ctx, source: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad, None
+
+
+def _carry(operands: tuple, outs: tuple, identity_of: tuple[int, ...]) -> tuple:
+    if not identity_of:
+        return outs
+    carried = []
+    for out, j in zip(outs, identity_of):
+        if j < 0:
+            carried.append(out)
+        elif _identity_hook:
+            _identity_hook[-1](operands[j], out)
+            carried.append(out)
+        else:
+            carried.append(_CarryIdentity.apply(operands[j], out))
+    return tuple(carried)
+
+
+class GradRegion(HigherOrderOperator):
+    def __init__(self) -> None:
+        super().__init__("pf_grad_region")
+
+    def __call__(self, enabled: bool, identity_of: tuple[int, ...], body, *operands):
+        with torch.set_grad_enabled(enabled):
+            outs = tuple(body(*operands))
+        return _carry(operands, outs, tuple(identity_of))
+
+
+class AutocastRegion(HigherOrderOperator):
+    def __init__(self) -> None:
+        super().__init__("pf_autocast_region")
+
+    def __call__(self, device_type: str, dtype: torch.dtype | None, enabled: bool,
+                 cache_enabled: bool | None, identity_of: tuple[int, ...], body, *operands):
+        with torch.autocast(device_type, dtype, enabled, cache_enabled):
+            outs = tuple(body(*operands))
+        return _carry(operands, outs, tuple(identity_of))
+
+
+pf_grad_region = GradRegion()
+pf_autocast_region = AutocastRegion()
+REGION_HOPS = (pf_grad_region, pf_autocast_region)

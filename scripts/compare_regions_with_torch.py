@@ -1,0 +1,119 @@
+"""Issue 3's table: which region cases each torch 2.13 path gets wrong, and ours.
+
+The cases are the region tests themselves: every test in
+``tests/test_regions.py`` that exports through ``export_checked`` is run with
+that function swapped for a recorder, so the (model, args) pairs compared
+here are exactly the ones the tests prove. Each path's program is replayed
+against eager with the same comparison ``predispatch_func.verify`` uses
+(outputs, written-back inputs and buffers, gradients, grad mode after the
+call); for torch's paths the contract check is reported separately.
+
+Run: python scripts/compare_regions_with_torch.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import unittest
+import warnings
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+warnings.simplefilter("ignore")
+
+import predispatch_func as pf  # noqa: E402
+import test_regions  # noqa: E402
+
+
+class _Recorded(Exception):
+    pass
+
+
+def collect_cases() -> list[tuple[str, torch.nn.Module, tuple]]:
+    cases = []
+
+    def recorder(model, args, kwargs=None, **_):
+        cases.append((current[0], copy.deepcopy(model), copy.deepcopy(tuple(args))))
+        raise _Recorded
+
+    current = [""]
+    original = test_regions.export_checked
+    test_regions.export_checked = recorder
+    try:
+        for cls in (test_regions.TestGradientTraps, test_regions.TestRegionForms):
+            for name in unittest.TestLoader().getTestCaseNames(cls):
+                current[0] = name.removeprefix("test_")
+                try:
+                    getattr(cls(name), name)()
+                except _Recorded:
+                    pass
+                except Exception:  # a test that exports without the oracle
+                    pass
+    finally:
+        test_regions.export_checked = original
+    return cases
+
+
+def _torch_export(model, args):
+    return torch.export.export(model, args)
+
+
+def _torch_run_decompositions(model, args):
+    return torch.export.export(model, args).run_decompositions({})
+
+
+def _ours(model, args):
+    return pf.export(model, args)
+
+
+PATHS = {"ours": _ours, "torch.export": _torch_export,
+         "export().run_decompositions({})": _torch_run_decompositions}
+
+
+def judge(build, model, args) -> tuple[str, str]:
+    try:
+        ep = build(copy.deepcopy(model), copy.deepcopy(args))
+    except Exception as exc:  # noqa: BLE001
+        return "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+    report = pf.verify(ep, model, args)
+    replay = [p for p in report.problems if "is not functional" not in p]
+    contract = len(report.problems) - len(replay)
+    if replay:
+        return "wrong", replay[0][:100]
+    return ("ok" if not contract else "ok*"), (f"{contract} mutable node(s)" if contract else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json")
+    ns = parser.parse_args()
+    cases = collect_cases()
+    table = Table(title=f"region cases replayed against eager ({len(cases)} cases)")
+    table.add_column("case")
+    for path in PATHS:
+        table.add_column(path)
+    rows, wrong = [], {p: 0 for p in PATHS}
+    for name, model, args in cases:
+        verdicts = {p: judge(build, model, args) for p, build in PATHS.items()}
+        for p, (v, _) in verdicts.items():
+            wrong[p] += v != "ok" and v != "ok*"
+        rows.append({"case": name, **{p: {"verdict": v, "detail": d} for p, (v, d) in verdicts.items()}})
+        table.add_row(name, *[f"{v} {d}".strip() for v, d in verdicts.values()])
+    table.add_row("[bold]not ok[/bold]", *[f"[bold]{wrong[p]}/{len(cases)}[/bold]" for p in PATHS])
+    Console(width=200).print(table)
+    print("ok* = replay equals eager but the graph holds mutable nodes (not functional)")
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
