@@ -5,11 +5,9 @@ lines that matter; every test exports, checks the contract and replays
 against eager (outputs, written-back inputs and buffers, gradients).
 """
 
-import pytest
 import torch
 from expecttest import TestCase
 
-import predispatch_func as pf
 from oracle import export_checked
 
 
@@ -88,9 +86,5 @@ class WriteThroughDetachOfIntermediate(torch.nn.Module):
 
 
 class TestWritesThroughDetach(TestCase):
-    @pytest.mark.xfail(strict=True, reason="open: a write through a detach() alias of a tensor that "
-                       "requires grad changes its values but, in eager, not its autograd history; the "
-                       "functional graph takes the history of the detached value (none), so gradients "
-                       "differ. Not yet detected nor refused by the exporter.")
     def test_write_through_detach_keeps_eager_gradient(self):
         export_checked(WriteThroughDetachOfIntermediate(), (torch.randn(3, requires_grad=True),))

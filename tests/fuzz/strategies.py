@@ -236,16 +236,12 @@ def writable(t: torch.Tensor) -> bool:
 
 
 def writes_through_grad_alias(b: "_Builder", t: torch.Tensor) -> bool:
-    """A write eager refuses (a grad leaf or a view of one, under grad mode), or one
-    our exporter refuses or has open (any write to the storage of a grad leaf input, a
-    write through a ``detach()`` alias of a tensor that requires grad)."""
-    storage = t.untyped_storage().data_ptr()
-    for name in b.names:
-        other = b.value(name)
-        if other.requires_grad and other.untyped_storage().data_ptr() == storage:
-            if other.is_leaf or not t.requires_grad:
-                return True
-    return False
+    """A write eager refuses: to a leaf that requires grad, or a view of one, under grad mode
+    (a write through ``detach()`` is allowed, and stays in)."""
+    if not torch.is_grad_enabled() or not t.requires_grad:
+        return False
+    base = t._base if t._base is not None else t
+    return base.is_leaf
 
 
 def broadcasts_to(src: torch.Tensor, shape: torch.Size) -> bool:
