@@ -5,9 +5,11 @@ lines that matter; every test exports, checks the contract and replays
 against eager (outputs, written-back inputs and buffers, gradients).
 """
 
+import pytest
 import torch
 from expecttest import TestCase
 
+import predispatch_func as pf
 from oracle import export_checked
 
 
@@ -88,3 +90,24 @@ class WriteThroughDetachOfIntermediate(torch.nn.Module):
 class TestWritesThroughDetach(TestCase):
     def test_write_through_detach_keeps_eager_gradient(self):
         export_checked(WriteThroughDetachOfIntermediate(), (torch.randn(3, requires_grad=True),))
+
+
+class WriteGradValueThroughDetach(torch.nn.Module):
+    def forward(self, x, y):
+        d = y.detach()
+        d.copy_(x * 2)
+        return d * x, y
+
+
+class TestGradValueThroughDetach(TestCase):
+    def test_write_of_grad_value_through_detach_is_refused(self):
+        with self.assertRaisesRegex(pf.UnsupportedError, r"written through a detach\(\)-ed alias[\s\S]*d.copy_"):
+            pf.export(WriteGradValueThroughDetach(), (torch.randn(3), torch.randn(3)))
+
+    @pytest.mark.xfail(strict=True, raises=pf.UnsupportedError,
+                       reason="eager keeps two autograd histories for one storage (the detached alias "
+                       "gets the written value's, the aliased tensor keeps its own); one functional "
+                       "value per storage cannot carry both")
+    def test_write_of_grad_value_through_detach(self):
+        export_checked(WriteGradValueThroughDetach(), (torch.randn(3, requires_grad=True),
+                                                       torch.randn(3, requires_grad=True)))
