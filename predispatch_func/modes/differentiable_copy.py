@@ -22,8 +22,11 @@ def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor,
                                non_blocking: bool = False) -> torch.Tensor:
     """``src`` written over all of ``dst``; ``dst`` stays an input (zero gradient),
     so the result requires grad exactly when eager's ``copy_`` result does."""
-    value = aten._to_copy.default(src, dtype=dst.dtype, device=dst.device)
-    value = aten.expand.default(value, list(dst.shape))
+    value = src  # the scatter below copies, so the result never aliases src
+    if (src.dtype, src.device) != (dst.dtype, dst.device):
+        value = aten._to_copy.default(value, dtype=dst.dtype, device=dst.device)
+    if value.shape != dst.shape:
+        value = aten.expand.default(value, list(dst.shape))
     if dst.dim() == 0:
         whole = aten.slice_scatter.default(aten.unsqueeze.default(dst, 0), aten.unsqueeze.default(value, 0), 0)
         return aten.select.int(whole, 0, 0)
