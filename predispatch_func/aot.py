@@ -133,7 +133,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                  **{s.target: s.value for s in slots if s.kind == "constant"}}
     return gm, AotSignature(
         graph_signature=signature, in_spec=in_spec, out_spec=meta["out_spec"],
-        forward_arg_names=arg_names + list(kwargs), state_dict=state_dict, constants=constants,
+        forward_arg_names=arg_names, state_dict=state_dict, constants=constants,
         range_constraints=fakeify.range_constraints(gm),
         composite_decisions=dict(policy.decisions),
         grad_enabled_on_return=trace.grad_enabled_on_return)

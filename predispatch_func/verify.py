@@ -167,11 +167,26 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
     """
     report = check_contract(ep)
     if model is not None and args is not None:
-        with torch.random.fork_rng(devices=[]):
-            _replay(ep, model, tuple(args), dict(kwargs or {}), report,
-                    check_values=check_values, check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
+        replay = replay_against_eager(_copy_program(ep), model, args, kwargs, check_values=check_values,
+                                      check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
+        report.problems += replay.problems
+        report.checked += replay.checked
     if raise_on_failure and not report.ok:
         raise VerificationError(str(report))
+    return report
+
+
+def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args: tuple,
+                         kwargs: dict | None = None, *, check_values: bool = True,
+                         check_grads: bool = True, rtol: float = 1e-4, atol: float = 1e-5,
+                         seed: int = 0) -> VerifyReport:
+    """Run ``program`` (a module that writes its mutations back, as ``ep.module()``
+    does; it is run as given, so pass a copy) and a copy of ``model`` on fresh
+    clones of the inputs, and compare. Also used by scripts to judge torch's paths."""
+    report = VerifyReport()
+    with torch.random.fork_rng(devices=[]):
+        _replay(program, model, tuple(args), dict(kwargs or {}), report, check_values=check_values,
+                check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
     return report
 
 
@@ -182,9 +197,8 @@ def _copy_program(ep: torch.export.ExportedProgram) -> torch.nn.Module:
         return copy.deepcopy(ep).module()
 
 
-def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed) -> None:
+def _replay(program, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed) -> None:
     eager_model = copy.deepcopy(model)
-    program = _copy_program(ep)
     grad_inputs = check_grads
     try:
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs)

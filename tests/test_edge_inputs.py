@@ -212,8 +212,7 @@ def forward(self, c_lifted_tensor_0, x):
         self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, x, y):
-    _to_copy = torch.ops.aten._to_copy.default(y, dtype = torch.float32, device = device(type='cpu'), memory_format = torch.contiguous_format);  y = None
-    slice_scatter = torch.ops.aten.slice_scatter.default(x, _to_copy, 0, 1, 3);  x = _to_copy = None
+    slice_scatter = torch.ops.aten.slice_scatter.default(x, y, 0, 1, 3);  x = y = None
     add = torch.ops.aten.add.Tensor(slice_scatter, 1)
     return (slice_scatter, add)""")
 

@@ -38,8 +38,7 @@ def forward(self, b_total, x):
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, b_cache, x):
     detach = torch.ops.aten.detach.default(x)
-    _to_copy = torch.ops.aten._to_copy.default(detach, dtype = torch.float32, device = device(type='cpu'), memory_format = torch.contiguous_format);  detach = None
-    select_scatter = torch.ops.aten.select_scatter.default(b_cache, _to_copy, 0, 0);  b_cache = _to_copy = None
+    select_scatter = torch.ops.aten.select_scatter.default(b_cache, detach, 0, 0);  b_cache = detach = None
     sum_1 = torch.ops.aten.sum.dim_IntList(select_scatter, [0])
     add = torch.ops.aten.add.Tensor(sum_1, x);  sum_1 = x = None
     return (select_scatter, add)""")

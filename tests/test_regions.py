@@ -395,7 +395,10 @@ class TestRegionsDownstream(TestCase):
 
     def test_reexport_keeps_the_same_regions(self):
         for model_cls, args in [(NoGradInsideAutocast, (torch.randn(2, 4),)),
-                                (MutateOuterIntermediateUnderNoGrad, (torch.randn(3),))]:
+                                (MutateOuterIntermediateUnderNoGrad, (torch.randn(3),)),
+                                (MutateInputUnderNoGrad, (torch.randn(3),)),
+                                (ClampWeightUnderNoGrad, (torch.randn(2, 3),)),
+                                (WriteThroughDetachedView, (torch.randn(4), torch.randn(4)))]:
             model = model_cls()
             ep = pf.export(model, args)
             again = export_checked(ep.module(), args)

@@ -18,10 +18,19 @@ import torch
 aten = torch.ops.aten
 
 
+def _same_layout(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Same dtype, device, sizes and strides, all known: the copy's value is ``src``."""
+    dims = [*dst.shape, *dst.stride(), *src.shape, *src.stride()]
+    return (all(isinstance(d, int) for d in dims) and dst.dtype == src.dtype
+            and dst.device == src.device and dst.shape == src.shape and dst.stride() == src.stride())
+
+
 def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor,
                                non_blocking: bool = False) -> torch.Tensor:
     """``src`` written over all of ``dst``; ``dst`` stays an input (zero gradient),
     so the result requires grad exactly when eager's ``copy_`` result does."""
+    if _same_layout(dst, src):  # e.g. a write-back replayed when a program is re-exported
+        return src
     value = src  # the scatter below copies, so the result never aliases src
     if (src.dtype, src.device) != (dst.dtype, dst.device):
         value = aten._to_copy.default(value, dtype=dst.dtype, device=dst.device)
