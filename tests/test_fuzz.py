@@ -6,14 +6,14 @@ A failure prints the shrunk program as the source of an ``nn.Module`` with its
 """
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 
 from fuzz.harness import check_program
 from fuzz.strategies import FuzzConfig, programs
 
 REGIONS = False  # grad-mode / autocast regions: on once the exporter outlines them
 _SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck),
-                 print_blob=False)
+                 print_blob=False, phases=[Phase.explicit, Phase.generate, Phase.shrink])
 
 
 def _check(program):

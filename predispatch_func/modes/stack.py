@@ -61,7 +61,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             return
         if any(self._may_need_grad(t) for t in tc.pytree.tree_leaves((args, kwargs))):
             for t in [*tc.pytree.tree_leaves(out), *written]:
-                if isinstance(t, torch.Tensor):
+                if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
                     self._may_require_grad[id(t)] = t
 
     def track_base(self, t: Any) -> None:

@@ -76,6 +76,7 @@ class _Builder:
         self.body: list[Stmt] = []
         self.open_contexts: list[tuple[contextlib.AbstractContextManager, int]] = []
         self.counter = 0
+        self.detached: set[str] = set()  # detach() results and their aliases
 
     # --- the shadow -----------------------------------------------------------------
 
@@ -185,6 +186,19 @@ class _Builder:
                 if self.emit(f"{name} = {made}", (action,)):
                     self.names.append(name)
                     self.counter += 1
+                    if self.is_detached_alias(made, self.value(name)):
+                        self.detached.add(name)
+
+    def is_detached_alias(self, expr: str, value: torch.Tensor) -> bool:
+        if ".detach()" in expr:
+            return True
+        storage = value.untyped_storage().data_ptr()
+        return any(self.value(d).untyped_storage().data_ptr() == storage for d in self.detached)
+
+    def operands_allowed(self, target: str) -> bool:
+        """Whether an in-place op on ``target`` may read tensors: the exporter refuses a
+        value that may require grad written through a detach()-ed alias."""
+        return target not in self.detached
 
     @property
     def indent(self) -> int:
@@ -465,9 +479,12 @@ def gen_composite(b: _Builder):
 # --- in-place ops: (target, statement) --------------------------------------------------------
 
 
-def _operand(b: _Builder, target: torch.Tensor) -> str:
-    """A scalar, or a float tensor that broadcasts to ``target``."""
-    other = b.pick(lambda o: is_float(o) and broadcasts_to(o, target.shape)) if b.draw(st.booleans()) else None
+def _operand(b: _Builder, name: str) -> str:
+    """A scalar, or a float tensor that broadcasts to the target ``name``."""
+    target = b.value(name)
+    other = None
+    if b.operands_allowed(name) and b.draw(st.booleans()):
+        other = b.pick(lambda o: is_float(o) and broadcasts_to(o, target.shape))
     return other if other is not None else str(b.one_of(SCALARS))
 
 
@@ -476,7 +493,7 @@ def gen_binary_inplace(b: _Builder):
     if t is None:
         return None
     op = b.one_of(["add_", "mul_", "sub_"])
-    return t, f"{t}.{op}({_operand(b, b.value(t))})"
+    return t, f"{t}.{op}({_operand(b, t)})"
 
 
 def gen_unary_inplace(b: _Builder):
@@ -491,7 +508,7 @@ def gen_unary_inplace(b: _Builder):
 
 def gen_copy(b: _Builder):
     t = b.pick_target()
-    if t is None:
+    if t is None or not b.operands_allowed(t):
         return None
     tv = b.value(t)
     # a source sharing memory with the target makes eager's result depend on its copy order
@@ -519,9 +536,11 @@ def gen_index_put(b: _Builder):
     form = b.one_of(["index_put_", "accumulate", "setitem", "setitem_tensor"])
     if form == "setitem":
         return t, f"{t}[{rows[0]}] = {b.one_of(SCALARS)}"
-    if form == "setitem_tensor":
+    if form == "setitem_tensor" and b.operands_allowed(t):
         src = b.pick(lambda o: is_float(o) and broadcasts_to(o, tv[rows[0]].shape))
         return None if src is None else (t, f"{t}[{rows[0]}] = {src}")
+    if form == "setitem_tensor":
+        return None
     values = f"torch.tensor({b.one_of(SCALARS)}, dtype=torch.{str(tv.dtype).split('.')[1]})"
     accumulate = ", accumulate=True" if form == "accumulate" else ""
     return t, f"{t}.index_put_(({index},), {values}{accumulate})"
