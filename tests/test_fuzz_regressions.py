@@ -111,3 +111,31 @@ class TestGradValueThroughDetach(TestCase):
     def test_write_of_grad_value_through_detach(self):
         export_checked(WriteGradValueThroughDetach(), (torch.randn(3, requires_grad=True),
                                                        torch.randn(3, requires_grad=True)))
+
+
+class WriteThroughViewUnderNoGrad(torch.nn.Module):
+    def forward(self, x):
+        v = x.unsqueeze(0)
+        with torch.no_grad():
+            v.masked_fill_(x > 0, 0.5)
+        return v
+
+
+class ViewMadeUnderNoGradAfterWrite(torch.nn.Module):
+    def forward(self, x):
+        with torch.no_grad():
+            x.zero_()
+            v = x.unsqueeze(0)
+        return v
+
+
+class TestRegionsFromFuzzing(TestCase):
+    def test_view_written_under_no_grad_keeps_requires_grad(self):
+        # eager: the view stays differentiable (its own autograd identity is kept)
+        export_checked(WriteThroughViewUnderNoGrad(), (torch.randn(3),))
+
+    @pytest.mark.xfail(strict=True, reason="open: functionalization replays the view of the written "
+                       "input when the outputs are read, after the region, with grad on; eager's view "
+                       "was made under no_grad and carries no gradient")
+    def test_view_made_under_no_grad_of_written_input_carries_no_grad(self):
+        export_checked(ViewMadeUnderNoGradAfterWrite(), (torch.randn(4),))

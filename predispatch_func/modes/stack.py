@@ -107,7 +107,10 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             return super().__torch_dispatch__(func, types, args, kwargs)
         if through_detach:
             self._refuse_grad_value_through_detach(func, args, kwargs, written)
+        # the bases written, and the written views themselves: after a write under
+        # no_grad, eager's view keeps its own autograd identity too
         bases = self._bases_of(written)
+        bases += [w for w in written if all(w is not b for b in bases)]
         before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
         if through_detach:  # eager: same as writing under no_grad
             tc.record_grad_marker(False)
