@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
 import sys
 import time
 import traceback
@@ -33,6 +34,7 @@ from fuzz.strategies import FuzzConfig, programs  # noqa: E402
 def _signature(exc: BaseException) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     detail = next((ln for ln in lines if ln.startswith("- ")), lines[0] if lines else "")
+    detail = re.sub(r"\(max abs diff [^)]*\)|fuzz_program_\w+\.py:\d+", "", detail)
     return f"{type(exc).__name__}: {detail}"[:160]
 
 
