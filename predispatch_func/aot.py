@@ -126,6 +126,8 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     gm = outline_regions(gm, trace.identity_edges)
     _eliminate_dead_code(gm)
     signature = _build_signature(gm, slots, meta["mutated"])
+    if _copy_outputs_reading_written_inputs(gm, signature):
+        signature = _build_signature(gm, slots, meta["mutated"])
     guard_saved_mutated_inputs(gm, _written_placeholders(gm, signature), _grad_sources(gm, signature))
     state_dict = {**state.parameters,
                   **{k: v for k, v in state.buffers.items() if k not in state.non_persistent}}
@@ -221,6 +223,30 @@ def _written_placeholders(gm: torch.fx.GraphModule,
                        if s.kind == InputKind.USER_INPUT})
     return {by_name[input_name[s.target]]: by_name[s.arg.name] for s in signature.output_specs
             if s.kind != OutputKind.USER_OUTPUT and s.arg.name in by_name}
+
+
+def _copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule,
+                                         signature: ExportGraphSignature) -> bool:
+    """module() writes the inputs back one by one, then returns the outputs: an output
+    that *is* the placeholder of an input written back (``y.copy_(x); x.sin_()`` makes
+    x's old value y's new one) would be read after that write. Such outputs get their
+    own copy. Returns whether the graph changed."""
+    written = {p for p, v in _written_placeholders(gm, signature).items() if v is not p}
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outputs = list(out_node.args[0])
+    copies: dict[torch.fx.Node, torch.fx.Node] = {}
+    for j, node in enumerate(outputs):
+        if node in written:
+            if node not in copies:
+                with gm.graph.inserting_before(out_node):
+                    copies[node] = gm.graph.call_function(torch.ops.aten.clone.default, (node,))
+                copies[node].meta.update(node.meta)
+            outputs[j] = copies[node]
+    changed = bool(copies)
+    if changed:
+        out_node.args = (tuple(outputs),)
+        gm.recompile()
+    return changed
 
 
 def _grad_sources(gm: torch.fx.GraphModule, signature: ExportGraphSignature) -> set[torch.fx.Node]:

@@ -10,7 +10,7 @@ import torch
 from expecttest import TestCase
 
 import predispatch_func as pf
-from oracle import export_checked
+from oracle import export_checked, graph_code
 
 
 class CopyIntoBufferFromGradInput(torch.nn.Module):
@@ -139,3 +139,22 @@ class TestRegionsFromFuzzing(TestCase):
                        "was made under no_grad and carries no gradient")
     def test_view_made_under_no_grad_of_written_input_carries_no_grad(self):
         export_checked(ViewMadeUnderNoGradAfterWrite(), (torch.randn(4),))
+
+
+class CopyInputIntoInputThenWriteIt(torch.nn.Module):
+    def forward(self, x, y):
+        y.copy_(x)
+        x.sin_()
+        return y
+
+
+class TestWriteBackOrder(TestCase):
+    def test_new_value_that_is_an_input_written_later(self):
+        # y's new value is x's old value, i.e. the placeholder x; module() writes x back
+        # first, so the program must carry a copy of it
+        ep = export_checked(CopyInputIntoInputThenWriteIt(), (torch.randn(2), torch.randn(2)))
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x, y):
+    sin = torch.ops.aten.sin.default(x)
+    clone_default = torch.ops.aten.clone.default(x);  x = None
+    return (sin, clone_default, clone_default)""")
