@@ -158,3 +158,28 @@ def forward(self, x, y):
     sin = torch.ops.aten.sin.default(x)
     clone_default = torch.ops.aten.clone.default(x);  x = None
     return (sin, clone_default, clone_default)""")
+
+
+class CopyInputIntoInputUnderNoGrad(torch.nn.Module):
+    def forward(self, x, y):
+        with torch.no_grad():
+            x.copy_(y)
+        return y
+
+
+class CopyIntermediateIntoInputUnderNoGrad(torch.nn.Module):
+    def forward(self, x, y):
+        w = y * 2
+        with torch.no_grad():
+            x.copy_(w)
+        return w
+
+
+class TestOutputsSharingAWrite(TestCase):
+    def test_returned_input_copied_into_another_input(self):
+        # x's new value is the placeholder y: module() must still return y, not x
+        export_checked(CopyInputIntoInputUnderNoGrad(), (torch.randn(3), torch.randn(3)))
+
+    def test_returned_intermediate_copied_into_an_input(self):
+        # w is x's new value and an output: module() must return w, not the written x
+        export_checked(CopyIntermediateIntoInputUnderNoGrad(), (torch.randn(3), torch.randn(3)))
