@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from fuzz.harness import check_program
 from fuzz.strategies import FuzzConfig, programs
 
-REGIONS = False  # grad-mode / autocast regions: on once the exporter outlines them
+REGIONS = True  # grad-mode / autocast regions (landed on main)
 _SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck),
                  print_blob=False, phases=[Phase.explicit, Phase.generate, Phase.shrink])
 
