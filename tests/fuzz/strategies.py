@@ -77,6 +77,8 @@ class _Builder:
         self.open_contexts: list[tuple[contextlib.AbstractContextManager, int]] = []
         self.counter = 0
         self.detached: set[str] = set()  # detach() results and their aliases
+        self.composite_aliases: set[str] = set()  # composite results that alias a tensor
+        self.return_tags: tuple[str, ...] = ()
 
     # --- the shadow -----------------------------------------------------------------
 
@@ -151,11 +153,14 @@ class _Builder:
         if not torch.is_grad_enabled():
             self.emit("torch.set_grad_enabled(True)", ("region:set_grad_enabled_call",))
         returns = self.draw_returns()
-        return Program(tuple(inputs), buffer, tuple(self.body), returns, seed)
+        return Program(tuple(inputs), buffer, tuple(self.body), returns, seed, self.return_tags)
 
     def draw_returns(self) -> tuple[str, ...]:
         count = self.draw(st.integers(1, 3))
         returns = tuple(self.one_of(self.names[::-1]) for _ in range(count))
+        for name in returns:
+            kind = self.classify(name)
+            self.return_tags += (f"returns:{kind}",)
         return returns
 
     def step(self) -> None:
@@ -178,16 +183,26 @@ class _Builder:
             made = GENERATORS["inplace"][self.one_of(range(len(GENERATORS["inplace"])))](self)
             if made is not None:
                 target, code = made
-                self.emit(code, ("inplace", f"inplace:{self.classify(target)}"))
+                tags = ("inplace", f"inplace:{self.classify(target)}")
+                if target in self.composite_aliases:
+                    tags += ("inplace:through_composite_alias",)
+                self.emit(code, tags)
         else:
             made = GENERATORS[action][self.one_of(range(len(GENERATORS[action])))](self)
             if made is not None:
                 name = self.fresh()
-                if self.emit(f"{name} = {made}", (action,)):
+                tags = (action, f"{action}:{_op_name(made)}") if action == "composite" else (action,)
+                if self.emit(f"{name} = {made}", tags):
                     self.names.append(name)
+                    if action == "composite" and self.aliases_earlier(name):
+                        self.composite_aliases.add(name)
                     self.counter += 1
                     if self.is_detached_alias(made, self.value(name)):
                         self.detached.add(name)
+
+    def aliases_earlier(self, name: str) -> bool:
+        storage = self.value(name).untyped_storage().data_ptr()
+        return any(self.value(n).untyped_storage().data_ptr() == storage for n in self.names if n != name)
 
     def is_detached_alias(self, expr: str, value: torch.Tensor) -> bool:
         if ".detach()" in expr:
@@ -233,6 +248,12 @@ class _Builder:
             if self.value(root).untyped_storage().data_ptr() == storage:
                 return f"{kind}_view"
         return "intermediate_view" if t._base is not None else "intermediate"
+
+
+def _op_name(expr: str) -> str:
+    """``x0.type_as(v1)`` -> ``type_as``; ``torch.einsum(...)`` -> ``einsum``."""
+    head = expr.split("(", 1)[0]
+    return head.rsplit(".", 1)[-1]
 
 
 # --- predicates ---------------------------------------------------------------------
