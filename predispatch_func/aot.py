@@ -227,19 +227,28 @@ def _written_placeholders(gm: torch.fx.GraphModule,
             if s.kind != OutputKind.USER_OUTPUT and s.arg.name in by_name}
 
 
+def _view_root(node: Any) -> Any:
+    """The node a chain of view ops starts from (``node`` itself if it is no view)."""
+    while (isinstance(node, torch.fx.Node) and isinstance(node.target, torch._ops.OpOverload)
+           and node.target.is_view and node.args and isinstance(node.args[0], torch.fx.Node)):
+        node = node.args[0]
+    return node if isinstance(node, torch.fx.Node) else None
+
+
 def _copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: ExportGraphSignature,
                                          output_is_input: list[int | None]) -> bool:
     """Give an output its own copy where module()'s write-back would change what it returns.
 
     module() writes each mutated input back with ``copy_``, then returns the outputs,
     and a user output that is the very node of a mutation becomes the written input:
-    * a mutation whose new value is another input's placeholder (``y.copy_(x)``): the
+    * a mutation whose new value is (a view of) another input's placeholder (``y.copy_(x)``): the
       write-back of that other input could run first, and a user output of ``x`` would
       come back as ``y``;
-    * a user output that is the placeholder of an input written back later
+    * a user output that is (a view of) the placeholder of an input written back later
       (``y.copy_(x); x.sin_(); return y``) would read the new value;
     * a user output that shares its node with a mutation although eager returned another
       tensor (``y.copy_(w); return w``) would come back as the written input.
+    Two mutations never share a node either: torch's signature keys them by output name.
     ``output_is_input[k]`` is the mutation position user output ``k`` really is, if any.
     Returns whether the graph changed."""
     written = _written_placeholders(gm, signature)
@@ -259,14 +268,17 @@ def _copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: Ex
 
     for j in range(n_mut):
         node = outputs[j]
-        if getattr(node, "op", None) == "placeholder" and node is not targets[j]:
+        root = _view_root(node)
+        if getattr(root, "op", None) == "placeholder" and root is not targets[j]:
             outputs[j] = copy_of("mutation", node)
+        elif node in outputs[:j]:
+            outputs[j] = copy_of(f"mutation {j}", node)
     mutation_nodes = set(outputs[:n_mut])
     for k, real in enumerate(output_is_input):
         node = outputs[n_mut + k]
         if real is not None:  # eager returned the written input itself
             outputs[n_mut + k] = outputs[real]
-        elif node in rewritten or node in mutation_nodes:
+        elif _view_root(node) in rewritten or node in mutation_nodes:
             outputs[n_mut + k] = copy_of("output", node)
     if copies:
         out_node.args = (tuple(outputs),)

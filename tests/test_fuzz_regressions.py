@@ -201,3 +201,33 @@ class TestOutputsSharingAWrite(TestCase):
     def test_returned_intermediate_copied_into_an_input(self):
         # w is x's new value and an output: module() must return w, not the written x
         export_checked(CopyIntermediateIntoInputUnderNoGrad(), (torch.randn(3), torch.randn(3)))
+
+
+class ViewOfInputThatBecomesAnotherInputsValue(torch.nn.Module):
+    def forward(self, x, y):
+        v = y.flatten(0)
+        y.copy_(x)
+        x.add_(0.5)
+        return v
+
+
+class TwoInputsWrittenWithOneValue(torch.nn.Module):
+    def forward(self, x, y):
+        v = y.expand_as(x)
+        v.copy_(x)
+        s = y + x
+        x.copy_(y)
+        return s
+
+
+class TestWriteBackAliasing(TestCase):
+    def test_view_of_an_input_whose_value_is_another_input(self):
+        # y's new value is x's placeholder, so v is a view of x, which module() writes back
+        # (x + 0.5) before returning v
+        export_checked(ViewOfInputThatBecomesAnotherInputsValue(), (torch.randn(1, 4, 3),
+                                                                   torch.randn(1, 4, 3)))
+
+    def test_two_inputs_written_with_one_value(self):
+        # torch's signature keys mutations by output name: one node for two mutations
+        # made ExportedProgram reject the signature (SpecViolationError)
+        export_checked(TwoInputsWrittenWithOneValue(), (torch.randn(1), torch.randn(1)))
