@@ -231,3 +231,41 @@ class TestWriteBackAliasing(TestCase):
         # torch's signature keys mutations by output name: one node for two mutations
         # made ExportedProgram reject the signature (SpecViolationError)
         export_checked(TwoInputsWrittenWithOneValue(), (torch.randn(1), torch.randn(1)))
+
+
+class WriteToACopyMadeFromADetachedAlias(torch.nn.Module):
+    def forward(self, x, y):
+        d = y.detach()
+        c = d.to(x)  # float64 -> float32: a copy, not an alias
+        c.copy_(y)
+        return c * x, y
+
+
+class ViewOfBufferWrittenThroughTranspose(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(4, 1, 2))
+
+    def forward(self, x):
+        v = self.buf.view(2, 4)
+        v.t().masked_fill_(x > 0, -2.0)
+        return v, self.buf
+
+
+class TestDetachAndViewReplays(TestCase):
+    def test_write_to_a_copy_of_a_detached_alias_is_plain(self):
+        # .to() may alias; here it copied, so the write is no write through detach()
+        export_checked(WriteToACopyMadeFromADetachedAlias(), (torch.randn(2, 3, requires_grad=True),
+                                                             torch.randn(3, dtype=torch.float64,
+                                                                         requires_grad=True)))
+
+    def test_view_replay_after_write_through_transpose_is_refused(self):
+        with self.assertRaisesRegex(pf.UnsupportedError, r"cannot replay a \.view\(\)[\s\S]*masked_fill_"):
+            pf.export(ViewOfBufferWrittenThroughTranspose(), (torch.randn(4, 2),))
+
+    @pytest.mark.xfail(strict=True, raises=pf.UnsupportedError,
+                       reason="torch 2.13 functionalization replays the inverse of .view() with view "
+                       "on the non-contiguous value written through the transpose (torch's own "
+                       "export and aot_export_module fail the same way)")
+    def test_view_replay_after_write_through_transpose(self):
+        export_checked(ViewOfBufferWrittenThroughTranspose(), (torch.randn(4, 2),))

@@ -95,7 +95,10 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         if func is torch.ops.aten.detach.default or (
                 getattr(func, "is_view", False) and args and id(args[0]) in self._detached):
             for t in tc.pytree.tree_leaves(out):
-                if isinstance(t, tc.FunctionalTensor):
+                # an op that *may* alias (``to``) but copied is no detached alias
+                if isinstance(t, tc.FunctionalTensor) and (
+                        func is torch.ops.aten.detach.default
+                        or tc.storage_key(t) == tc.storage_key(args[0])):
                     self._detached[id(t)] = t
 
     def _dispatch_recording_identity(self, func, types, args, kwargs):
@@ -226,8 +229,13 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
     except Exception as exc:  # enrich with the op and the user's line
         mode = state.get("mode")
         op = getattr(mode, "failed_op", None)
-        raise ExportError(f"tracing failed: {type(exc).__name__}: {exc}", op=op,
-                          source=user_source_line(exc.__traceback__)) from exc
+        source = user_source_line(exc.__traceback__)
+        if isinstance(exc, ValueError) and str(exc).startswith("Cannot view a tensor"):
+            raise UnsupportedError(
+                "torch's functionalization cannot replay a .view() of a tensor written through "
+                f"a non-contiguous alias ({exc}); use .reshape() for that view, or write through "
+                "a contiguous alias", op=op, source=source) from exc
+        raise ExportError(f"tracing failed: {type(exc).__name__}: {exc}", op=op, source=source) from exc
 
 
 def _refuse_leaked_autocast() -> None:
