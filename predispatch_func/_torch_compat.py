@@ -176,3 +176,14 @@ def range_constraints_of(gm: torch.fx.GraphModule, mode: FakeTensorMode) -> dict
             if isinstance(s, torch.SymInt):
                 symbols |= s.node.expr.free_symbols
     return {s: env.var_to_range[s] for s in symbols if s in env.var_to_range}
+
+
+# --- torch's own entry points, used only to compare against (scripts/) ------------
+
+
+def torch_aot_export_module(mod: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+                            pre_dispatch: bool = True) -> tuple[torch.fx.GraphModule, Any]:
+    """torch's ``aot_export_module`` (forward only): (graph module, torch's GraphSignature)."""
+    from torch._functorch.aot_autograd import aot_export_module as torch_aot
+
+    return torch_aot(mod, args, trace_joint=False, pre_dispatch=pre_dispatch, kwargs=kwargs)

@@ -162,10 +162,26 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
     report = check_contract(ep)
     if model is not None and args is not None:
         with torch.random.fork_rng(devices=[]):
-            _replay(ep, model, tuple(args), dict(kwargs or {}), report,
+            _replay(_copy_program(ep), model, tuple(args), dict(kwargs or {}), report,
                     check_values=check_values, check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
     if raise_on_failure and not report.ok:
         raise VerificationError(str(report))
+    return report
+
+
+def replay(program: torch.nn.Module, model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+           check_values: bool = True, check_grads: bool = True, rtol: float = 1e-4, atol: float = 1e-5,
+           seed: int = 0) -> VerifyReport:
+    """The replay half of :func:`verify`, for any runnable program module.
+
+    ``program`` must take the model's inputs, write mutations back to them and
+    to its own buffers, and hold parameters and buffers under the model's
+    names. It lets the project compare other exporters under the same replay.
+    """
+    report = VerifyReport()
+    with torch.random.fork_rng(devices=[]):
+        _replay(program, model, tuple(args), dict(kwargs or {}), report, check_values=check_values,
+                check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
     return report
 
 
@@ -176,9 +192,8 @@ def _copy_program(ep: torch.export.ExportedProgram) -> torch.nn.Module:
         return copy.deepcopy(ep).module()
 
 
-def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed) -> None:
+def _replay(program, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed) -> None:
     eager_model = copy.deepcopy(model)
-    program = _copy_program(ep)
     grad_inputs = check_grads
     try:
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
