@@ -332,6 +332,16 @@ def dropout_train() -> Built:
 
 
 @case()
+def functional_dropout_eval_then_inplace() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            y = F.dropout(x, 0.5, training=False)  # eager returns x itself
+            y.add_(1)
+            return y * 2
+    return M(), (_r(3),), {}
+
+
+@case()
 def dropout_eval_is_identity() -> Built:
     return nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).eval(), (_r(2, 4),), {}
 

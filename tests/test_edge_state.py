@@ -114,14 +114,23 @@ def forward(self, p__0_weight, p__0_bias, input_1):
     getitem = native_dropout[0];  native_dropout = None
     return (getitem,)""")
 
+    def test_functional_dropout_eval_then_inplace(self):
+        """Eager's dropout returns its input in eval mode; torch's decomposition clones it."""
+        ep = export_case("functional_dropout_eval_then_inplace")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    add = torch.ops.aten.add.Tensor(x, 1);  x = None
+    mul = torch.ops.aten.mul.Tensor(add, 2)
+    return (add, mul)""")
+
     def test_dropout_eval_is_identity(self):
         ep = export_case("dropout_eval_is_identity")
         self.assertNotIn("aten.dropout.default", call_targets(ep))
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p__0_weight, p__0_bias, input_1):
     linear = torch.ops.aten.linear.default(input_1, p__0_weight, p__0_bias);  input_1 = p__0_weight = p__0_bias = None
-    clone = torch.ops.aten.clone.default(linear);  linear = None
-    return (clone,)""")
+    return (linear,)""")
 
 
 class TestExportLeavesCallerUntouched(TestCase):
