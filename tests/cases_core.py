@@ -97,6 +97,24 @@ def input_read_before_mutation() -> Built:
     return M(), (_r(3),), {}
 
 
+@case()
+def relu_inplace_on_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            F.relu(x, inplace=True)
+            return x.sum()
+    return M(), (_r(5),), {}
+
+
+@case()
+def out_argument_into_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x, y):
+            torch.mul(x, 3, out=y)
+            return y + x
+    return M(), (_r(3), _r(3)), {}
+
+
 # --- mutation through views ------------------------------------------------------------
 
 
@@ -236,6 +254,16 @@ def mutated_input_returned_as_view() -> Built:
     return M(), (_r(6),), {}
 
 
+@case()
+def output_view_taken_before_mutation() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            row = x[0]
+            x.mul_(2)
+            return row
+    return M(), (_r(2, 3),), {}
+
+
 # --- intermediates ----------------------------------------------------------------------
 
 
@@ -261,6 +289,17 @@ def intermediate_mutated_through_transpose_with_param() -> Built:
             y.t()[0].mul_(self.w)
             return y
     return M(), (_r(3, 2),), {}
+
+
+@case()
+def intermediate_view_taken_before_mutation() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 1
+            v = y.t()
+            y.add_(1)
+            return v
+    return M(), (_r(2, 3),), {}
 
 
 # --- buffers ---------------------------------------------------------------------------
@@ -303,6 +342,21 @@ def non_persistent_buffer_mutated_through_view() -> Built:
             self.cache[0].copy_(x.detach())
             return self.cache.sum(0) + x
     return M(), (_r(3),), {}
+
+
+@case()
+def buffer_ema_with_lerp() -> Built:
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.register_buffer("ema", torch.zeros(3))
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.ema.lerp_(y.detach().mean(0), 0.1)
+            return y - self.ema
+    return M(), (_r(4, 3),), {}
 
 
 # --- norm layers and dropout -------------------------------------------------------------
@@ -511,6 +565,24 @@ def setitem_with_index_tensor_into_input() -> Built:
             x[idx] = v
             return x.sum(-1)
     return M(), (_r(4, 3), torch.tensor([3, 1]), _r(2, 3)), {}
+
+
+@case()
+def setitem_scalar_into_input_column() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            x[:, 1] = 0.0
+            return x.sum(0)
+    return M(), (_r(3, 3),), {}
+
+
+@case()
+def index_add_into_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x, idx, src):
+            x.index_add_(0, idx, src, alpha=2)
+            return x.mean()
+    return M(), (_r(4, 2), torch.tensor([1, 1, 3]), _r(3, 2)), {}
 
 
 @case()

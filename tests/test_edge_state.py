@@ -47,6 +47,19 @@ def forward(self, b_cache, x):
     add = torch.ops.aten.add.Tensor(sum_1, x);  sum_1 = x = None
     return (select_scatter, add)""")
 
+    def test_buffer_ema_with_lerp(self):
+        ep = export_case("buffer_ema_with_lerp")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "ema")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_lin_weight, p_lin_bias, b_ema, x):
+    linear = torch.ops.aten.linear.default(x, p_lin_weight, p_lin_bias);  x = p_lin_weight = p_lin_bias = None
+    detach = torch.ops.aten.detach.default(linear)
+    mean = torch.ops.aten.mean.dim(detach, [0]);  detach = None
+    clone_default = torch.ops.aten.clone.default(b_ema);  b_ema = None
+    lerp = torch.ops.aten.lerp.Scalar(clone_default, mean, 0.1);  clone_default = mean = None
+    sub = torch.ops.aten.sub.Tensor(linear, lerp);  linear = None
+    return (lerp, sub)""")
+
 
 class TestBatchNorm(TestCase):
     def test_batchnorm_train(self):
