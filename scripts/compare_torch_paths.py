@@ -14,7 +14,8 @@ outputs, written-back inputs and buffers, and gradients. The contract check
 
 A cell reads ``ok``, ``WRONG`` (the program runs but differs from eager, or
 holds a mutable node, or raises when replayed) or ``error`` (the exporter
-raised). Usage:
+raised). A second table runs the cases we refuse (``REFUSED``): ours reads
+``refused`` when it raises its clear UnsupportedError. Usage:
 ``python scripts/compare_torch_paths.py [-k SUBSTRING]``.
 """
 
@@ -35,7 +36,7 @@ sys.path[:0] = [_ROOT, os.path.join(_ROOT, "tests")]  # this checkout's package 
 import predispatch_func as pf  # noqa: E402
 from predispatch_func import _torch_compat as tc  # noqa: E402
 from predispatch_func.verify import VerifyReport, mutable_target_reason, replay  # noqa: E402
-from cases_core import Case, all_cases  # noqa: E402
+from cases_core import REFUSED, Case, all_cases  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -61,7 +62,10 @@ def _checked(report: Callable[[], VerifyReport]) -> Outcome:
 
 def run_ours(case: Case) -> Outcome:
     model, args, kwargs = case.build()
-    ep = pf.export(model, args, kwargs)
+    try:
+        ep = pf.export(model, args, kwargs)
+    except pf.UnsupportedError as exc:
+        return "refused", str(exc).splitlines()[0]
     return _checked(lambda: pf.verify(ep, model, args, kwargs, check_values=case.check_values))
 
 
@@ -69,6 +73,13 @@ def run_torch_run_decompositions(case: Case) -> Outcome:
     model, args, kwargs = case.build()
     ep = torch.export.export(copy.deepcopy(model), args, kwargs).run_decompositions({})
     return _checked(lambda: pf.verify(ep, model, args, kwargs, check_values=case.check_values))
+
+
+def run_torch_export_replay_only(case: Case) -> Outcome:
+    """Plain ``torch.export.export`` (not functional, so only its replay is judged)."""
+    model, args, kwargs = case.build()
+    ep = torch.export.export(copy.deepcopy(model), args, kwargs)
+    return _checked(lambda: replay(ep.module(), model, args, kwargs, check_values=case.check_values))
 
 
 def _returning_flat_tuple(model: torch.nn.Module) -> torch.nn.Module:
@@ -138,11 +149,16 @@ PATHS: dict[str, Callable[[Case], Outcome]] = {
 }
 
 
-def run_all(cases: list[Case]) -> dict[str, dict[str, Outcome]]:
+# for what we refuse, plain torch.export is worth a look too: it often "succeeds"
+REFUSED_PATHS = {**PATHS, "torch export, in-place kept (replay only)": run_torch_export_replay_only}
+
+
+def run_all(cases: list[Case], paths: dict[str, Callable[[Case], Outcome]] = PATHS
+            ) -> dict[str, dict[str, Outcome]]:
     results: dict[str, dict[str, Outcome]] = {}
     for case in cases:
         results[case.name] = {}
-        for path, run in PATHS.items():
+        for path, run in paths.items():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
@@ -152,26 +168,27 @@ def run_all(cases: list[Case]) -> dict[str, dict[str, Outcome]]:
     return results
 
 
-_STYLE = {"ok": "green", "WRONG": "bold red", "error": "yellow"}
+_STYLE = {"ok": "green", "WRONG": "bold red", "error": "yellow", "refused": "cyan"}
 
 
-def render(results: dict[str, dict[str, Outcome]], details: bool) -> None:
+def render(results: dict[str, dict[str, Outcome]], details: bool, title: str,
+           paths: dict[str, Callable[[Case], Outcome]] = PATHS) -> None:
     console = Console(width=200)
-    table = Table(title=f"{len(results)} edge cases, replayed against eager")
+    table = Table(title=title)
     table.add_column("case")
-    for path in PATHS:
+    for path in paths:
         table.add_column(path)
     for name, row in results.items():
         cells = []
-        for path in PATHS:
+        for path in paths:
             status, detail = row[path]
             text = f"[{_STYLE[status]}]{status}[/]"
             cells.append(f"{text} {detail[:70]}" if details and detail else text)
         table.add_row(name, *cells)
     totals = []
-    for path in PATHS:
+    for path in paths:
         counts = {s: sum(row[path][0] == s for row in results.values()) for s in _STYLE}
-        totals.append(" / ".join(f"{counts[s]} {s}" for s in _STYLE))
+        totals.append(" / ".join(f"{counts[s]} {s}" for s in _STYLE if counts[s] or s != "refused"))
     table.add_section()
     table.add_row("[bold]total[/]", *totals)
     console.print(table)
@@ -183,7 +200,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--details", action="store_true", help="show the first problem of each cell")
     opts = parser.parse_args(argv)
     cases = [c for c in all_cases() if opts.k in c.name]
-    render(run_all(cases), opts.details)
+    render(run_all(cases), opts.details, f"{len(cases)} edge cases, replayed against eager")
+    refused = [c for c in REFUSED.values() if opts.k in c.name]
+    if refused:
+        render(run_all(refused, REFUSED_PATHS), opts.details,
+               f"{len(refused)} cases we refuse with a clear error (ok/WRONG: torch's program vs eager)",
+               REFUSED_PATHS)
 
 
 if __name__ == "__main__":

@@ -31,15 +31,19 @@ class Case:
 
 
 CASES: dict[str, Case] = {}
+# what the exporter must refuse with a clear UnsupportedError (contract point 8)
+REFUSED: dict[str, Case] = {}
 
 
-def case(*, check_values: bool = True) -> Callable[[Callable[[], Built]], Callable[[], Built]]:
+def case(*, check_values: bool = True, refused: bool = False
+         ) -> Callable[[Callable[[], Built]], Callable[[], Built]]:
     def register(factory: Callable[[], Built]) -> Callable[[], Built]:
         def seeded() -> Built:
             torch.manual_seed(0)
             return factory()
-        assert factory.__name__ not in CASES, factory.__name__
-        CASES[factory.__name__] = Case(factory.__name__, seeded, check_values)
+        table = REFUSED if refused else CASES
+        assert factory.__name__ not in CASES and factory.__name__ not in REFUSED, factory.__name__
+        table[factory.__name__] = Case(factory.__name__, seeded, check_values)
         return seeded
     return register
 
@@ -655,6 +659,37 @@ def tensor_constant_created_in_forward() -> Built:
     return M(), (_r(3),), {}
 
 
+# --- refused: no functional program can say this; eager-equal or a clear error ------------------
+
+
+@case(refused=True)
+def t_inplace_on_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            x.t_()
+            return x + 1
+    return M(), (_r(2, 3),), {}
+
+
+@case(refused=True)
+def unsqueeze_inplace_on_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            x.unsqueeze_(0)
+            return y
+    return M(), (_r(3),), {}
+
+
+@case(refused=True)
+def write_to_input_passed_twice() -> Built:
+    class M(nn.Module):
+        def forward(self, x, y):
+            x.add_(1)
+            return y * 2
+    x = _r(3)
+    return M(), (x, x), {}
+
+
 def all_cases() -> list[Case]:
     return list(CASES.values())
-

@@ -6,6 +6,7 @@ from expecttest import TestCase
 from torch import nn
 
 import predispatch_func as pf
+from cases_core import REFUSED
 
 
 def _at_line(code: str) -> str:
@@ -88,3 +89,13 @@ class TestErrorsInsideTheModel(TestCase):
 
         with self.assertRaisesRegex(pf.ExportError, r"aten\.add_\.Tensor[\s\S]*" + _at_line(r"x\.add_\(y\)")):
             pf.export(M(), (torch.randn(3), torch.randn(2, 3)))
+
+
+class TestRefusedCatalogue(TestCase):
+    def test_every_refused_case_raises_unsupported(self):
+        """The refused half of the catalogue (also run by scripts/compare_torch_paths.py)."""
+        for name, case in REFUSED.items():
+            with self.subTest(name):
+                model, args, kwargs = case.build()
+                with self.assertRaisesRegex(pf.UnsupportedError, r"t_|unsqueeze_|shares memory"):
+                    pf.export(model, args, kwargs)
