@@ -139,7 +139,7 @@ def _inputs_sharing_memory(inputs: list[Any]) -> dict[int, list[int]]:
     """For each input index, the other inputs over the same storage (fakes keep it)."""
     by_storage: dict[Any, list[int]] = {}
     for i, t in enumerate(inputs):
-        if isinstance(t, torch.Tensor):
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided:
             by_storage.setdefault(tc.StorageWeakRef(t.untyped_storage()), []).append(i)
     return {i: [j for j in group if j != i] for group in by_storage.values() if len(group) > 1
             for i in group}
