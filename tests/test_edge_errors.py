@@ -49,6 +49,21 @@ class TestWritesThroughAliasedInputs(TestCase):
         with self.assertRaisesRegex(pf.UnsupportedError, r"writes to input 'x', which shares memory with 'y'"):
             pf.export(M(), (x, x))
 
+    def test_replay_keeps_an_input_passed_twice_aliased(self):
+        """The verifier must see the caller's aliasing: a program exported for distinct
+        inputs differs from eager when both arguments are one tensor, and verify says so."""
+        class M(nn.Module):
+            def forward(self, x, y):
+                x.add_(1)
+                return y * 2
+
+        ep = pf.export(M(), (torch.randn(3), torch.randn(3)))
+        self.assertTrue(pf.verify(ep, M(), (torch.randn(3), torch.randn(3))).ok)
+        t = torch.randn(3)
+        report = pf.verify(ep, M(), (t, t))
+        self.assertFalse(report.ok)
+        self.assertIn("output: values differ", str(report))
+
     def test_write_to_input_overlapping_another_is_refused(self):
         class M(nn.Module):
             def forward(self, x, y):
