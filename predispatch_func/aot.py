@@ -97,9 +97,11 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         call_args, call_kwargs = tc.pytree.tree_unflatten(inputs[n_state:], in_spec)
         with tc.reparametrize(mod, by_fqn):
             out = mod(*call_args, **call_kwargs)
+            reassigned = _reassigned_buffers(mod, slots[:n_state], inputs)
         flat_out, meta["out_spec"] = tc.pytree.tree_flatten(out)
-        mutated = [i for i, t in enumerate(inputs)
-                   if isinstance(t, tc.FunctionalTensor) and tc.has_data_mutation(t)]
+        final = [reassigned.get(i, t) for i, t in enumerate(inputs)]
+        mutated = [i for i, t in enumerate(inputs) if i in reassigned
+                   or (isinstance(t, tc.FunctionalTensor) and tc.has_data_mutation(t))]
         for i in mutated:
             if slots[i].kind == "constant":
                 raise UnsupportedError(
@@ -113,7 +115,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                     "cannot carry a write through inputs that alias each other: pass distinct "
                     "tensors (e.g. .clone() one of them)")
         meta["mutated"] = [slots[i] for i in mutated]
-        return [inputs[i] for i in mutated] + flat_out
+        return [final[i] for i in mutated] + flat_out
 
     with _preserved_model_state(mod):
         gm = trace_functional(body, fake_inputs, policy=policy, pre_dispatch=pre_dispatch,
@@ -133,6 +135,35 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         forward_arg_names=arg_names, state_dict=state_dict, constants=constants,
         range_constraints=fakeify.range_constraints(gm),
         composite_decisions=dict(policy.decisions))
+
+
+def _reassigned_buffers(mod: torch.nn.Module, state_slots: list[_InputSlot],
+                        inputs: list[Any]) -> dict[int, torch.Tensor]:
+    """Buffers the forward replaced by assignment (``self.buf = self.buf + x``).
+
+    Eager keeps the new tensor on the module, so it is a buffer mutation whose
+    final value is the assigned tensor. Replacing a parameter, or a buffer by
+    something of another shape or dtype, cannot be written back: refused.
+    """
+    found = {}
+    for i, slot in enumerate(state_slots):
+        if slot.kind not in ("parameter", "buffer"):
+            continue
+        prefix, _, name = slot.target.rpartition(".")
+        owner = mod.get_submodule(prefix)
+        current = (owner._parameters if slot.kind == "parameter" else owner._buffers).get(name)
+        if current is inputs[i]:
+            continue
+        same_kind = (slot.kind == "buffer" and isinstance(current, torch.Tensor)
+                     and current.shape == inputs[i].shape and current.dtype == inputs[i].dtype)
+        if not same_kind:
+            raise UnsupportedError(
+                f"the model replaces {slot.kind} {slot.target!r} by assignment"
+                + ("" if slot.kind == "parameter" else " with a value of another shape, dtype or type")
+                + "; only buffers replaced by a tensor of the same shape and dtype can be carried "
+                "as a mutation (or write in place: self.buf.copy_(new))")
+        found[i] = current
+    return found
 
 
 def _inputs_sharing_memory(inputs: list[Any]) -> dict[int, list[int]]:
