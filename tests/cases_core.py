@@ -363,6 +363,19 @@ def buffer_ema_with_lerp() -> Built:
     return M(), (_r(4, 3),), {}
 
 
+@case()
+def buffer_reassigned_in_forward() -> Built:
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(3))
+
+        def forward(self, x):
+            self.seen = self.seen + x.detach()  # assignment, not in place: eager keeps it
+            return x * self.seen
+    return M(), (_r(3),), {}
+
+
 # --- norm layers and dropout -------------------------------------------------------------
 
 
@@ -396,6 +409,16 @@ def functional_dropout_eval_then_inplace() -> Built:
             y = F.dropout(x, 0.5, training=False)  # eager returns x itself
             y.add_(1)
             return y * 2
+    return M(), (_r(3),), {}
+
+
+@case()
+def functional_dropout_p0_train_then_inplace() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            y = F.dropout(x, 0.0, training=True)  # eager returns x itself
+            y.mul_(3)
+            return y + x
     return M(), (_r(3),), {}
 
 
@@ -464,6 +487,24 @@ def einsum_transpose_then_inplace() -> Built:
             y.add_(1)
             return y * 2
     return M(), (_r(2, 3),), {}
+
+
+@case()
+def einsum_identity_then_inplace() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            torch.einsum("i->i", x).add_(1)
+            return x * 2
+    return M(), (_r(3),), {}
+
+
+@case()
+def einsum_diagonal_then_inplace() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            torch.einsum("ii->i", x).add_(1)
+            return x * 2
+    return M(), (_r(3, 3),), {}
 
 
 @case()

@@ -1,6 +1,7 @@
 """What the exporter cannot honour, or what the model itself gets wrong, is an
 error that names the op and the line of the user's model: never a different program."""
 
+import pytest
 import torch
 from expecttest import TestCase
 from torch import nn
@@ -75,6 +76,34 @@ class TestWritesThroughAliasedInputs(TestCase):
             pf.export(M(), (x, x[2:]))
 
 
+class TestStateReplacedByAssignment(TestCase):
+    def test_parameter_replaced_by_assignment_is_refused(self):
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = nn.Parameter(torch.randn(3))
+
+            def forward(self, x):
+                self.w = nn.Parameter(self.w * 2)
+                return x * self.w
+
+        with self.assertRaisesRegex(pf.UnsupportedError, r"replaces parameter 'w' by assignment"):
+            pf.export(M(), (torch.randn(3),))
+
+    def test_buffer_replaced_with_other_shape_is_refused(self):
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("seen", torch.zeros(3))
+
+            def forward(self, x):
+                self.seen = torch.cat([self.seen, x])
+                return x + 1
+
+        with self.assertRaisesRegex(pf.UnsupportedError, r"replaces buffer 'seen' by assignment with a value of another shape"):
+            pf.export(M(), (torch.randn(3),))
+
+
 class TestErrorsInsideTheModel(TestCase):
     def test_shape_error_names_op_and_line(self):
         class M(nn.Module):
@@ -114,3 +143,19 @@ class TestRefusedCatalogue(TestCase):
                 model, args, kwargs = case.build()
                 with self.assertRaisesRegex(pf.UnsupportedError, r"t_|unsqueeze_|shares memory"):
                     pf.export(model, args, kwargs)
+
+
+class WriteThroughDetach(nn.Module):
+    def forward(self, x):
+        x.detach().add_(1)  # eager: writes x, allowed even when x requires grad
+        return x * 2
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "torch's ExportedProgram.module() writes an input mutation back with copy_, which autograd "
+    "refuses on a leaf that requires grad; eager wrote through .detach(). The same happens to "
+    "torch.export's own programs (see scripts/compare_torch_paths.py)."))
+def test_write_through_detach_to_input_that_requires_grad():
+    from oracle import export_checked
+
+    export_checked(WriteThroughDetach(), (torch.randn(3),))

@@ -60,6 +60,17 @@ def forward(self, p_lin_weight, p_lin_bias, b_ema, x):
     sub = torch.ops.aten.sub.Tensor(linear, lerp);  linear = None
     return (lerp, sub)""")
 
+    def test_buffer_reassigned_in_forward(self):
+        ep = export_case("buffer_reassigned_in_forward")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "seen")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, b_seen, x):
+    detach = torch.ops.aten.detach.default(x)
+    clone_default = torch.ops.aten.clone.default(b_seen);  b_seen = None
+    add = torch.ops.aten.add.Tensor(clone_default, detach);  clone_default = detach = None
+    mul = torch.ops.aten.mul.Tensor(x, add);  x = None
+    return (add, mul)""")
+
 
 class TestBatchNorm(TestCase):
     def test_batchnorm_train(self):
@@ -136,6 +147,15 @@ def forward(self, x):
     add = torch.ops.aten.add.Tensor(x, 1);  x = None
     mul = torch.ops.aten.mul.Tensor(add, 2)
     return (add, mul)""")
+
+    def test_functional_dropout_p0_train_then_inplace(self):
+        ep = export_case("functional_dropout_p0_train_then_inplace")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    mul = torch.ops.aten.mul.Tensor(x, 3);  x = None
+    add = torch.ops.aten.add.Tensor(mul, mul)
+    return (mul, add)""")
 
     def test_dropout_eval_is_identity(self):
         ep = export_case("dropout_eval_is_identity")
