@@ -232,6 +232,8 @@ def _name_placeholders(gm: torch.fx.GraphModule, slots: list[_InputSlot]) -> Non
         wanted = slot.target if slot.kind == "user" else placeholder_name(slot.kind, slot.target)
         tc.rename_node(node, wanted)
         node.target = node.name
+        if slot.kind == "user" and not isinstance(slot.value, (torch.Tensor, torch.SymInt)):
+            node.meta.setdefault("val", slot.value)  # a constant input, as torch.export records it
     gm.recompile()
 
 
