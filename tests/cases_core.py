@@ -385,6 +385,18 @@ def batchnorm_train() -> Built:
 
 
 @case()
+def batchnorm_called_twice_train() -> Built:
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            return self.bn(self.bn(x) * 2)
+    return M().train(), (_r(4, 3),), {}
+
+
+@case()
 def batchnorm_eval() -> Built:
     m = nn.BatchNorm1d(3)
     m.running_mean.uniform_()
@@ -572,6 +584,14 @@ def nested_tuple_and_dict_inputs() -> Built:
             a, (b, c) = pair
             return a * table["w"] + b - c * table["inner"]["v"]
     return M(), ((_r(2), (_r(2), _r(2))), {"w": _r(2), "inner": {"v": _r(2)}}), {}
+
+
+@case()
+def non_tensor_inputs() -> Built:
+    class M(nn.Module):
+        def forward(self, x, k, scale, flag, nothing):
+            return x * k * scale if flag and nothing is None else x
+    return M(), (_r(3), 2, 0.5, True, None), {}
 
 
 @case()

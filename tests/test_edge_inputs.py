@@ -302,6 +302,15 @@ def forward(self, pair_0, pair_1_0, pair_1_1, table_w, table_inner_v):
     sub = torch.ops.aten.sub.Tensor(add, mul_1);  add = mul_1 = None
     return (sub,)""")
 
+    def test_non_tensor_inputs(self):
+        ep = export_case("non_tensor_inputs")
+        self.assertEqual([s.kind.name for s in ep.graph_signature.input_specs], ["USER_INPUT"] * 5)
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x, k, scale, flag, nothing):
+    mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
+    mul_1 = torch.ops.aten.mul.Tensor(mul, 0.5);  mul = None
+    return (mul_1,)""")
+
     def test_nested_outputs(self):
         ep = export_case("nested_outputs")
         self.assertExpectedInline(graph_code(ep), """\

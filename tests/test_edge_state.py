@@ -98,6 +98,27 @@ def forward(self, p_weight, p_bias, b_running_mean, b_running_var, b_num_batches
         self.assertIsNotNone(x.grad)
         self.assertIsNotNone(program.weight.grad)
 
+    def test_batchnorm_called_twice_train(self):
+        """Two updates of the same running stats; the second reads the first's result."""
+        ep = export_case("batchnorm_called_twice_train")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", f"bn.{b}") for b in _BN_BUFFERS])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_bn_weight, p_bn_bias, b_bn_running_mean, b_bn_running_var, b_bn_num_batches_tracked, x):
+    add = torch.ops.aten.add.Tensor(b_bn_num_batches_tracked, 1);  b_bn_num_batches_tracked = None
+    clone_default = torch.ops.aten.clone.default(b_bn_running_mean);  b_bn_running_mean = None
+    clone_default_1 = torch.ops.aten.clone.default(b_bn_running_var);  b_bn_running_var = None
+    _native_batch_norm_legit_functional = torch.ops.aten._native_batch_norm_legit_functional.default(x, p_bn_weight, p_bn_bias, clone_default, clone_default_1, True, 0.1, 1e-05);  x = clone_default = clone_default_1 = None
+    getitem = _native_batch_norm_legit_functional[0]
+    getitem_3 = _native_batch_norm_legit_functional[3]
+    getitem_4 = _native_batch_norm_legit_functional[4];  _native_batch_norm_legit_functional = None
+    mul = torch.ops.aten.mul.Tensor(getitem, 2);  getitem = None
+    add_1 = torch.ops.aten.add.Tensor(add, 1);  add = None
+    _native_batch_norm_legit_functional_1 = torch.ops.aten._native_batch_norm_legit_functional.default(mul, p_bn_weight, p_bn_bias, getitem_3, getitem_4, True, 0.1, 1e-05);  mul = p_bn_weight = p_bn_bias = getitem_3 = getitem_4 = None
+    getitem_5 = _native_batch_norm_legit_functional_1[0]
+    getitem_8 = _native_batch_norm_legit_functional_1[3]
+    getitem_9 = _native_batch_norm_legit_functional_1[4];  _native_batch_norm_legit_functional_1 = None
+    return (getitem_8, getitem_9, add_1, getitem_5)""")
+
     def test_batchnorm_eval(self):
         ep = export_case("batchnorm_eval")
         self.assertEqual(mutations(ep), [])
