@@ -117,6 +117,8 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                     "cannot carry a write through inputs that alias each other: pass distinct "
                     "tensors (e.g. .clone() one of them)")
         meta["mutated"] = [slots[i] for i in mutated]
+        meta["output_is_input"] = [next((j for j, i in enumerate(mutated) if o is inputs[i]), None)
+                                   for o in flat_out]
         return [final[i] for i in mutated] + flat_out
 
     with _preserved_model_state(mod):
@@ -128,6 +130,8 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     gm = outline_regions(gm, trace.identity_edges)
     _eliminate_dead_code(gm)
     signature = _build_signature(gm, slots, meta["mutated"])
+    if _copy_outputs_reading_written_inputs(gm, signature, meta["output_is_input"]):
+        signature = _build_signature(gm, slots, meta["mutated"])
     guard_saved_mutated_inputs(gm, _written_placeholders(gm, signature), _grad_sources(gm, signature))
     state_dict = {**state.parameters,
                   **{k: v for k, v in state.buffers.items() if k not in state.non_persistent}}
@@ -252,6 +256,53 @@ def _written_placeholders(gm: torch.fx.GraphModule,
                        if s.kind == InputKind.USER_INPUT})
     return {by_name[input_name[s.target]]: by_name[s.arg.name] for s in signature.output_specs
             if s.kind != OutputKind.USER_OUTPUT and s.arg.name in by_name}
+
+
+def _copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: ExportGraphSignature,
+                                         output_is_input: list[int | None]) -> bool:
+    """Give an output its own copy where module()'s write-back would change what it returns.
+
+    module() writes each mutated input back with ``copy_``, then returns the outputs,
+    and a user output that is the very node of a mutation becomes the written input:
+    * a mutation whose new value is another input's placeholder (``y.copy_(x)``): the
+      write-back of that other input could run first, and a user output of ``x`` would
+      come back as ``y``;
+    * a user output that is the placeholder of an input written back later
+      (``y.copy_(x); x.sin_(); return y``) would read the new value;
+    * a user output that shares its node with a mutation although eager returned another
+      tensor (``y.copy_(w); return w``) would come back as the written input.
+    ``output_is_input[k]`` is the mutation position user output ``k`` really is, if any.
+    Returns whether the graph changed."""
+    written = _written_placeholders(gm, signature)
+    rewritten = {p for p, v in written.items() if v is not p}
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outputs = list(out_node.args[0])
+    n_mut = len(signature.output_specs) - len(output_is_input)
+    targets = list(written)  # one placeholder per mutation, in output order
+    copies: dict[tuple[str, torch.fx.Node], torch.fx.Node] = {}
+
+    def copy_of(kind: str, node: torch.fx.Node) -> torch.fx.Node:
+        if (kind, node) not in copies:
+            with gm.graph.inserting_before(out_node):
+                copies[kind, node] = gm.graph.call_function(torch.ops.aten.clone.default, (node,))
+            copies[kind, node].meta.update(node.meta)
+        return copies[kind, node]
+
+    for j in range(n_mut):
+        node = outputs[j]
+        if getattr(node, "op", None) == "placeholder" and node is not targets[j]:
+            outputs[j] = copy_of("mutation", node)
+    mutation_nodes = set(outputs[:n_mut])
+    for k, real in enumerate(output_is_input):
+        node = outputs[n_mut + k]
+        if real is not None:  # eager returned the written input itself
+            outputs[n_mut + k] = outputs[real]
+        elif node in rewritten or node in mutation_nodes:
+            outputs[n_mut + k] = copy_of("output", node)
+    if copies:
+        out_node.args = (tuple(outputs),)
+        gm.recompile()
+    return bool(copies)
 
 
 def _grad_sources(gm: torch.fx.GraphModule, signature: ExportGraphSignature) -> set[torch.fx.Node]:

@@ -5,11 +5,10 @@ the PreDispatch key the graph is later run *through* autograd, and autograd
 has no derivative for ``aten.copy`` ("derivative for aten::copy is not
 implemented"): a program that writes a buffer or an input with ``copy_``
 could not be trained although the eager model can. We record instead the
-same values *and strides* from differentiable ops (``aten.copy`` keeps
-``dst``'s strides, and later view replays and alias decisions depend on
-them): ``src`` converted and broadcast to ``dst``'s shape, then laid out in
-``dst``'s dimension order, or, for a ``dst`` with gaps, scattered into a fresh
-buffer with ``dst``'s exact strides.
+same values, strides (``aten.copy`` keeps ``dst``'s, and later view replays
+and alias decisions depend on them) and autograd links (``dst`` gets a zero
+gradient, ``src`` the incoming one) from differentiable ops: ``src``
+converted, broadcast and scattered over all of ``dst``.
 """
 
 from __future__ import annotations
@@ -17,16 +16,6 @@ from __future__ import annotations
 import torch
 
 aten = torch.ops.aten
-
-
-def _dense_strides(sizes: list[int], order: list[int]) -> list[int]:
-    """Strides of a dense tensor whose dims, outermost first, are ``order``."""
-    strides = [0] * len(sizes)
-    step = 1
-    for d in reversed(order):
-        strides[d] = step
-        step *= max(sizes[d], 1)
-    return strides
 
 
 def _same_layout(dst: torch.Tensor, src: torch.Tensor) -> bool:
@@ -38,25 +27,26 @@ def _same_layout(dst: torch.Tensor, src: torch.Tensor) -> bool:
 
 def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor,
                                non_blocking: bool = False) -> torch.Tensor:
-    sizes, strides = list(dst.shape), list(dst.stride())
-    if _same_layout(dst, src):  # e.g. a write-back replayed when a program is re-exported
+    """``src`` written over all of ``dst``; ``dst`` stays an input (zero gradient),
+    so the result requires grad exactly when eager's ``copy_`` result does."""
+    # The value is src itself (e.g. a write-back replayed when a program is re-exported),
+    # except for a write done without grad: the written tensor must keep its own autograd
+    # identity (see hop/ops.py), so it needs a node of its own.
+    if _same_layout(dst, src) and torch.is_grad_enabled():
         return src
-    order = sorted(range(dst.dim()), key=lambda d: -strides[d])
-    contiguous = order == list(range(dst.dim())) and _dense_strides(sizes, order) == strides
-    if contiguous and list(src.shape) == sizes:
-        return aten._to_copy.default(src, dtype=dst.dtype, device=dst.device,
-                                     memory_format=torch.contiguous_format)
-    value = aten.expand.default(aten._to_copy.default(src, dtype=dst.dtype, device=dst.device), sizes)
-    if _dense_strides(sizes, order) == strides:
-        if contiguous:
-            return aten.clone.default(value, memory_format=torch.contiguous_format)
-        inverse = sorted(range(dst.dim()), key=order.__getitem__)
-        dense = aten.clone.default(aten.permute.default(value, order), memory_format=torch.contiguous_format)
-        return aten.permute.default(dense, inverse)
-    storage = 1 + sum((n - 1) * s for n, s in zip(sizes, strides) if n > 0)
-    fresh = aten.zeros.default([storage], dtype=dst.dtype, device=dst.device)
-    return aten.as_strided.default(aten.as_strided_scatter.default(fresh, value, sizes, strides, 0),
-                                   sizes, strides, 0)
+    value = src  # the scatter below copies, so the result never aliases src
+    if (src.dtype, src.device) != (dst.dtype, dst.device):
+        value = aten._to_copy.default(value, dtype=dst.dtype, device=dst.device)
+    if value.shape != dst.shape:
+        value = aten.expand.default(value, list(dst.shape))
+    if dst.dim() == 0:
+        whole = aten.slice_scatter.default(aten.unsqueeze.default(dst, 0), aten.unsqueeze.default(value, 0), 0)
+        return aten.select.int(whole, 0, 0)
+    # slice_scatter clones dst: its exact strides when dst is dense, dense ones in dst's
+    # dimension order when dst has gaps (a strided view; the value is then scattered
+    # back into its base, and the view replayed from there). Not as_strided_scatter:
+    # torch 2.13's gradient for its ``self`` is wrong (inverted mask).
+    return aten.slice_scatter.default(dst, value, 0)
 
 
 DECOMPOSITIONS = {aten.copy.default: copy_as_differentiable_ops}

@@ -17,6 +17,7 @@ autograd, and record plain post-autograd ATen.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -43,6 +44,25 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self._bases: dict[Any, tc.FunctionalTensor] = {}
         # detach()-ed aliases and their views, by id (held, so ids stay unique while tracing)
         self._detached: dict[int, Any] = {}
+        # tensors that may require grad when the program runs: computed under grad mode
+        # from a floating graph input (autograd does not run while tracing, so we track it)
+        self._may_require_grad: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+    def mark_grad_sources(self, inputs: Sequence[Any]) -> None:
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+                self._may_require_grad[id(t)] = t
+
+    def _may_need_grad(self, t: Any) -> bool:
+        return self._may_require_grad.get(id(t)) is t
+
+    def _track_grad_flow(self, func, args, kwargs, out, written) -> None:
+        if not torch.is_grad_enabled() or func is torch.ops.aten.detach.default:
+            return
+        if any(self._may_need_grad(t) for t in tc.pytree.tree_leaves((args, kwargs))):
+            for t in [*tc.pytree.tree_leaves(out), *written]:
+                if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+                    self._may_require_grad[id(t)] = t
 
     def track_base(self, t: Any) -> None:
         if isinstance(t, tc.FunctionalTensor) and tc.is_functional_base(t):
@@ -85,7 +105,12 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         through_detach = torch.is_grad_enabled() and any(id(t) in self._detached for t in written)
         if not written or (torch.is_grad_enabled() and not through_detach):
             return super().__torch_dispatch__(func, types, args, kwargs)
+        if through_detach:
+            self._refuse_grad_value_through_detach(func, args, kwargs, written)
+        # the bases written, and the written views themselves: after a write under
+        # no_grad, eager's view keeps its own autograd identity too
         bases = self._bases_of(written)
+        bases += [w for w in written if all(w is not b for b in bases)]
         before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
         if through_detach:  # eager: same as writing under no_grad
             tc.record_grad_marker(False)
@@ -98,6 +123,19 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             if old is not None and new is not None and new is not old:
                 self.identity_edges[new] = old
         return out
+
+    def _refuse_grad_value_through_detach(self, func, args, kwargs, written) -> None:
+        """Writing a value that requires grad through a detached alias gives, in eager,
+        the alias its own autograd history while the tensor it aliases keeps its old
+        one: two histories for one storage, which a no_grad region cannot express."""
+        operands = [t for t in tc.pytree.tree_leaves((args, kwargs))
+                    if isinstance(t, torch.Tensor) and all(t is not w for w in written)]
+        if any(self._may_need_grad(t) for t in operands):
+            raise UnsupportedError(
+                "a value that may require grad (computed under grad mode from a float input or "
+                "parameter) is written through a detach()-ed alias: eager gives the alias its own "
+                "autograd history while the tensor it aliases keeps its old one; write to a "
+                "clone, or detach the value written", op=func, source=user_source_line())
 
     def _can_decompose(self, func, args, kwargs) -> bool:  # noqa: D401 (torch hook)
         if not self.pre_dispatch:
@@ -127,6 +165,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         try:
             out = self._dispatch_recording_identity(func, types, args, kwargs)
             self._track_detached(func, args, out)
+            self._track_grad_flow(func, args, kwargs, out, self._written_args(func, args))
             for t in tc.pytree.tree_leaves(out):
                 self.track_base(t)
             return out
@@ -167,6 +206,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         with mode:
             wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
         mode.graph_input_ids = {id(t) for t in wrapped if isinstance(t, torch.Tensor)}
+        mode.mark_grad_sources(wrapped)
         for t in wrapped:
             mode.track_base(t)
         with mode, note_identity_hook(mode.note_identity), torch.enable_grad():

@@ -55,10 +55,11 @@ class Program:
     body: tuple[Stmt, ...]
     returns: tuple[str, ...]
     seed: int = 0
+    return_tags: tuple[str, ...] = ()  # what each return is (input, view, intermediate), for kinds()
 
     def kinds(self) -> set[str]:
         """Features of the program, for the per-kind counts of a fuzzing summary."""
-        tags = {t for s in self.body for t in s.tags}
+        tags = {t for s in self.body for t in s.tags} | set(self.return_tags)
         if any(i.requires_grad for i in self.inputs):
             tags.add("grad_inputs")
         if self.buffer is not None:

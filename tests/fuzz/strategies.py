@@ -76,6 +76,9 @@ class _Builder:
         self.body: list[Stmt] = []
         self.open_contexts: list[tuple[contextlib.AbstractContextManager, int]] = []
         self.counter = 0
+        self.detached: set[str] = set()  # detach() results and their aliases
+        self.composite_aliases: set[str] = set()  # composite results that alias a tensor
+        self.return_tags: tuple[str, ...] = ()
 
     # --- the shadow -----------------------------------------------------------------
 
@@ -98,6 +101,12 @@ class _Builder:
 
     def pick(self, pred: Callable[[torch.Tensor], bool] = lambda t: True) -> str | None:
         names = [n for n in self.names if pred(self.value(n))]
+        return self.draw(st.sampled_from(names)) if names else None
+
+    def pick_target(self, pred: Callable[[torch.Tensor], bool] = lambda t: True) -> str | None:
+        """A tensor an in-place op may write to."""
+        names = [n for n in self.names if writable(self.value(n)) and pred(self.value(n))
+                 and not writes_through_grad_alias(self, self.value(n))]
         return self.draw(st.sampled_from(names)) if names else None
 
     def one_of(self, values):
@@ -144,11 +153,14 @@ class _Builder:
         if not torch.is_grad_enabled():
             self.emit("torch.set_grad_enabled(True)", ("region:set_grad_enabled_call",))
         returns = self.draw_returns()
-        return Program(tuple(inputs), buffer, tuple(self.body), returns, seed)
+        return Program(tuple(inputs), buffer, tuple(self.body), returns, seed, self.return_tags)
 
     def draw_returns(self) -> tuple[str, ...]:
         count = self.draw(st.integers(1, 3))
         returns = tuple(self.one_of(self.names[::-1]) for _ in range(count))
+        for name in returns:
+            kind = self.classify(name)
+            self.return_tags += (f"returns:{kind}",)
         return returns
 
     def step(self) -> None:
@@ -171,14 +183,37 @@ class _Builder:
             made = GENERATORS["inplace"][self.one_of(range(len(GENERATORS["inplace"])))](self)
             if made is not None:
                 target, code = made
-                self.emit(code, ("inplace", f"inplace:{self.classify(target)}"))
+                tags = ("inplace", f"inplace:{self.classify(target)}")
+                if target in self.composite_aliases:
+                    tags += ("inplace:through_composite_alias",)
+                self.emit(code, tags)
         else:
             made = GENERATORS[action][self.one_of(range(len(GENERATORS[action])))](self)
             if made is not None:
                 name = self.fresh()
-                if self.emit(f"{name} = {made}", (action,)):
+                tags = (action, f"{action}:{_op_name(made)}") if action == "composite" else (action,)
+                if self.emit(f"{name} = {made}", tags):
                     self.names.append(name)
+                    if action == "composite" and self.aliases_earlier(name):
+                        self.composite_aliases.add(name)
                     self.counter += 1
+                    if self.is_detached_alias(made, self.value(name)):
+                        self.detached.add(name)
+
+    def aliases_earlier(self, name: str) -> bool:
+        storage = self.value(name).untyped_storage().data_ptr()
+        return any(self.value(n).untyped_storage().data_ptr() == storage for n in self.names if n != name)
+
+    def is_detached_alias(self, expr: str, value: torch.Tensor) -> bool:
+        if ".detach()" in expr:
+            return True
+        storage = value.untyped_storage().data_ptr()
+        return any(self.value(d).untyped_storage().data_ptr() == storage for d in self.detached)
+
+    def operands_allowed(self, target: str) -> bool:
+        """Whether an in-place op on ``target`` may read tensors: the exporter refuses a
+        value that may require grad written through a detach()-ed alias."""
+        return target not in self.detached
 
     @property
     def indent(self) -> int:
@@ -215,6 +250,12 @@ class _Builder:
         return "intermediate_view" if t._base is not None else "intermediate"
 
 
+def _op_name(expr: str) -> str:
+    """``x0.type_as(v1)`` -> ``type_as``; ``torch.einsum(...)`` -> ``einsum``."""
+    head = expr.split("(", 1)[0]
+    return head.rsplit(".", 1)[-1]
+
+
 # --- predicates ---------------------------------------------------------------------
 
 
@@ -226,11 +267,16 @@ def writable(t: torch.Tensor) -> bool:
     """Writable in eager: float, no expanded (stride-0) dim, not a grad leaf (or view of one) under grad mode."""
     if not t.is_floating_point() or any(st_ == 0 and sz > 1 for sz, st_ in zip(t.shape, t.stride())):
         return False
-    if torch.is_grad_enabled():
-        base = t._base if t._base is not None else t
-        if base.requires_grad and base.is_leaf:
-            return False
     return True
+
+
+def writes_through_grad_alias(b: "_Builder", t: torch.Tensor) -> bool:
+    """A write eager refuses: to a leaf that requires grad, or a view of one, under grad mode
+    (a write through ``detach()`` is allowed, and stays in)."""
+    if not torch.is_grad_enabled() or not t.requires_grad:
+        return False
+    base = t._base if t._base is not None else t
+    return base.is_leaf
 
 
 def broadcasts_to(src: torch.Tensor, shape: torch.Size) -> bool:
@@ -351,7 +397,9 @@ def gen_view(b: _Builder):
         return None
     t = b.value(a)
     nd = t.dim()
-    choices = ["unsqueeze", "select", "slice", "detach", "getitem_ellipsis", "expand"]
+    choices = ["unsqueeze", "slice", "detach", "getitem_ellipsis", "expand"]
+    if t.numel() > 0:
+        choices.append("select")
     if nd >= 2:
         choices += ["transpose", "permute", "diagonal"]
     if nd == 2:
@@ -452,22 +500,25 @@ def gen_composite(b: _Builder):
 # --- in-place ops: (target, statement) --------------------------------------------------------
 
 
-def _operand(b: _Builder, target: torch.Tensor) -> str:
-    """A scalar, or a float tensor that broadcasts to ``target``."""
-    other = b.pick(lambda o: is_float(o) and broadcasts_to(o, target.shape)) if b.draw(st.booleans()) else None
+def _operand(b: _Builder, name: str) -> str:
+    """A scalar, or a float tensor that broadcasts to the target ``name``."""
+    target = b.value(name)
+    other = None
+    if b.operands_allowed(name) and b.draw(st.booleans()):
+        other = b.pick(lambda o: is_float(o) and broadcasts_to(o, target.shape))
     return other if other is not None else str(b.one_of(SCALARS))
 
 
 def gen_binary_inplace(b: _Builder):
-    t = b.pick(writable)
+    t = b.pick_target()
     if t is None:
         return None
     op = b.one_of(["add_", "mul_", "sub_"])
-    return t, f"{t}.{op}({_operand(b, b.value(t))})"
+    return t, f"{t}.{op}({_operand(b, t)})"
 
 
 def gen_unary_inplace(b: _Builder):
-    t = b.pick(writable)
+    t = b.pick_target()
     if t is None:
         return None
     kind = b.one_of(["zero_", "clamp_", "sin_"])
@@ -477,15 +528,18 @@ def gen_unary_inplace(b: _Builder):
 
 
 def gen_copy(b: _Builder):
-    t = b.pick(writable)
-    if t is None:
+    t = b.pick_target()
+    if t is None or not b.operands_allowed(t):
         return None
-    src = b.pick(lambda o: broadcasts_to(o, b.value(t).shape))
+    tv = b.value(t)
+    # a source sharing memory with the target makes eager's result depend on its copy order
+    src = b.pick(lambda o: broadcasts_to(o, tv.shape)
+                 and o.untyped_storage().data_ptr() != tv.untyped_storage().data_ptr())
     return None if src is None else (t, f"{t}.copy_({src})")
 
 
 def gen_masked_fill(b: _Builder):
-    t = b.pick(writable)
+    t = b.pick_target()
     if t is None:
         return None
     shape = b.value(t).shape
@@ -494,7 +548,7 @@ def gen_masked_fill(b: _Builder):
 
 
 def gen_index_put(b: _Builder):
-    t = b.pick(lambda o: writable(o) and o.dim() >= 1)
+    t = b.pick_target(lambda o: o.dim() >= 1 and o.shape[0] > 0)
     if t is None:
         return None
     tv = b.value(t)
@@ -503,9 +557,11 @@ def gen_index_put(b: _Builder):
     form = b.one_of(["index_put_", "accumulate", "setitem", "setitem_tensor"])
     if form == "setitem":
         return t, f"{t}[{rows[0]}] = {b.one_of(SCALARS)}"
-    if form == "setitem_tensor":
+    if form == "setitem_tensor" and b.operands_allowed(t):
         src = b.pick(lambda o: is_float(o) and broadcasts_to(o, tv[rows[0]].shape))
         return None if src is None else (t, f"{t}[{rows[0]}] = {src}")
+    if form == "setitem_tensor":
+        return None
     values = f"torch.tensor({b.one_of(SCALARS)}, dtype=torch.{str(tv.dtype).split('.')[1]})"
     accumulate = ", accumulate=True" if form == "accumulate" else ""
     return t, f"{t}.index_put_(({index},), {values}{accumulate})"
