@@ -230,3 +230,14 @@ def grad_mode_untraced(enabled: bool) -> Iterator[None]:
         yield
     finally:
         torch._C._set_grad_enabled(previous)
+
+
+# --- torch's own entry points, used only to compare against (scripts/) ------------
+
+
+def torch_aot_export_module(mod: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+                            pre_dispatch: bool = True) -> tuple[torch.fx.GraphModule, Any]:
+    """torch's ``aot_export_module`` (forward only): (graph module, torch's GraphSignature)."""
+    from torch._functorch.aot_autograd import aot_export_module as torch_aot
+
+    return torch_aot(mod, args, trace_joint=False, pre_dispatch=pre_dispatch, kwargs=kwargs)

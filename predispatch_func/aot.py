@@ -99,9 +99,11 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         call_args, call_kwargs = tc.pytree.tree_unflatten(inputs[n_state:], in_spec)
         with tc.reparametrize(mod, by_fqn):
             out = mod(*call_args, **call_kwargs)
+            reassigned = _reassigned_buffers(mod, slots[:n_state], inputs)
         flat_out, meta["out_spec"] = tc.pytree.tree_flatten(out)
-        mutated = [i for i, t in enumerate(inputs)
-                   if isinstance(t, tc.FunctionalTensor) and tc.has_data_mutation(t)]
+        final = [reassigned.get(i, t) for i, t in enumerate(inputs)]
+        mutated = [i for i, t in enumerate(inputs) if i in reassigned
+                   or (isinstance(t, tc.FunctionalTensor) and tc.has_data_mutation(t))]
         for i in mutated:
             if slots[i].kind == "constant":
                 raise UnsupportedError(
@@ -117,7 +119,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         meta["mutated"] = [slots[i] for i in mutated]
         meta["output_is_input"] = [next((j for j, i in enumerate(mutated) if o is inputs[i]), None)
                                    for o in flat_out]
-        return [inputs[i] for i in mutated] + flat_out
+        return [final[i] for i in mutated] + flat_out
 
     with _preserved_model_state(mod):
         trace = trace_functional(body, fake_inputs, policy=policy,
@@ -143,11 +145,40 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         grad_enabled_on_return=trace.grad_enabled_on_return)
 
 
+def _reassigned_buffers(mod: torch.nn.Module, state_slots: list[_InputSlot],
+                        inputs: list[Any]) -> dict[int, torch.Tensor]:
+    """Buffers the forward replaced by assignment (``self.buf = self.buf + x``).
+
+    Eager keeps the new tensor on the module, so it is a buffer mutation whose
+    final value is the assigned tensor. Replacing a parameter, or a buffer by
+    something of another shape or dtype, cannot be written back: refused.
+    """
+    found = {}
+    for i, slot in enumerate(state_slots):
+        if slot.kind not in ("parameter", "buffer"):
+            continue
+        prefix, _, name = slot.target.rpartition(".")
+        owner = mod.get_submodule(prefix)
+        current = (owner._parameters if slot.kind == "parameter" else owner._buffers).get(name)
+        if current is inputs[i]:
+            continue
+        same_kind = (slot.kind == "buffer" and isinstance(current, torch.Tensor)
+                     and current.shape == inputs[i].shape and current.dtype == inputs[i].dtype)
+        if not same_kind:
+            raise UnsupportedError(
+                f"the model replaces {slot.kind} {slot.target!r} by assignment"
+                + ("" if slot.kind == "parameter" else " with a value of another shape, dtype or type")
+                + "; only buffers replaced by a tensor of the same shape and dtype can be carried "
+                "as a mutation (or write in place: self.buf.copy_(new))")
+        found[i] = current
+    return found
+
+
 def _inputs_sharing_memory(inputs: list[Any]) -> dict[int, list[int]]:
     """For each input index, the other inputs over the same storage (fakes keep it)."""
     by_storage: dict[Any, list[int]] = {}
     for i, t in enumerate(inputs):
-        if isinstance(t, torch.Tensor):
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided:
             by_storage.setdefault(tc.StorageWeakRef(t.untyped_storage()), []).append(i)
     return {i: [j for j in group if j != i] for group in by_storage.values() if len(group) > 1
             for i in group}
@@ -211,8 +242,8 @@ def _name_placeholders(gm: torch.fx.GraphModule, slots: list[_InputSlot]) -> Non
         wanted = slot.target if slot.kind == "user" else placeholder_name(slot.kind, slot.target)
         tc.rename_node(node, wanted)
         node.target = node.name
-        if slot.kind == "user" and not isinstance(slot.value, torch.Tensor):
-            node.meta["val"] = slot.value  # constants carry their value, as in torch.export
+        if slot.kind == "user" and not isinstance(slot.value, (torch.Tensor, torch.SymInt)):
+            node.meta.setdefault("val", slot.value)  # a constant input, as torch.export records it
     gm.recompile()
 
 

@@ -235,9 +235,17 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
         return
     if e_loss is None:
         return
+    try:
+        e_loss.backward()
+    except RuntimeError as exc:  # eager itself cannot differentiate (e.g. a saved tensor overwritten)
+        report.checked.append(f"no gradients (eager's backward raised: {str(exc).splitlines()[0][:80]})")
+        return
     report.checked.append("gradients")
-    e_loss.backward()
-    p_loss.backward()
+    try:
+        p_loss.backward()
+    except RuntimeError as exc:
+        report.problems.append(f"program's backward raised where eager's did not: {exc}")
+        return
     e_params, p_params = dict(eager_model.named_parameters()), dict(program.named_parameters())
     e_pgrads = _grads(e_params)
     names = list(e_pgrads)

@@ -6,7 +6,7 @@ that function swapped for a recorder, so the (model, args) pairs compared
 here are exactly the ones the tests prove. Each path's program is replayed
 against eager with the same comparison ``predispatch_func.verify`` uses
 (outputs, written-back inputs and buffers, gradients, grad mode after the
-call), through ``scripts/torch_paths.py``.
+call), through the path runners of ``scripts/compare_torch_paths.py``.
 
 Run: python scripts/compare_regions_with_torch.py [--json out.json]
 """
@@ -33,8 +33,9 @@ import predispatch_func as pf  # noqa: E402
 import test_regions  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import torch_paths  # noqa: E402
-from torch_paths import judge  # noqa: E402
+from cases_core import Case  # noqa: E402
+from compare_torch_paths import (run_ours, run_torch_aot_pre_dispatch,  # noqa: E402
+                                 run_torch_export_replay_only, run_torch_run_decompositions)
 
 
 class _Recorded(Exception):
@@ -68,15 +69,17 @@ def collect_cases() -> list[tuple[str, torch.nn.Module, tuple]]:
     return cases
 
 
-def _ours(model, args, kwargs=None):
-    ep = pf.export(model, args, kwargs)
-    problems = pf.check_contract(ep).problems
-    if problems:
-        raise AssertionError(problems[0])
-    return ep.module()
+PATHS = {"ours": run_ours, "torch.export (replay only)": run_torch_export_replay_only,
+         "run_decompositions": run_torch_run_decompositions,
+         "aot_pre_dispatch (replay only)": lambda case: run_torch_aot_pre_dispatch(case, judge_contract=False)}
 
 
-PATHS = {"ours": _ours, **torch_paths.PATHS}
+def judge(run, name, model, args) -> tuple[str, str]:
+    case = Case(name, lambda: (copy.deepcopy(model), copy.deepcopy(args), {}))
+    try:
+        return run(case)
+    except Exception as exc:  # noqa: BLE001 - an exporter that raises is that path's verdict
+        return "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"
 
 
 def main() -> None:
@@ -90,14 +93,14 @@ def main() -> None:
         table.add_column(path)
     rows, wrong = [], {p: 0 for p in PATHS}
     for name, model, args in cases:
-        verdicts = {p: judge(build, model, args) for p, build in PATHS.items()}
+        verdicts = {p: judge(run, name, model, args) for p, run in PATHS.items()}
         for p, (v, _) in verdicts.items():
             wrong[p] += v != "ok"
         rows.append({"case": name, **{p: {"verdict": v, "detail": d} for p, (v, d) in verdicts.items()}})
         table.add_row(name, *[f"{v} {d}".strip() for v, d in verdicts.values()])
     table.add_row("[bold]not ok[/bold]", *[f"[bold]{wrong[p]}/{len(cases)}[/bold]" for p in PATHS])
     Console(width=200).print(table)
-    print("torch.export's program is not functional (in-place nodes stay); only its replay is judged here")
+    print("torch.export's program is not functional (in-place nodes stay); only its replay is judged")
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -31,15 +31,19 @@ class Case:
 
 
 CASES: dict[str, Case] = {}
+# what the exporter must refuse with a clear UnsupportedError (contract point 8)
+REFUSED: dict[str, Case] = {}
 
 
-def case(*, check_values: bool = True) -> Callable[[Callable[[], Built]], Callable[[], Built]]:
+def case(*, check_values: bool = True, refused: bool = False
+         ) -> Callable[[Callable[[], Built]], Callable[[], Built]]:
     def register(factory: Callable[[], Built]) -> Callable[[], Built]:
         def seeded() -> Built:
             torch.manual_seed(0)
             return factory()
-        assert factory.__name__ not in CASES, factory.__name__
-        CASES[factory.__name__] = Case(factory.__name__, seeded, check_values)
+        table = REFUSED if refused else CASES
+        assert factory.__name__ not in CASES and factory.__name__ not in REFUSED, factory.__name__
+        table[factory.__name__] = Case(factory.__name__, seeded, check_values)
         return seeded
     return register
 
@@ -95,6 +99,24 @@ def input_read_before_mutation() -> Built:
             x.mul_(3)
             return y, x * self.w
     return M(), (_r(3),), {}
+
+
+@case()
+def relu_inplace_on_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            F.relu(x, inplace=True)
+            return x.sum()
+    return M(), (_r(5),), {}
+
+
+@case()
+def out_argument_into_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x, y):
+            torch.mul(x, 3, out=y)
+            return y + x
+    return M(), (_r(3), _r(3)), {}
 
 
 # --- mutation through views ------------------------------------------------------------
@@ -236,6 +258,16 @@ def mutated_input_returned_as_view() -> Built:
     return M(), (_r(6),), {}
 
 
+@case()
+def output_view_taken_before_mutation() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            row = x[0]
+            x.mul_(2)
+            return row
+    return M(), (_r(2, 3),), {}
+
+
 # --- intermediates ----------------------------------------------------------------------
 
 
@@ -261,6 +293,17 @@ def intermediate_mutated_through_transpose_with_param() -> Built:
             y.t()[0].mul_(self.w)
             return y
     return M(), (_r(3, 2),), {}
+
+
+@case()
+def intermediate_view_taken_before_mutation() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 1
+            v = y.t()
+            y.add_(1)
+            return v
+    return M(), (_r(2, 3),), {}
 
 
 # --- buffers ---------------------------------------------------------------------------
@@ -305,12 +348,52 @@ def non_persistent_buffer_mutated_through_view() -> Built:
     return M(), (_r(3),), {}
 
 
+@case()
+def buffer_ema_with_lerp() -> Built:
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.register_buffer("ema", torch.zeros(3))
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.ema.lerp_(y.detach().mean(0), 0.1)
+            return y - self.ema
+    return M(), (_r(4, 3),), {}
+
+
+@case()
+def buffer_reassigned_in_forward() -> Built:
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(3))
+
+        def forward(self, x):
+            self.seen = self.seen + x.detach()  # assignment, not in place: eager keeps it
+            return x * self.seen
+    return M(), (_r(3),), {}
+
+
 # --- norm layers and dropout -------------------------------------------------------------
 
 
 @case()
 def batchnorm_train() -> Built:
     return nn.BatchNorm1d(3).train(), (_r(4, 3),), {}
+
+
+@case()
+def batchnorm_called_twice_train() -> Built:
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            return self.bn(self.bn(x) * 2)
+    return M().train(), (_r(4, 3),), {}
 
 
 @case()
@@ -329,6 +412,26 @@ def conv_batchnorm2d_train() -> Built:
 @case(check_values=False)
 def dropout_train() -> Built:
     return nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train(), (_r(2, 4),), {}
+
+
+@case()
+def functional_dropout_eval_then_inplace() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            y = F.dropout(x, 0.5, training=False)  # eager returns x itself
+            y.add_(1)
+            return y * 2
+    return M(), (_r(3),), {}
+
+
+@case()
+def functional_dropout_p0_train_then_inplace() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            y = F.dropout(x, 0.0, training=True)  # eager returns x itself
+            y.mul_(3)
+            return y + x
+    return M(), (_r(3),), {}
 
 
 @case()
@@ -399,6 +502,24 @@ def einsum_transpose_then_inplace() -> Built:
 
 
 @case()
+def einsum_identity_then_inplace() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            torch.einsum("i->i", x).add_(1)
+            return x * 2
+    return M(), (_r(3),), {}
+
+
+@case()
+def einsum_diagonal_then_inplace() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            torch.einsum("ii->i", x).add_(1)
+            return x * 2
+    return M(), (_r(3, 3),), {}
+
+
+@case()
 def sum_to_size_then_inplace() -> Built:
     class M(nn.Module):
         def forward(self, x):
@@ -466,6 +587,14 @@ def nested_tuple_and_dict_inputs() -> Built:
 
 
 @case()
+def non_tensor_inputs() -> Built:
+    class M(nn.Module):
+        def forward(self, x, k, scale, flag, nothing):
+            return x * k * scale if flag and nothing is None else x
+    return M(), (_r(3), 2, 0.5, True, None), {}
+
+
+@case()
 def nested_outputs() -> Built:
     class M(nn.Module):
         def forward(self, x):
@@ -501,6 +630,24 @@ def setitem_with_index_tensor_into_input() -> Built:
             x[idx] = v
             return x.sum(-1)
     return M(), (_r(4, 3), torch.tensor([3, 1]), _r(2, 3)), {}
+
+
+@case()
+def setitem_scalar_into_input_column() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            x[:, 1] = 0.0
+            return x.sum(0)
+    return M(), (_r(3, 3),), {}
+
+
+@case()
+def index_add_into_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x, idx, src):
+            x.index_add_(0, idx, src, alpha=2)
+            return x.mean()
+    return M(), (_r(4, 2), torch.tensor([1, 1, 3]), _r(3, 2)), {}
 
 
 @case()
@@ -573,6 +720,37 @@ def tensor_constant_created_in_forward() -> Built:
     return M(), (_r(3),), {}
 
 
+# --- refused: no functional program can say this; eager-equal or a clear error ------------------
+
+
+@case(refused=True)
+def t_inplace_on_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            x.t_()
+            return x + 1
+    return M(), (_r(2, 3),), {}
+
+
+@case(refused=True)
+def unsqueeze_inplace_on_input() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            x.unsqueeze_(0)
+            return y
+    return M(), (_r(3),), {}
+
+
+@case(refused=True)
+def write_to_input_passed_twice() -> Built:
+    class M(nn.Module):
+        def forward(self, x, y):
+            x.add_(1)
+            return y * 2
+    x = _r(3)
+    return M(), (x, x), {}
+
+
 def all_cases() -> list[Case]:
     return list(CASES.values())
-

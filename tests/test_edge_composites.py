@@ -77,6 +77,32 @@ def forward(self, x):
     mul = torch.ops.aten.mul.Tensor(permute_2, 2);  permute_2 = None
     return (permute_1, mul)""")
 
+    def test_einsum_identity_then_inplace(self):
+        ep = export_case("einsum_identity_then_inplace")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    permute = torch.ops.aten.permute.default(x, [0]);  x = None
+    add = torch.ops.aten.add.Tensor(permute, 1);  permute = None
+    permute_1 = torch.ops.aten.permute.default(add, [0]);  add = None
+    mul = torch.ops.aten.mul.Tensor(permute_1, 2)
+    return (permute_1, mul)""")
+
+    def test_einsum_diagonal_then_inplace(self):
+        ep = export_case("einsum_diagonal_then_inplace")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    diagonal = torch.ops.aten.diagonal.default(x)
+    permute = torch.ops.aten.permute.default(diagonal, [0]);  diagonal = None
+    permute_1 = torch.ops.aten.permute.default(permute, [0]);  permute = None
+    add = torch.ops.aten.add.Tensor(permute_1, 1);  permute_1 = None
+    permute_3 = torch.ops.aten.permute.default(add, [0]);  add = None
+    permute_4 = torch.ops.aten.permute.default(permute_3, [0]);  permute_3 = None
+    diagonal_scatter = torch.ops.aten.diagonal_scatter.default(x, permute_4);  x = permute_4 = None
+    mul = torch.ops.aten.mul.Tensor(diagonal_scatter, 2)
+    return (diagonal_scatter, mul)""")
+
     def test_sum_to_size_then_inplace(self):
         ep = export_case("sum_to_size_then_inplace")
         self.assertNotIn("aten.sum_to_size.default", call_targets(ep))

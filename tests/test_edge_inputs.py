@@ -48,6 +48,24 @@ def forward(self, p_w, x):
     mul_1 = torch.ops.aten.mul.Tensor(mul, p_w);  p_w = None
     return (mul, add, mul_1)""")
 
+    def test_relu_inplace_on_input(self):
+        ep = export_case("relu_inplace_on_input")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    relu = torch.ops.aten.relu.default(x);  x = None
+    sum_1 = torch.ops.aten.sum.default(relu)
+    return (relu, sum_1)""")
+
+    def test_out_argument_into_input(self):
+        ep = export_case("out_argument_into_input")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "y")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x, y):
+    mul = torch.ops.aten.mul.Tensor(x, 3)
+    add = torch.ops.aten.add.Tensor(mul, x);  x = None
+    return (mul, add)""")
+
 
 class TestAliasesOfInputs(TestCase):
     def test_two_aliases_of_one_input_both_mutated(self):
@@ -132,6 +150,14 @@ def forward(self, x):
     select_1 = torch.ops.aten.select.int(view_1, 0, 1);  view_1 = None
     return (mul, select_1)""")
 
+    def test_output_view_taken_before_mutation(self):
+        ep = export_case("output_view_taken_before_mutation")
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
+    select_1 = torch.ops.aten.select.int(mul, 0, 0)
+    return (mul, select_1)""")
+
 
 class TestIntermediates(TestCase):
     def test_intermediate_mutated_through_view(self):
@@ -167,6 +193,16 @@ def forward(self, c_lifted_tensor_0, x):
     mul = torch.ops.aten.mul.Tensor(x, detach);  x = detach = None
     return (mul,)""")
 
+    def test_intermediate_view_taken_before_mutation(self):
+        ep = export_case("intermediate_view_taken_before_mutation")
+        self.assertEqual(mutations(ep), [])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    mul = torch.ops.aten.mul.Tensor(x, 1);  x = None
+    add = torch.ops.aten.add.Tensor(mul, 1);  mul = None
+    t_1 = torch.ops.aten.t.default(add);  add = None
+    return (t_1,)""")
+
 
 class TestIndexedWritesIntoInputs(TestCase):
     def test_index_put_into_input(self):
@@ -185,6 +221,28 @@ def forward(self, x, idx, v):
     index_put = torch.ops.aten.index_put.default(x, [idx], v);  x = idx = v = None
     sum_1 = torch.ops.aten.sum.dim_IntList(index_put, [-1])
     return (index_put, sum_1)""")
+
+    def test_setitem_scalar_into_input_column(self):
+        ep = export_case("setitem_scalar_into_input_column")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, c_lifted_tensor_0, x):
+    lift_fresh_copy = torch.ops.aten.lift_fresh_copy.default(c_lifted_tensor_0);  c_lifted_tensor_0 = None
+    select = torch.ops.aten.select.int(x, 1, 1)
+    fill = torch.ops.aten.fill.Tensor(select, lift_fresh_copy);  select = lift_fresh_copy = None
+    select_scatter = torch.ops.aten.select_scatter.default(x, fill, 1, 1);  x = fill = None
+    sum_1 = torch.ops.aten.sum.dim_IntList(select_scatter, [0])
+    return (select_scatter, sum_1)""")
+
+    def test_index_add_into_input(self):
+        ep = export_case("index_add_into_input")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x, idx, src):
+    clone_default = torch.ops.aten.clone.default(x);  x = None
+    index_add = torch.ops.aten.index_add.default(clone_default, 0, idx, src, alpha = 2);  clone_default = idx = src = None
+    mean = torch.ops.aten.mean.default(index_add)
+    return (index_add, mean)""")
 
     def test_scatter_into_input(self):
         ep = export_case("scatter_into_input")
@@ -235,6 +293,15 @@ def forward(self, pair_0, pair_1_0, pair_1_1, table_w, table_inner_v):
     mul_1 = torch.ops.aten.mul.Tensor(pair_1_1, table_inner_v);  pair_1_1 = table_inner_v = None
     sub = torch.ops.aten.sub.Tensor(add, mul_1);  add = mul_1 = None
     return (sub,)""")
+
+    def test_non_tensor_inputs(self):
+        ep = export_case("non_tensor_inputs")
+        self.assertEqual([s.kind.name for s in ep.graph_signature.input_specs], ["USER_INPUT"] * 5)
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x, k, scale, flag, nothing):
+    mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
+    mul_1 = torch.ops.aten.mul.Tensor(mul, 0.5);  mul = None
+    return (mul_1,)""")
 
     def test_nested_outputs(self):
         ep = export_case("nested_outputs")

@@ -5,13 +5,22 @@ from pathlib import Path
 
 from expecttest import TestCase
 
-from cases_core import CASES
+import predispatch_func as pf
+from cases_core import CASES, build
 from oracle import call_targets, export_case, graph_code, mutations
+
+
+def _checked_gradients(name: str, ep) -> bool:
+    """True when the replay of ``ep`` compared gradients (not only outputs)."""
+    model, args, kwargs = build(name)
+    report = pf.verify(ep, model, args, kwargs, raise_on_failure=True)
+    return "gradients" in report.checked
 
 
 class TestSmallModels(TestCase):
     def test_mlp_two_layers(self):
         ep = export_case("mlp_two_layers")
+        self.assertTrue(_checked_gradients("mlp_two_layers", ep))
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p__0_weight, p__0_bias, p__2_weight, p__2_bias, input_1):
     linear = torch.ops.aten.linear.default(input_1, p__0_weight, p__0_bias);  input_1 = p__0_weight = p__0_bias = None
@@ -21,6 +30,7 @@ def forward(self, p__0_weight, p__0_bias, p__2_weight, p__2_bias, input_1):
 
     def test_tiny_transformer_block(self):
         ep = export_case("tiny_transformer_block")
+        self.assertTrue(_checked_gradients("tiny_transformer_block", ep))
         self.assertTrue({"aten.linear.default", "aten.layer_norm.default",
                          "aten.scaled_dot_product_attention.default"} <= call_targets(ep))
         self.assertExpectedInline(graph_code(ep), """\

@@ -43,6 +43,28 @@ def forward(self, b_cache, x):
     add = torch.ops.aten.add.Tensor(sum_1, x);  sum_1 = x = None
     return (select_scatter, add)""")
 
+    def test_buffer_ema_with_lerp(self):
+        ep = export_case("buffer_ema_with_lerp")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "ema")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_lin_weight, p_lin_bias, b_ema, x):
+    linear = torch.ops.aten.linear.default(x, p_lin_weight, p_lin_bias);  x = p_lin_weight = p_lin_bias = None
+    detach = torch.ops.aten.detach.default(linear)
+    mean = torch.ops.aten.mean.dim(detach, [0]);  detach = None
+    lerp = torch.ops.aten.lerp.Scalar(b_ema, mean, 0.1);  b_ema = mean = None
+    sub = torch.ops.aten.sub.Tensor(linear, lerp);  linear = None
+    return (lerp, sub)""")
+
+    def test_buffer_reassigned_in_forward(self):
+        ep = export_case("buffer_reassigned_in_forward")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "seen")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, b_seen, x):
+    detach = torch.ops.aten.detach.default(x)
+    add = torch.ops.aten.add.Tensor(b_seen, detach);  b_seen = detach = None
+    mul = torch.ops.aten.mul.Tensor(x, add);  x = None
+    return (add, mul)""")
+
 
 class TestBatchNorm(TestCase):
     def test_batchnorm_train(self):
@@ -69,6 +91,27 @@ def forward(self, p_weight, p_bias, b_running_mean, b_running_var, b_num_batches
         self.assertFalse(torch.equal(program.running_mean, before))
         self.assertIsNotNone(x.grad)
         self.assertIsNotNone(program.weight.grad)
+
+    def test_batchnorm_called_twice_train(self):
+        """Two updates of the same running stats; the second reads the first's result."""
+        ep = export_case("batchnorm_called_twice_train")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", f"bn.{b}") for b in _BN_BUFFERS])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_bn_weight, p_bn_bias, b_bn_running_mean, b_bn_running_var, b_bn_num_batches_tracked, x):
+    add = torch.ops.aten.add.Tensor(b_bn_num_batches_tracked, 1);  b_bn_num_batches_tracked = None
+    clone_default = torch.ops.aten.clone.default(b_bn_running_mean);  b_bn_running_mean = None
+    clone_default_1 = torch.ops.aten.clone.default(b_bn_running_var);  b_bn_running_var = None
+    _native_batch_norm_legit_functional = torch.ops.aten._native_batch_norm_legit_functional.default(x, p_bn_weight, p_bn_bias, clone_default, clone_default_1, True, 0.1, 1e-05);  x = clone_default = clone_default_1 = None
+    getitem = _native_batch_norm_legit_functional[0]
+    getitem_3 = _native_batch_norm_legit_functional[3]
+    getitem_4 = _native_batch_norm_legit_functional[4];  _native_batch_norm_legit_functional = None
+    mul = torch.ops.aten.mul.Tensor(getitem, 2);  getitem = None
+    add_1 = torch.ops.aten.add.Tensor(add, 1);  add = None
+    _native_batch_norm_legit_functional_1 = torch.ops.aten._native_batch_norm_legit_functional.default(mul, p_bn_weight, p_bn_bias, getitem_3, getitem_4, True, 0.1, 1e-05);  mul = p_bn_weight = p_bn_bias = getitem_3 = getitem_4 = None
+    getitem_5 = _native_batch_norm_legit_functional_1[0]
+    getitem_8 = _native_batch_norm_legit_functional_1[3]
+    getitem_9 = _native_batch_norm_legit_functional_1[4];  _native_batch_norm_legit_functional_1 = None
+    return (getitem_8, getitem_9, add_1, getitem_5)""")
 
     def test_batchnorm_eval(self):
         ep = export_case("batchnorm_eval")
@@ -110,14 +153,32 @@ def forward(self, p__0_weight, p__0_bias, input_1):
     getitem = native_dropout[0];  native_dropout = None
     return (getitem,)""")
 
+    def test_functional_dropout_eval_then_inplace(self):
+        """Eager's dropout returns its input in eval mode; torch's decomposition clones it."""
+        ep = export_case("functional_dropout_eval_then_inplace")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    add = torch.ops.aten.add.Tensor(x, 1);  x = None
+    mul = torch.ops.aten.mul.Tensor(add, 2)
+    return (add, mul)""")
+
+    def test_functional_dropout_p0_train_then_inplace(self):
+        ep = export_case("functional_dropout_p0_train_then_inplace")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    mul = torch.ops.aten.mul.Tensor(x, 3);  x = None
+    add = torch.ops.aten.add.Tensor(mul, mul)
+    return (mul, add)""")
+
     def test_dropout_eval_is_identity(self):
         ep = export_case("dropout_eval_is_identity")
         self.assertNotIn("aten.dropout.default", call_targets(ep))
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p__0_weight, p__0_bias, input_1):
     linear = torch.ops.aten.linear.default(input_1, p__0_weight, p__0_bias);  input_1 = p__0_weight = p__0_bias = None
-    clone = torch.ops.aten.clone.default(linear);  linear = None
-    return (clone,)""")
+    return (linear,)""")
 
 
 class TestExportLeavesCallerUntouched(TestCase):

@@ -29,7 +29,10 @@ def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor,
                                non_blocking: bool = False) -> torch.Tensor:
     """``src`` written over all of ``dst``; ``dst`` stays an input (zero gradient),
     so the result requires grad exactly when eager's ``copy_`` result does."""
-    if _same_layout(dst, src):  # e.g. a write-back replayed when a program is re-exported
+    # The value is src itself (e.g. a write-back replayed when a program is re-exported),
+    # except for a write done without grad: the written tensor must keep its own autograd
+    # identity (see hop/ops.py), so it needs a node of its own.
+    if _same_layout(dst, src) and torch.is_grad_enabled():
         return src
     value = src  # the scatter below copies, so the result never aliases src
     if (src.dtype, src.device) != (dst.dtype, dst.device):

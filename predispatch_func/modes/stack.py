@@ -25,7 +25,7 @@ import torch
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
-from .composite_policy import CompositePolicy
+from .composite_policy import CompositePolicy, eager_alias_result
 from .differentiable_copy import DECOMPOSITIONS as COPY_DECOMPOSITIONS
 
 
@@ -162,6 +162,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 "in-place metadata change (shape/stride) of a graph input cannot be expressed "
                 "in a functional program; use the out-of-place op instead",
                 op=func, source=user_source_line())
+        if self.pre_dispatch and (same := eager_alias_result(func, args, kwargs)) is not None:
+            return same
         self.op_stack.append(func)
         try:
             out = self._dispatch_recording_identity(func, types, args, kwargs)
