@@ -301,7 +301,7 @@ def _copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: Ex
         node = outputs[j]
         root = _view_root(node)
         if getattr(root, "op", None) == "placeholder" and root is not targets[j]:
-            outputs[j] = copy_of("mutation", node)
+            outputs[j] = copy_of(f"mutation {j}", node)
         elif node in outputs[:j]:
             outputs[j] = copy_of(f"mutation {j}", node)
     mutation_nodes = set(outputs[:n_mut])
