@@ -113,7 +113,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         # the bases written, and the written views themselves: after a write under
         # no_grad, eager's view keeps its own autograd identity too
         bases = self._bases_of(written)
-        bases += [w for w in written if all(w is not b for b in bases)]
+        if not through_detach:  # a detached alias has no autograd identity to keep
+            bases += [w for w in written if all(w is not b for b in bases)]
         before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
         if through_detach:  # eager: same as writing under no_grad
             tc.record_grad_marker(False)
@@ -122,9 +123,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             after = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
         if through_detach:
             tc.record_grad_marker(True)
-        for old, new in zip(before, after):
+        for old, new in zip(before, after):  # bases first: a base's identity wins
             if old is not None and new is not None and new is not old:
-                self.identity_edges[new] = old
+                self.identity_edges.setdefault(new, old)
         return out
 
     def _refuse_grad_value_through_detach(self, func, args, kwargs, written) -> None:
