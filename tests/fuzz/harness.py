@@ -36,7 +36,8 @@ def eager_backward_runs(program: Program) -> bool:
     model, args = program.build()
     grad_args = tuple(a.detach().clone().requires_grad_(a.is_floating_point()) for a in args)
     try:
-        outs = model(*grad_args)
+        with torch.enable_grad():  # restores the grad mode a forward that raised left off
+            outs = model(*grad_args)
     except RuntimeError:
         return True  # verify retries with the caller's inputs, which do not reach backward
     try:  # eager may refuse to even read an output (a no_grad view of a base written later)
