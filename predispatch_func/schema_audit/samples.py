@@ -1,0 +1,371 @@
+"""Sample inputs for one operator overload, built to find where lies hide.
+
+A composite that lies usually does so on an identity fast path: ``type_as``
+to the same dtype, ``sum_to_size`` to the same size, ``einsum("ij->ji")``,
+``dropout(p=0)`` or ``train=False``, a one-element list. Random OpInfo inputs
+rarely take those paths, so each overload gets two kinds of samples:
+
+* :func:`schema_samples`: values synthesised from the schema under a few
+  *profiles* (identity, non-contiguous, other dtype, square, vector, 3-d, 0-d),
+  the identity profile choosing the value that makes the op a no-op;
+* :func:`opinfo_samples`: torch's own OpInfo sample inputs (``op_db``) whose
+  arguments bind to the overload.
+
+A sample is a recipe, not tensors: :meth:`Sample.materialize` builds fresh
+tensors each time, so one run cannot leak a mutation into the next.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+from typing import Any
+
+import torch
+
+MAX_OPINFO_SAMPLES = 6
+
+# --- samples -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """Positional and keyword arguments for one call, plus where they came from."""
+
+    source: str  # "schema:identity", "opinfo:nn.functional.dropout", ...
+    args: tuple
+    kwargs: dict
+
+    def materialize(self) -> tuple[tuple, dict]:
+        """Fresh copies of every tensor (strides kept), other values shared."""
+        return _clone_tree(self.args), _clone_tree(self.kwargs)
+
+    def describe(self, prefix: str = "") -> str:
+        """``prefix(f32[2,3], 'ij->ji') [schema:identity]``: shapes and values, not data."""
+        parts = [_short(a) for a in self.args] + [f"{k}={_short(v)}" for k, v in self.kwargs.items()]
+        return f"{prefix}({', '.join(parts)}) [{self.source}]"
+
+
+def _clone_tree(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, list):
+        return [_clone_tree(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_clone_tree(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone_tree(v) for k, v in value.items()}
+    return value
+
+
+_DTYPE_SHORT = {torch.float32: "f32", torch.float64: "f64", torch.int64: "i64", torch.bool: "b8",
+                torch.float16: "f16", torch.bfloat16: "bf16", torch.int32: "i32",
+                torch.complex64: "c64", torch.uint8: "u8"}
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        dims = ",".join(str(s) for s in value.shape)
+        flag = "" if value.is_contiguous() or value.layout != torch.strided else " non-contiguous"
+        return f"{_DTYPE_SHORT.get(value.dtype, str(value.dtype))}[{dims}]{flag}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_short(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
+# --- schema-synthesised samples ---------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """How to fill a schema: one profile per corner worth visiting."""
+
+    name: str
+    shape: tuple[int, ...] = (2, 3)
+    dtype: torch.dtype = torch.float32
+    non_contiguous: bool = False
+    other_dtype: torch.dtype | None = None  # dtype for tensors/ScalarTypes after the first
+    flag: bool = False  # value for bool flags (train, copy, ...)
+    probability: float = 0.0
+    fill_optionals: bool = False
+    list_len: int = 1
+    same_sizes: bool = True  # int[] size arguments equal to the input's size
+
+
+PROFILES = (
+    Profile("identity"),
+    Profile("identity+optionals", fill_optionals=True, flag=True),
+    Profile("non-contiguous", non_contiguous=True),
+    Profile("other-dtype", other_dtype=torch.float64, flag=True, probability=0.5, list_len=2,
+            same_sizes=False, fill_optionals=True),
+    Profile("square", shape=(3, 3)),
+    Profile("vector", shape=(4,)),
+    Profile("3-d", shape=(2, 3, 4)),
+    Profile("0-d", shape=()),
+    Profile("4-d", shape=(1, 2, 3, 3)),
+    Profile("integer", dtype=torch.int64),
+    Profile("reshaping", non_contiguous=True, same_sizes=False),
+)
+
+
+class NoSample(Exception):
+    """The schema has an argument no profile can fill (named dims, storages, ...)."""
+
+
+_SIZE_NAMES = {"size", "shape", "sizes", "normalized_shape", "output_size", "new_size"}
+_STR_VALUES = {
+    "reduce": "sum", "reduction": "mean", "approximate": "none", "padding_mode": "zeros",
+    "indexing": "ij", "side": "left", "interpolation": "linear", "UPLO": "L", "uplo": "L",
+    "mode": "reduced", "padding": "same", "rounding_mode": "trunc", "driver": "gelsy",
+}
+_CHANNEL_NAMES = {"running_mean", "running_var", "weight", "bias", "save_mean", "save_invstd"}
+
+
+def schema_samples(op: torch._ops.OpOverload) -> tuple[list[Sample], list[str]]:
+    """One sample per profile that can fill ``op``'s schema; reasons for the others."""
+    samples, reasons = [], []
+    for profile in PROFILES:
+        try:
+            samples.append(_fill(op, profile))
+        except NoSample as why:
+            reasons.append(str(why))
+    return samples, sorted(set(reasons))
+
+
+def _random(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(shape, dtype=dtype)
+    return torch.randint(0, 5, shape, dtype=dtype)
+
+
+def _tensor(profile: Profile, dtype: torch.dtype) -> torch.Tensor:
+    shape = profile.shape
+    if profile.non_contiguous and len(shape) >= 2:
+        return _random(tuple(reversed(shape)), dtype).permute(*reversed(range(len(shape))))
+    return _random(shape, dtype)
+
+
+def _equation(n_tensors: int, ndim: int, profile: Profile) -> str:
+    letters = "ijklmn"[:ndim]
+    if n_tensors == 1:
+        # permutation-only: identity on square/vector/0-d, a transpose otherwise
+        out = letters if profile.name in ("square", "vector", "0-d") else letters[::-1]
+        return f"{letters}->{out}"
+    return ",".join([letters] * n_tensors) + f"->{letters}"
+
+
+def _fill(op: torch._ops.OpOverload, profile: Profile) -> Sample:
+    schema = op._schema
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    state = {"first": None, "tensors": 0}
+    ndim = len(profile.shape)
+    channels = profile.shape[1] if ndim > 1 else (profile.shape[0] if ndim == 1 else 1)
+    per_channel = any(a.name == "running_mean" for a in schema.arguments)  # batch-norm family
+
+    def tensor_for(name: str, optional: bool) -> torch.Tensor:
+        if name in ("condition", "mask"):
+            return torch.rand(profile.shape) > 0.5
+        if name == "target" and ndim > 1:
+            return torch.zeros(profile.shape[:1], dtype=torch.long)  # class indices, one per row
+        if name in ("index", "indices", "target") and state["first"] is not None:
+            return torch.zeros(profile.shape, dtype=torch.long)
+        if name in _CHANNEL_NAMES and per_channel:
+            return torch.rand(channels) + 0.5
+        dtype = profile.dtype if state["tensors"] == 0 else (profile.other_dtype or profile.dtype)
+        state["tensors"] += 1
+        t = _tensor(profile, dtype)
+        if state["first"] is None:
+            state["first"] = t
+        return t
+
+    list_tensors = None
+    for arg in schema.arguments:
+        kind = str(arg.real_type)
+        name = arg.name
+        has_default = arg.has_default_value()
+        if kind == "Tensor":
+            value = tensor_for(name, optional=False)
+        elif kind == "Optional[Tensor]":
+            value = tensor_for(name, optional=True) if profile.fill_optionals else None
+        elif kind == "List[Tensor]":
+            value = [tensor_for(name, optional=False) for _ in range(profile.list_len)]
+            list_tensors = value
+        elif kind == "List[Optional[Tensor]]":
+            value = [torch.zeros(1, dtype=torch.long)]
+        elif kind in ("int", "Optional[int]"):
+            value = _int_for(name, arg, profile)
+        elif kind in ("List[int]", "Optional[List[int]]"):
+            value = _int_list_for(name, arg, profile)
+        elif kind in ("float", "Optional[float]"):
+            value = _float_for(name, arg, profile)
+        elif kind in ("bool", "Optional[bool]"):
+            if name in ("train", "training"):
+                value = profile.flag
+            elif has_default and arg.default_value is not None:
+                value = arg.default_value
+            else:
+                value = profile.flag
+        elif kind in ("number", "Optional[number]"):
+            value = arg.default_value if has_default and arg.default_value is not None else 1
+        elif kind in ("ScalarType", "Optional[ScalarType]"):
+            if kind.startswith("Optional") and not profile.fill_optionals and profile.name != "identity":
+                value = None
+            else:
+                value = profile.other_dtype or profile.dtype
+        elif kind in ("Layout", "Optional[Layout]"):
+            value = torch.strided
+        elif kind in ("Device", "Optional[Device]"):
+            value = torch.device("cpu")
+        elif kind in ("MemoryFormat", "Optional[MemoryFormat]"):
+            value = torch.contiguous_format if (profile.fill_optionals or not kind.startswith("Optional")) else None
+        elif kind in ("Optional[Generator]",):
+            value = None
+        elif kind in ("str", "Optional[str]"):
+            if name == "equation":
+                value = "@einsum"  # filled once the tensor list is known
+            elif has_default:
+                value = arg.default_value
+            elif name in _STR_VALUES:
+                value = _STR_VALUES[name]
+            else:
+                raise NoSample(f"no value known for str argument {name!r}")
+        elif kind == "Optional[List[float]]":
+            value = None
+        elif kind == "List[bool]":
+            value = [profile.flag] * 3
+        elif kind == "List[number]":
+            value = [1, 1]
+        elif has_default:
+            value = arg.default_value
+        else:
+            raise NoSample(f"cannot synthesise a {kind} argument ({name})")
+        if arg.kwarg_only:
+            if not (has_default and value is arg.default_value):
+                kwargs[name] = value
+        else:
+            args.append(value)
+    if "@einsum" in args:
+        n = len(list_tensors) if list_tensors is not None else 1
+        args[args.index("@einsum")] = _equation(n, ndim, profile)
+    return Sample(f"schema:{profile.name}", tuple(args), kwargs)
+
+
+def _int_for(name: str, arg: Any, profile: Profile) -> int | None:
+    ndim = len(profile.shape)
+    if name in ("dim", "dim0", "axis", "start_dim", "source", "dim1", "destination", "end_dim"):
+        if name in ("dim1", "destination", "end_dim"):
+            return max(ndim - 1, 0) if profile.same_sizes else 0
+        return 0
+    if name in ("groups", "chunks", "sections", "split_size", "repeats", "n", "k", "steps"):
+        return 1 if profile.same_sizes else 2
+    if arg.has_default_value():
+        return arg.default_value
+    if name == "size" and ndim:
+        return profile.shape[0]
+    return 1
+
+
+def _int_list_for(name: str, arg: Any, profile: Profile) -> list[int] | None:
+    shape = list(profile.shape)
+    if name == "output_size" and len(shape) > 2:
+        return shape[2:]  # spatial dims of (N, C, *spatial)
+    if name in _SIZE_NAMES:
+        return shape if profile.same_sizes else shape[::-1]
+    if name in ("dims", "perm", "permutation"):
+        return list(range(len(shape))) if profile.same_sizes else list(reversed(range(len(shape))))
+    if name == "dim":
+        if arg.has_default_value() and arg.default_value is None and not profile.fill_optionals:
+            return None
+        return [0] if shape else []
+    if arg.has_default_value() and arg.default_value is not None:
+        return list(arg.default_value)
+    if arg.has_default_value():
+        return None
+    return [1] * max(1, len(shape) - 2)
+
+
+def _float_for(name: str, arg: Any, profile: Profile) -> float | None:
+    if name in ("p", "prob", "probability", "dropout_p"):
+        return profile.probability
+    if name == "eps":
+        return 1e-5
+    if name == "momentum":
+        return 0.1
+    if arg.has_default_value():
+        return arg.default_value
+    return 1.0
+
+
+# --- OpInfo samples -----------------------------------------------------------
+
+
+def _packet_name_of(opinfo: Any) -> str:
+    name = opinfo.aten_name or opinfo.name
+    for prefix in ("torch.ops.aten.", "nn.functional.", "torch."):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    name = name.split(".default")[0]
+    return name.replace(".", "_")
+
+
+@functools.lru_cache(maxsize=1)
+def _opinfos_by_packet() -> dict[str, list[Any]]:
+    """op_db grouped by the aten packet each OpInfo most likely calls."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    index: dict[str, list[Any]] = {}
+    for info in op_db:
+        names = {_packet_name_of(info)} | {a.name.replace(".", "_") for a in info.aliases}
+        names.add(info.name.split(".")[-1])
+        for n in names:
+            index.setdefault(n, []).append(info)
+    return index
+
+
+def _pick_dtype(info: Any) -> torch.dtype | None:
+    dtypes = info.supported_dtypes("cpu")
+    for preferred in (torch.float32, torch.float64, torch.int64, torch.bool):
+        if preferred in dtypes:
+            return preferred
+    return next(iter(sorted(dtypes, key=str)), None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _opinfo_samples_for_packet(packet: str) -> tuple[Sample, ...]:
+    out: list[Sample] = []
+    for info in _opinfos_by_packet().get(packet, ()):
+        dtype = _pick_dtype(info)
+        if dtype is None:
+            continue
+        tag = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
+        try:
+            made = list(itertools.islice(info.sample_inputs("cpu", dtype, requires_grad=False),
+                                         MAX_OPINFO_SAMPLES))
+        except Exception:  # an OpInfo that cannot build CPU samples offers nothing
+            continue
+        for s in made:
+            out.append(Sample(f"opinfo:{tag}", (s.input, *s.args), dict(s.kwargs)))
+    return tuple(out)
+
+
+def opinfo_samples(op: torch._ops.OpOverload) -> list[Sample]:
+    """OpInfo samples for ``op``'s packet; the checker drops those that do not bind."""
+    return list(_opinfo_samples_for_packet(op._schema.name.split("::")[-1]))
+
+
+def has_opinfo(op: torch._ops.OpOverload) -> bool:
+    return op._schema.name.split("::")[-1] in _opinfos_by_packet()
+
+
+def samples_for(op: torch._ops.OpOverload, *, use_opinfo: bool = True) -> tuple[list[Sample], list[str]]:
+    """All samples for ``op`` (schema profiles first: they are the likeliest to expose lies)."""
+    samples, reasons = schema_samples(op)
+    if use_opinfo and op.namespace == "aten":
+        samples += opinfo_samples(op)
+    return samples, reasons
+
