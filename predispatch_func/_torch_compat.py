@@ -222,6 +222,10 @@ def torch_export_keeps(op: torch._ops.OpOverload) -> bool:
     Kernels (no composite) are always kept, except the one torch force-decomposes
     (native_batch_norm); composites are kept unless annotated or tagged.
     """
+    import warnings
+
     if not has_composite_implicit_kernel(op):
         return not torch_tags_unsafe(op)
-    return _can_decompose_fast(op, True, True) is False
+    with warnings.catch_warnings():  # torch warns that it keeps custom composites
+        warnings.simplefilter("ignore")
+        return _can_decompose_fast(op, True, True) is False

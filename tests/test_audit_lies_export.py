@@ -1,0 +1,99 @@
+"""Every lying composite that torch 2.13's export would keep, exported by us and replayed.
+
+For each one, a module calls the op on the sample that made it lie, then
+mutates every result that aliases an input in place. Eager sees the write
+reach the input; torch's functional graphs would drop it; ours must equal eager.
+"""
+
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+from oracle import export_checked
+from predispatch_func import _torch_compat as tc
+from predispatch_func.schema_audit.checker import run_sample
+from predispatch_func.schema_audit.samples import samples_for
+from predispatch_func.schema_audit.table import load
+
+TABLE = load()
+LYING_KEPT_BY_TORCH = sorted(e.op for e in TABLE.entries.values() if e.composite and e.lies and e.torch_keeps)
+
+
+def _op(name: str) -> torch._ops.OpOverload:
+    ns, _, rest = name.partition(".")
+    return tc.resolve_overload(ns, rest)
+
+
+def _lying_sample(op):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        samples, _ = samples_for(op)
+        for s in samples:
+            try:
+                run = run_sample(op, s)
+            except Exception:
+                continue
+            if run.alias_lies or run.mutation_lies:
+                return s
+    raise AssertionError(f"no sample makes {op} lie any more; rebuild the audit table")
+
+
+def _mutate_in_place(t: torch.Tensor) -> None:
+    if t.dtype == torch.bool:
+        t.logical_not_()
+    elif t.is_floating_point() or t.is_complex():
+        t.mul_(3)
+    else:
+        t.add_(1)
+
+
+class CallThenMutate(torch.nn.Module):
+    """``out = op(*sample)``; then every result that aliases an input is written in place."""
+
+    def __init__(self, op, sample):
+        super().__init__()
+        self.op = op
+        leaves, self.spec = pytree.tree_flatten((sample.args, sample.kwargs))
+        self.is_tensor = [isinstance(v, torch.Tensor) for v in leaves]
+        self.constants = [None if t else v for t, v in zip(self.is_tensor, leaves)]
+        self.to_mutate = self._aliasing_results(sample)
+
+    def _call(self, tensors):
+        it = iter(tensors)
+        leaves = [next(it) if t else c for t, c in zip(self.is_tensor, self.constants)]
+        args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        return self.op(*args, **kwargs)
+
+    def _aliasing_results(self, sample) -> list[int]:
+        """Which result leaves alias an input, found eagerly (tracing hides storages)."""
+        args, kwargs = sample.materialize()
+        tensors = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+        ptrs = {x.untyped_storage().data_ptr() for x in tensors if x.numel()}
+        return [i for i, o in enumerate(pytree.tree_leaves(self._call(tensors)))
+                if isinstance(o, torch.Tensor) and (any(o is x for x in tensors)
+                                                    or (o.numel() and o.untyped_storage().data_ptr() in ptrs))]
+
+    def forward(self, tensors: list[torch.Tensor]):
+        out = self._call(tensors)
+        leaves = pytree.tree_leaves(out)
+        for i in self.to_mutate:
+            _mutate_in_place(leaves[i])
+        return out
+
+
+def test_the_list_holds_the_known_liars():
+    for name in ("aten.type_as.default", "aten.einsum.default", "aten.sum_to_size.default",
+                 "aten.dropout.default"):
+        assert name in LYING_KEPT_BY_TORCH
+
+
+@pytest.mark.parametrize("name", LYING_KEPT_BY_TORCH)
+def test_lying_composite_then_inplace_equals_eager(name):
+    op = _op(name)
+    sample = _lying_sample(op)
+    model = CallThenMutate(op, sample)
+    args, kwargs = sample.materialize()
+    tensors = tuple(v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor))
+    ep = export_checked(model, (list(tensors),))
+    decisions = ep.graph_module.meta["composite_decisions"]
+    assert decisions[name][0] == "decompose", decisions
