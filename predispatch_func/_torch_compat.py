@@ -43,6 +43,17 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
     )
 
 
+def has_python_composite(op: torch._ops.OpOverload) -> bool:
+    """torch registered a Python CompositeImplicitAutograd kernel, which tracing
+    runs instead of the C++ one eager runs (dropout: clone vs. return input)."""
+    return torch._C.DispatchKey.CompositeImplicitAutograd in op.py_kernels
+
+
+def decompose_like_eager(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """Run ``op``'s C++ composite kernel (the one eager runs), skipping Python overrides."""
+    return op._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+
+
 def torch_would_decompose(op: torch._ops.OpOverload, pre_dispatch: bool) -> bool | None:
     """torch's own export-time answer (None: it would consult autograd)."""
     return _can_decompose_fast(op, True, pre_dispatch)

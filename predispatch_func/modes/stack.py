@@ -50,6 +50,10 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 op=func, source=user_source_line())
         self.op_stack.append(func)
         try:
+            if (self.pre_dispatch and self.policy.needs_eager_kernel(func, args, kwargs)
+                    and self._can_decompose(func, args, kwargs)):
+                with self:
+                    return tc.decompose_like_eager(func, *args, **kwargs)
             return super().__torch_dispatch__(func, types, args, kwargs)
         except BaseException:
             if self.failed_op is None:
