@@ -10,6 +10,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from oracle import export_checked
+from predispatch_func.errors import ExportError, VerificationError
 from predispatch_func import _torch_compat as tc
 from predispatch_func.schema_audit.checker import run_sample
 from predispatch_func.schema_audit.samples import samples_for
@@ -25,16 +26,21 @@ def _op(name: str) -> torch._ops.OpOverload:
 
 
 def _lying_sample(op):
+    """The first sample on which ``op`` lies and on which eager can write the aliased result."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         samples, _ = samples_for(op)
         for s in samples:
             try:
                 run = run_sample(op, s)
+                if not (run.alias_lies or run.mutation_lies):
+                    continue
+                args, kwargs = s.materialize()
+                CallThenMutate(op, s)([v for v in pytree.tree_leaves((args, kwargs))
+                                       if isinstance(v, torch.Tensor)])
             except Exception:
-                continue
-            if run.alias_lies or run.mutation_lies:
-                return s
+                continue  # eager itself refuses (e.g. the alias is an expanded view)
+            return s
     raise AssertionError(f"no sample makes {op} lie any more; rebuild the audit table")
 
 
@@ -87,7 +93,27 @@ def test_the_list_holds_the_known_liars():
         assert name in LYING_KEPT_BY_TORCH
 
 
-@pytest.mark.parametrize("name", LYING_KEPT_BY_TORCH)
+# Cases torch itself blocks; each is a clear error or a documented torch limit.
+TORCH_BLOCKS = {
+    "aten._saturate_weight_to_fp16.default": (ExportError, "its C++ composite reads raw tensor data, "
+                                              "which fake tensors do not have; export names the op"),
+    "aten.data.default": (VerificationError, "eager writes through .data to an input that requires "
+                          "grad; the unlifted program's write-back copy_ into that leaf is refused "
+                          "by autograd (torch.export's ExportedProgram.module() does the same)"),
+    "aten.instance_norm.default": (ExportError, "torch's Python decomposition of "
+                                   "_native_batch_norm_legit divides by n-1 = 0 for one element per "
+                                   "channel (eager gives inf); see test_instance_norm_running_stats"),
+}
+
+
+def _case(name):
+    if name not in TORCH_BLOCKS:
+        return name
+    exc, reason = TORCH_BLOCKS[name]
+    return pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=exc, reason=reason))
+
+
+@pytest.mark.parametrize("name", [_case(n) for n in LYING_KEPT_BY_TORCH])
 def test_lying_composite_then_inplace_equals_eager(name):
     op = _op(name)
     sample = _lying_sample(op)
@@ -97,3 +123,18 @@ def test_lying_composite_then_inplace_equals_eager(name):
     ep = export_checked(model, (list(tensors),))
     decisions = ep.graph_module.meta["composite_decisions"]
     assert decisions[name][0] == "decompose", decisions
+
+
+class InstanceNormWithStats(torch.nn.Module):
+    def forward(self, x, weight, bias, running_mean, running_var):
+        y = torch.ops.aten.instance_norm.default(x, weight, bias, running_mean, running_var,
+                                                 True, 0.1, 1e-5, False)
+        return y
+
+
+def test_instance_norm_running_stats_written_back():
+    """instance_norm updates running stats its schema does not mark written; ours writes them back."""
+    args = (torch.randn(2, 3, 4), torch.rand(3), torch.rand(3), torch.zeros(3), torch.ones(3))
+    ep = export_checked(InstanceNormWithStats(), args)
+    kinds = [s.kind.name for s in ep.graph_signature.output_specs]
+    assert kinds.count("USER_INPUT_MUTATION") == 2, kinds

@@ -343,11 +343,20 @@ def _opinfo_samples_for_packet(packet: str) -> tuple[Sample, ...]:
         if dtype is None:
             continue
         tag = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
+        made = []
         try:
-            made = list(itertools.islice(info.sample_inputs("cpu", dtype, requires_grad=False),
-                                         MAX_OPINFO_SAMPLES))
+            gen = info.sample_inputs("cpu", dtype, requires_grad=False)
+            try:
+                made = list(itertools.islice(gen, MAX_OPINFO_SAMPLES))
+            finally:
+                # close now: OpInfo generators run under no_grad(), and one left for
+                # the garbage collector toggles grad mode wherever it happens to be
+                # finalised, e.g. inside a later export trace
+                close = getattr(gen, "close", None)
+                if close is not None:
+                    close()
         except Exception:  # an OpInfo that cannot build CPU samples offers nothing
-            continue
+            pass
         for s in made:
             out.append(Sample(f"opinfo:{tag}", (s.input, *s.args), dict(s.kwargs)))
     return tuple(out)
