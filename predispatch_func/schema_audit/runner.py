@@ -10,6 +10,7 @@ carries on with the next op.
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
 import time
@@ -85,6 +86,7 @@ MAX_CRASHES_PER_OP = 10
 
 def _child(ops: list[torch._ops.OpOverload], start: int, skip: dict[int, dict[int, str]],
            use_opinfo: bool, conn) -> None:
+    faulthandler.disable()  # a crash here is expected and reported by the parent
     for i in range(start, len(ops)):
         op = ops[i]
         conn.send(("start", i))
