@@ -20,7 +20,8 @@ import torch
 
 from .. import _torch_compat as tc
 from .checker import UNTESTED, CheckResult, check
-from .samples import Sample, has_opinfo, samples_for
+from .opinfo import has_opinfo
+from .samples import Sample, samples_for
 
 OP_TIMEOUT_S = 30.0
 Progress = Callable[[str], None]

@@ -8,8 +8,8 @@ rarely take those paths, so each overload gets two kinds of samples:
 * :func:`schema_samples`: values synthesised from the schema under a few
   *profiles* (identity, non-contiguous, other dtype, square, vector, 3-d, 0-d),
   the identity profile choosing the value that makes the op a no-op;
-* :func:`opinfo_samples`: torch's own OpInfo sample inputs (``op_db``) whose
-  arguments bind to the overload.
+* ``opinfo.opinfo_samples``: torch's own OpInfo sample inputs (``op_db``)
+  whose arguments bind to the overload.
 
 A sample is a recipe, not tensors: :meth:`Sample.materialize` builds fresh
 tensors each time, so one run cannot leak a mutation into the next.
@@ -18,13 +18,9 @@ tensors each time, so one run cannot leak a mutation into the next.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import itertools
 from typing import Any
 
 import torch
-
-MAX_OPINFO_SAMPLES = 6
 
 # --- samples -----------------------------------------------------------------
 
@@ -301,80 +297,12 @@ def _float_for(name: str, arg: Any, profile: Profile) -> float | None:
     return 1.0
 
 
-# --- OpInfo samples -----------------------------------------------------------
-
-
-def _packet_name_of(opinfo: Any) -> str:
-    name = opinfo.aten_name or opinfo.name
-    for prefix in ("torch.ops.aten.", "nn.functional.", "torch."):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    name = name.split(".default")[0]
-    return name.replace(".", "_")
-
-
-@functools.lru_cache(maxsize=1)
-def _opinfos_by_packet() -> dict[str, list[Any]]:
-    """op_db grouped by the aten packet each OpInfo most likely calls."""
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    index: dict[str, list[Any]] = {}
-    for info in op_db:
-        names = {_packet_name_of(info)} | {a.name.replace(".", "_") for a in info.aliases}
-        names.add(info.name.split(".")[-1])
-        for n in names:
-            index.setdefault(n, []).append(info)
-    return index
-
-
-def _pick_dtype(info: Any) -> torch.dtype | None:
-    dtypes = info.supported_dtypes("cpu")
-    for preferred in (torch.float32, torch.float64, torch.int64, torch.bool):
-        if preferred in dtypes:
-            return preferred
-    return next(iter(sorted(dtypes, key=str)), None)
-
-
-@functools.lru_cache(maxsize=4096)
-def _opinfo_samples_for_packet(packet: str) -> tuple[Sample, ...]:
-    out: list[Sample] = []
-    for info in _opinfos_by_packet().get(packet, ()):
-        dtype = _pick_dtype(info)
-        if dtype is None:
-            continue
-        tag = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
-        made = []
-        try:
-            gen = info.sample_inputs("cpu", dtype, requires_grad=False)
-            try:
-                made = list(itertools.islice(gen, MAX_OPINFO_SAMPLES))
-            finally:
-                # close now: OpInfo generators run under no_grad(), and one left for
-                # the garbage collector toggles grad mode wherever it happens to be
-                # finalised, e.g. inside a later export trace
-                close = getattr(gen, "close", None)
-                if close is not None:
-                    close()
-        except Exception:  # an OpInfo that cannot build CPU samples offers nothing
-            pass
-        for s in made:
-            out.append(Sample(f"opinfo:{tag}", (s.input, *s.args), dict(s.kwargs)))
-    return tuple(out)
-
-
-def opinfo_samples(op: torch._ops.OpOverload) -> list[Sample]:
-    """OpInfo samples for ``op``'s packet; the checker drops those that do not bind."""
-    return list(_opinfo_samples_for_packet(op._schema.name.split("::")[-1]))
-
-
-def has_opinfo(op: torch._ops.OpOverload) -> bool:
-    return op._schema.name.split("::")[-1] in _opinfos_by_packet()
-
-
 def samples_for(op: torch._ops.OpOverload, *, use_opinfo: bool = True) -> tuple[list[Sample], list[str]]:
     """All samples for ``op`` (schema profiles first: they are the likeliest to expose lies)."""
     samples, reasons = schema_samples(op)
     if use_opinfo and op.namespace == "aten":
+        from .opinfo import opinfo_samples
+
         samples += opinfo_samples(op)
     return samples, reasons
 
