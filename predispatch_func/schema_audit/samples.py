@@ -105,6 +105,8 @@ PROFILES = (
     Profile("4-d", shape=(1, 2, 3, 3)),
     Profile("integer", dtype=torch.int64),
     Profile("reshaping", non_contiguous=True, same_sizes=False),
+    Profile("5-d", shape=(1, 1, 2, 2, 2)),
+    Profile("double", dtype=torch.float64),
 )
 
 
@@ -117,13 +119,45 @@ _STR_VALUES = {
     "reduce": "sum", "reduction": "mean", "approximate": "none", "padding_mode": "zeros",
     "indexing": "ij", "side": "left", "interpolation": "linear", "UPLO": "L", "uplo": "L",
     "mode": "reduced", "padding": "same", "rounding_mode": "trunc", "driver": "gelsy",
+    "p": "fro", "ord": "fro",
 }
+_CLASS_TARGET_OPS = ("nll", "cross_entropy", "ctc", "multilabel", "multi_margin")
 _CHANNEL_NAMES = {"running_mean", "running_var", "weight", "bias", "save_mean", "save_invstd"}
+
+
+def _rnn_weights(gates: int, inp: int = 3, hidden: int = 4) -> list[torch.Tensor]:
+    return [torch.randn(gates * hidden, inp), torch.randn(gates * hidden, hidden),
+            torch.randn(gates * hidden), torch.randn(gates * hidden)]
+
+
+def _rnn_samples(packet: str, overload: str) -> list[Sample]:
+    """Recurrent ops pack their weights in lists whose shapes no profile can guess."""
+    gates = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}[packet.removesuffix("_cell")]
+    h = torch.randn(1, 4)
+    if packet.endswith("_cell"):
+        w_ih, w_hh, b_ih, b_hh = _rnn_weights(gates)
+        hx = [h, torch.randn(1, 4)] if gates == 4 else h
+        return [Sample("recipe:rnn-cell", (torch.randn(1, 3), hx, w_ih, w_hh, b_ih, b_hh), {})]
+    hx = [h[None], torch.randn(1, 1, 4)] if gates == 4 else h[None]
+    flags = (True, 1, 0.0, False, False)  # has_biases, layers, dropout, train, bidirectional
+    if overload == "input":
+        return [Sample("recipe:rnn-sequence", (torch.randn(2, 1, 3), hx, _rnn_weights(gates), *flags, False), {})]
+    batch_sizes = torch.tensor([1, 1])
+    return [Sample("recipe:rnn-packed", (torch.randn(2, 3), batch_sizes, hx, _rnn_weights(gates), *flags), {})]
+
+
+def recipe_samples(op: torch._ops.OpOverload) -> list[Sample]:
+    """Hand-written samples for ops models use but schemas cannot describe."""
+    packet = op._schema.name.split("::")[-1]
+    if op.namespace == "aten" and packet in ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell",
+                                             "gru_cell", "rnn_tanh_cell", "rnn_relu_cell"):
+        return _rnn_samples(packet, op._overloadname)
+    return []
 
 
 def schema_samples(op: torch._ops.OpOverload) -> tuple[list[Sample], list[str]]:
     """One sample per profile that can fill ``op``'s schema; reasons for the others."""
-    samples, reasons = [], []
+    samples, reasons = recipe_samples(op), []
     for profile in PROFILES:
         try:
             samples.append(_fill(op, profile))
@@ -166,9 +200,11 @@ def _fill(op: torch._ops.OpOverload, profile: Profile) -> Sample:
     def tensor_for(name: str, optional: bool) -> torch.Tensor:
         if name in ("condition", "mask"):
             return torch.rand(profile.shape) > 0.5
-        if name == "target" and ndim > 1:
+        if name == "target" and ndim > 1 and any(k in schema.name for k in _CLASS_TARGET_OPS):
             return torch.zeros(profile.shape[:1], dtype=torch.long)  # class indices, one per row
-        if name in ("index", "indices", "target") and state["first"] is not None:
+        if name == "q":
+            return torch.tensor(0.5, dtype=profile.dtype)  # a quantile
+        if name in ("index", "indices") and state["first"] is not None:
             return torch.zeros(profile.shape, dtype=torch.long)
         if name in _CHANNEL_NAMES and per_channel:
             return torch.rand(channels) + 0.5
@@ -275,7 +311,9 @@ def _int_list_for(name: str, arg: Any, profile: Profile) -> list[int] | None:
     if name in ("dims", "perm", "permutation"):
         return list(range(len(shape))) if profile.same_sizes else list(reversed(range(len(shape))))
     if name == "dim":
-        if arg.has_default_value() and arg.default_value is None and not profile.fill_optionals:
+        if arg.has_default_value() and arg.default_value is not None:
+            return list(arg.default_value)
+        if arg.has_default_value() and not profile.fill_optionals:
             return None
         return [0] if shape else []
     if arg.has_default_value() and arg.default_value is not None:
