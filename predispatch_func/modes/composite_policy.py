@@ -42,6 +42,21 @@ def _fresh_like(t: torch.Tensor) -> torch.Tensor:
     return fresh.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else fresh
 
 
+def _honest_twins() -> dict[Any, Any]:
+    """Kernels whose schema hides an alias, and the op that declares it.
+
+    ``unsafe_split`` returns views of its input under a ``-> Tensor[]`` schema
+    (the schema audit finds it lying); ``split`` is the same computation with
+    ``Tensor(a)[]``, so functionalization sees the views and writes back.
+    """
+    aten = torch.ops.aten
+    return {aten.unsafe_split.Tensor: aten.split.Tensor,
+            aten.unsafe_split_with_sizes.default: aten.split_with_sizes.default}
+
+
+HONEST_TWINS = _honest_twins()
+
+
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 

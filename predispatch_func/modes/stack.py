@@ -22,7 +22,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
-from .composite_policy import CompositePolicy
+from .composite_policy import HONEST_TWINS, CompositePolicy
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
@@ -48,6 +48,10 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 "in-place metadata change (shape/stride) of a graph input cannot be expressed "
                 "in a functional program; use the out-of-place op instead",
                 op=func, source=user_source_line())
+        twin = HONEST_TWINS.get(func)
+        if twin is not None:
+            with self:
+                return twin(*args, **kwargs)
         self.op_stack.append(func)
         try:
             if (self.pre_dispatch and self.policy.needs_eager_kernel(func, args, kwargs)
