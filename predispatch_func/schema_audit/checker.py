@@ -209,8 +209,8 @@ def check(op: torch._ops.OpOverload, samples: list[Sample], no_sample_reasons: l
                 continue
             result.runs += 1
             where = sample.describe("on ")
-            result.alias_findings += [f"{where}: {x}" for x in run.alias_lies]
-            result.mutation_findings += [f"{where}: {x}" for x in run.mutation_lies]
+            result.alias_findings += [f"{x} {where}" for x in run.alias_lies]
+            result.mutation_findings += [f"{x} {where}" for x in run.mutation_lies]
             for label, aliased in run.declared_alias_outcomes.items():
                 outcomes.setdefault(label, set()).add(aliased)
                 examples.setdefault(aliased, where)
@@ -229,7 +229,7 @@ def _verdict(result: CheckResult, outcomes: dict[str, set[bool]], examples: dict
         why = result.crashes + sorted(set(result.errors)) or no_sample_reasons or ["no sample inputs"]
         return UNTESTED, "; ".join(why[:2])
     if any(len(seen) == 2 for seen in outcomes.values()):
-        return MAYBE_ALIAS, f"alias on {examples[True]}; fresh on {examples[False]}"
+        return MAYBE_ALIAS, f"alias {examples[True]}; fresh {examples[False]}"
     crashed = f"; {len(result.crashes)} samples crashed torch" if result.crashes else ""
     return HONEST, f"{result.runs} runs agreed with the schema{crashed}"
 
