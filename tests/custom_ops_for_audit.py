@@ -34,3 +34,6 @@ def _crashes(x):
 
 
 _lib.impl("crashes", _crashes, "CompositeImplicitAutograd")
+
+_lib.define("aliases_the_other(Tensor(a) x, Tensor y) -> Tensor(a)")
+_lib.impl("aliases_the_other", lambda x, y: y, "CompositeImplicitAutograd")  # declares x, returns y

@@ -109,6 +109,12 @@ def test_custom_composite_writing_an_undeclared_input_is_caught():
     assert "input x written" in entry.evidence
 
 
+def test_alias_of_an_argument_other_than_the_declared_one_is_a_lie():
+    entry = audit_custom_op(DEMO.aliases_the_other.default)
+    assert entry.verdict == "lies_alias", entry
+    assert "result is input y" in entry.evidence
+
+
 class CustomLiesThenInplace(torch.nn.Module):
     def forward(self, x):
         y = DEMO.returns_input(x)
@@ -169,10 +175,8 @@ def test_shipped_table_agrees_with_a_live_audit(op):
 def test_shipped_decision_answers_from_the_table():
     assert shipped_decision(A.type_as.default) == DECOMPOSE
     assert shipped_decision(A.linear.default) == KEEP
-    entries = audit_table.load().entries
-    unaudited = next(op for op in overloads_in("aten") if str(op) not in entries)
-    assert not tc.has_composite_implicit_kernel(unaudited)
-    assert shipped_decision(unaudited) is None  # then the trace-time guard decides alone
+    assert shipped_decision(A.unsafe_split.Tensor) == DECOMPOSE  # a kernel that lies
+    assert set(audit_table.load().entries) == {str(op) for op in overloads_in("aten")}
 
 
 class TypeAsLinear(torch.nn.Module):
@@ -227,7 +231,8 @@ def test_cli_verdict_filter_and_override(capsys):
 def test_cli_audits_a_users_namespace(capsys):
     rows = _cli_json(capsys, "--import", "custom_ops_for_audit", "--namespace", "auditdemo")
     verdicts = {r["op"]: r["verdict"] for r in rows}
-    assert verdicts == {"auditdemo.bumps_input.default": "lies_mutation",
+    assert verdicts == {"auditdemo.aliases_the_other.default": "lies_alias",
+                        "auditdemo.bumps_input.default": "lies_mutation",
                         "auditdemo.crashes.default": "untested",
                         "auditdemo.honest_double.default": "honest",
                         "auditdemo.returns_input.default": "lies_alias"}

@@ -69,7 +69,7 @@ def render_summary(entries: list[Entry], console: Console, *, wall_s: float | No
     console.print(f"[bold]{s.composites} composites[/bold] audited: {line}")
     if s.kernels:
         kline = ", ".join(f"{v} {n}" for v, n in s.kernel_verdicts.items() if n)
-        console.print(f"{s.kernels} other kernels with samples: {kline}")
+        console.print(f"{s.kernels} kernels (no composite): {kline}")
     console.print(f"[bold red]{lying} composites lie[/bold red]; torch 2.13's export would keep "
                   f"{len(s.lying_kept_by_torch)} of them as single nodes: "
                   + (", ".join(s.lying_kept_by_torch) or "none"))

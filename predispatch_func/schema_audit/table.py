@@ -50,7 +50,7 @@ def audit_entries(ops: Iterable[torch._ops.OpOverload], *, isolate: bool = True,
 
 
 def build(progress: Callable[[str], None] | None = None) -> AuditTable:
-    """Audit every aten overload in scope (the script's job; about half a minute)."""
+    """Audit every aten overload (the script's job; about half a minute)."""
     entries = audit_entries(audit_scope("aten"), progress=progress)
     return AuditTable(torch.__version__, torch.version.git_version or "", {e.op: e for e in entries})
 
@@ -83,7 +83,7 @@ def staleness(table: AuditTable) -> list[str]:
         op = current.get(name)
         if op is not None and str(op._schema) != entry.schema:
             problems.append(f"{name} changed schema: {entry.schema} -> {op._schema}")
-    missing = [n for n, op in current.items()
-               if n not in table.entries and tc.has_composite_implicit_kernel(op)]
-    problems += [f"composite {n} is not in the table" for n in sorted(missing)]
+    missing = sorted(set(current) - set(table.entries))
+    problems += [f"{'composite' if tc.has_composite_implicit_kernel(current[n]) else 'kernel'} "
+                 f"{n} is not in the table" for n in missing]
     return problems
