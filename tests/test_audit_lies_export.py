@@ -10,7 +10,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from oracle import export_checked
-from predispatch_func.errors import ExportError, VerificationError
+from predispatch_func.errors import ExportError
 from predispatch_func import _torch_compat as tc
 from predispatch_func.schema_audit.checker import run_sample
 from predispatch_func.schema_audit.samples import samples_for

@@ -13,7 +13,6 @@ from __future__ import annotations
 import faulthandler
 import multiprocessing
 import os
-import time
 from typing import Callable, Iterable
 
 import torch

@@ -18,7 +18,7 @@ tensors each time, so one run cannot leak a mutation into the next.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -188,103 +188,135 @@ def _equation(n_tensors: int, ndim: int, profile: Profile) -> str:
     return ",".join([letters] * n_tensors) + f"->{letters}"
 
 
-def _fill(op: torch._ops.OpOverload, profile: Profile) -> Sample:
-    schema = op._schema
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    state = {"first": None, "tensors": 0}
-    ndim = len(profile.shape)
-    channels = profile.shape[1] if ndim > 1 else (profile.shape[0] if ndim == 1 else 1)
-    per_channel = any(a.name == "running_mean" for a in schema.arguments)  # batch-norm family
+class _Filler:
+    """Fills one schema under one profile, one argument at a time.
 
-    def tensor_for(name: str, optional: bool) -> torch.Tensor:
-        if name in ("condition", "mask"):
-            return torch.rand(profile.shape) > 0.5
-        if name == "target" and ndim > 1 and any(k in schema.name for k in _CLASS_TARGET_OPS):
-            return torch.zeros(profile.shape[:1], dtype=torch.long)  # class indices, one per row
-        if name == "q":
-            return torch.tensor(0.5, dtype=profile.dtype)  # a quantile
-        if name in ("index", "indices") and state["first"] is not None:
-            return torch.zeros(profile.shape, dtype=torch.long)
-        if name in _CHANNEL_NAMES and per_channel:
-            return torch.rand(channels) + 0.5
-        dtype = profile.dtype if state["tensors"] == 0 else (profile.other_dtype or profile.dtype)
-        state["tensors"] += 1
-        t = _tensor(profile, dtype)
-        if state["first"] is None:
-            state["first"] = t
-        return t
+    The first tensor argument is the op's "input"; later tensors take the
+    profile's other dtype, batch-norm statistics are per channel, and names
+    that mean indices, masks, targets or quantiles get values of that kind.
+    """
 
-    list_tensors = None
-    for arg in schema.arguments:
+    def __init__(self, op: torch._ops.OpOverload, profile: Profile):
+        self.schema = op._schema
+        self.profile = profile
+        self.ndim = len(profile.shape)
+        self.tensors_made = 0
+        self.list_len = 1  # length of the last Tensor[] filled (einsum equations follow it)
+        shape = profile.shape
+        self.channels = shape[1] if self.ndim > 1 else (shape[0] if self.ndim == 1 else 1)
+        self.per_channel = any(a.name == "running_mean" for a in self.schema.arguments)
+
+    def sample(self) -> Sample:
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for arg in self.schema.arguments:
+            value = self.value(arg)
+            if not arg.kwarg_only:
+                args.append(value)
+            elif not (arg.has_default_value() and value is arg.default_value):
+                kwargs[arg.name] = value
+        args = [_equation(self.list_len, self.ndim, self.profile) if a is _EQUATION else a for a in args]
+        return Sample(f"schema:{self.profile.name}", tuple(args), kwargs)
+
+    def value(self, arg: Any) -> Any:
         kind = str(arg.real_type)
-        name = arg.name
-        has_default = arg.has_default_value()
-        if kind == "Tensor":
-            value = tensor_for(name, optional=False)
-        elif kind == "Optional[Tensor]":
-            value = tensor_for(name, optional=True) if profile.fill_optionals else None
-        elif kind == "List[Tensor]":
-            value = [tensor_for(name, optional=False) for _ in range(profile.list_len)]
-            list_tensors = value
-        elif kind == "List[Optional[Tensor]]":
-            value = [torch.zeros(1, dtype=torch.long)]
-        elif kind in ("int", "Optional[int]"):
-            value = _int_for(name, arg, profile)
-        elif kind in ("List[int]", "Optional[List[int]]"):
-            value = _int_list_for(name, arg, profile)
-        elif kind in ("float", "Optional[float]"):
-            value = _float_for(name, arg, profile)
-        elif kind in ("bool", "Optional[bool]"):
-            if name in ("train", "training"):
-                value = profile.flag
-            elif has_default and arg.default_value is not None:
-                value = arg.default_value
-            else:
-                value = profile.flag
-        elif kind in ("number", "Optional[number]"):
-            value = arg.default_value if has_default and arg.default_value is not None else 1
-        elif kind in ("ScalarType", "Optional[ScalarType]"):
-            if kind.startswith("Optional") and not profile.fill_optionals and profile.name != "identity":
-                value = None
-            else:
-                value = profile.other_dtype or profile.dtype
-        elif kind in ("Layout", "Optional[Layout]"):
-            value = torch.strided
-        elif kind in ("Device", "Optional[Device]"):
-            value = torch.device("cpu")
-        elif kind in ("MemoryFormat", "Optional[MemoryFormat]"):
-            value = torch.contiguous_format if (profile.fill_optionals or not kind.startswith("Optional")) else None
-        elif kind in ("Optional[Generator]",):
-            value = None
-        elif kind in ("str", "Optional[str]"):
-            if name == "equation":
-                value = "@einsum"  # filled once the tensor list is known
-            elif has_default:
-                value = arg.default_value
-            elif name in _STR_VALUES:
-                value = _STR_VALUES[name]
-            else:
-                raise NoSample(f"no value known for str argument {name!r}")
-        elif kind == "Optional[List[float]]":
-            value = None
-        elif kind == "List[bool]":
-            value = [profile.flag] * 3
-        elif kind == "List[number]":
-            value = [1, 1]
-        elif has_default:
-            value = arg.default_value
-        else:
-            raise NoSample(f"cannot synthesise a {kind} argument ({name})")
-        if arg.kwarg_only:
-            if not (has_default and value is arg.default_value):
-                kwargs[name] = value
-        else:
-            args.append(value)
-    if "@einsum" in args:
-        n = len(list_tensors) if list_tensors is not None else 1
-        args[args.index("@einsum")] = _equation(n, ndim, profile)
-    return Sample(f"schema:{profile.name}", tuple(args), kwargs)
+        fill = _BY_KIND.get(kind.removeprefix("Optional[").removesuffix("]") if kind not in _BY_KIND else kind)
+        if fill is not None:
+            return fill(self, arg, kind.startswith("Optional["))
+        if arg.has_default_value():
+            return arg.default_value
+        raise NoSample(f"cannot synthesise a {kind} argument ({arg.name})")
+
+    def tensor(self, name: str) -> torch.Tensor:
+        p = self.profile
+        if name in ("condition", "mask"):
+            return torch.rand(p.shape) > 0.5
+        if name == "target" and self.ndim > 1 and any(k in self.schema.name for k in _CLASS_TARGET_OPS):
+            return torch.zeros(p.shape[:1], dtype=torch.long)  # class indices, one per row
+        if name == "q":
+            return torch.tensor(0.5, dtype=p.dtype)  # a quantile
+        if name in ("index", "indices") and self.tensors_made:
+            return torch.zeros(p.shape, dtype=torch.long)
+        if name in _CHANNEL_NAMES and self.per_channel:
+            return torch.rand(self.channels) + 0.5
+        dtype = p.dtype if self.tensors_made == 0 else (p.other_dtype or p.dtype)
+        self.tensors_made += 1
+        return _tensor(p, dtype)
+
+    # one method per argument kind: (self, arg, optional) -> value
+
+    def _tensor_arg(self, arg: Any, optional: bool) -> torch.Tensor | None:
+        if optional and not self.profile.fill_optionals:
+            return None
+        return self.tensor(arg.name)
+
+    def _tensor_list(self, arg: Any, optional: bool) -> list[torch.Tensor]:
+        self.list_len = self.profile.list_len
+        return [self.tensor(arg.name) for _ in range(self.list_len)]
+
+    def _index_list(self, arg: Any, optional: bool) -> list[torch.Tensor]:
+        return [torch.zeros(1, dtype=torch.long)]
+
+    def _int(self, arg: Any, optional: bool) -> int | None:
+        return _int_for(arg.name, arg, self.profile)
+
+    def _int_list(self, arg: Any, optional: bool) -> list[int] | None:
+        return _int_list_for(arg.name, arg, self.profile)
+
+    def _float(self, arg: Any, optional: bool) -> float | None:
+        return _float_for(arg.name, arg, self.profile)
+
+    def _bool(self, arg: Any, optional: bool) -> bool:
+        if arg.name not in ("train", "training") and arg.has_default_value() and arg.default_value is not None:
+            return arg.default_value
+        return self.profile.flag
+
+    def _number(self, arg: Any, optional: bool) -> Any:
+        return arg.default_value if arg.has_default_value() and arg.default_value is not None else 1
+
+    def _dtype(self, arg: Any, optional: bool) -> torch.dtype | None:
+        p = self.profile
+        if optional and not p.fill_optionals and p.name != "identity":
+            return None
+        return p.other_dtype or p.dtype  # identity: the input's own dtype
+
+    def _memory_format(self, arg: Any, optional: bool) -> torch.memory_format | None:
+        return torch.contiguous_format if (self.profile.fill_optionals or not optional) else None
+
+    def _str(self, arg: Any, optional: bool) -> str | None:
+        if arg.name == "equation":
+            return _EQUATION  # needs the tensor list's length, filled in sample()
+        if arg.has_default_value():
+            return arg.default_value
+        if arg.name in _STR_VALUES:
+            return _STR_VALUES[arg.name]
+        raise NoSample(f"no value known for str argument {arg.name!r}")
+
+
+_EQUATION = object()
+_BY_KIND: dict[str, Callable[[_Filler, Any, bool], Any]] = {
+    "Tensor": _Filler._tensor_arg,
+    "List[Tensor]": _Filler._tensor_list,
+    "List[Optional[Tensor]]": _Filler._index_list,
+    "int": _Filler._int,
+    "List[int]": _Filler._int_list,
+    "float": _Filler._float,
+    "bool": _Filler._bool,
+    "number": _Filler._number,
+    "ScalarType": _Filler._dtype,
+    "Layout": lambda self, arg, optional: torch.strided,
+    "Device": lambda self, arg, optional: torch.device("cpu"),
+    "MemoryFormat": _Filler._memory_format,
+    "Generator": lambda self, arg, optional: None,
+    "str": _Filler._str,
+    "List[float]": lambda self, arg, optional: None if optional else [1.0, 1.0],
+    "List[bool]": lambda self, arg, optional: [self.profile.flag] * 3,
+    "List[number]": lambda self, arg, optional: [1, 1],
+}
+
+
+def _fill(op: torch._ops.OpOverload, profile: Profile) -> Sample:
+    return _Filler(op, profile).sample()
 
 
 def _int_for(name: str, arg: Any, profile: Profile) -> int | None:
