@@ -23,7 +23,7 @@ import torch
 from .samples import Sample
 
 MAX_OPINFO_SAMPLES = 6
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 
 
 def _cache_dir() -> Path | None:

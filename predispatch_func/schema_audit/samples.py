@@ -32,10 +32,24 @@ class Sample:
     source: str  # "schema:identity", "opinfo:nn.functional.dropout", ...
     args: tuple
     kwargs: dict
+    # for an out= overload: the functional overload whose results size the out tensors
+    outs_from: Any = None
 
     def materialize(self) -> tuple[tuple, dict]:
-        """Fresh copies of every tensor (strides kept), other values shared."""
-        return _clone_tree(self.args), _clone_tree(self.kwargs)
+        """Fresh copies of every tensor (strides kept), other values shared.
+
+        Out tensors of an out= overload are made here, shaped like the
+        functional overload's results, so that running the functional op
+        happens where the checker runs ops (in the crash-isolated child).
+        """
+        args, kwargs = _clone_tree(self.args), _clone_tree(self.kwargs)
+        if self.outs_from is not None:
+            made = self.outs_from(*args, **{k: v for k, v in kwargs.items() if not isinstance(v, _Marker)})
+            made = made if isinstance(made, (tuple, list)) else (made,)
+            names = [k for k, v in kwargs.items() if isinstance(v, _Marker)]
+            for name, like in zip(names, made):
+                kwargs[name] = torch.empty_like(like)
+        return args, kwargs
 
     def describe(self, prefix: str = "") -> str:
         """``prefix(f32[2,3], 'ij->ji') [schema:identity]``: shapes and values, not data."""
@@ -188,6 +202,42 @@ def _equation(n_tensors: int, ndim: int, profile: Profile) -> str:
     return ",".join([letters] * n_tensors) + f"->{letters}"
 
 
+class _Marker:
+    """A placeholder that survives pickling (the OpInfo cache) and compares by name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Marker) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+def _is_out(arg: Any) -> bool:
+    return bool(arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write
+                and str(arg.real_type) == "Tensor")
+
+
+def _functional_sibling(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """``add.out`` -> ``add.Tensor``: the overload with the same inputs and no out args."""
+    inputs = [(a.name, str(a.real_type)) for a in op._schema.arguments if not _is_out(a)]
+    packet = getattr(getattr(torch.ops, op.namespace), op._schema.name.split("::")[-1])
+    for name in packet.overloads():
+        other = getattr(packet, name)
+        if other is op or other._schema.is_mutable:
+            continue
+        if [(a.name, str(a.real_type)) for a in other._schema.arguments] == inputs:
+            return other
+    return None
+
+
 class _Filler:
     """Fills one schema under one profile, one argument at a time.
 
@@ -197,6 +247,7 @@ class _Filler:
     """
 
     def __init__(self, op: torch._ops.OpOverload, profile: Profile):
+        self.op = op
         self.schema = op._schema
         self.profile = profile
         self.ndim = len(profile.shape)
@@ -209,14 +260,15 @@ class _Filler:
     def sample(self) -> Sample:
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
+        outs_from = _functional_sibling(self.op) if any(map(_is_out, self.schema.arguments)) else None
         for arg in self.schema.arguments:
-            value = self.value(arg)
+            value = _OUT if outs_from is not None and _is_out(arg) else self.value(arg)
             if not arg.kwarg_only:
                 args.append(value)
             elif not (arg.has_default_value() and value is arg.default_value):
                 kwargs[arg.name] = value
         args = [_equation(self.list_len, self.ndim, self.profile) if a is _EQUATION else a for a in args]
-        return Sample(f"schema:{self.profile.name}", tuple(args), kwargs)
+        return Sample(f"schema:{self.profile.name}", tuple(args), kwargs, outs_from)
 
     def value(self, arg: Any) -> Any:
         kind = str(arg.real_type)
@@ -294,6 +346,7 @@ class _Filler:
 
 
 _EQUATION = object()
+_OUT = _Marker("out")
 _BY_KIND: dict[str, Callable[[_Filler, Any, bool], Any]] = {
     "Tensor": _Filler._tensor_arg,
     "List[Tensor]": _Filler._tensor_list,
