@@ -244,3 +244,48 @@ def test_cli_table_and_summary(capsys):
     assert "lies_alias" in out and "honest" in out
     assert "2 composites" in out and "1 composites lie" in out
     assert "would keep 1 of them" in out
+
+
+# --- samples and checker, piece by piece -------------------------------------------------
+
+
+def test_identity_profile_aims_at_the_no_op_paths():
+    from predispatch_func.schema_audit.samples import schema_samples
+
+    by_source = {s.source: s for s in schema_samples(A.einsum.default)[0]}
+    assert by_source["schema:identity"].args[0] == "ij->ji"  # permutation only
+    assert len(by_source["schema:identity"].args[1]) == 1  # one-element list
+    (x, size) = next(s for s in schema_samples(A.sum_to_size.default)[0] if s.source == "schema:identity").args
+    assert list(x.shape) == size  # same size
+    x, p, train = next(s for s in schema_samples(A.dropout.default)[0] if s.source == "schema:identity").args
+    assert (p, train) == (0.0, False)  # zero probability, eval mode
+
+
+def test_materialize_gives_fresh_tensors_with_the_same_strides():
+    from predispatch_func.schema_audit.samples import schema_samples
+
+    sample = next(s for s in schema_samples(A.contiguous.default)[0] if s.source == "schema:non-contiguous")
+    (a,), _ = sample.materialize()
+    (b,), _ = sample.materialize()
+    assert a.data_ptr() != b.data_ptr() and not a.is_contiguous() and a.stride() == b.stride()
+
+
+def test_out_overload_gets_outs_shaped_by_its_functional_sibling():
+    from predispatch_func.schema_audit.samples import schema_samples
+
+    sample = next(s for s in schema_samples(A.fft_fft.out)[0] if s.source == "schema:identity")
+    assert sample.outs_from is A.fft_fft.default
+    args, kwargs = sample.materialize()
+    assert kwargs["out"].dtype == torch.complex64
+    assert audit_op(A.fft_fft.out).verdict == "honest"
+
+
+def test_checker_sees_a_view_that_is_not_the_same_object():
+    from predispatch_func.schema_audit.checker import check
+    from predispatch_func.schema_audit.samples import Sample
+
+    sample = Sample("test", (torch.randn(2, 3),), {})
+    assert check(A.transpose.int, [Sample("test", (torch.randn(2, 3), 0, 1), {})]).verdict == "honest"
+    lied = check(A.einsum.default, [Sample("test", ("ij->ji", [torch.randn(2, 3)]), {})])
+    assert lied.verdict == "lies_alias" and "shares storage with input tensors[0]" in lied.evidence
+    assert check(A.clone.default, [sample]).verdict == "honest"

@@ -84,12 +84,14 @@ def cmd_audit(ns: argparse.Namespace, console: Console) -> int:
     ops = _select_ops(ns)
     start = time.perf_counter()
     use_opinfo = not ns.no_opinfo and ns.namespace == "aten"
-    if ns.json or len(ops) < 20:
+    if len(ops) < 20:
         entries = audit_entries(ops, use_opinfo=use_opinfo, isolate=len(ops) > 1)
     else:
+        # with --json the bar goes to stderr so stdout stays one JSON document
+        bar_console = Console(stderr=True) if ns.json else console
         with Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.description}"), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
+                      console=bar_console, transient=True) as bar:
             task = bar.add_task("", total=len(ops))
             entries = audit_entries(ops, use_opinfo=use_opinfo,
                                     progress=lambda name: bar.update(task, advance=1, description=name))
