@@ -104,6 +104,7 @@ class Profile:
     fill_optionals: bool = False
     list_len: int = 1
     same_sizes: bool = True  # int[] size arguments equal to the input's size
+    other_shape_reversed: bool = False  # tensors after the first get the reversed shape
 
 
 PROFILES = (
@@ -118,9 +119,14 @@ PROFILES = (
     Profile("0-d", shape=()),
     Profile("4-d", shape=(1, 2, 3, 3)),
     Profile("integer", dtype=torch.int64),
-    Profile("reshaping", non_contiguous=True, same_sizes=False),
+    Profile("reshaping", non_contiguous=True, same_sizes=False, other_shape_reversed=True),
     Profile("5-d", shape=(1, 1, 2, 2, 2)),
     Profile("double", dtype=torch.float64),
+    # every other dtype once: casts to the dtype a tensor already has return it
+    # (_cast_Half on a half tensor, chalf on a complex32 one)
+    *(Profile(f"dtype-{str(dt).removeprefix('torch.')}", dtype=dt)
+      for dt in (torch.float16, torch.bfloat16, torch.complex64, torch.complex32, torch.bool,
+                 torch.uint8, torch.int8, torch.int16, torch.int32)),
 )
 
 
@@ -181,13 +187,17 @@ def schema_samples(op: torch._ops.OpOverload) -> tuple[list[Sample], list[str]]:
 
 
 def _random(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    if dtype == torch.complex32:  # no random kernels for it: cast
+        return torch.randn(shape, dtype=torch.complex64).to(dtype)
     if dtype.is_floating_point or dtype.is_complex:
         return torch.randn(shape, dtype=dtype)
     return torch.randint(0, 5, shape, dtype=dtype)
 
 
-def _tensor(profile: Profile, dtype: torch.dtype) -> torch.Tensor:
-    shape = profile.shape
+def _tensor(profile: Profile, dtype: torch.dtype, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    shape = profile.shape if shape is None else shape
     if profile.non_contiguous and len(shape) >= 2:
         return _random(tuple(reversed(shape)), dtype).permute(*reversed(range(len(shape))))
     return _random(shape, dtype)
@@ -291,9 +301,11 @@ class _Filler:
             return torch.zeros(p.shape, dtype=torch.long)
         if name in _CHANNEL_NAMES and self.per_channel:
             return torch.rand(self.channels) + 0.5
-        dtype = p.dtype if self.tensors_made == 0 else (p.other_dtype or p.dtype)
+        first = self.tensors_made == 0
+        dtype = p.dtype if first else (p.other_dtype or p.dtype)
+        shape = p.shape[::-1] if p.other_shape_reversed and not first else p.shape
         self.tensors_made += 1
-        return _tensor(p, dtype)
+        return _tensor(p, dtype, tuple(shape))
 
     # one method per argument kind: (self, arg, optional) -> value
 
