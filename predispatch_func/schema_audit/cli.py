@@ -85,7 +85,7 @@ def cmd_audit(ns: argparse.Namespace, console: Console) -> int:
     start = time.perf_counter()
     use_opinfo = not ns.no_opinfo and ns.namespace == "aten"
     if len(ops) < 20:
-        entries = audit_entries(ops, use_opinfo=use_opinfo, isolate=len(ops) > 1)
+        entries = audit_entries(ops, use_opinfo=use_opinfo)
     else:
         # with --json the bar goes to stderr so stdout stays one JSON document
         bar_console = Console(stderr=True) if ns.json else console
