@@ -88,6 +88,30 @@ def test_crashing_op_costs_only_itself():
     assert honest.verdict == "honest"
 
 
+_hang_lib = torch.library.Library("auditdemo_hang", "DEF")  # noqa: TOR901
+_hang_lib.define("sleeps(Tensor x) -> Tensor")
+
+
+def _sleeps(x):
+    import time
+
+    time.sleep(60)
+    return x
+
+
+_hang_lib.impl("sleeps", _sleeps, "CompositeImplicitAutograd")
+
+
+def test_hanging_op_times_out_and_the_audit_goes_on(monkeypatch):
+    from predispatch_func.schema_audit import runner
+
+    monkeypatch.setattr(runner, "OP_TIMEOUT_S", 1.0)
+    hung, honest = audit_many([torch.ops.auditdemo_hang.sleeps.default, DEMO.honest_double.default],
+                              use_opinfo=False)
+    assert hung.verdict == "untested" and "timed out after 1s" in hung.evidence
+    assert honest.verdict == "honest"
+
+
 def test_audit_leaves_rng_and_grad_mode_alone():
     rng = torch.get_rng_state()
     audit_op(A.dropout.default)

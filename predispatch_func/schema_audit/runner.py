@@ -19,6 +19,7 @@ import torch
 
 from .. import _torch_compat as tc
 from .checker import UNTESTED, CheckResult, check
+from .opinfo import opinfo_samples
 from .samples import Sample, samples_for
 
 OP_TIMEOUT_S = 30.0
@@ -103,7 +104,9 @@ def _child(ops: list[torch._ops.OpOverload], start: int, skip: dict[int, dict[in
     os._exit(0)
 
 
-def _run_child(ops, start, skip, use_opinfo, results, progress):
+def _run_child(ops: list[torch._ops.OpOverload], start: int, skip: dict[int, dict[int, str]],
+               use_opinfo: bool, results: dict[int, CheckResult],
+               progress: Progress | None) -> tuple[int, int | None, str, str] | None:
     """Run ops[start:] in one forked child; return (op, sample, description, why) if it died."""
     ctx = multiprocessing.get_context("fork")
     parent_end, child_end = ctx.Pipe(duplex=False)
@@ -139,8 +142,9 @@ def _run_child(ops, start, skip, use_opinfo, results, progress):
 def _audit_in_children(ops: list[torch._ops.OpOverload], use_opinfo: bool,
                        progress: Progress | None) -> list[CheckResult]:
     if use_opinfo:
-        for op in ops:  # build op_db samples once, before forking, so children share them
-            samples_for(op, use_opinfo=True)
+        for op in ops:  # load OpInfo samples once, before forking, so children share them
+            if op.namespace == "aten":
+                opinfo_samples(op)
     results: dict[int, CheckResult] = {}
     skip: dict[int, dict[int, str]] = {}
     start = 0
@@ -150,7 +154,8 @@ def _audit_in_children(ops: list[torch._ops.OpOverload], use_opinfo: bool,
             break
         i, sample, described, why = died
         note = f"{why} on {described}" if described else why
-        if sample is None or len(skip.get(i, {})) >= MAX_CRASHES_PER_OP:
+        hung = why.startswith("timed out")  # another try would cost the timeout again
+        if sample is None or hung or len(skip.get(i, {})) >= MAX_CRASHES_PER_OP:
             results[i] = CheckResult(str(ops[i]), UNTESTED, note)
             if progress:
                 progress(str(ops[i]))
