@@ -166,12 +166,26 @@ def _rnn_samples(packet: str, overload: str) -> list[Sample]:
     return [Sample("recipe:rnn-packed", (torch.randn(2, 3), batch_sizes, hx, _rnn_weights(gates), *flags), {})]
 
 
+def _embedding_bag_samples(overload: str) -> list[Sample]:
+    weight, indices, offsets = torch.randn(5, 3), torch.tensor([0, 2, 1, 4]), torch.tensor([0, 2])
+    if overload == "padding_idx":
+        return [Sample("recipe:embedding-bag", (weight, indices, offsets, False, mode, False, None, False, None), {})
+                for mode in (0, 1, 2)]
+    return [Sample("recipe:embedding-bag", (weight, indices, offsets, False, mode), {}) for mode in (0, 1, 2)]
+
+
 def recipe_samples(op: torch._ops.OpOverload) -> list[Sample]:
     """Hand-written samples for ops models use but schemas cannot describe."""
+    if op.namespace != "aten":
+        return []
     packet = op._schema.name.split("::")[-1]
-    if op.namespace == "aten" and packet in ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell",
-                                             "gru_cell", "rnn_tanh_cell", "rnn_relu_cell"):
+    if packet in ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell",
+                  "rnn_relu_cell"):
         return _rnn_samples(packet, op._overloadname)
+    if packet == "embedding_bag":
+        return _embedding_bag_samples(op._overloadname)
+    if packet == "cosine_embedding_loss":  # target: one +-1 per row
+        return [Sample("recipe:pairs", (torch.randn(2, 3), torch.randn(2, 3), torch.tensor([1.0, -1.0])), {})]
     return []
 
 
