@@ -71,7 +71,8 @@ def load(path: Path = TABLE_PATH) -> AuditTable:
 def staleness(table: AuditTable) -> list[str]:
     """Why ``table`` does not describe the installed torch (empty: it does)."""
     problems = []
-    if table.torch_version != torch.__version__:
+    # the local tag (+cpu, +cu128) names a build of the same source: same ops, same schemas
+    if table.torch_version.split("+")[0] != torch.__version__.split("+")[0]:
         problems.append(f"built for torch {table.torch_version}, installed {torch.__version__}")
     if table.torch_git != (torch.version.git_version or ""):
         problems.append(f"built for torch commit {table.torch_git[:12]}, installed "
