@@ -77,7 +77,10 @@ _DTYPE_SHORT = {torch.float32: "f32", torch.float64: "f64", torch.int64: "i64", 
 def _short(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         dims = ",".join(str(s) for s in value.shape)
-        flag = "" if value.is_contiguous() or value.layout != torch.strided else " non-contiguous"
+        if value.layout != torch.strided:
+            flag = f" {str(value.layout).removeprefix('torch.')}"
+        else:
+            flag = "" if value.is_contiguous() else " non-contiguous"
         return f"{_DTYPE_SHORT.get(value.dtype, str(value.dtype))}[{dims}]{flag}"
     if isinstance(value, (list, tuple)):
         inner = ", ".join(_short(v) for v in value)
