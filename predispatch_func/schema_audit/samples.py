@@ -3,11 +3,14 @@
 A composite that lies usually does so on an identity fast path: ``type_as``
 to the same dtype, ``sum_to_size`` to the same size, ``einsum("ij->ji")``,
 ``dropout(p=0)`` or ``train=False``, a one-element list. Random OpInfo inputs
-rarely take those paths, so each overload gets two kinds of samples:
+rarely take those paths, so each overload gets three kinds of samples:
 
-* :func:`schema_samples`: values synthesised from the schema under a few
-  *profiles* (identity, non-contiguous, other dtype, square, vector, 3-d, 0-d),
-  the identity profile choosing the value that makes the op a no-op;
+* :func:`schema_samples`: values synthesised from the schema under
+  *profiles* (identity, identity with optionals, non-contiguous, other dtype,
+  square, vector, 0-d to 5-d, reshaping, and one profile per dtype), the
+  identity profile choosing the value that makes the op a no-op;
+* ``recipes.recipe_samples``: hand-written inputs for ops models use whose
+  schemas cannot describe their shapes (RNN weight lists, embedding bags);
 * ``opinfo.opinfo_samples``: torch's own OpInfo sample inputs (``op_db``)
   whose arguments bind to the overload.
 
@@ -148,53 +151,9 @@ _CLASS_TARGET_OPS = ("nll", "cross_entropy", "ctc", "multilabel", "multi_margin"
 _CHANNEL_NAMES = {"running_mean", "running_var", "weight", "bias", "save_mean", "save_invstd"}
 
 
-def _rnn_weights(gates: int, inp: int = 3, hidden: int = 4) -> list[torch.Tensor]:
-    return [torch.randn(gates * hidden, inp), torch.randn(gates * hidden, hidden),
-            torch.randn(gates * hidden), torch.randn(gates * hidden)]
-
-
-def _rnn_samples(packet: str, overload: str) -> list[Sample]:
-    """Recurrent ops pack their weights in lists whose shapes no profile can guess."""
-    gates = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}[packet.removesuffix("_cell")]
-    h = torch.randn(1, 4)
-    if packet.endswith("_cell"):
-        w_ih, w_hh, b_ih, b_hh = _rnn_weights(gates)
-        hx = [h, torch.randn(1, 4)] if gates == 4 else h
-        return [Sample("recipe:rnn-cell", (torch.randn(1, 3), hx, w_ih, w_hh, b_ih, b_hh), {})]
-    hx = [h[None], torch.randn(1, 1, 4)] if gates == 4 else h[None]
-    flags = (True, 1, 0.0, False, False)  # has_biases, layers, dropout, train, bidirectional
-    if overload == "input":
-        return [Sample("recipe:rnn-sequence", (torch.randn(2, 1, 3), hx, _rnn_weights(gates), *flags, False), {})]
-    batch_sizes = torch.tensor([1, 1])
-    return [Sample("recipe:rnn-packed", (torch.randn(2, 3), batch_sizes, hx, _rnn_weights(gates), *flags), {})]
-
-
-def _embedding_bag_samples(overload: str) -> list[Sample]:
-    weight, indices, offsets = torch.randn(5, 3), torch.tensor([0, 2, 1, 4]), torch.tensor([0, 2])
-    if overload == "padding_idx":
-        return [Sample("recipe:embedding-bag", (weight, indices, offsets, False, mode, False, None, False, None), {})
-                for mode in (0, 1, 2)]
-    return [Sample("recipe:embedding-bag", (weight, indices, offsets, False, mode), {}) for mode in (0, 1, 2)]
-
-
-def recipe_samples(op: torch._ops.OpOverload) -> list[Sample]:
-    """Hand-written samples for ops models use but schemas cannot describe."""
-    if op.namespace != "aten":
-        return []
-    packet = op._schema.name.split("::")[-1]
-    if packet in ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell",
-                  "rnn_relu_cell"):
-        return _rnn_samples(packet, op._overloadname)
-    if packet == "embedding_bag":
-        return _embedding_bag_samples(op._overloadname)
-    if packet == "cosine_embedding_loss":  # target: one +-1 per row
-        return [Sample("recipe:pairs", (torch.randn(2, 3), torch.randn(2, 3), torch.tensor([1.0, -1.0])), {})]
-    return []
-
-
 def schema_samples(op: torch._ops.OpOverload) -> tuple[list[Sample], list[str]]:
     """One sample per profile that can fill ``op``'s schema; reasons for the others."""
-    samples, reasons = recipe_samples(op), []
+    samples, reasons = [], []
     for profile in PROFILES:
         try:
             samples.append(_fill(op, profile))
@@ -451,7 +410,10 @@ def _float_for(name: str, arg: Any, profile: Profile) -> float | None:
 
 def samples_for(op: torch._ops.OpOverload, *, use_opinfo: bool = True) -> tuple[list[Sample], list[str]]:
     """All samples for ``op`` (schema profiles first: they are the likeliest to expose lies)."""
+    from .recipes import recipe_samples
+
     samples, reasons = schema_samples(op)
+    samples = recipe_samples(op) + samples
     if use_opinfo and op.namespace == "aten":
         from .opinfo import opinfo_samples
 
