@@ -315,3 +315,24 @@ def test_checker_sees_a_view_that_is_not_the_same_object():
     lied = check(A.einsum.default, [Sample("test", ("ij->ji", [torch.randn(2, 3)]), {})])
     assert lied.verdict == "lies_alias" and "shares storage with input tensors[0]" in lied.evidence
     assert check(A.clone.default, [sample]).verdict == "honest"
+
+
+class RecurrentAndBag(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(3, 4)
+        self.gru = torch.nn.GRU(4, 4)
+        self.bag = torch.nn.EmbeddingBag(10, 3)
+
+    def forward(self, x, idx, offsets):
+        y, _ = self.lstm(x)
+        z, _ = self.gru(y)
+        return z.sum() + self.bag(idx, offsets).sum()
+
+
+def test_composites_audited_through_recipes_are_kept_and_replay():
+    args = (torch.randn(2, 1, 3), torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2]))
+    ep = export_checked(RecurrentAndBag(), args)
+    decisions = ep.graph_module.meta["composite_decisions"]
+    for name in ("aten.lstm.input", "aten.gru.input", "aten.embedding_bag.padding_idx"):
+        assert decisions[name] == ("keep", "audit"), decisions
