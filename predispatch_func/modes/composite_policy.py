@@ -42,16 +42,32 @@ def _fresh_like(t: torch.Tensor) -> torch.Tensor:
     return fresh.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else fresh
 
 
+def _honest_twins() -> dict[Any, Any]:
+    """Kernels whose schema hides an alias, and the op that declares it.
+
+    ``unsafe_split`` returns views of its input under a ``-> Tensor[]`` schema
+    (the schema audit finds it lying); ``split`` is the same computation with
+    ``Tensor(a)[]``, so functionalization sees the views and writes back.
+    """
+    aten = torch.ops.aten
+    return {aten.unsafe_split.Tensor: aten.split.Tensor,
+            aten.unsafe_split_with_sizes.default: aten.split_with_sizes.default}
+
+
+HONEST_TWINS = _honest_twins()
+
+
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
-    __slots__ = ("audit_lookup", "overrides", "_guard_cache", "decisions")
+    __slots__ = ("audit_lookup", "overrides", "_guard_cache", "_eager_cache", "decisions")
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
                  overrides: dict[str, Decision] | None = None):
         self.audit_lookup = audit_lookup
         self.overrides = dict(overrides or {})
         self._guard_cache: dict[Any, str | None] = {}
+        self._eager_cache: dict[Any, bool] = {}
         # op name -> (decision, why); read by the CLI and tests
         self.decisions: dict[str, tuple[Decision, str]] = {}
 
@@ -72,6 +88,24 @@ class CompositePolicy:
             return self._record(op, "decompose", lie)
         return self._record(op, "keep", "audit" if audited == "keep" else "trace-time guard")
 
+    def needs_eager_kernel(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+        """Decompose with the C++ kernel eager runs, not torch's Python one?
+
+        torch's Python composite for ``dropout`` clones where eager returns the
+        input (``train=False``, ``p=0``), so a later in-place op would miss the
+        input. When eager's kernel aliases or writes an input for these
+        arguments (checked on fresh fakes, cached), trace that kernel instead.
+        """
+        if not tc.has_python_composite(op) or not tc.has_composite_implicit_kernel(op):
+            return False
+        inner_args, inner_kwargs = tc.pytree.tree_map_only(
+            tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
+        key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
+        if key not in self._eager_cache:
+            self._eager_cache[key] = _run_decomposition_and_watch(
+                op, inner_args, inner_kwargs, kernel=tc.decompose_like_eager) is not None
+        return self._eager_cache[key]
+
     def _record(self, op: torch._ops.OpOverload, decision: Decision, why: str) -> bool:
         self.decisions.setdefault(str(op), (decision, why))
         return decision == "decompose"
@@ -85,8 +119,9 @@ class CompositePolicy:
         return self._guard_cache[key]
 
 
-def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str | None:
-    """Run ``op``'s decomposition on fresh fakes; describe any alias or mutation."""
+def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs: dict,
+                                 kernel: Callable[..., Any] | None = None) -> str | None:
+    """Run ``op``'s decomposition (or ``kernel``) on fresh fakes; describe any alias or mutation."""
     tensors = [t for t in tc.pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     fake_mode = tc.fake_mode_of(tensors)
     if fake_mode is None:
@@ -96,7 +131,7 @@ def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs:
         fresh = [t for t in tc.pytree.tree_leaves((fresh_args, fresh_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [t._version for t in fresh]
         storages = {tc.StorageWeakRef(t.untyped_storage()): i for i, t in enumerate(fresh)}
-        out = op.decompose(*fresh_args, **fresh_kwargs)
+        out = (kernel or type(op).decompose)(op, *fresh_args, **fresh_kwargs)
         if out is NotImplemented:
             return None
         for i, t in enumerate(fresh):
@@ -107,19 +142,4 @@ def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs:
                 hit = storages.get(tc.StorageWeakRef(o.untyped_storage()))
                 if hit is not None:
                     return f"result {j} aliases input {hit}"
-    return None
-
-
-def eager_alias_result(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
-    """The input itself where eager's kernel returns it but torch's Python decomposition
-    would copy it, else None.
-
-    ``aten.dropout`` in eval mode (or with ``p == 0``) returns its input in
-    eager, so ``F.dropout(x, training=False).add_(1)`` writes ``x``; torch's
-    registered decomposition returns ``input.clone()`` and the write is lost.
-    """
-    if op is torch.ops.aten.dropout.default:
-        bound = dict(zip(("input", "p", "train"), args), **kwargs)
-        if not bound["train"] or bound["p"] == 0:
-            return bound["input"]
     return None
