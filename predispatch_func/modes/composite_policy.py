@@ -48,10 +48,15 @@ def _honest_twins() -> dict[Any, Any]:
     ``unsafe_split`` returns views of its input under a ``-> Tensor[]`` schema
     (the schema audit finds it lying); ``split`` is the same computation with
     ``Tensor(a)[]``, so functionalization sees the views and writes back.
+    ``x.data`` is a storage-sharing alias without autograd history whose
+    composite leaves no trace in a functional graph; ``detach`` is the same
+    alias as a view op, so a write through it keeps ``x``'s identity (a no_grad
+    region) and the alias itself stays non-differentiable, as in eager.
     """
     aten = torch.ops.aten
     return {aten.unsafe_split.Tensor: aten.split.Tensor,
-            aten.unsafe_split_with_sizes.default: aten.split_with_sizes.default}
+            aten.unsafe_split_with_sizes.default: aten.split_with_sizes.default,
+            aten.data.default: aten.detach.default}
 
 
 HONEST_TWINS = _honest_twins()
