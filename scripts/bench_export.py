@@ -46,14 +46,17 @@ from predispatch_func.graphs import all_graph_modules  # noqa: E402
 
 
 class _KwargsBound(torch.nn.Module):
-    """``aot_export_module`` takes positional args and tensor outputs only."""
+    """``aot_export_module`` takes positional inputs and tensor outputs only:
+    tensor kwargs are passed positionally after ``n_args`` positional args."""
 
-    def __init__(self, model: torch.nn.Module, kwargs: dict) -> None:
+    def __init__(self, model: torch.nn.Module, n_args: int, tensor_keys: list[str],
+                 constants: dict) -> None:
         super().__init__()
-        self.model, self.kwargs = model, kwargs
+        self.model, self.n_args, self.tensor_keys, self.constants = model, n_args, tensor_keys, constants
 
-    def forward(self, *args: Any) -> tuple:
-        return tuple(torch.utils._pytree.tree_leaves(self.model(*args, **self.kwargs)))
+    def forward(self, *flat: Any) -> tuple:
+        kwargs = {**self.constants, **dict(zip(self.tensor_keys, flat[self.n_args:]))}
+        return tuple(torch.utils._pytree.tree_leaves(self.model(*flat[: self.n_args], **kwargs)))
 
 
 def _ops(gm: torch.fx.GraphModule) -> int:
@@ -76,8 +79,10 @@ def _aot_pre(model, args, kwargs):
     from torch._functorch.aot_autograd import aot_export_module
 
     # transformers' masks take traceable paths only when torch says it is exporting
+    keys = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    bound = _KwargsBound(model, len(args), keys, {k: v for k, v in kwargs.items() if k not in keys})
     with exporting_state():
-        gm, _ = aot_export_module(_KwargsBound(model, kwargs), args, trace_joint=False,
+        gm, _ = aot_export_module(bound, (*args, *(kwargs[k] for k in keys)), trace_joint=False,
                                   pre_dispatch=True)
     return _ops(gm)
 
