@@ -136,10 +136,15 @@ def test_inline_regions_refuses_autocast_regions():
         inline_regions(ep)
 
 
-def test_executorch_to_edge_accepts_an_eval_program():
+_EXECUTORCH = ["small_cnn", "vit", "bert", "llama", pytest.param("gpt2", marks=_SDPA_LAYOUT)]
+
+
+@pytest.mark.parametrize("name", _EXECUTORCH)
+def test_executorch_to_edge_accepts_an_eval_program(name):
+    """Runs where executorch is installed (it is not a dependency: pip must not touch torch)."""
     exir = pytest.importorskip("executorch.exir", reason="executorch is not installed")
-    model, args, kwargs = build("small_cnn")
-    ep = export_checked(model, args, kwargs)
-    edge = exir.to_edge(ep)
-    program = edge.exported_program()
-    torch.testing.assert_close(program.module()(*args), model(*args))
+    model, args, kwargs = build(name)
+    edge = exir.to_edge(export_checked(model, args, kwargs))
+    torch.testing.assert_close(edge.exported_program().module()(*args, **kwargs),
+                               model(*args, **kwargs))
+    assert len(edge.to_executorch().buffer) > 0
