@@ -7,7 +7,7 @@ and ``verify`` (contract checks and replay against eager).
 from .aot import AotSignature, aot_export_module
 from .errors import ExportError, UnsupportedError, VerificationError
 from .export import FunctionalExportedProgram, export, functionalize, load
-from .verify import VerifyReport, check_contract, verify
+from .verify import VerifyReport, check_contract, replay_against_eager, verify
 
 __all__ = [
     "AotSignature",
@@ -21,5 +21,6 @@ __all__ = [
     "export",
     "load",
     "functionalize",
+    "replay_against_eager",
     "verify",
 ]

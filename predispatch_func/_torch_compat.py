@@ -205,3 +205,39 @@ def last_recorded_call_source(target: Any) -> str | None:
 
 def autocast_enabled_anywhere() -> bool:
     return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+
+
+def record_grad_marker(enabled: bool) -> None:
+    """Record a ``_set_grad_enabled(enabled)`` marker in the graph being traced.
+
+    Used to turn a write through a ``detach()``-ed alias into the no_grad region
+    it is equivalent to (eager changes the data and keeps autograd history).
+    """
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is not None:
+        node = mode.tracer.create_node("call_function", SET_GRAD_ENABLED, (enabled,), {})
+        node.meta["val"] = None
+
+
+@contextlib.contextmanager
+def grad_mode_untraced(enabled: bool) -> Iterator[None]:
+    """Set grad mode without recording a marker (the caller records its own)."""
+    previous = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch._C._set_grad_enabled(previous)
+
+
+# --- torch's own entry points, used only to compare against (scripts/) ------------
+
+
+def torch_aot_export_module(mod: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+                            pre_dispatch: bool = True) -> tuple[torch.fx.GraphModule, Any]:
+    """torch's ``aot_export_module`` (forward only): (graph module, torch's GraphSignature)."""
+    from torch._functorch.aot_autograd import aot_export_module as torch_aot
+
+    return torch_aot(mod, args, trace_joint=False, pre_dispatch=pre_dispatch, kwargs=kwargs)

@@ -60,6 +60,7 @@ class AotSignature:
     constants: dict[str, torch.Tensor]
     range_constraints: dict[Any, Any]
     composite_decisions: dict[str, tuple[str, str]]
+    grad_enabled_on_return: bool = True
 
 
 @dataclasses.dataclass
@@ -89,6 +90,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     fake_inputs = [fakeify.state(s.value) if s.kind != "user" else fakeify.user(i, s.value)
                    for i, s in enumerate(slots)]
     n_state = len(slots) - len(flat_user)
+    aliased = _inputs_sharing_memory(fake_inputs)
     policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides)
     meta: dict[str, Any] = {}
 
@@ -97,26 +99,39 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         call_args, call_kwargs = tc.pytree.tree_unflatten(inputs[n_state:], in_spec)
         with tc.reparametrize(mod, by_fqn):
             out = mod(*call_args, **call_kwargs)
+            reassigned = _reassigned_buffers(mod, slots[:n_state], inputs)
         flat_out, meta["out_spec"] = tc.pytree.tree_flatten(out)
-        mutated = [i for i, t in enumerate(inputs)
-                   if isinstance(t, tc.FunctionalTensor) and tc.has_data_mutation(t)]
+        final = [reassigned.get(i, t) for i, t in enumerate(inputs)]
+        mutated = [i for i, t in enumerate(inputs) if i in reassigned
+                   or (isinstance(t, tc.FunctionalTensor) and tc.has_data_mutation(t))]
         for i in mutated:
             if slots[i].kind == "constant":
                 raise UnsupportedError(
                     f"the model writes to tensor attribute {slots[i].target!r}, which is neither a "
                     "parameter nor a buffer; register it with register_buffer so the write can be "
                     "carried in the signature")
+            if sharing := aliased.get(i):
+                raise UnsupportedError(
+                    f"the model writes to input {slots[i].target!r}, which shares memory with "
+                    f"{', '.join(repr(slots[j].target) for j in sharing)}; a functional program "
+                    "cannot carry a write through inputs that alias each other: pass distinct "
+                    "tensors (e.g. .clone() one of them)")
         meta["mutated"] = [slots[i] for i in mutated]
-        return [inputs[i] for i in mutated] + flat_out
+        meta["output_is_input"] = [next((j for j, i in enumerate(mutated) if o is inputs[i]), None)
+                                   for o in flat_out]
+        return [final[i] for i in mutated] + flat_out
 
     with _preserved_model_state(mod):
-        gm, identity_edges = trace_functional(body, fake_inputs, policy=policy,
-                                              pre_dispatch=pre_dispatch, decompositions=decompositions)
+        trace = trace_functional(body, fake_inputs, policy=policy,
+                                 pre_dispatch=pre_dispatch, decompositions=decompositions)
+    gm = trace.graph_module
     slots = _lift_traced_constants(gm, slots, n_state)
     _name_placeholders(gm, slots)
-    gm = outline_regions(gm, identity_edges)
+    gm = outline_regions(gm, trace.identity_edges)
     _eliminate_dead_code(gm)
     signature = _build_signature(gm, slots, meta["mutated"])
+    if _copy_outputs_reading_written_inputs(gm, signature, meta["output_is_input"]):
+        signature = _build_signature(gm, slots, meta["mutated"])
     guard_saved_mutated_inputs(gm, _written_placeholders(gm, signature), _grad_sources(gm, signature))
     for _, sub in all_graph_modules(gm):  # the passes above edit graphs; generate code once
         sub.recompile()
@@ -126,9 +141,49 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                  **{s.target: s.value for s in slots if s.kind == "constant"}}
     return gm, AotSignature(
         graph_signature=signature, in_spec=in_spec, out_spec=meta["out_spec"],
-        forward_arg_names=arg_names + list(kwargs), state_dict=state_dict, constants=constants,
+        forward_arg_names=arg_names, state_dict=state_dict, constants=constants,
         range_constraints=fakeify.range_constraints(gm),
-        composite_decisions=dict(policy.decisions))
+        composite_decisions=dict(policy.decisions),
+        grad_enabled_on_return=trace.grad_enabled_on_return)
+
+
+def _reassigned_buffers(mod: torch.nn.Module, state_slots: list[_InputSlot],
+                        inputs: list[Any]) -> dict[int, torch.Tensor]:
+    """Buffers the forward replaced by assignment (``self.buf = self.buf + x``).
+
+    Eager keeps the new tensor on the module, so it is a buffer mutation whose
+    final value is the assigned tensor. Replacing a parameter, or a buffer by
+    something of another shape or dtype, cannot be written back: refused.
+    """
+    found = {}
+    for i, slot in enumerate(state_slots):
+        if slot.kind not in ("parameter", "buffer"):
+            continue
+        prefix, _, name = slot.target.rpartition(".")
+        owner = mod.get_submodule(prefix)
+        current = (owner._parameters if slot.kind == "parameter" else owner._buffers).get(name)
+        if current is inputs[i]:
+            continue
+        same_kind = (slot.kind == "buffer" and isinstance(current, torch.Tensor)
+                     and current.shape == inputs[i].shape and current.dtype == inputs[i].dtype)
+        if not same_kind:
+            raise UnsupportedError(
+                f"the model replaces {slot.kind} {slot.target!r} by assignment"
+                + ("" if slot.kind == "parameter" else " with a value of another shape, dtype or type")
+                + "; only buffers replaced by a tensor of the same shape and dtype can be carried "
+                "as a mutation (or write in place: self.buf.copy_(new))")
+        found[i] = current
+    return found
+
+
+def _inputs_sharing_memory(inputs: list[Any]) -> dict[int, list[int]]:
+    """For each input index, the other inputs over the same storage (fakes keep it)."""
+    by_storage: dict[Any, list[int]] = {}
+    for i, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+            by_storage.setdefault(tc.StorageWeakRef(t.untyped_storage()), []).append(i)
+    return {i: [j for j in group if j != i] for group in by_storage.values() if len(group) > 1
+            for i in group}
 
 
 @contextlib.contextmanager
@@ -187,8 +242,8 @@ def _name_placeholders(gm: torch.fx.GraphModule, slots: list[_InputSlot]) -> Non
         wanted = slot.target if slot.kind == "user" else placeholder_name(slot.kind, slot.target)
         tc.rename_node(node, wanted)
         node.target = node.name
-        if slot.kind == "user" and not isinstance(slot.value, torch.Tensor):
-            node.meta["val"] = slot.value  # constants carry their value, as in torch.export
+        if slot.kind == "user" and not isinstance(slot.value, (torch.Tensor, torch.SymInt)):
+            node.meta.setdefault("val", slot.value)  # a constant input, as torch.export records it
 
 
 def _written_placeholders(gm: torch.fx.GraphModule,
@@ -200,6 +255,52 @@ def _written_placeholders(gm: torch.fx.GraphModule,
                        if s.kind == InputKind.USER_INPUT})
     return {by_name[input_name[s.target]]: by_name[s.arg.name] for s in signature.output_specs
             if s.kind != OutputKind.USER_OUTPUT and s.arg.name in by_name}
+
+
+def _copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: ExportGraphSignature,
+                                         output_is_input: list[int | None]) -> bool:
+    """Give an output its own copy where module()'s write-back would change what it returns.
+
+    module() writes each mutated input back with ``copy_``, then returns the outputs,
+    and a user output that is the very node of a mutation becomes the written input:
+    * a mutation whose new value is another input's placeholder (``y.copy_(x)``): the
+      write-back of that other input could run first, and a user output of ``x`` would
+      come back as ``y``;
+    * a user output that is the placeholder of an input written back later
+      (``y.copy_(x); x.sin_(); return y``) would read the new value;
+    * a user output that shares its node with a mutation although eager returned another
+      tensor (``y.copy_(w); return w``) would come back as the written input.
+    ``output_is_input[k]`` is the mutation position user output ``k`` really is, if any.
+    Returns whether the graph changed."""
+    written = _written_placeholders(gm, signature)
+    rewritten = {p for p, v in written.items() if v is not p}
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outputs = list(out_node.args[0])
+    n_mut = len(signature.output_specs) - len(output_is_input)
+    targets = list(written)  # one placeholder per mutation, in output order
+    copies: dict[tuple[str, torch.fx.Node], torch.fx.Node] = {}
+
+    def copy_of(kind: str, node: torch.fx.Node) -> torch.fx.Node:
+        if (kind, node) not in copies:
+            with gm.graph.inserting_before(out_node):
+                copies[kind, node] = gm.graph.call_function(torch.ops.aten.clone.default, (node,))
+            copies[kind, node].meta.update(node.meta)
+        return copies[kind, node]
+
+    for j in range(n_mut):
+        node = outputs[j]
+        if getattr(node, "op", None) == "placeholder" and node is not targets[j]:
+            outputs[j] = copy_of("mutation", node)
+    mutation_nodes = set(outputs[:n_mut])
+    for k, real in enumerate(output_is_input):
+        node = outputs[n_mut + k]
+        if real is not None:  # eager returned the written input itself
+            outputs[n_mut + k] = outputs[real]
+        elif node in rewritten or node in mutation_nodes:
+            outputs[n_mut + k] = copy_of("output", node)
+    if copies:
+        out_node.args = (tuple(outputs),)
+    return bool(copies)
 
 
 def _grad_sources(gm: torch.fx.GraphModule, signature: ExportGraphSignature) -> set[torch.fx.Node]:

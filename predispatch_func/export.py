@@ -29,6 +29,11 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     return to_exported_program(gm, sig, example_inputs=(args, dict(kwargs or {})))
 
 
+# graph_module.meta key: False when forward leaves grad mode off (set_grad_enabled(False)
+# called and never restored); the IR cannot hold that side effect, module() replays it.
+GRAD_ON_RETURN = "grad_enabled_on_return"
+
+
 class FunctionalExportedProgram(ExportedProgram):
     """An ExportedProgram whose ``module()`` writes mutations back as eager would.
 
@@ -37,7 +42,7 @@ class FunctionalExportedProgram(ExportedProgram):
     grad (a parameter clamped under ``no_grad``, an input updated under
     ``no_grad``) that ``copy_`` raises, while eager allowed the in-place
     update. Such write-backs run under ``no_grad`` here; all others are
-    torch's own.
+    torch's own. A forward that leaves grad mode off leaves it off here too.
     """
 
     def module(self, *args: Any, **kwargs: Any) -> torch.nn.Module:
@@ -46,6 +51,9 @@ class FunctionalExportedProgram(ExportedProgram):
         for node in mod.graph.nodes:
             if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
                 node.target = write_back
+        if self.graph_module.meta.get(GRAD_ON_RETURN) is False:
+            with mod.graph.inserting_before(mod.graph.output_node()):
+                mod.graph.call_function(torch.set_grad_enabled, (False,))
         mod.recompile()
         return mod
 
@@ -98,4 +106,5 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
         example_inputs=example_inputs, constants=sig.constants,
     )
     ep.graph_module.meta["composite_decisions"] = sig.composite_decisions
+    ep.graph_module.meta[GRAD_ON_RETURN] = sig.grad_enabled_on_return
     return ep

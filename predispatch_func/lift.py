@@ -62,7 +62,12 @@ def placeholder_name(kind: str, fqn: str) -> str:
 
 
 def user_input_names(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[list[str], list[str]]:
-    """Names for the flat user inputs (from ``forward``'s signature) and the forward arg names."""
+    """Names for the flat user inputs (from ``forward``'s signature) and the forward arg names.
+
+    The forward arg names list the keyword arguments after the positional ones,
+    as torch.export does: ``ExportedProgram.module()`` rebuilds ``forward``'s
+    signature from them, so a missing keyword makes the module uncallable.
+    """
     try:
         sig = inspect.signature(mod.forward)
         bound_names = list(sig.bind(*args, **kwargs).arguments)
@@ -83,7 +88,7 @@ def user_input_names(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[l
             rest = path[2:]
         suffix = "".join(_path_piece(p) for p in rest)
         names.append(_sanitize(base + suffix))
-    return _unique(names), arg_names
+    return _unique(names), arg_names + [k for k in kwargs if k not in arg_names]
 
 
 def _path_piece(entry: Any) -> str:

@@ -91,10 +91,18 @@ def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> 
 
 
 def _clone(value: Any, grad_for_floats: bool) -> Any:
+    """Fresh copies of every tensor leaf; a tensor passed twice stays one tensor,
+    so the replay sees the same aliasing between inputs as the caller's call.
+    Float leaves require grad if asked (an in-place write to such a leaf is
+    allowed where eager allows it: under no_grad or through ``detach()``)."""
+    memo: dict[int, torch.Tensor] = {}
+
     def one(t: torch.Tensor) -> torch.Tensor:
-        c = t.detach().clone()
-        wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
-        return c.requires_grad_(wants)
+        if id(t) not in memo:
+            c = t.detach().clone()
+            wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
+            memo[id(t)] = c.requires_grad_(wants)
+        return memo[id(t)]
     return tc.pytree.tree_map_only(torch.Tensor, one, value)
 
 
@@ -136,6 +144,14 @@ def _loss(outputs: Any, weights_seed: int) -> torch.Tensor | None:
     return sum(terms) if terms else None
 
 
+def _none_as_zeros(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:
+    """A missing gradient equals an all-zero one: eager keeps a zero grad for an
+    input whose every use was overwritten in place, the program never reads it."""
+    def fill(x, y):
+        return torch.zeros_like(y) if x is None and isinstance(y, torch.Tensor) else x
+    return [fill(x, y) for x, y in zip(a, b)], [fill(y, x) for x, y in zip(a, b)]
+
+
 def _grads(named: dict[str, torch.Tensor]) -> dict[str, Any]:
     return {k: v.grad for k, v in named.items() if v.requires_grad}
 
@@ -151,11 +167,26 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
     """
     report = check_contract(ep)
     if model is not None and args is not None:
-        with torch.random.fork_rng(devices=[]):
-            _replay(ep, model, tuple(args), dict(kwargs or {}), report,
-                    check_values=check_values, check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
+        replay = replay_against_eager(_copy_program(ep), model, args, kwargs, check_values=check_values,
+                                      check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
+        report.problems += replay.problems
+        report.checked += replay.checked
     if raise_on_failure and not report.ok:
         raise VerificationError(str(report))
+    return report
+
+
+def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args: tuple,
+                         kwargs: dict | None = None, *, check_values: bool = True,
+                         check_grads: bool = True, rtol: float = 1e-4, atol: float = 1e-5,
+                         seed: int = 0) -> VerifyReport:
+    """Run ``program`` (a module that writes its mutations back, as ``ep.module()``
+    does; it is run as given, so pass a copy) and a copy of ``model`` on fresh
+    clones of the inputs, and compare. Also used by scripts to judge torch's paths."""
+    report = VerifyReport()
+    with torch.random.fork_rng(devices=[]):
+        _replay(program, model, tuple(args), dict(kwargs or {}), report, check_values=check_values,
+                check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
     return report
 
 
@@ -166,9 +197,8 @@ def _copy_program(ep: torch.export.ExportedProgram) -> torch.nn.Module:
         return copy.deepcopy(ep).module()
 
 
-def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed) -> None:
+def _replay(program, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed) -> None:
     eager_model = copy.deepcopy(model)
-    program = _copy_program(ep)
     grad_inputs = check_grads
     try:
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
@@ -205,13 +235,24 @@ def _replay(ep, model, args, kwargs, report, *, check_values, check_grads, rtol,
         return
     if e_loss is None:
         return
+    try:
+        e_loss.backward()
+    except RuntimeError as exc:  # eager itself cannot differentiate (e.g. a saved tensor overwritten)
+        report.checked.append(f"no gradients (eager's backward raised: {str(exc).splitlines()[0][:80]})")
+        return
     report.checked.append("gradients")
-    e_loss.backward()
-    p_loss.backward()
+    try:
+        p_loss.backward()
+    except RuntimeError as exc:
+        report.problems.append(f"program's backward raised where eager's did not: {exc}")
+        return
     e_params, p_params = dict(eager_model.named_parameters()), dict(program.named_parameters())
-    _compare("parameter grads", _grads(e_params), {k: p_params[k].grad for k in _grads(e_params) if k in p_params},
-             rtol, atol, check_values, problems)
+    e_pgrads = _grads(e_params)
+    names = list(e_pgrads)
+    e_pg, p_pg = _none_as_zeros([e_pgrads[k] for k in names],
+                                [p_params[k].grad if k in p_params else "missing" for k in names])
+    _compare("parameter grads", dict(zip(names, e_pg)), dict(zip(names, p_pg)), rtol, atol, check_values, problems)
     e_leaves = [t for t in tc.pytree.tree_leaves((e_args, e_kwargs)) if isinstance(t, torch.Tensor)]
     p_leaves = [t for t in tc.pytree.tree_leaves((p_args, p_kwargs)) if isinstance(t, torch.Tensor)]
-    _compare("input grads", [t.grad for t in e_leaves], [t.grad for t in p_leaves], rtol, atol,
-             check_values, problems)
+    _compare("input grads", *_none_as_zeros([t.grad for t in e_leaves], [t.grad for t in p_leaves]),
+             rtol, atol, check_values, problems)

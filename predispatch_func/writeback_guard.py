@@ -14,14 +14,37 @@ from __future__ import annotations
 
 import torch
 
+from .hop.ops import pf_grad_region
+
 
 def _may_need_grad(gm: torch.fx.GraphModule, grad_sources: set[torch.fx.Node]) -> set[torch.fx.Node]:
     """Nodes whose value may carry autograd history (fed by a parameter or float input)."""
     reached = set(grad_sources)
     for node in gm.graph.nodes:
+        if node.target is torch.ops.aten.detach.default:
+            continue
         if any(inp in reached for inp in node.all_input_nodes):
             reached.add(node)
     return reached
+
+
+aten = torch.ops.aten
+# Ops whose derivative never reads the tensor being overwritten (their ``self``).
+_SELF_NOT_SAVED = {
+    aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar, aten._to_copy.default,
+    aten.clone.default, aten.expand.default, aten.slice_scatter.default,
+    aten.select_scatter.default, aten.diagonal_scatter.default, aten.as_strided_scatter.default,
+    aten.index_put.default, aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.fill.Scalar,
+    aten.zeros_like.default, aten.detach.default,
+}
+
+
+def _saves_nothing(node: torch.fx.Node) -> bool:
+    """True when ``node`` cannot have saved the old value for backward: a no_grad
+    region records no history, and some ops' derivatives never read ``self``."""
+    if node.target is pf_grad_region and node.args[0] is False:
+        return True
+    return node.target in _SELF_NOT_SAVED
 
 
 def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
@@ -45,7 +68,7 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
     for placeholder, final in written.items():
         feeding = _ancestors(final) | {final}
         for user in list(placeholder.users):
-            if user.op != "call_function" or user not in feeding:
+            if user.op != "call_function" or user not in feeding or _saves_nothing(user):
                 continue
             if not any(i in may_need_grad for i in user.all_input_nodes if i is not placeholder):
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 import torch
+from torch.export.graph_signature import OutputKind
 
 import predispatch_func as pf
 from predispatch_func.verify import all_graph_modules
@@ -47,3 +48,24 @@ def graph_code(ep: torch.export.ExportedProgram) -> str:
         header = "" if where == "<top>" else f"# {where}\n"
         parts.append(header + gm.code.strip())
     return "\n\n".join(parts)
+
+
+def export_case(name: str, **export_kwargs) -> torch.export.ExportedProgram:
+    """Build the catalogue case ``name`` (tests/cases_core.py) and :func:`export_checked` it."""
+    from cases_core import CASES
+
+    case = CASES[name]
+    model, args, kwargs = case.build()
+    return export_checked(model, args, kwargs, check_values=case.check_values, **export_kwargs)
+
+
+def mutations(ep: torch.export.ExportedProgram) -> list[tuple[str, str]]:
+    """(kind, target) of every mutation output, in signature order."""
+    return [(s.kind.name, s.target) for s in ep.graph_signature.output_specs
+            if s.kind != OutputKind.USER_OUTPUT]
+
+
+def call_targets(ep: torch.export.ExportedProgram) -> set[str]:
+    """The names of every op called anywhere in the program, e.g. ``aten.linear.default``."""
+    return {str(n.target) for _, gm in all_graph_modules(ep.graph_module)
+            for n in gm.graph.nodes if n.op == "call_function"}

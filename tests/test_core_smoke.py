@@ -24,18 +24,18 @@ def forward(self, x, z):
     add = torch.ops.aten.add.Tensor(mul, 1)
     return (mul, add)""")
 
-    def test_grad_mode_left_changed_is_refused_with_source_line(self):
-        class LeavesNoGrad(torch.nn.Module):
+    def test_autocast_left_enabled_is_refused_with_source_line(self):
+        class LeavesAutocast(torch.nn.Module):
             def forward(self, x):
-                torch.set_grad_enabled(False)
+                torch.autocast("cpu", dtype=torch.bfloat16).__enter__()
                 return x * 2
 
         try:
-            with self.assertRaisesRegex(pf.UnsupportedError, r"leaves grad mode[\s\S]*test_core_smoke.py"):
-                pf.export(LeavesNoGrad(), (torch.randn(2),))
+            with self.assertRaisesRegex(pf.UnsupportedError, r"leaves autocast[\s\S]*test_core_smoke.py"):
+                pf.export(LeavesAutocast(), (torch.randn(2),))
         finally:
-            torch.set_grad_enabled(True)
-        self.assertTrue(torch.is_grad_enabled())
+            torch.set_autocast_enabled("cpu", False)
+        self.assertFalse(torch.is_autocast_enabled("cpu"))
 
     def test_verify_catches_a_wrong_program(self):
         class AddOne(torch.nn.Module):

@@ -395,7 +395,10 @@ class TestRegionsDownstream(TestCase):
 
     def test_reexport_keeps_the_same_regions(self):
         for model_cls, args in [(NoGradInsideAutocast, (torch.randn(2, 4),)),
-                                (MutateOuterIntermediateUnderNoGrad, (torch.randn(3),))]:
+                                (MutateOuterIntermediateUnderNoGrad, (torch.randn(3),)),
+                                (MutateInputUnderNoGrad, (torch.randn(3),)),
+                                (ClampWeightUnderNoGrad, (torch.randn(2, 3),)),
+                                (WriteThroughDetachedView, (torch.randn(4), torch.randn(4)))]:
             model = model_cls()
             ep = pf.export(model, args)
             again = export_checked(ep.module(), args)
@@ -486,3 +489,65 @@ class TestPostDispatchRefusesRegions(TestCase):
     def test_no_grad_with_pre_dispatch_false_is_a_clear_error(self):
         with self.assertRaisesRegex(pf.UnsupportedError, r"pre_dispatch=True[\s\S]*mul_[\s\S]*test_regions.py"):
             pf.export(MutateInputUnderNoGrad(), (torch.randn(3),), pre_dispatch=False)
+
+
+class WriteThroughDetachedView(torch.nn.Module):
+    def forward(self, x, y):
+        x.detach()[0].mul_(2)
+        return x * y
+
+
+class TestWritesThroughDetach(TestCase):
+    def test_write_through_detached_view_is_a_no_grad_region_keeping_identity(self):
+        x, y = torch.randn(4), torch.randn(4)
+        ep = export_checked(WriteThroughDetachedView(), (x, y))
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x, y):
+    detach = torch.ops.aten.detach.default(x)
+    select = torch.ops.aten.select.int(detach, 0, 0);  detach = None
+    grad_region_0 = self.grad_region_0
+    pf_grad_region = torch.ops.higher_order.pf_grad_region(False, (1,), grad_region_0, select, x);  grad_region_0 = select = x = None
+    getitem = pf_grad_region[0];  pf_grad_region = None
+    mul_1 = torch.ops.aten.mul.Tensor(getitem, y);  y = None
+    return (getitem, mul_1)
+
+# grad_region_0
+def forward(self, select, x):
+    mul = torch.ops.aten.mul.Tensor(select, 2);  select = None
+    detach_1 = torch.ops.aten.detach.default(x);  x = None
+    select_scatter = torch.ops.aten.select_scatter.default(detach_1, mul, 0, 0);  detach_1 = mul = None
+    return (select_scatter,)""")
+        leaf = x.clone().requires_grad_()
+        ep.module()(leaf, y).sum().backward()
+        torch.testing.assert_close(leaf.grad, y)  # eager: the write keeps x's identity
+
+
+class LeavesGradOff(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        torch.set_grad_enabled(False)
+        return y + x.exp()
+
+
+class TestGradModeLeftChanged(TestCase):
+    def test_set_grad_enabled_false_never_restored_leaves_grad_off_like_eager(self):
+        ep = export_checked(LeavesGradOff(), (torch.randn(3),))  # verify compares grad mode after
+        self.assertTrue(torch.is_grad_enabled())  # exporting restored the caller's mode
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    mul = torch.ops.aten.mul.Tensor(x, 2)
+    grad_region_0 = self.grad_region_0
+    pf_grad_region = torch.ops.higher_order.pf_grad_region(False, (), grad_region_0, x, mul);  grad_region_0 = x = mul = None
+    getitem = pf_grad_region[0];  pf_grad_region = None
+    return (getitem,)
+
+# grad_region_0
+def forward(self, x, mul):
+    exp = torch.ops.aten.exp.default(x);  x = None
+    add = torch.ops.aten.add.Tensor(mul, exp);  mul = exp = None
+    return (add,)""")
+        try:
+            ep.module()(torch.randn(3))
+            self.assertFalse(torch.is_grad_enabled())
+        finally:
+            torch.set_grad_enabled(True)

@@ -54,6 +54,10 @@ def _outline_run(gm, frame: Frame, nodes: list[torch.fx.Node], edges, grad_enabl
             if inp not in members and inp not in inputs:
                 inputs.append(inp)
     outputs = [n for n in nodes if any(u not in members for u in n.users)]
+    grad_inside = frame.enabled if isinstance(frame, GradFrame) else grad_enabled
+    carries = grad_enabled and not grad_inside
+    if carries:  # a write's old value may not be read inside: pass it in to carry its identity
+        inputs += [s for s in _identity_sources(outputs, members, edges) if s not in inputs]
 
     body = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -65,8 +69,7 @@ def _outline_run(gm, frame: Frame, nodes: list[torch.fx.Node], edges, grad_enabl
     body.output(tuple(env[o] for o in outputs))
     body_gm = torch.fx.GraphModule(gm, body)
 
-    grad_inside = frame.enabled if isinstance(frame, GradFrame) else grad_enabled
-    identity_of = (_identity_of(inputs, outputs, edges) if grad_enabled and not grad_inside else ())
+    identity_of = _identity_of(inputs, outputs, edges) if carries else ()
     kind = "grad_region" if isinstance(frame, GradFrame) else "autocast_region"
     name = _free_attr(gm, kind)
     gm.add_submodule(name, body_gm)
@@ -86,6 +89,28 @@ def _outline_run(gm, frame: Frame, nodes: list[torch.fx.Node], edges, grad_enabl
     for node in reversed(nodes):
         gm.graph.erase_node(node)
     return body_gm, grad_inside
+
+
+def _identity_sources(outputs, members, edges) -> list[torch.fx.Node]:
+    """For each output that is a write's new value, the node (outside the run) it was written over."""
+    flat_members = {m.meta.get(FLAT): m for m in members}
+    sources = []
+    for out in outputs:
+        flat, seen = out.meta.get(FLAT), set()
+        while flat in edges and flat not in seen:
+            seen.add(flat)
+            flat = edges[flat]
+            if flat not in flat_members:
+                break
+        if flat is not out.meta.get(FLAT) and flat not in flat_members:
+            node = _node_for_flat(out.graph, flat)
+            if node is not None:
+                sources.append(node)
+    return sources
+
+
+def _node_for_flat(graph: torch.fx.Graph, flat: torch.fx.Node) -> torch.fx.Node | None:
+    return next((n for n in graph.nodes if n.meta.get(FLAT) is flat), None)
 
 
 def _identity_of(inputs, outputs, edges) -> tuple[int, ...]:

@@ -137,3 +137,18 @@ def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs:
                 if hit is not None:
                     return f"result {j} aliases input {hit}"
     return None
+
+
+def eager_alias_result(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """The input itself where eager's kernel returns it but torch's Python decomposition
+    would copy it, else None.
+
+    ``aten.dropout`` in eval mode (or with ``p == 0``) returns its input in
+    eager, so ``F.dropout(x, training=False).add_(1)`` writes ``x``; torch's
+    registered decomposition returns ``input.clone()`` and the write is lost.
+    """
+    if op is torch.ops.aten.dropout.default:
+        bound = dict(zip(("input", "p", "train"), args), **kwargs)
+        if not bound["train"] or bound["p"] == 0:
+            return bound["input"]
+    return None

@@ -16,6 +16,8 @@ autograd, and record plain post-autograd ATen.
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -23,7 +25,8 @@ import torch
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
-from .composite_policy import CompositePolicy
+from .composite_policy import CompositePolicy, eager_alias_result
+from .differentiable_copy import DECOMPOSITIONS as COPY_DECOMPOSITIONS
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
@@ -39,6 +42,27 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         # new-value node -> old-value node, for writes done while grad is off
         self.identity_edges: dict[torch.fx.Node, torch.fx.Node] = {}
         self._bases: dict[Any, tc.FunctionalTensor] = {}
+        # detach()-ed aliases and their views, by id (held, so ids stay unique while tracing)
+        self._detached: dict[int, Any] = {}
+        # tensors that may require grad when the program runs: computed under grad mode
+        # from a floating graph input (autograd does not run while tracing, so we track it)
+        self._may_require_grad: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+    def mark_grad_sources(self, inputs: Sequence[Any]) -> None:
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+                self._may_require_grad[id(t)] = t
+
+    def _may_need_grad(self, t: Any) -> bool:
+        return self._may_require_grad.get(id(t)) is t
+
+    def _track_grad_flow(self, func, args, kwargs, out, written) -> None:
+        if not torch.is_grad_enabled() or func is torch.ops.aten.detach.default:
+            return
+        if any(self._may_need_grad(t) for t in tc.pytree.tree_leaves((args, kwargs))):
+            for t in [*tc.pytree.tree_leaves(out), *written]:
+                if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+                    self._may_require_grad[id(t)] = t
 
     def track_base(self, t: Any) -> None:
         if isinstance(t, tc.FunctionalTensor) and tc.is_functional_base(t):
@@ -51,17 +75,67 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         if new is not None and old is not None and new is not old:
             self.identity_edges[new] = old
 
-    def _written_bases(self, func, args, kwargs) -> list[Any]:
+    def _written_args(self, func, args) -> list[Any]:
         schema = getattr(func, "_schema", None)
-        if schema is None or not schema.is_mutable or torch.is_grad_enabled() or not self.pre_dispatch:
+        if schema is None or not schema.is_mutable or not self.pre_dispatch:
             return []
+        return [value for arg, value in zip(schema.arguments, args)
+                if arg.alias_info is not None and arg.alias_info.is_write
+                and isinstance(value, tc.FunctionalTensor)]
+
+    def _bases_of(self, tensors: list[Any]) -> list[Any]:
         bases = []
-        for arg, value in zip(schema.arguments, args):
-            if arg.alias_info is not None and arg.alias_info.is_write and isinstance(value, tc.FunctionalTensor):
-                base = self._bases.get(tc.storage_key(value))
-                if base is not None and all(base is not b for b in bases):
-                    bases.append(base)
+        for t in tensors:
+            base = self._bases.get(tc.storage_key(t))
+            if base is not None and all(base is not b for b in bases):
+                bases.append(base)
         return bases
+
+    def _track_detached(self, func, args, out) -> None:
+        if func is torch.ops.aten.detach.default or (
+                getattr(func, "is_view", False) and args and id(args[0]) in self._detached):
+            for t in tc.pytree.tree_leaves(out):
+                if isinstance(t, tc.FunctionalTensor):
+                    self._detached[id(t)] = t
+
+    def _dispatch_recording_identity(self, func, types, args, kwargs):
+        """Dispatch; a write done without autograd (grad off, or through a detached
+        alias) records that the written base keeps its old autograd identity."""
+        written = self._written_args(func, args)
+        through_detach = torch.is_grad_enabled() and any(id(t) in self._detached for t in written)
+        if not written or (torch.is_grad_enabled() and not through_detach):
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        if through_detach:
+            self._refuse_grad_value_through_detach(func, args, kwargs, written)
+        # the bases written, and the written views themselves: after a write under
+        # no_grad, eager's view keeps its own autograd identity too
+        bases = self._bases_of(written)
+        bases += [w for w in written if all(w is not b for b in bases)]
+        before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
+        if through_detach:  # eager: same as writing under no_grad
+            tc.record_grad_marker(False)
+        with tc.grad_mode_untraced(False):
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            after = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
+        if through_detach:
+            tc.record_grad_marker(True)
+        for old, new in zip(before, after):
+            if old is not None and new is not None and new is not old:
+                self.identity_edges[new] = old
+        return out
+
+    def _refuse_grad_value_through_detach(self, func, args, kwargs, written) -> None:
+        """Writing a value that requires grad through a detached alias gives, in eager,
+        the alias its own autograd history while the tensor it aliases keeps its old
+        one: two histories for one storage, which a no_grad region cannot express."""
+        operands = [t for t in tc.pytree.tree_leaves((args, kwargs))
+                    if isinstance(t, torch.Tensor) and all(t is not w for w in written)]
+        if any(self._may_need_grad(t) for t in operands):
+            raise UnsupportedError(
+                "a value that may require grad (computed under grad mode from a float input or "
+                "parameter) is written through a detach()-ed alias: eager gives the alias its own "
+                "autograd history while the tensor it aliases keeps its old one; write to a "
+                "clone, or detach the value written", op=func, source=user_source_line())
 
     def _can_decompose(self, func, args, kwargs) -> bool:  # noqa: D401 (torch hook)
         if not self.pre_dispatch:
@@ -85,15 +159,13 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 "in-place metadata change (shape/stride) of a graph input cannot be expressed "
                 "in a functional program; use the out-of-place op instead",
                 op=func, source=user_source_line())
+        if self.pre_dispatch and (same := eager_alias_result(func, args, kwargs)) is not None:
+            return same
         self.op_stack.append(func)
         try:
-            written = self._written_bases(func, args, kwargs)
-            before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in written]
-            out = super().__torch_dispatch__(func, types, args, kwargs)
-            for base, old in zip(written, before):
-                new = tc.proxy_node_of(tc.inner_of_functional(base))
-                if old is not None and new is not None and new is not old:
-                    self.identity_edges[new] = old
+            out = self._dispatch_recording_identity(func, types, args, kwargs)
+            self._track_detached(func, args, out)
+            self._track_grad_flow(func, args, kwargs, out, self._written_args(func, args))
             for t in tc.pytree.tree_leaves(out):
                 self.track_base(t)
             return out
@@ -108,15 +180,23 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 Body = Callable[[list[Any], PolicyFunctionalMode], list[Any]]
 
 
+@dataclasses.dataclass
+class Trace:
+    """The flat functional graph with its region markers, and what tracing learned."""
+
+    graph_module: torch.fx.GraphModule
+    identity_edges: dict[torch.fx.Node, torch.fx.Node]  # new value -> value it keeps identity of
+    grad_enabled_on_return: bool  # False: forward called set_grad_enabled(False) and never restored
+
+
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
                      pre_dispatch: bool, decompositions: dict | None = None
-                     ) -> tuple[torch.fx.GraphModule, dict[torch.fx.Node, torch.fx.Node]]:
+                     ) -> Trace:
     """Trace ``body`` over functional wrappers of ``flat_inputs`` into a flat graph.
 
     ``body`` receives the wrapped inputs and the mode, runs the user's code and
     returns the flat list of graph outputs (functional tensors or constants).
-    Inputs must already be fake tensors (or non-tensor constants). Also returns
-    the identity edges recorded for writes done while grad was off.
+    Inputs must already be fake tensors (or non-tensor constants).
     """
     state: dict[str, Any] = {}
 
@@ -126,20 +206,23 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         with mode:
             wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
         mode.graph_input_ids = {id(t) for t in wrapped if isinstance(t, torch.Tensor)}
+        mode.mark_grad_sources(wrapped)
         for t in wrapped:
             mode.track_base(t)
         with mode, note_identity_hook(mode.note_identity), torch.enable_grad():
             outs = body(wrapped, mode)
-            _refuse_leaked_mode()
+            _refuse_leaked_autocast()
+            state["grad_enabled_on_return"] = torch.is_grad_enabled()
         return tuple(tc.inner_of_functional(o) for o in outs)
 
     fake_mode = tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
-    tracer = tc.make_fx(traced, decomposition_table=decompositions, tracing_mode="real",
+    tracer = tc.make_fx(traced, decomposition_table={**COPY_DECOMPOSITIONS, **(decompositions or {})},
+                        tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
         with tc.exporting_state(), (fake_mode if fake_mode is not None else _null()):
             gm = tracer(*flat_inputs)
-        return gm, state["mode"].identity_edges
+        return Trace(gm, state["mode"].identity_edges, state["grad_enabled_on_return"])
     except ExportError:
         raise
     except Exception as exc:  # enrich with the op and the user's line
@@ -149,15 +232,15 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                           source=user_source_line(exc.__traceback__)) from exc
 
 
-def _refuse_leaked_mode() -> None:
-    """A forward that leaves grad mode or autocast changed cannot be a functional program."""
-    if torch.is_grad_enabled() and not tc.autocast_enabled_anywhere():
+def _refuse_leaked_autocast() -> None:
+    """Autocast left enabled when forward returns has no functional form (grad mode
+    left off does: the program's module() sets it, see export.FunctionalExportedProgram)."""
+    if not tc.autocast_enabled_anywhere():
         return
-    target = tc.SET_GRAD_ENABLED if not torch.is_grad_enabled() else tc.ENTER_AUTOCAST
     raise UnsupportedError(
-        "the model leaves grad mode or autocast changed when forward returns; a functional "
-        "program cannot change the caller's global state", op=target.__name__,
-        source=tc.last_recorded_call_source(target))
+        "the model leaves autocast enabled when forward returns; a functional program "
+        "cannot change the caller's autocast state", op=tc.ENTER_AUTOCAST.__name__,
+        source=tc.last_recorded_call_source(tc.ENTER_AUTOCAST))
 
 
 class _null:

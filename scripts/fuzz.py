@@ -1,0 +1,160 @@
+"""Differential fuzzing against eager: ``python scripts/fuzz.py --budget N --seed S``.
+
+Generates N programs (tests/fuzz/strategies.py), exports each with
+``predispatch_func.export``, checks the contract and replays it against eager.
+Prints the time, counts per kind of program (and failures per kind), and each
+distinct failure with the source of a program that shows it; ``--shrink``
+then asks hypothesis for the smallest program with the first failure.
+
+``--against torch`` runs the same programs through torch 2.13's own
+functional paths instead (``export().run_decompositions({})`` and
+``aot_export_module(pre_dispatch=True)``) and prints how often each raises
+or silently differs from eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import sys
+import time
+import traceback
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+
+from fuzz.harness import check_program  # noqa: E402
+from fuzz.strategies import FuzzConfig, programs  # noqa: E402
+
+
+def _signature(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    detail = next((ln for ln in lines if ln.startswith("- ")), lines[0] if lines else "")
+    detail = re.sub(r"\(max abs diff [^)]*\)|fuzz_program_\w+\.py:\d+", "", detail)
+    return f"{type(exc).__name__}: {detail}"[:160]
+
+
+def run_ours(program) -> tuple[str, str]:
+    try:
+        check_program(program)
+    except Exception as exc:  # every failure is reported, none stops the run
+        return "fail", _signature(exc)
+    return "pass", ""
+
+
+def run_torch(program) -> dict[str, tuple[str, str]]:
+    from fuzz.torch_baselines import check_torch_aot, check_torch_export
+
+    return {"torch.export+run_decompositions": _as_pair(check_torch_export(program)),
+            "aot_export_module(pre_dispatch)": _as_pair(check_torch_aot(program))}
+
+
+def _as_pair(outcome) -> tuple[str, str]:
+    return outcome.status, outcome.detail
+
+
+def fuzz(budget: int, seed_value: int, config: FuzzConfig, against: str):
+    results = []
+
+    @seed(seed_value)
+    @settings(max_examples=budget, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(programs(config))
+    def one(program):
+        if against == "ours":
+            results.append((program, {"ours": run_ours(program)}))
+        else:
+            results.append((program, run_torch(program)))
+
+    one()
+    return results
+
+
+def shrink_first_failure(signature: str, budget: int, seed_value: int, config: FuzzConfig):
+    """Search again, failing only on ``signature``, and let hypothesis shrink it."""
+    found = []
+
+    @seed(seed_value)
+    @settings(max_examples=budget, deadline=None, database=None,
+              phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
+    @given(programs(config))
+    def one(program):
+        status, sig = run_ours(program)
+        if status == "fail" and sig == signature:
+            found.append(program)
+            raise AssertionError(sig)
+
+    try:
+        one()
+    except AssertionError:
+        pass
+    return found[-1] if found else None
+
+
+def summarize(results, elapsed: float, show: int) -> int:
+    paths = list(results[0][1]) if results else []
+    kinds_total = collections.Counter()
+    for program, _ in results:
+        kinds_total.update(program.kinds())
+    print(f"{len(results)} programs in {elapsed:.1f}s ({elapsed / max(len(results), 1) * 1000:.0f} ms each)")
+    failed_any = 0
+    for path in paths:
+        status = collections.Counter(outcomes[path][0] for _, outcomes in results)
+        rate = {k: f"{v} ({100 * v / len(results):.1f}%)" for k, v in sorted(status.items())}
+        print(f"\n== {path}: {rate}")
+        bad = [(p, o[path]) for p, o in results if o[path][0] != "pass"]
+        failed_any += len(bad)
+        kinds_bad = collections.Counter()
+        for p, _ in bad:
+            kinds_bad.update(p.kinds())
+        print(f"{'kind of program':32} {'programs':>9} {'not passing':>12}")
+        for kind, n in sorted(kinds_total.items()):
+            print(f"{kind:32} {n:9} {kinds_bad.get(kind, 0):12}")
+        by_signature = collections.defaultdict(list)
+        for p, (st, detail) in bad:
+            by_signature[(st, detail)].append(p)
+        for (st, detail), progs in sorted(by_signature.items(), key=lambda kv: -len(kv[1])):
+            print(f"\n-- {len(progs)} x {st}: {detail}")
+            if show:
+                smallest = min(progs, key=lambda p: len(p.source()))
+                print(smallest.source())
+        if not bad:
+            print("no failures")
+    return failed_any
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--budget", type=int, default=1000, help="number of programs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--regions", action=argparse.BooleanOptionalAction, default=False,
+                        help="generate grad-mode / autocast regions")
+    parser.add_argument("--against", choices=["ours", "torch"], default="ours")
+    parser.add_argument("--max-statements", type=int, default=FuzzConfig.max_statements)
+    parser.add_argument("--no-source", action="store_true", help="do not print failing programs")
+    parser.add_argument("--shrink", action="store_true", help="shrink the first failure (ours only)")
+    ns = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    config = FuzzConfig(regions=ns.regions, max_statements=ns.max_statements)
+    print(f"fuzz: budget={ns.budget} seed={ns.seed} regions={ns.regions} against={ns.against}")
+    start = time.time()
+    results = fuzz(ns.budget, ns.seed, config, ns.against)
+    failed = summarize(results, time.time() - start, show=not ns.no_source)
+    if failed and ns.shrink and ns.against == "ours":
+        first = next(o["ours"][1] for _, o in results if o["ours"][0] != "pass")
+        small = shrink_first_failure(first, ns.budget, ns.seed, config)
+        if small is not None:
+            print(f"\n== shrunk program for: {first}\n{small.source()}")
+            try:
+                check_program(small)
+            except Exception:
+                traceback.print_exc()
+    return 1 if failed and ns.against == "ours" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,575 @@
+"""Hypothesis strategies for straight-line programs that run in eager.
+
+:func:`programs` draws a :class:`~fuzz.program.Program` one statement at a
+time while running each statement on real tensors (the *shadow*), so every
+choice sees true shapes, dtypes, strides, aliasing and autograd state:
+
+* a statement is only offered where it is valid by construction (no write to
+  an expanded tensor, none to a leaf that requires grad or its views while
+  grad mode is on, shapes that broadcast);
+* a statement that still raises in the shadow is dropped, so every program
+  that comes out runs in eager as written.
+
+Shrinking works on the draws: fewer statements, earlier tensors (inputs
+first), smaller shapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import types
+from typing import Callable
+
+import torch
+from hypothesis import strategies as st
+
+from .program import Program, Stmt, TensorInput
+
+SCALARS = (0.5, 1.5, -2.0, 3.0)
+UNARY = ("sin", "cos", "tanh", "sigmoid", "relu", "neg", "abs", "clone")
+REGION_HEADERS = (
+    ("torch.no_grad()", "region:no_grad"),
+    ("torch.enable_grad()", "region:enable_grad"),
+    ("torch.set_grad_enabled(False)", "region:set_grad_enabled"),
+    ("torch.set_grad_enabled(True)", "region:set_grad_enabled"),
+    ('torch.autocast("cpu", dtype=torch.bfloat16)', "region:autocast"),
+    ('torch.autocast("cpu", enabled=False)', "region:autocast"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FuzzConfig:
+    max_inputs: int = 3
+    max_statements: int = 12
+    max_rank: int = 3
+    max_size: int = 4
+    regions: bool = False
+    max_region_depth: int = 2
+
+
+def programs(config: FuzzConfig = FuzzConfig()) -> st.SearchStrategy[Program]:
+    return _programs(config)
+
+
+@st.composite
+def _programs(draw, config: FuzzConfig) -> Program:
+    grad_before = torch.is_grad_enabled()
+    builder = _Builder(draw, config)
+    try:
+        return builder.build()
+    finally:
+        builder.close_shadow_contexts()
+        torch.set_grad_enabled(grad_before)
+
+
+class _Builder:
+    """Draws statements against a shadow environment of real tensors."""
+
+    def __init__(self, draw, config: FuzzConfig):
+        self.draw = draw
+        self.config = config
+        self.shadow_self = types.SimpleNamespace()
+        self.ns: dict = {"torch": torch, "self": self.shadow_self}
+        self.names: list[str] = []
+        self.roots: dict[str, str] = {}  # input/buffer name -> "input" | "buffer"
+        self.body: list[Stmt] = []
+        self.open_contexts: list[tuple[contextlib.AbstractContextManager, int]] = []
+        self.counter = 0
+        self.detached: set[str] = set()  # detach() results and their aliases
+        self.composite_aliases: set[str] = set()  # composite results that alias a tensor
+        self.return_tags: tuple[str, ...] = ()
+
+    # --- the shadow -----------------------------------------------------------------
+
+    def value(self, name: str) -> torch.Tensor:
+        return self.shadow_self.buf if name == "self.buf" else self.ns[name]
+
+    def close_shadow_contexts(self) -> None:
+        while self.open_contexts:
+            ctx, _ = self.open_contexts.pop()
+            ctx.__exit__(None, None, None)
+
+    def run(self, code: str) -> bool:
+        try:
+            exec(code, self.ns)
+        except Exception:
+            return False
+        return True
+
+    # --- drawing helpers ------------------------------------------------------------
+
+    def pick(self, pred: Callable[[torch.Tensor], bool] = lambda t: True) -> str | None:
+        names = [n for n in self.names if pred(self.value(n))]
+        return self.draw(st.sampled_from(names)) if names else None
+
+    def pick_target(self, pred: Callable[[torch.Tensor], bool] = lambda t: True) -> str | None:
+        """A tensor an in-place op may write to."""
+        names = [n for n in self.names if writable(self.value(n)) and pred(self.value(n))
+                 and not writes_through_grad_alias(self, self.value(n))]
+        return self.draw(st.sampled_from(names)) if names else None
+
+    def one_of(self, values):
+        return self.draw(st.sampled_from(values))
+
+    def fresh(self) -> str:
+        return f"v{self.counter}"
+
+    def draw_shape(self) -> tuple[int, ...]:
+        rank = self.draw(st.integers(1, self.config.max_rank))
+        return tuple(self.draw(st.integers(1, self.config.max_size)) for _ in range(rank))
+
+    # --- the program ----------------------------------------------------------------
+
+    def build(self) -> Program:
+        seed = self.draw(st.integers(0, 2**16))
+        grad_inputs = self.draw(st.booleans())
+        base = self.draw_shape()
+        inputs = []
+        for i in range(self.draw(st.integers(1, self.config.max_inputs))):
+            shape = self.one_of([base, base[1:] or base, "fresh"])
+            shape = self.draw_shape() if shape == "fresh" else shape
+            dtype = self.one_of(["float32", "float32", "float64"])
+            inputs.append(TensorInput(f"x{i}", shape, dtype, requires_grad=grad_inputs))
+        buffer = None
+        if self.draw(st.booleans()):
+            shape = self.one_of([base, "fresh"])
+            buffer = TensorInput("buf", self.draw_shape() if shape == "fresh" else shape)
+        gen = torch.Generator().manual_seed(seed)
+        for spec in inputs:
+            self.ns[spec.name] = eval(spec.constructor("gen"), {"torch": torch, "gen": gen})
+            self.names.append(spec.name)
+            self.roots[spec.name] = "input"
+        if buffer is not None:
+            gen_buf = torch.Generator().manual_seed(seed + 1)
+            self.shadow_self.buf = eval(buffer.constructor("gen"), {"torch": torch, "gen": gen_buf})
+            self.names.append("self.buf")
+            self.roots["self.buf"] = "buffer"
+
+        for _ in range(self.draw(st.integers(0, self.config.max_statements))):
+            self.step()
+        while self.open_contexts:
+            self.close_region()
+        if not torch.is_grad_enabled():
+            self.emit("torch.set_grad_enabled(True)", ("region:set_grad_enabled_call",))
+        returns = self.draw_returns()
+        return Program(tuple(inputs), buffer, tuple(self.body), returns, seed, self.return_tags)
+
+    def draw_returns(self) -> tuple[str, ...]:
+        count = self.draw(st.integers(1, 3))
+        returns = tuple(self.one_of(self.names[::-1]) for _ in range(count))
+        for name in returns:
+            kind = self.classify(name)
+            self.return_tags += (f"returns:{kind}",)
+        return returns
+
+    def step(self) -> None:
+        actions = ["pure", "view", "composite", "inplace", "inplace"]
+        if self.config.regions:
+            if len(self.open_contexts) < self.config.max_region_depth:
+                actions.append("open_region")
+                actions.append("grad_call")
+            if self.open_contexts:
+                actions.append("close_region")
+        action = self.one_of(actions)
+        if action == "open_region":
+            self.open_region()
+        elif action == "close_region":
+            self.close_region()
+        elif action == "grad_call":
+            flag = self.draw(st.booleans())
+            self.emit(f"torch.set_grad_enabled({flag})", ("region:set_grad_enabled_call",))
+        elif action == "inplace":
+            made = GENERATORS["inplace"][self.one_of(range(len(GENERATORS["inplace"])))](self)
+            if made is not None:
+                target, code = made
+                tags = ("inplace", f"inplace:{self.classify(target)}")
+                if target in self.composite_aliases:
+                    tags += ("inplace:through_composite_alias",)
+                self.emit(code, tags)
+        else:
+            made = GENERATORS[action][self.one_of(range(len(GENERATORS[action])))](self)
+            if made is not None:
+                name = self.fresh()
+                tags = (action, f"{action}:{_op_name(made)}") if action == "composite" else (action,)
+                if self.emit(f"{name} = {made}", tags):
+                    self.names.append(name)
+                    if action == "composite" and self.aliases_earlier(name):
+                        self.composite_aliases.add(name)
+                    self.counter += 1
+                    if self.is_detached_alias(made, self.value(name)):
+                        self.detached.add(name)
+
+    def aliases_earlier(self, name: str) -> bool:
+        storage = self.value(name).untyped_storage().data_ptr()
+        return any(self.value(n).untyped_storage().data_ptr() == storage for n in self.names if n != name)
+
+    def is_detached_alias(self, expr: str, value: torch.Tensor) -> bool:
+        if ".detach()" in expr:
+            return True
+        storage = value.untyped_storage().data_ptr()
+        return any(self.value(d).untyped_storage().data_ptr() == storage for d in self.detached)
+
+    def operands_allowed(self, target: str) -> bool:
+        """Whether an in-place op on ``target`` may read tensors: the exporter refuses a
+        value that may require grad written through a detach()-ed alias."""
+        return target not in self.detached
+
+    @property
+    def indent(self) -> int:
+        return len(self.open_contexts)
+
+    def emit(self, code: str, tags: tuple[str, ...]) -> bool:
+        if not self.run(code):
+            return False
+        self.body.append(Stmt(code, tags, self.indent))
+        return True
+
+    def open_region(self) -> None:
+        header, tag = self.one_of(REGION_HEADERS)
+        ctx = eval(header, {"torch": torch})
+        ctx.__enter__()
+        self.body.append(Stmt(f"with {header}:", (tag,), self.indent))
+        self.open_contexts.append((ctx, len(self.body)))
+
+    def close_region(self) -> None:
+        ctx, body_start = self.open_contexts.pop()
+        ctx.__exit__(None, None, None)
+        if len(self.body) == body_start:
+            self.body.append(Stmt("pass", (), self.indent + 1))
+
+    def classify(self, name: str) -> str:
+        """What an in-place target is: an input, a buffer, a view of one, or an intermediate."""
+        t = self.value(name)
+        if name in self.roots:
+            return self.roots[name]
+        storage = t.untyped_storage().data_ptr()
+        for root, kind in self.roots.items():
+            if self.value(root).untyped_storage().data_ptr() == storage:
+                return f"{kind}_view"
+        return "intermediate_view" if t._base is not None else "intermediate"
+
+
+def _op_name(expr: str) -> str:
+    """``x0.type_as(v1)`` -> ``type_as``; ``torch.einsum(...)`` -> ``einsum``."""
+    head = expr.split("(", 1)[0]
+    return head.rsplit(".", 1)[-1]
+
+
+# --- predicates ---------------------------------------------------------------------
+
+
+def is_float(t: torch.Tensor) -> bool:
+    return t.is_floating_point()
+
+
+def writable(t: torch.Tensor) -> bool:
+    """Writable in eager: float, no expanded (stride-0) dim, not a grad leaf (or view of one) under grad mode."""
+    if not t.is_floating_point() or any(st_ == 0 and sz > 1 for sz, st_ in zip(t.shape, t.stride())):
+        return False
+    return True
+
+
+def writes_through_grad_alias(b: "_Builder", t: torch.Tensor) -> bool:
+    """A write eager refuses: to a leaf that requires grad, or a view of one, under grad mode
+    (a write through ``detach()`` is allowed, and stays in)."""
+    if not torch.is_grad_enabled() or not t.requires_grad:
+        return False
+    base = t._base if t._base is not None else t
+    return base.is_leaf
+
+
+def broadcasts_to(src: torch.Tensor, shape: torch.Size) -> bool:
+    try:
+        return torch.broadcast_shapes(src.shape, shape) == shape
+    except RuntimeError:
+        return False
+
+
+def shape_str(shape) -> str:
+    """Sizes as call arguments: ``(2, 3)``; the empty shape as ``(())``."""
+    return f"({', '.join(map(str, shape))})" if len(shape) else "(())"
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
+def draw_shape_with_numel(b: _Builder, n: int) -> tuple[int, ...]:
+    dims = []
+    while n > 1 and len(dims) < 3 and b.draw(st.booleans()):
+        d = b.one_of(divisors(n))
+        dims.append(d)
+        n //= d
+    dims.append(n)
+    return tuple(b.draw(st.permutations(dims)))
+
+
+# --- pure ops: new tensors ---------------------------------------------------------------
+
+
+def gen_unary(b: _Builder):
+    a = b.pick(is_float)
+    if a is None:
+        return None
+    form = b.one_of(["method", "scalar"])
+    if form == "method":
+        return f"{a}.{b.one_of(UNARY)}()"
+    return f"{a} {b.one_of(['+', '*', '-'])} {b.one_of(SCALARS)}"
+
+
+def gen_binary(b: _Builder):
+    a = b.pick(is_float)
+    if a is None:
+        return None
+    ta = b.value(a)
+    other = b.pick(lambda t: is_float(t) and _broadcastable(t.shape, ta.shape))
+    if other is None:
+        return None
+    form = b.one_of(["+", "-", "*", "maximum", "where"])
+    if form == "maximum":
+        return f"torch.maximum({a}, {other})"
+    if form == "where":
+        return f"torch.where({a} > 0, {a}, {other})"
+    return f"{a} {form} {other}"
+
+
+def _broadcastable(s1, s2) -> bool:
+    try:
+        torch.broadcast_shapes(s1, s2)
+        return True
+    except RuntimeError:
+        return False
+
+
+def gen_reduction(b: _Builder):
+    a = b.pick(lambda t: is_float(t) and t.dim() >= 1)
+    if a is None:
+        return None
+    dim = b.draw(st.integers(-b.value(a).dim(), b.value(a).dim() - 1))
+    fn = b.one_of(["sum", "mean", "amax"])
+    keep = b.draw(st.booleans())
+    return f"{a}.{fn}({dim}{', keepdim=True' if keep else ''})"
+
+
+def gen_matmul(b: _Builder):
+    a = b.pick(lambda t: is_float(t) and t.dim() in (2, 3))
+    if a is None:
+        return None
+    k = b.value(a).shape[-1]
+    form = b.one_of(["matmul", "linear"])
+    if form == "matmul":
+        w = b.pick(lambda t: is_float(t) and t.dim() == 2 and t.shape[0] == k)
+        return None if w is None else f"{a} @ {w}"
+    w = b.pick(lambda t: is_float(t) and t.dim() == 2 and t.shape[1] == k)
+    return None if w is None else f"torch.nn.functional.linear({a}, {w})"
+
+
+def gen_cat(b: _Builder):
+    a = b.pick(lambda t: is_float(t) and t.dim() >= 1)
+    if a is None:
+        return None
+    ta = b.value(a)
+    dim = b.draw(st.integers(0, ta.dim() - 1))
+    other = b.pick(lambda t: is_float(t) and t.dim() == ta.dim()
+                   and all(x == y for i, (x, y) in enumerate(zip(t.shape, ta.shape)) if i != dim))
+    return None if other is None else f"torch.cat([{a}, {other}], dim={dim})"
+
+
+def gen_factory(b: _Builder):
+    a = b.pick(is_float)
+    if a is None or b.draw(st.booleans()):
+        return f"torch.{b.one_of(['zeros', 'ones'])}{shape_str(b.draw_shape())}"
+    return f"torch.{b.one_of(['zeros_like', 'ones_like'])}({a})"
+
+
+def gen_compare(b: _Builder):
+    a = b.pick(is_float)
+    return None if a is None else f"{a} > {b.one_of([0.0, 0.5])}"
+
+
+# --- views --------------------------------------------------------------------------------
+
+
+def gen_view(b: _Builder):
+    a = b.pick(lambda t: t.dim() >= 1)
+    if a is None:
+        return None
+    t = b.value(a)
+    nd = t.dim()
+    choices = ["unsqueeze", "slice", "detach", "getitem_ellipsis", "expand"]
+    if t.numel() > 0:
+        choices.append("select")
+    if nd >= 2:
+        choices += ["transpose", "permute", "diagonal"]
+    if nd == 2:
+        choices.append("t")
+    if 1 in t.shape:
+        choices.append("squeeze")
+    if t.is_contiguous():
+        choices += ["view", "view_flat"]
+    kind = b.one_of(choices)
+    dim = lambda: b.draw(st.integers(-nd, nd - 1))  # noqa: E731
+    if kind == "unsqueeze":
+        return f"{a}.unsqueeze({b.draw(st.integers(-nd - 1, nd))})"
+    if kind == "select":
+        d = dim()
+        return f"{a}.select({d}, {b.draw(st.integers(-t.shape[d], t.shape[d] - 1))})"
+    if kind == "slice":
+        d = b.draw(st.integers(0, nd - 1))
+        start = b.draw(st.integers(0, t.shape[d]))
+        step = b.one_of([1, 2])
+        index = ", ".join([":"] * d + [f"{start}::{step}"])
+        return f"{a}[{index}]"
+    if kind == "detach":
+        return f"{a}.detach()"
+    if kind == "getitem_ellipsis":
+        return f"{a}[...]"
+    if kind == "expand":
+        sizes = [b.one_of([s, 3]) if s == 1 else s for s in t.shape]
+        if b.draw(st.booleans()):
+            sizes = [2] + sizes
+        return f"{a}.expand{shape_str(sizes)}"
+    if kind == "transpose":
+        return f"{a}.transpose({dim()}, {dim()})"
+    if kind == "permute":
+        return f"{a}.permute{shape_str(b.draw(st.permutations(range(nd))))}"
+    if kind == "diagonal":
+        return f"{a}.diagonal()"
+    if kind == "t":
+        return f"{a}.t()"
+    if kind == "squeeze":
+        return f"{a}.squeeze({t.shape.index(1)})"
+    if kind == "view":
+        return f"{a}.view{shape_str(draw_shape_with_numel(b, t.numel()))}"
+    return f"{a}.view(-1)"
+
+
+# --- composites that may return their input ------------------------------------------------
+
+
+def gen_composite(b: _Builder):
+    a = b.pick()
+    if a is None:
+        return None
+    t = b.value(a)
+    nd = t.dim()
+    choices = ["type_as", "to_dtype", "to_other", "float", "double", "contiguous", "reshape",
+               "reshape_flat", "flatten", "sum_to_size", "expand_as", "reshape_as", "view_as"]
+    if 2 <= nd <= 3 and t.is_floating_point():
+        choices.append("einsum")
+    kind = b.one_of(choices)
+    if kind == "type_as":
+        return f"{a}.type_as({b.pick(is_float) or a})"
+    if kind == "to_dtype":
+        return f"{a}.to(torch.{b.one_of(['float32', 'float64'])})"
+    if kind == "to_other":
+        return f"{a}.to({b.pick(is_float) or a})"
+    if kind in ("float", "double", "contiguous"):
+        return f"{a}.{kind}()"
+    if kind == "reshape":
+        return f"{a}.reshape{shape_str(draw_shape_with_numel(b, t.numel()))}"
+    if kind == "reshape_flat":
+        return f"{a}.reshape(-1)"
+    if kind == "flatten":
+        if nd >= 2 and b.draw(st.booleans()):
+            return f"{a}.flatten({b.draw(st.integers(0, nd - 2))})"
+        return f"{a}.flatten()"
+    if kind == "sum_to_size":
+        if not t.is_floating_point():
+            return None
+        target = [b.one_of([s, 1]) for s in t.shape]
+        if b.draw(st.booleans()):
+            target = list(t.shape)
+        while target and target[0] == 1 and b.draw(st.booleans()):
+            target = target[1:]
+        return f"{a}.sum_to_size{shape_str(target)}"
+    if kind == "expand_as":
+        other = b.pick(lambda o: broadcasts_to(t, o.shape))
+        return None if other is None else f"{a}.expand_as({other})"
+    if kind in ("reshape_as", "view_as"):
+        other = b.pick(lambda o: o.numel() == t.numel())
+        if kind == "view_as" and other is not None and b.value(other).shape != t.shape and not t.is_contiguous():
+            return None
+        return None if other is None else f"{a}.{kind}({other})"
+    letters = "ijk"[:nd]
+    perm = "".join(b.draw(st.permutations(letters)))
+    return f'torch.einsum("{letters}->{perm}", {a})'
+
+
+# --- in-place ops: (target, statement) --------------------------------------------------------
+
+
+def _operand(b: _Builder, name: str) -> str:
+    """A scalar, or a float tensor that broadcasts to the target ``name``."""
+    target = b.value(name)
+    other = None
+    if b.operands_allowed(name) and b.draw(st.booleans()):
+        other = b.pick(lambda o: is_float(o) and broadcasts_to(o, target.shape))
+    return other if other is not None else str(b.one_of(SCALARS))
+
+
+def gen_binary_inplace(b: _Builder):
+    t = b.pick_target()
+    if t is None:
+        return None
+    op = b.one_of(["add_", "mul_", "sub_"])
+    return t, f"{t}.{op}({_operand(b, t)})"
+
+
+def gen_unary_inplace(b: _Builder):
+    t = b.pick_target()
+    if t is None:
+        return None
+    kind = b.one_of(["zero_", "clamp_", "sin_"])
+    if kind == "clamp_":
+        return t, f"{t}.clamp_(min=-0.5, max=0.5)"
+    return t, f"{t}.{kind}()"
+
+
+def gen_copy(b: _Builder):
+    t = b.pick_target()
+    if t is None or not b.operands_allowed(t):
+        return None
+    tv = b.value(t)
+    # a source sharing memory with the target makes eager's result depend on its copy order
+    src = b.pick(lambda o: broadcasts_to(o, tv.shape)
+                 and o.untyped_storage().data_ptr() != tv.untyped_storage().data_ptr())
+    return None if src is None else (t, f"{t}.copy_({src})")
+
+
+def gen_masked_fill(b: _Builder):
+    t = b.pick_target()
+    if t is None:
+        return None
+    shape = b.value(t).shape
+    m = b.pick(lambda o: is_float(o) and broadcasts_to(o, shape)) or t
+    return t, f"{t}.masked_fill_({m} > 0, {b.one_of(SCALARS)})"
+
+
+def gen_index_put(b: _Builder):
+    t = b.pick_target(lambda o: o.dim() >= 1 and o.shape[0] > 0)
+    if t is None:
+        return None
+    tv = b.value(t)
+    rows = sorted(set(b.draw(st.lists(st.integers(0, tv.shape[0] - 1), min_size=1, max_size=3))))
+    index = f"torch.tensor({rows})"
+    form = b.one_of(["index_put_", "accumulate", "setitem", "setitem_tensor"])
+    if form == "setitem":
+        return t, f"{t}[{rows[0]}] = {b.one_of(SCALARS)}"
+    if form == "setitem_tensor" and b.operands_allowed(t):
+        src = b.pick(lambda o: is_float(o) and broadcasts_to(o, tv[rows[0]].shape))
+        return None if src is None else (t, f"{t}[{rows[0]}] = {src}")
+    if form == "setitem_tensor":
+        return None
+    values = f"torch.tensor({b.one_of(SCALARS)}, dtype=torch.{str(tv.dtype).split('.')[1]})"
+    accumulate = ", accumulate=True" if form == "accumulate" else ""
+    return t, f"{t}.index_put_(({index},), {values}{accumulate})"
+
+
+GENERATORS = {
+    "pure": [gen_unary, gen_binary, gen_reduction, gen_matmul, gen_cat, gen_factory, gen_compare],
+    "view": [gen_view],
+    "composite": [gen_composite],
+    "inplace": [gen_binary_inplace, gen_unary_inplace, gen_copy, gen_masked_fill, gen_index_put],
+}
