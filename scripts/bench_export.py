@@ -8,7 +8,7 @@ exporter is reported:
 * ``torch.export``: ``torch.export.export`` (training IR, not functional);
 * ``+run_decomp``: ``torch.export.export(...).run_decompositions({})`` (functional,
   regions lost);
-* ``aot_pre``: ``torch._functorch.aot_autograd.aot_export_module(pre_dispatch=True)``.
+* ``aot_pre``: torch's ``aot_export_module(pre_dispatch=True)`` (forward only).
 
 Then a depth sweep: the 7B Llama config on ``meta`` at 2, 8 and 32 layers,
 ours and ``torch.export.export``. Prints rich tables and writes JSON.
@@ -41,7 +41,7 @@ warnings.simplefilter("ignore")
 import predispatch_func as pf  # noqa: E402
 from corpus import CASES, build  # noqa: E402
 from export_7b_on_meta import build_on_meta  # noqa: E402
-from predispatch_func._torch_compat import exporting_state  # noqa: E402
+from predispatch_func._torch_compat import exporting_state, pytree, torch_aot_export_module  # noqa: E402
 from predispatch_func.graphs import all_graph_modules  # noqa: E402
 
 
@@ -56,7 +56,7 @@ class _KwargsBound(torch.nn.Module):
 
     def forward(self, *flat: Any) -> tuple:
         kwargs = {**self.constants, **dict(zip(self.tensor_keys, flat[self.n_args:]))}
-        return tuple(torch.utils._pytree.tree_leaves(self.model(*flat[: self.n_args], **kwargs)))
+        return tuple(pytree.tree_leaves(self.model(*flat[: self.n_args], **kwargs)))
 
 
 def _ops(gm: torch.fx.GraphModule) -> int:
@@ -76,14 +76,11 @@ def _run_decomp(model, args, kwargs):
 
 
 def _aot_pre(model, args, kwargs):
-    from torch._functorch.aot_autograd import aot_export_module
-
     # transformers' masks take traceable paths only when torch says it is exporting
     keys = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
     bound = _KwargsBound(model, len(args), keys, {k: v for k, v in kwargs.items() if k not in keys})
     with exporting_state():
-        gm, _ = aot_export_module(bound, (*args, *(kwargs[k] for k in keys)), trace_joint=False,
-                                  pre_dispatch=True)
+        gm, _ = torch_aot_export_module(bound, (*args, *(kwargs[k] for k in keys)))
     return _ops(gm)
 
 
