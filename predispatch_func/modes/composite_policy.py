@@ -9,7 +9,10 @@ op on it. The decision, in order:
 2. the schema audit's shipped table (``schema_audit``), if it has the op;
 3. a trace-time guard: run the op's decomposition on fresh fake tensors with
    the same metadata, and keep the op only if no result shares storage with an
-   input and no input's version moved. Cached per op and input metadata.
+   input and no input's version moved. Cached per op and input metadata: for
+   the whole process when no size is symbolic, per export otherwise.
+
+Steps 1-2 depend on the op alone and are decided once per op and export.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ HONEST_TWINS = _honest_twins()
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
-    __slots__ = ("audit_lookup", "overrides", "_guard_cache", "_eager_cache", "decisions")
+    __slots__ = ("audit_lookup", "overrides", "_guard_cache", "_eager_cache", "_by_op", "decisions")
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
                  overrides: dict[str, Decision] | None = None):
@@ -73,10 +76,23 @@ class CompositePolicy:
         self.overrides = dict(overrides or {})
         self._guard_cache: dict[Any, str | None] = {}
         self._eager_cache: dict[Any, bool] = {}
+        self._by_op: dict[torch._ops.OpOverload, bool | str | None] = {}
         # op name -> (decision, why); read by the CLI and tests
         self.decisions: dict[str, tuple[Decision, str]] = {}
 
     def should_decompose(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+        if op not in self._by_op:  # everything that depends on the op alone, once per op
+            self._by_op[op] = self._decide_by_op(op)
+        fixed = self._by_op[op]
+        if isinstance(fixed, bool):
+            return fixed
+        lie = self._trace_time_lie(op, args, kwargs)
+        if lie is not None:
+            return self._record(op, "decompose", lie)
+        return self._record(op, "keep", "audit" if fixed == "keep" else "trace-time guard")
+
+    def _decide_by_op(self, op: torch._ops.OpOverload) -> bool | str | None:
+        """True/False when the op alone decides; else the audit's answer, for the guard."""
         if not tc.has_composite_implicit_kernel(op):
             return bool(tc.torch_would_decompose(op, pre_dispatch=True))
         schema = op._schema
@@ -88,10 +104,7 @@ class CompositePolicy:
         audited = self.audit_lookup(op) if self.audit_lookup is not None else None
         if audited == "decompose":
             return self._record(op, "decompose", "schema audit")
-        lie = self._trace_time_lie(op, args, kwargs)
-        if lie is not None:
-            return self._record(op, "decompose", lie)
-        return self._record(op, "keep", "audit" if audited == "keep" else "trace-time guard")
+        return audited
 
     def needs_eager_kernel(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
         """Decompose with the C++ kernel eager runs, not torch's Python one?
@@ -119,9 +132,25 @@ class CompositePolicy:
         inner_args, inner_kwargs = tc.pytree.tree_map_only(
             tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
         key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
-        if key not in self._guard_cache:
-            self._guard_cache[key] = _run_decomposition_and_watch(op, inner_args, inner_kwargs)
-        return self._guard_cache[key]
+        cache = self._guard_cache if _has_symbols((inner_args, inner_kwargs)) else _STATIC_GUARDS
+        if key not in cache:
+            cache[key] = _run_decomposition_and_watch(op, inner_args, inner_kwargs)
+        return cache[key]
+
+
+# Guard results for inputs without symbolic sizes depend only on the op and the
+# key's metadata, so they hold for every export of this process.
+_STATIC_GUARDS: dict[Any, str | None] = {}
+
+
+def _has_symbols(value: Any) -> bool:
+    for leaf in tc.pytree.tree_leaves(value):
+        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+        if isinstance(leaf, torch.Tensor) and any(
+                isinstance(s, torch.SymInt) for s in (*leaf.shape, *leaf.stride())):
+            return True
+    return False
 
 
 def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs: dict,
