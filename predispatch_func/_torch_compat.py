@@ -45,6 +45,17 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
     )
 
 
+def has_python_composite(op: torch._ops.OpOverload) -> bool:
+    """torch registered a Python CompositeImplicitAutograd kernel, which tracing
+    runs instead of the C++ one eager runs (dropout: clone vs. return input)."""
+    return torch._C.DispatchKey.CompositeImplicitAutograd in op.py_kernels
+
+
+def decompose_like_eager(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """Run ``op``'s C++ composite kernel (the one eager runs), skipping Python overrides."""
+    return op._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+
+
 def torch_would_decompose(op: torch._ops.OpOverload, pre_dispatch: bool) -> bool | None:
     """torch's own export-time answer (None: it would consult autograd)."""
     return _can_decompose_fast(op, True, pre_dispatch)
@@ -241,3 +252,56 @@ def torch_aot_export_module(mod: torch.nn.Module, args: tuple, kwargs: dict | No
     from torch._functorch.aot_autograd import aot_export_module as torch_aot
 
     return torch_aot(mod, args, trace_joint=False, pre_dispatch=pre_dispatch, kwargs=kwargs)
+
+
+# --- operator registry ----------------------------------------------------------
+
+
+def all_op_names() -> list[str]:
+    """Every registered operator, as ``ns::name.overload`` (overload may be absent)."""
+    return list(torch._C._dispatch_get_all_op_names())
+
+
+def resolve_overload(namespace: str, name_and_overload: str) -> torch._ops.OpOverload | None:
+    """``("aten", "add.Tensor")`` -> ``torch.ops.aten.add.Tensor``; None if Python cannot see it."""
+    name, _, overload = name_and_overload.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+@contextlib.contextmanager
+def outside_all_modes() -> Iterator[None]:
+    """Run real ops from inside a trace: no dispatch modes, no PreDispatch/Functionalize keys.
+
+    The schema audit of a custom op met during export runs the op on real CPU
+    tensors; nothing of the trace may see those calls.
+    """
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PreDispatch) | torch._C.DispatchKeySet(
+        torch._C.DispatchKey.Functionalize
+    )
+    with _disable_current_modes(), torch._C._ExcludeDispatchKeyGuard(keys), disable_proxy_modes_tracing():
+        yield
+
+
+def torch_tag_maybe_aliasing(op: torch._ops.OpOverload) -> bool:
+    """Only the tag (``torch_tags_unsafe`` also counts native_batch_norm)."""
+    return torch.Tag.maybe_aliasing_or_mutating in op.tags
+
+
+def torch_export_keeps(op: torch._ops.OpOverload) -> bool:
+    """Would ``torch.export`` (pre-dispatch) keep ``op`` as one node?
+
+    Kernels (no composite) are always kept, except the one torch force-decomposes
+    (native_batch_norm); composites are kept unless annotated or tagged.
+    """
+    import warnings
+
+    if not has_composite_implicit_kernel(op):
+        return not torch_tags_unsafe(op)
+    with warnings.catch_warnings():  # torch warns that it keeps custom composites
+        warnings.simplefilter("ignore")
+        return _can_decompose_fast(op, True, True) is False

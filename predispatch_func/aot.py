@@ -133,6 +133,8 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     if _copy_outputs_reading_written_inputs(gm, signature, meta["output_is_input"]):
         signature = _build_signature(gm, slots, meta["mutated"])
     guard_saved_mutated_inputs(gm, _written_placeholders(gm, signature), _grad_sources(gm, signature))
+    for _, sub in all_graph_modules(gm):  # the passes above edit graphs; generate code once
+        sub.recompile()
     state_dict = {**state.parameters,
                   **{k: v for k, v in state.buffers.items() if k not in state.non_persistent}}
     constants = {**{k: v for k, v in state.buffers.items() if k in state.non_persistent},
@@ -207,7 +209,6 @@ def _eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
         return node.is_impure()
     for _, sub in reversed(list(all_graph_modules(gm))):
         sub.graph.eliminate_dead_code(is_impure_node=impure)
-        sub.recompile()
 
 
 def _lift_traced_constants(gm: torch.fx.GraphModule, slots: list[_InputSlot],
@@ -231,7 +232,6 @@ def _lift_traced_constants(gm: torch.fx.GraphModule, slots: list[_InputSlot],
         delattr(gm, node.target)
         anchor = ph
         new_slots.append(_InputSlot("constant", fqn, value))
-    gm.recompile()
     return slots[:n_state] + new_slots + slots[n_state:]
 
 
@@ -244,7 +244,6 @@ def _name_placeholders(gm: torch.fx.GraphModule, slots: list[_InputSlot]) -> Non
         node.target = node.name
         if slot.kind == "user" and not isinstance(slot.value, (torch.Tensor, torch.SymInt)):
             node.meta.setdefault("val", slot.value)  # a constant input, as torch.export records it
-    gm.recompile()
 
 
 def _written_placeholders(gm: torch.fx.GraphModule,
@@ -313,7 +312,6 @@ def _copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: Ex
             outputs[n_mut + k] = copy_of("output", node)
     if copies:
         out_node.args = (tuple(outputs),)
-        gm.recompile()
     return bool(copies)
 
 

@@ -28,6 +28,7 @@ class _DeclaredDim:
     lower: int
     upper: Any
     strict: bool  # a named Dim: the trace must honour its range exactly
+    may_specialise: bool  # Dim.AUTO: the model may fix the size (as torch.export allows)
     size: torch.SymInt
     where: str
 
@@ -71,7 +72,8 @@ class Fakeifier:
             return
         # tracing assumes sizes >= 2 (0/1 are generalised, as torch.export does)
         tc.narrow_symbol_range(self.mode.shape_env, size.node.expr, max(2, lower), upper)
-        self._declared[name] = _DeclaredDim(name, lower, upper, named, size, where)
+        auto = str(getattr(dim, "type", "")).endswith("AUTO")
+        self._declared[name] = _DeclaredDim(name, lower, upper, named, auto, size, where)
 
     def range_constraints(self, gm: torch.fx.GraphModule) -> dict[Any, Any]:
         """Symbol -> ValueRanges of the program; refuses a trace that narrowed a named Dim."""
@@ -79,6 +81,8 @@ class Fakeifier:
         out: dict[Any, Any] = {}
         for d in self._declared.values():
             expr = d.size.node.expr
+            if expr.is_number and d.may_specialise:
+                continue
             if expr.is_number:
                 raise UnsupportedError(
                     f"Dim {d.name!r} ({d.where}) was declared dynamic but the model specialised it "

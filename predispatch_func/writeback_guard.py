@@ -76,4 +76,3 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
                 clone = gm.graph.call_function(torch.ops.aten.clone.default, (placeholder,))
             clone.meta["val"] = placeholder.meta.get("val")
             user.replace_input_with(placeholder, clone)
-    gm.recompile()

@@ -20,7 +20,8 @@ def _state_snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def export_checked(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
-                   check_values: bool = True, **export_kwargs) -> torch.export.ExportedProgram:
+                   check_values: bool = True, check_grads: bool = True,
+                   **export_kwargs) -> torch.export.ExportedProgram:
     """Export, then prove: contract holds, replay equals eager, nothing of the caller changed."""
     kwargs = kwargs or {}
     before_state = _state_snapshot(model)
@@ -37,7 +38,8 @@ def export_checked(model: torch.nn.Module, args: tuple, kwargs: dict | None = No
     for a, b in zip(flat_before, flat_now):
         if isinstance(a, torch.Tensor):
             assert torch.equal(a, b), "export changed an input"
-    pf.verify(ep, model, args, kwargs, raise_on_failure=True, check_values=check_values)
+    pf.verify(ep, model, args, kwargs, raise_on_failure=True, check_values=check_values,
+              check_grads=check_grads)
     return ep
 
 

@@ -60,8 +60,8 @@ def forward(self, x, z):
         self.assertEqual(mutations(ep), [])
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, x, z):
-    type_as = torch.ops.aten.type_as.default(x, z);  x = z = None
-    mul = torch.ops.aten.mul.Tensor(type_as, 3);  type_as = None
+    _to_copy = torch.ops.aten._to_copy.default(x, dtype = torch.float64, layout = torch.strided, device = device(type='cpu'));  x = None
+    mul = torch.ops.aten.mul.Tensor(_to_copy, 3);  _to_copy = None
     return (mul,)""")
 
     def test_einsum_transpose_then_inplace(self):

@@ -24,11 +24,11 @@ FLAT = "_pf_flat_node"  # meta key: the flat-graph node a (copied) node stands f
 def outline_level(gm: torch.fx.GraphModule, frames_of: dict[torch.fx.Node, tuple[Frame, ...]],
                   edges: dict[torch.fx.Node, torch.fx.Node], depth: int = 0,
                   grad_enabled: bool = True) -> None:
+    """Outline the frames at ``depth`` of ``gm``, then recurse into each new body.
+    Graphs are edited only; the caller generates code once at the end."""
     for frame, nodes in _runs(gm, frames_of, depth):
         body_gm, grad_inside = _outline_run(gm, frame, nodes, edges, grad_enabled)
         outline_level(body_gm, frames_of, edges, depth + 1, grad_inside)
-        body_gm.recompile()
-    gm.recompile()
 
 
 def _runs(gm: torch.fx.GraphModule, frames_of, depth: int) -> list[tuple[Frame, list[torch.fx.Node]]]:

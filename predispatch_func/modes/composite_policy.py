@@ -9,7 +9,10 @@ op on it. The decision, in order:
 2. the schema audit's shipped table (``schema_audit``), if it has the op;
 3. a trace-time guard: run the op's decomposition on fresh fake tensors with
    the same metadata, and keep the op only if no result shares storage with an
-   input and no input's version moved. Cached per op and input metadata.
+   input and no input's version moved. Cached per op and input metadata: for
+   the whole process when no size is symbolic, per export otherwise.
+
+Steps 1-2 depend on the op alone and are decided once per op and export.
 """
 
 from __future__ import annotations
@@ -42,20 +45,54 @@ def _fresh_like(t: torch.Tensor) -> torch.Tensor:
     return fresh.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else fresh
 
 
+def _honest_twins() -> dict[Any, Any]:
+    """Kernels whose schema hides an alias, and the op that declares it.
+
+    ``unsafe_split`` returns views of its input under a ``-> Tensor[]`` schema
+    (the schema audit finds it lying); ``split`` is the same computation with
+    ``Tensor(a)[]``, so functionalization sees the views and writes back.
+    ``x.data`` is a storage-sharing alias without autograd history whose
+    composite leaves no trace in a functional graph; ``detach`` is the same
+    alias as a view op, so a write through it keeps ``x``'s identity (a no_grad
+    region) and the alias itself stays non-differentiable, as in eager.
+    """
+    aten = torch.ops.aten
+    return {aten.unsafe_split.Tensor: aten.split.Tensor,
+            aten.unsafe_split_with_sizes.default: aten.split_with_sizes.default,
+            aten.data.default: aten.detach.default}
+
+
+HONEST_TWINS = _honest_twins()
+
+
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
-    __slots__ = ("audit_lookup", "overrides", "_guard_cache", "decisions")
+    __slots__ = ("audit_lookup", "overrides", "_guard_cache", "_eager_cache", "_by_op", "decisions")
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
                  overrides: dict[str, Decision] | None = None):
         self.audit_lookup = audit_lookup
         self.overrides = dict(overrides or {})
         self._guard_cache: dict[Any, str | None] = {}
+        self._eager_cache: dict[Any, bool] = {}
+        self._by_op: dict[torch._ops.OpOverload, bool | str | None] = {}
         # op name -> (decision, why); read by the CLI and tests
         self.decisions: dict[str, tuple[Decision, str]] = {}
 
     def should_decompose(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+        if op not in self._by_op:  # everything that depends on the op alone, once per op
+            self._by_op[op] = self._decide_by_op(op)
+        fixed = self._by_op[op]
+        if isinstance(fixed, bool):
+            return fixed
+        lie = self._trace_time_lie(op, args, kwargs)
+        if lie is not None:
+            return self._record(op, "decompose", lie)
+        return self._record(op, "keep", "audit" if fixed == "keep" else "trace-time guard")
+
+    def _decide_by_op(self, op: torch._ops.OpOverload) -> bool | str | None:
+        """True/False when the op alone decides; else the audit's answer, for the guard."""
         if not tc.has_composite_implicit_kernel(op):
             return bool(tc.torch_would_decompose(op, pre_dispatch=True))
         schema = op._schema
@@ -67,10 +104,25 @@ class CompositePolicy:
         audited = self.audit_lookup(op) if self.audit_lookup is not None else None
         if audited == "decompose":
             return self._record(op, "decompose", "schema audit")
-        lie = self._trace_time_lie(op, args, kwargs)
-        if lie is not None:
-            return self._record(op, "decompose", lie)
-        return self._record(op, "keep", "audit" if audited == "keep" else "trace-time guard")
+        return audited
+
+    def needs_eager_kernel(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+        """Decompose with the C++ kernel eager runs, not torch's Python one?
+
+        torch's Python composite for ``dropout`` clones where eager returns the
+        input (``train=False``, ``p=0``), so a later in-place op would miss the
+        input. When eager's kernel aliases or writes an input for these
+        arguments (checked on fresh fakes, cached), trace that kernel instead.
+        """
+        if not tc.has_python_composite(op) or not tc.has_composite_implicit_kernel(op):
+            return False
+        inner_args, inner_kwargs = tc.pytree.tree_map_only(
+            tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
+        key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
+        if key not in self._eager_cache:
+            self._eager_cache[key] = _run_decomposition_and_watch(
+                op, inner_args, inner_kwargs, kernel=tc.decompose_like_eager) is not None
+        return self._eager_cache[key]
 
     def _record(self, op: torch._ops.OpOverload, decision: Decision, why: str) -> bool:
         self.decisions.setdefault(str(op), (decision, why))
@@ -80,13 +132,30 @@ class CompositePolicy:
         inner_args, inner_kwargs = tc.pytree.tree_map_only(
             tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
         key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
-        if key not in self._guard_cache:
-            self._guard_cache[key] = _run_decomposition_and_watch(op, inner_args, inner_kwargs)
-        return self._guard_cache[key]
+        cache = self._guard_cache if _has_symbols((inner_args, inner_kwargs)) else _STATIC_GUARDS
+        if key not in cache:
+            cache[key] = _run_decomposition_and_watch(op, inner_args, inner_kwargs)
+        return cache[key]
 
 
-def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str | None:
-    """Run ``op``'s decomposition on fresh fakes; describe any alias or mutation."""
+# Guard results for inputs without symbolic sizes depend only on the op and the
+# key's metadata, so they hold for every export of this process.
+_STATIC_GUARDS: dict[Any, str | None] = {}
+
+
+def _has_symbols(value: Any) -> bool:
+    for leaf in tc.pytree.tree_leaves(value):
+        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+        if isinstance(leaf, torch.Tensor) and any(
+                isinstance(s, torch.SymInt) for s in (*leaf.shape, *leaf.stride())):
+            return True
+    return False
+
+
+def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs: dict,
+                                 kernel: Callable[..., Any] | None = None) -> str | None:
+    """Run ``op``'s decomposition (or ``kernel``) on fresh fakes; describe any alias or mutation."""
     tensors = [t for t in tc.pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     fake_mode = tc.fake_mode_of(tensors)
     if fake_mode is None:
@@ -96,7 +165,7 @@ def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs:
         fresh = [t for t in tc.pytree.tree_leaves((fresh_args, fresh_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [t._version for t in fresh]
         storages = {tc.StorageWeakRef(t.untyped_storage()): i for i, t in enumerate(fresh)}
-        out = op.decompose(*fresh_args, **fresh_kwargs)
+        out = (kernel or type(op).decompose)(op, *fresh_args, **fresh_kwargs)
         if out is NotImplemented:
             return None
         for i, t in enumerate(fresh):
@@ -107,19 +176,4 @@ def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs:
                 hit = storages.get(tc.StorageWeakRef(o.untyped_storage()))
                 if hit is not None:
                     return f"result {j} aliases input {hit}"
-    return None
-
-
-def eager_alias_result(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
-    """The input itself where eager's kernel returns it but torch's Python decomposition
-    would copy it, else None.
-
-    ``aten.dropout`` in eval mode (or with ``p == 0``) returns its input in
-    eager, so ``F.dropout(x, training=False).add_(1)`` writes ``x``; torch's
-    registered decomposition returns ``input.clone()`` and the write is lost.
-    """
-    if op is torch.ops.aten.dropout.default:
-        bound = dict(zip(("input", "p", "train"), args), **kwargs)
-        if not bound["train"] or bound["p"] == 0:
-            return bound["input"]
     return None

@@ -25,7 +25,7 @@ import torch
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
-from .composite_policy import CompositePolicy, eager_alias_result
+from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import DECOMPOSITIONS as COPY_DECOMPOSITIONS
 
 
@@ -163,10 +163,16 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 "in-place metadata change (shape/stride) of a graph input cannot be expressed "
                 "in a functional program; use the out-of-place op instead",
                 op=func, source=user_source_line())
-        if self.pre_dispatch and (same := eager_alias_result(func, args, kwargs)) is not None:
-            return same
+        twin = HONEST_TWINS.get(func)
+        if twin is not None:
+            with self:
+                return twin(*args, **kwargs)
         self.op_stack.append(func)
         try:
+            if (self.pre_dispatch and self.policy.needs_eager_kernel(func, args, kwargs)
+                    and self._can_decompose(func, args, kwargs)):
+                with self:
+                    return tc.decompose_like_eager(func, *args, **kwargs)
             out = self._dispatch_recording_identity(func, types, args, kwargs)
             self._track_detached(func, args, out)
             self._track_grad_flow(func, args, kwargs, out, self._written_args(func, args))

@@ -71,6 +71,17 @@ def test_declared_dim_that_the_model_specialises_is_refused():
         pf.export(FixedView(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: Dim("b")}})
 
 
+def test_dim_auto_may_be_specialised_but_dim_dynamic_may_not():
+    class FixedView(torch.nn.Module):
+        def forward(self, x):
+            return x.view(2, 3) * 2
+
+    ep = export_checked(FixedView(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: Dim.AUTO}})
+    assert not ep.range_constraints
+    with pytest.raises(pf.UnsupportedError, match="specialised it to 2"):
+        pf.export(FixedView(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: Dim.DYNAMIC}})
+
+
 def test_declared_range_wider_than_the_model_allows_is_refused():
     class AtMostFour(torch.nn.Module):
         def forward(self, x):

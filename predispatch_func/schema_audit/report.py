@@ -1,0 +1,85 @@
+"""Showing an audit: a rich table, a summary, or JSON (one object per overload)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from .checker import VERDICTS
+from .tagger import Entry
+
+_VERDICT_STYLE = {"lies_alias": "bold red", "lies_mutation": "bold red", "maybe_alias": "yellow",
+                  "honest": "green", "untested": "dim"}
+
+
+@dataclasses.dataclass
+class Summary:
+    composites: int
+    kernels: int
+    verdicts: dict[str, int]  # over composites
+    kernel_verdicts: dict[str, int]
+    lying_composites: list[str]
+    lying_kept_by_torch: list[str]  # the ones torch.export would keep as single nodes
+    lying_kernels: list[str]
+    overrides: list[str]
+
+
+def summarize(entries: list[Entry]) -> Summary:
+    comps = [e for e in entries if e.composite]
+    kernels = [e for e in entries if not e.composite]
+
+    def counts(rows: list[Entry]) -> dict[str, int]:
+        c = collections.Counter(e.verdict for e in rows)
+        return {v: c.get(v, 0) for v in VERDICTS}
+
+    return Summary(
+        composites=len(comps), kernels=len(kernels), verdicts=counts(comps),
+        kernel_verdicts=counts(kernels),
+        lying_composites=[e.op for e in comps if e.lies],
+        lying_kept_by_torch=[e.op for e in comps if e.lies and e.torch_keeps],
+        lying_kernels=[e.op for e in kernels if e.lies],
+        overrides=[f"{e.op}: {e.override} (audit: {e.audit_decision})" for e in entries if e.override],
+    )
+
+
+def render_table(entries: list[Entry], console: Console, *, evidence_width: int = 70) -> None:
+    table = Table(title="schema audit", show_lines=False)
+    for col in ("op", "verdict", "decision", "evidence", "torch tag", "torch.export"):
+        table.add_column(col, overflow="fold")
+    for e in entries:
+        decision = e.decision if not e.override else f"{e.decision} (override; audit: {e.audit_decision})"
+        evidence = e.evidence if len(e.evidence) <= evidence_width else e.evidence[:evidence_width - 1] + "…"
+        table.add_row(
+            e.op + ("" if e.composite else " [dim](kernel)[/dim]"),
+            f"[{_VERDICT_STYLE[e.verdict]}]{e.verdict}[/]", decision, evidence,
+            "maybe_aliasing_or_mutating" if e.torch_tagged else "-",
+            "keeps" if e.torch_keeps else "decomposes",
+        )
+    console.print(table)
+
+
+def render_summary(entries: list[Entry], console: Console, *, wall_s: float | None = None) -> None:
+    s = summarize(entries)
+    lying = len(s.lying_composites)
+    line = ", ".join(f"{v} {n}" for v, n in s.verdicts.items() if n)
+    console.print(f"[bold]{s.composites} composites[/bold] audited: {line}")
+    if s.kernels:
+        kline = ", ".join(f"{v} {n}" for v, n in s.kernel_verdicts.items() if n)
+        console.print(f"{s.kernels} kernels (no composite): {kline}")
+    console.print(f"[bold red]{lying} composites lie[/bold red]; torch 2.13's export would keep "
+                  f"{len(s.lying_kept_by_torch)} of them as single nodes: "
+                  + (", ".join(s.lying_kept_by_torch) or "none"))
+    if s.lying_kernels:
+        console.print("kernels whose schema lies: " + ", ".join(s.lying_kernels))
+    for o in s.overrides:
+        console.print(f"override: {o}")
+    if wall_s is not None:
+        console.print(f"audit wall time: {wall_s:.1f}s")
+
+
+def to_json(entries: list[Entry]) -> str:
+    return json.dumps([e.to_json() for e in entries], indent=1)

@@ -1,0 +1,187 @@
+"""Export time of ours against torch 2.13's entry points, on the tests/models corpus.
+
+For every corpus model (eval mode) four exporters run in one process,
+alternating within each round after a warm-up round, and the median per
+exporter is reported:
+
+* ``ours``: ``predispatch_func.export`` (functional, regions kept, composites kept);
+* ``torch.export``: ``torch.export.export`` (training IR, not functional);
+* ``+run_decomp``: ``torch.export.export(...).run_decompositions({})`` (functional,
+  regions lost);
+* ``aot_pre``: torch's ``aot_export_module(pre_dispatch=True)`` (forward only).
+
+Then a depth sweep: the 7B Llama config on ``meta`` at 2, 8 and 32 layers,
+ours and ``torch.export.export``. Prints rich tables and writes JSON.
+
+Run: python scripts/bench_export.py [--rounds 5] [--models gpt2,llama] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from typing import Any, Callable
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.simplefilter("ignore")
+
+import predispatch_func as pf  # noqa: E402
+from corpus import CASES, build  # noqa: E402
+from export_7b_on_meta import build_on_meta  # noqa: E402
+from predispatch_func._torch_compat import exporting_state, pytree, torch_aot_export_module  # noqa: E402
+from predispatch_func.graphs import all_graph_modules  # noqa: E402
+
+
+class _KwargsBound(torch.nn.Module):
+    """``aot_export_module`` takes positional inputs and tensor outputs only:
+    tensor kwargs are passed positionally after ``n_args`` positional args."""
+
+    def __init__(self, model: torch.nn.Module, n_args: int, tensor_keys: list[str],
+                 constants: dict) -> None:
+        super().__init__()
+        self.model, self.n_args, self.tensor_keys, self.constants = model, n_args, tensor_keys, constants
+
+    def forward(self, *flat: Any) -> tuple:
+        kwargs = {**self.constants, **dict(zip(self.tensor_keys, flat[self.n_args:]))}
+        return tuple(pytree.tree_leaves(self.model(*flat[: self.n_args], **kwargs)))
+
+
+def _ops(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for _, g in all_graph_modules(gm) for n in g.graph.nodes if n.op == "call_function")
+
+
+def _ours(model, args, kwargs):
+    return _ops(pf.export(model, args, kwargs).graph_module)
+
+
+def _torch_export(model, args, kwargs):
+    return _ops(torch.export.export(model, args, kwargs).graph_module)
+
+
+def _run_decomp(model, args, kwargs):
+    return _ops(torch.export.export(model, args, kwargs).run_decompositions({}).graph_module)
+
+
+def _aot_pre(model, args, kwargs):
+    # transformers' masks take traceable paths only when torch says it is exporting
+    keys = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    bound = _KwargsBound(model, len(args), keys, {k: v for k, v in kwargs.items() if k not in keys})
+    with exporting_state():
+        gm, _ = torch_aot_export_module(bound, (*args, *(kwargs[k] for k in keys)))
+    return _ops(gm)
+
+
+EXPORTERS: dict[str, Callable] = {
+    "ours": _ours, "torch.export": _torch_export, "+run_decomp": _run_decomp, "aot_pre": _aot_pre,
+}
+
+
+def _timed(fn: Callable, *inputs: Any) -> tuple[float, int | str]:
+    start = time.perf_counter()
+    try:
+        nodes = fn(*inputs)
+    except Exception as exc:  # a failing exporter is reported, not fatal
+        return float("nan"), f"{type(exc).__name__}"
+    return time.perf_counter() - start, nodes
+
+
+def bench(model: torch.nn.Module, args: tuple, kwargs: dict, rounds: int,
+          exporters: dict[str, Callable]) -> dict[str, dict]:
+    """Median seconds and node count per exporter; round 0 is the warm-up."""
+    times: dict[str, list[float]] = {k: [] for k in exporters}
+    nodes: dict[str, Any] = {}
+    for r in range(rounds + 1):
+        order = list(exporters) if r % 2 == 0 else list(reversed(exporters))
+        for name in order:
+            seconds, count = _timed(exporters[name], model, args, kwargs)
+            nodes[name] = count
+            if r > 0:
+                times[name].append(seconds)
+    return {k: {"median_s": statistics.median(times[k]), "nodes": nodes[k]} for k in exporters}
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b == b and b > 0 else float("nan")
+
+
+def corpus_table(results: dict[str, dict], console: Console) -> dict[str, float]:
+    table = Table(title="export time (median seconds; ops incl. region bodies)")
+    table.add_column("model")
+    for name in EXPORTERS:
+        table.add_column(name, justify="right")
+    table.add_column("ours/torch.export", justify="right")
+    table.add_column("ours/+run_decomp", justify="right")
+    table.add_column("ours/aot_pre", justify="right")
+    ratios: dict[str, list[float]] = {"torch.export": [], "+run_decomp": [], "aot_pre": []}
+    for model, res in results.items():
+        cells = [f"{res[k]['median_s']:.3f} ({res[k]['nodes']})" for k in EXPORTERS]
+        row = []
+        for k in ratios:
+            r = _ratio(res["ours"]["median_s"], res[k]["median_s"])
+            if r == r:
+                ratios[k].append(r)
+            row.append(f"{r:.2f}")
+        table.add_row(model, *cells, *row)
+    medians = {k: statistics.median(v) if v else float("nan") for k, v in ratios.items()}
+    table.add_row("[b]median ratio", *[""] * len(EXPORTERS), *[f"[b]{medians[k]:.2f}" for k in ratios])
+    console.print(table)
+    return medians
+
+
+def depth_sweep(depths: list[int], rounds: int, console: Console) -> list[dict]:
+    table = Table(title="depth sweep: 7B Llama config on meta (median seconds)")
+    for col in ("layers", "ours", "torch.export", "ours/torch.export", "ours per layer"):
+        table.add_column(col, justify="right")
+    rows = []
+    for depth in depths:
+        model, ids = build_on_meta(depth)
+        res = bench(model, (ids,), {}, rounds,
+                    {"ours": _ours, "torch.export": _torch_export})
+        ours, theirs = res["ours"]["median_s"], res["torch.export"]["median_s"]
+        rows.append({"layers": depth, **{k: v for k, v in res.items()}})
+        table.add_row(str(depth), f"{ours:.2f}", f"{theirs:.2f}", f"{_ratio(ours, theirs):.2f}",
+                      f"{ours / depth:.3f}")
+        del model
+    console.print(table)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--models", default=",".join(CASES))
+    parser.add_argument("--depths", default="2,8,32")
+    parser.add_argument("--depth-rounds", type=int, default=3)
+    parser.add_argument("--json", default="bench_export.json")
+    opts = parser.parse_args()
+    console = Console(width=170)
+    torch.manual_seed(0)
+    results = {}
+    for name in [m for m in opts.models.split(",") if m]:
+        model, args, kwargs = build(name)
+        results[name] = bench(model, args, kwargs, opts.rounds, EXPORTERS)
+        console.log(name, {k: round(v["median_s"], 3) for k, v in results[name].items()})
+    medians = corpus_table(results, console) if results else {}
+    depths = [int(d) for d in opts.depths.split(",") if d]
+    sweep = depth_sweep(depths, opts.depth_rounds, console) if depths else []
+    with open(opts.json, "w") as f:
+        json.dump({"torch": torch.__version__, "rounds": opts.rounds, "models": results,
+                   "median_ratios": medians, "depth_sweep": sweep}, f, indent=2, default=str)
+    console.print(f"wrote {opts.json}")
+
+
+if __name__ == "__main__":
+    main()
