@@ -290,8 +290,7 @@ class TestMoreWriteBacks(TestCase):
         # each mutation needs a node of its own (SpecViolationError when they shared a copy)
         export_checked(TwoInputsWrittenFromOneInput(), (torch.randn(3), torch.randn(3), torch.randn(3)))
 
-    @pytest.mark.xfail(strict=True, reason="open (hop/outline.py): the second write's region reads "
-                       "the replayed detach(), not the written value whose identity it must keep, so "
-                       "x's autograd identity is dropped and the output stops requiring grad")
     def test_two_writes_through_one_detached_alias(self):
+        # the second write's region reads the replayed detach(); the first region now also
+        # returns x's written value so the second can carry its identity
         export_checked(TwoWritesThroughOneDetachedAlias(), (torch.randn(3, requires_grad=True),))

@@ -19,6 +19,7 @@ from .frames import AutocastFrame, Frame, GradFrame
 from .ops import pf_autocast_region, pf_grad_region
 
 FLAT = "_pf_flat_node"  # meta key: the flat-graph node a (copied) node stands for
+FLAT_ORDER = "_pf_flat_order"  # meta key: position of every flat-graph node (shared dict)
 
 
 def outline_level(gm: torch.fx.GraphModule, frames_of: dict[torch.fx.Node, tuple[Frame, ...]],
@@ -53,7 +54,8 @@ def _outline_run(gm, frame: Frame, nodes: list[torch.fx.Node], edges, grad_enabl
         for inp in node.all_input_nodes:
             if inp not in members and inp not in inputs:
                 inputs.append(inp)
-    outputs = [n for n in nodes if any(u not in members for u in n.users)]
+    outputs = [n for n in nodes if any(u not in members for u in n.users)
+               or _old_value_of_later_write(n, nodes, edges)]
     grad_inside = frame.enabled if isinstance(frame, GradFrame) else grad_enabled
     carries = grad_enabled and not grad_inside
     if carries:  # a write's old value may not be read inside: pass it in to carry its identity
@@ -89,6 +91,20 @@ def _outline_run(gm, frame: Frame, nodes: list[torch.fx.Node], edges, grad_enabl
     for node in reversed(nodes):
         gm.graph.erase_node(node)
     return body_gm, grad_inside
+
+
+def _old_value_of_later_write(node: torch.fx.Node, run: list[torch.fx.Node], edges) -> bool:
+    """Is ``node`` the value a write after this run was done over? Then it leaves the
+    run even if nothing reads it, so the later region can carry its autograd identity
+    (``d = x.detach(); d.sub_(1); d.sub_(2)``: the second write keeps the first's)."""
+    flat = node.meta.get(FLAT)
+    order = _flat_order(node)
+    end = max(order.get(n.meta.get(FLAT), -1) for n in run)
+    return any(old is flat and order.get(new, -1) > end for new, old in edges.items())
+
+
+def _flat_order(node: torch.fx.Node) -> dict[torch.fx.Node, int]:
+    return node.meta.get(FLAT_ORDER) or {}
 
 
 def _identity_sources(outputs, members, edges) -> list[torch.fx.Node]:

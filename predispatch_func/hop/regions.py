@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .frames import assign_frames, is_marker
-from .outline import FLAT, outline_level
+from .outline import FLAT, FLAT_ORDER, outline_level
 from ..graphs import all_graph_modules
 
 
@@ -22,8 +22,10 @@ def outline_regions(gm: torch.fx.GraphModule,
     keeps (the tensor's value before an in-place op done with grad off).
     """
     frames_of = assign_frames(gm.graph)
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
     for node in gm.graph.nodes:
         node.meta[FLAT] = node
+        node.meta[FLAT_ORDER] = order
     markers = [n for n in gm.graph.nodes if is_marker(n)]
     for node in reversed(markers):  # exits before the enters they read
         gm.graph.erase_node(node)
@@ -31,4 +33,5 @@ def outline_regions(gm: torch.fx.GraphModule,
     for _, sub in all_graph_modules(gm):
         for node in sub.graph.nodes:
             node.meta.pop(FLAT, None)
+            node.meta.pop(FLAT_ORDER, None)
     return gm
