@@ -42,6 +42,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         # new-value node -> old-value node, for writes done while grad is off
         self.identity_edges: dict[torch.fx.Node, torch.fx.Node] = {}
         self._bases: dict[Any, tc.FunctionalTensor] = {}
+        # views made with grad off, by id (held, as below)
+        self._made_without_grad: dict[int, Any] = {}
         # detach()-ed aliases and their views, by id (held, so ids stay unique while tracing)
         self._detached: dict[int, Any] = {}
         # tensors that may require grad when the program runs: computed under grad mode
@@ -63,6 +65,31 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             for t in [*tc.pytree.tree_leaves(out), *written]:
                 if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
                     self._may_require_grad[id(t)] = t
+
+    def _track_views_made_without_grad(self, func, out) -> None:
+        if self.pre_dispatch and not torch.is_grad_enabled() and getattr(func, "is_view", False):
+            for t in tc.pytree.tree_leaves(out):
+                if isinstance(t, tc.FunctionalTensor):
+                    self._made_without_grad[id(t)] = t
+
+    def replay_views_made_without_grad(self, values: Any) -> None:
+        """Regenerate stale views that were made with grad off inside a no_grad region.
+
+        Functionalization replays a view of a written tensor lazily, when it is
+        next read; if that is after the region, the replay runs with grad on and
+        the view would carry a gradient eager's view (made under no_grad) does not.
+        """
+        if not torch.is_grad_enabled() or not self._made_without_grad:
+            return
+        views = [t for t in tc.pytree.tree_leaves(values)
+                 if isinstance(t, tc.FunctionalTensor) and id(t) in self._made_without_grad]
+        if not views:
+            return
+        tc.record_grad_marker(False)
+        with tc.grad_mode_untraced(False):
+            for view in views:
+                tc.inner_of_functional(view)
+        tc.record_grad_marker(True)
 
     def track_base(self, t: Any) -> None:
         if isinstance(t, tc.FunctionalTensor) and tc.is_functional_base(t):
@@ -169,12 +196,14 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 return twin(*args, **kwargs)
         self.op_stack.append(func)
         try:
+            self.replay_views_made_without_grad((args, kwargs))
             if (self.pre_dispatch and self.policy.needs_eager_kernel(func, args, kwargs)
                     and self._can_decompose(func, args, kwargs)):
                 with self:
                     return tc.decompose_like_eager(func, *args, **kwargs)
             out = self._dispatch_recording_identity(func, types, args, kwargs)
             self._track_detached(func, args, out)
+            self._track_views_made_without_grad(func, out)
             self._track_grad_flow(func, args, kwargs, out, self._written_args(func, args))
             for t in tc.pytree.tree_leaves(out):
                 self.track_base(t)
@@ -221,6 +250,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             mode.track_base(t)
         with mode, note_identity_hook(mode.note_identity), torch.enable_grad():
             outs = body(wrapped, mode)
+            mode.replay_views_made_without_grad(outs)
             _refuse_leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()
         return tuple(tc.inner_of_functional(o) for o in outs)
