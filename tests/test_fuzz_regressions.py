@@ -295,3 +295,17 @@ class TestMoreWriteBacks(TestCase):
                        "x's autograd identity is dropped and the output stops requiring grad")
     def test_two_writes_through_one_detached_alias(self):
         export_checked(TwoWritesThroughOneDetachedAlias(), (torch.randn(3, requires_grad=True),))
+
+
+class CopyDetachedValueOverGradIntermediate(torch.nn.Module):
+    def forward(self, x):
+        v = x - x
+        v.copy_(x.detach())
+        return v.to(torch.float64)
+
+
+class TestCopySameLayout(TestCase):
+    def test_copy_of_same_layout_value_keeps_dst_autograd_link(self):
+        # copy_'s same-layout shortcut made v's new value the detached tensor itself
+        export_checked(CopyDetachedValueOverGradIntermediate(),
+                       (torch.randn(2, 4, dtype=torch.float64, requires_grad=True),))
