@@ -309,3 +309,17 @@ class TestMoreWriteBacks(TestCase):
         # the second write's region reads the replayed detach(); the first region now also
         # returns x's written value so the second can carry its identity
         export_checked(TwoWritesThroughOneDetachedAlias(), (torch.randn(3, requires_grad=True),))
+
+
+class CopyDetachedValueOverGradIntermediate(torch.nn.Module):
+    def forward(self, x):
+        v = x - x
+        v.copy_(x.detach())
+        return v.to(torch.float64)
+
+
+class TestCopySameLayout(TestCase):
+    def test_copy_of_same_layout_value_keeps_dst_autograd_link(self):
+        # copy_'s same-layout shortcut made v's new value the detached tensor itself
+        export_checked(CopyDetachedValueOverGradIntermediate(),
+                       (torch.randn(2, 4, dtype=torch.float64, requires_grad=True),))

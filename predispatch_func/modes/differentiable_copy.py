@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from .. import _torch_compat as tc
+
 aten = torch.ops.aten
 
 
@@ -25,14 +27,25 @@ def _same_layout(dst: torch.Tensor, src: torch.Tensor) -> bool:
             and dst.device == src.device and dst.shape == src.shape and dst.stride() == src.stride())
 
 
+def _writes_a_graph_input(dst: torch.Tensor) -> bool:
+    """Whether ``dst`` is an input or buffer placeholder, or a chain of views of one."""
+    node = tc.proxy_node_of(dst)
+    while (isinstance(node, torch.fx.Node) and isinstance(node.target, torch._ops.OpOverload)
+           and node.target.is_view and node.args and isinstance(node.args[0], torch.fx.Node)):
+        node = node.args[0]
+    return isinstance(node, torch.fx.Node) and node.op == "placeholder"
+
+
 def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor,
                                non_blocking: bool = False) -> torch.Tensor:
     """``src`` written over all of ``dst``; ``dst`` stays an input (zero gradient),
     so the result requires grad exactly when eager's ``copy_`` result does."""
-    # The value is src itself (e.g. a write-back replayed when a program is re-exported),
-    # except for a write done without grad: the written tensor must keep its own autograd
-    # identity (see hop/ops.py), so it needs a node of its own.
-    if _same_layout(dst, src) and torch.is_grad_enabled():
+    # The value is src itself only for a write into (a view of) an input or buffer, e.g.
+    # a re-exported program's write-backs (aot copies an output that would then alias a
+    # written input). Elsewhere the written tensor keeps dst's autograd link: eager's
+    # copy_ result requires grad if dst did, even when src does not; and a write done
+    # without grad keeps its own autograd identity (hop/ops.py).
+    if _same_layout(dst, src) and torch.is_grad_enabled() and _writes_a_graph_input(dst):
         return src
     value = src  # the scatter below copies, so the result never aliases src
     if (src.dtype, src.device) != (dst.dtype, dst.device):
