@@ -135,12 +135,15 @@ def _compare(what: str, a: Any, b: Any, rtol: float, atol: float, values: bool, 
 
 
 def _loss(outputs: Any, weights_seed: int) -> torch.Tensor | None:
+    """A random weighting of every float output; each output position gets its own
+    weights whether or not it requires grad, so the two sides weight alike."""
     gen = torch.Generator().manual_seed(weights_seed)
     terms = []
     for t in tc.pytree.tree_leaves(outputs):
-        if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point():
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
             w = torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype)
-            terms.append((t * w).sum().double())
+            if t.requires_grad:
+                terms.append((t * w).sum().double())
     return sum(terms) if terms else None
 
 

@@ -323,3 +323,18 @@ class TestCopySameLayout(TestCase):
         # copy_'s same-layout shortcut made v's new value the detached tensor itself
         export_checked(CopyDetachedValueOverGradIntermediate(),
                        (torch.randn(2, 4, dtype=torch.float64, requires_grad=True),))
+
+
+class ViewOfViewMadeUnderNoGrad(torch.nn.Module):
+    def forward(self, x0, x1):
+        with torch.set_grad_enabled(False):
+            x1.zero_()
+            v1 = x1.unsqueeze(-2)
+        v4 = v1.expand(2, 1, 3)  # functionalization rebuilds this from x1, with grad on
+        return (x1, v4)
+
+
+class TestViewsOfViewsMadeUnderNoGrad(TestCase):
+    def test_view_of_a_view_made_under_no_grad_gives_its_base_no_gradient(self):
+        export_checked(ViewOfViewMadeUnderNoGrad(), (torch.randn(2, 3, dtype=torch.float64),
+                                                     torch.randn(3)))

@@ -72,6 +72,10 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 if isinstance(t, tc.FunctionalTensor):
                     self._made_without_grad[id(t)] = t
 
+    def _views_a_view_made_without_grad(self, func, args) -> bool:
+        return (torch.is_grad_enabled() and getattr(func, "is_view", False) and bool(args)
+                and func is not torch.ops.aten.detach.default and id(args[0]) in self._made_without_grad)
+
     def replay_views_made_without_grad(self, values: Any) -> None:
         """Regenerate stale views that were made with grad off inside a no_grad region.
 
@@ -197,6 +201,12 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.op_stack.append(func)
         try:
             self.replay_views_made_without_grad((args, kwargs))
+            if self._views_a_view_made_without_grad(func, args):
+                # functionalization rebuilds a view of a view from the base: read a detached
+                # alias instead, so no gradient reaches the base through it (eager's view
+                # made under no_grad has no history back to its base)
+                with self:
+                    return func(torch.ops.aten.detach.default(args[0]), *args[1:], **kwargs)
             if (self.pre_dispatch and self.policy.needs_eager_kernel(func, args, kwargs)
                     and self._can_decompose(func, args, kwargs)):
                 with self:
