@@ -551,3 +551,48 @@ def forward(self, x, mul):
             self.assertFalse(torch.is_grad_enabled())
         finally:
             torch.set_grad_enabled(True)
+
+
+class GradToggledTwiceAcrossAutocast(torch.nn.Module):
+    def forward(self, x, w):
+        torch.set_grad_enabled(False)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.set_grad_enabled(True):  # closes the outer no_grad inside autocast
+                a = x @ w
+            b = x @ w  # grad off again, still under autocast
+        torch.set_grad_enabled(True)
+        return a.float(), b.float() + x
+
+
+class FuzzedTogglesUnderAutocast(torch.nn.Module):
+    """Found by fuzzing (seed 7): the autocast exit could not find its reopened frame."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.linspace(-1, 1, 3).reshape(3, 1))
+
+    def forward(self, x0, x1):
+        torch.set_grad_enabled(False)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            self.buf.index_put_((torch.tensor([2]),), torch.tensor(0.5), accumulate=True)
+            torch.set_grad_enabled(False)
+            with torch.set_grad_enabled(True):
+                v1 = x1 > 0.0
+                v2 = torch.zeros_like(x0)
+                x1.sub_(v2)
+                v2.copy_(x1)
+        torch.set_grad_enabled(True)
+        return (v1, self.buf, v2)
+
+
+class TestGradTogglesCrossingAutocast(TestCase):
+    def test_grad_toggled_twice_across_an_autocast_region(self):
+        # the autocast frame is closed and reopened twice; its exit must find the copy
+        ep = export_checked(GradToggledTwiceAcrossAutocast(), (torch.randn(4, 4), torch.randn(4, 4)))
+        # grad is on for `a` (as ambient: no grad HOP), off for `b`: one autocast region
+        # holding a no_grad region; the empty no_grad runs leave nothing
+        self.assertEqual(sorted(n.target.name() for n in region_nodes(ep)),
+                         ["pf_autocast_region", "pf_grad_region"])
+
+    def test_fuzzed_grad_toggles_inside_autocast_inside_no_grad_call(self):
+        export_checked(FuzzedTogglesUnderAutocast(), (torch.randn(3), torch.randn(3)))

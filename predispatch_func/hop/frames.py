@@ -54,6 +54,7 @@ def assign_frames(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[Frame, ...
     stack: list[Frame] = []
     grad = True
     autocast_by_enter: dict[torch.fx.Node, AutocastFrame | None] = {}
+    reopened: dict[Frame, Frame] = {}  # a frame closed and reopened -> its copy
     autocast_state: list[tuple[str, bool, Any]] = []
     frames_of: dict[torch.fx.Node, tuple[Frame, ...]] = {}
     last_marker = None
@@ -62,7 +63,7 @@ def assign_frames(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[Frame, ...
         if node.target is tc.SET_GRAD_ENABLED:
             wanted = bool(node.args[0])
             if wanted != grad:
-                _toggle_grad(stack, wanted, where)
+                _toggle_grad(stack, wanted, where, reopened)
                 grad = wanted
                 last_marker = node
         elif node.target is tc.ENTER_AUTOCAST:
@@ -75,10 +76,10 @@ def assign_frames(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[Frame, ...
             if frame is not None:
                 stack.append(frame)
         elif node.target is tc.EXIT_AUTOCAST:
-            frame = autocast_by_enter.get(node.args[0])
+            frame = _current(autocast_by_enter.get(node.args[0]), reopened)
             autocast_state.pop()
             if frame is not None:
-                _close(stack, frame)
+                _close(stack, frame, reopened)
         elif node.op not in ("placeholder", "output"):
             frames_of[node] = tuple(stack)
     if stack:
@@ -90,17 +91,27 @@ def assign_frames(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[Frame, ...
     return frames_of
 
 
-def _toggle_grad(stack: list[Frame], wanted: bool, where: str | None) -> None:
+def _current(frame: Frame | None, reopened: dict[Frame, Frame]) -> Frame | None:
+    """The frame now standing for ``frame`` (it may have been reopened, maybe twice)."""
+    while frame is not None and frame in reopened:
+        frame = reopened[frame]
+    return frame
+
+
+def _toggle_grad(stack: list[Frame], wanted: bool, where: str | None,
+                 reopened: dict[Frame, Frame]) -> None:
     open_grad = next((f for f in reversed(stack) if isinstance(f, GradFrame)), None)
     if open_grad is None:
         stack.append(GradFrame(wanted, where))
     else:
-        _close(stack, open_grad)
+        _close(stack, open_grad, reopened)
 
 
-def _close(stack: list[Frame], frame: Frame) -> None:
+def _close(stack: list[Frame], frame: Frame, reopened: dict[Frame, Frame]) -> None:
     """Pop ``frame``; frames opened above it are closed and reopened after it."""
     index = next(i for i, f in enumerate(stack) if f is frame)
     above = stack[index + 1:]
     del stack[index:]
-    stack.extend(f.reopened() for f in above)
+    for old in above:
+        reopened[old] = old.reopened()
+        stack.append(reopened[old])
