@@ -1,0 +1,120 @@
+"""Passes that finish the traced graph around the signature: lift the
+constants tracing created, name placeholders as torch.export does, drop dead
+code, and copy outputs that the write-back would otherwise change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.export.graph_signature import ExportGraphSignature
+
+from . import _torch_compat as tc
+from .graphs import all_graph_modules
+from .lift import placeholder_name
+from .signature import InputSlot, written_placeholders
+
+
+def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
+    """Drop unused view replays (in every body too); keep random ops so the RNG
+    stream matches eager."""
+    def impure(node: torch.fx.Node) -> bool:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+            return True
+        return node.is_impure()
+    for _, sub in reversed(list(all_graph_modules(gm))):
+        sub.graph.eliminate_dead_code(is_impure_node=impure)
+
+
+def lift_traced_constants(gm: torch.fx.GraphModule, slots: list[InputSlot],
+                           n_state: int) -> list[InputSlot]:
+    """Tensors created while tracing (``torch.tensor(...)``) become constant inputs."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    anchor = placeholders[n_state - 1] if n_state else None
+    new_slots = []
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr" or not isinstance(getattr(gm, node.target, None), torch.Tensor):
+            continue
+        value = getattr(gm, node.target)
+        fqn = f"lifted_tensor_{len(new_slots)}"
+        ctx = (gm.graph.inserting_after(anchor) if anchor is not None
+               else gm.graph.inserting_before(placeholders[0] if placeholders else None))
+        with ctx:
+            ph = gm.graph.placeholder(fqn)
+        ph.meta.update(node.meta)
+        node.replace_all_uses_with(ph)
+        gm.graph.erase_node(node)
+        delattr(gm, node.target)
+        anchor = ph
+        new_slots.append(InputSlot("constant", fqn, value))
+    return slots[:n_state] + new_slots + slots[n_state:]
+
+
+def name_placeholders(gm: torch.fx.GraphModule, slots: list[InputSlot]) -> None:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    assert len(placeholders) == len(slots), (len(placeholders), len(slots))
+    for node, slot in zip(placeholders, slots):
+        wanted = slot.target if slot.kind == "user" else placeholder_name(slot.kind, slot.target)
+        tc.rename_node(node, wanted)
+        node.target = node.name
+        if slot.kind == "user" and not isinstance(slot.value, (torch.Tensor, torch.SymInt)):
+            node.meta.setdefault("val", slot.value)  # a constant input, as torch.export records it
+
+
+def _view_root(node: Any) -> Any:
+    """The node a chain of view ops starts from (``node`` itself if it is no view)."""
+    while (isinstance(node, torch.fx.Node) and isinstance(node.target, torch._ops.OpOverload)
+           and node.target.is_view and node.args and isinstance(node.args[0], torch.fx.Node)):
+        node = node.args[0]
+    return node if isinstance(node, torch.fx.Node) else None
+
+
+def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: ExportGraphSignature,
+                                         output_is_input: list[int | None]) -> bool:
+    """Give an output its own copy where module()'s write-back would change what it returns.
+
+    module() writes each mutated input back with ``copy_``, then returns the outputs,
+    and a user output that is the very node of a mutation becomes the written input:
+    * a mutation whose new value is (a view of) another input's placeholder (``y.copy_(x)``): the
+      write-back of that other input could run first, and a user output of ``x`` would
+      come back as ``y``;
+    * a user output that is (a view of) the placeholder of an input written back later
+      (``y.copy_(x); x.sin_(); return y``) would read the new value;
+    * a user output that shares its node with a mutation although eager returned another
+      tensor (``y.copy_(w); return w``) would come back as the written input.
+    Two mutations never share a node either: torch's signature keys them by output name.
+    ``output_is_input[k]`` is the mutation position user output ``k`` really is, if any.
+    Returns whether the graph changed."""
+    written = written_placeholders(gm, signature)
+    rewritten = {p for p, v in written.items() if v is not p}
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outputs = list(out_node.args[0])
+    n_mut = len(signature.output_specs) - len(output_is_input)
+    targets = list(written)  # one placeholder per mutation, in output order
+    copies: dict[tuple[str, torch.fx.Node], torch.fx.Node] = {}
+
+    def copy_of(kind: str, node: torch.fx.Node) -> torch.fx.Node:
+        if (kind, node) not in copies:
+            with gm.graph.inserting_before(out_node):
+                copies[kind, node] = gm.graph.call_function(torch.ops.aten.clone.default, (node,))
+            copies[kind, node].meta.update(node.meta)
+        return copies[kind, node]
+
+    for j in range(n_mut):
+        node = outputs[j]
+        root = _view_root(node)
+        if getattr(root, "op", None) == "placeholder" and root is not targets[j]:
+            outputs[j] = copy_of(f"mutation {j}", node)
+        elif node in outputs[:j]:
+            outputs[j] = copy_of(f"mutation {j}", node)
+    mutation_nodes = set(outputs[:n_mut])
+    for k, real in enumerate(output_is_input):
+        node = outputs[n_mut + k]
+        if real is not None:  # eager returned the written input itself
+            outputs[n_mut + k] = outputs[real]
+        elif _view_root(node) in rewritten or node in mutation_nodes:
+            outputs[n_mut + k] = copy_of("output", node)
+    if copies:
+        out_node.args = (tuple(outputs),)
+    return bool(copies)
