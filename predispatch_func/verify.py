@@ -134,6 +134,15 @@ def _compare(what: str, a: Any, b: Any, rtol: float, atol: float, values: bool, 
             problems.append(f"{label}: values differ (max abs diff {diff:.3g})")
 
 
+def _compare_requires_grad(e_out: Any, p_out: Any, problems: list[str]) -> None:
+    """Each output requires grad exactly when eager's does: a training loop reads it."""
+    e_flat, p_flat = tc.pytree.tree_leaves(e_out), tc.pytree.tree_leaves(p_out)
+    for i, (x, y) in enumerate(zip(e_flat, p_flat)):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.requires_grad != y.requires_grad:
+            label = f"output[{i}]" if len(e_flat) > 1 else "output"
+            problems.append(f"{label}: requires_grad is {x.requires_grad} in eager, {y.requires_grad} in program")
+
+
 def _loss(outputs: Any, weights_seed: int) -> torch.Tensor | None:
     """A random weighting of every float output; each output position gets its own
     weights whether or not it requires grad, so the two sides weight alike."""
@@ -232,6 +241,7 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
             _compare(f"buffer {name}", buf, p_bufs[name], rtol, atol, check_values, problems)
     if not check_grads:
         return
+    _compare_requires_grad(e_out, p_out, problems)
     e_loss, p_loss = _loss(e_out, seed + 1), _loss(p_out, seed + 1)
     if (e_loss is None) != (p_loss is None):
         problems.append(f"outputs require grad in eager: {e_loss is not None}, in program: {p_loss is not None}")
