@@ -218,18 +218,34 @@ def autocast_enabled_anywhere() -> bool:
     return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
 
 
-def record_grad_marker(enabled: bool) -> None:
+def record_grad_marker(enabled: bool) -> torch.fx.Node | None:
     """Record a ``_set_grad_enabled(enabled)`` marker in the graph being traced.
 
     Used to turn a write through a ``detach()``-ed alias into the no_grad region
-    it is equivalent to (eager changes the data and keeps autograd history).
+    it is equivalent to (eager changes the data and keeps autograd history), and
+    to rebuild a stale view in the grad mode eager made it in.
     """
     from torch._ops import _get_dispatch_mode_pre_dispatch
 
     mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
-    if mode is not None:
-        node = mode.tracer.create_node("call_function", SET_GRAD_ENABLED, (enabled,), {})
-        node.meta["val"] = None
+    if mode is None:
+        return None
+    node = mode.tracer.create_node("call_function", SET_GRAD_ENABLED, (enabled,), {})
+    node.meta["val"] = None
+    return node
+
+
+def erase_if_last_recorded(node: torch.fx.Node | None) -> bool:
+    """Erase ``node`` if nothing was recorded after it; whether it was erased."""
+    if node is None or node.next.op != "root" or node.users:
+        return False
+    node.graph.erase_node(node)
+    return True
+
+
+def storage_mutation_count(t: FunctionalTensor) -> int:
+    """How many writes functionalization has seen to ``t``'s storage (through any alias)."""
+    return int(torch._functionalize_mutation_counter(t.elem))
 
 
 @contextlib.contextmanager

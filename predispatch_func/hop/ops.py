@@ -41,11 +41,16 @@ def note_identity_hook(hook: Callable[[Any, Any], None]):
 
 
 class _CarryIdentity(torch.autograd.Function):
-    """Value of ``value``; gradient straight to ``source`` (eager's in-place-under-no_grad)."""
+    """Value of ``value``; gradient straight to ``source`` (eager's in-place-under-no_grad).
+
+    The result is ``value.detach()``, not a view of ``value``: a view made later
+    under ``no_grad`` takes ``requires_grad`` from its root base, which must be
+    the carried tensor (as eager's written tensor is), not the fresh ``value``.
+    """
 
     @staticmethod
     def forward(ctx, source: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        return value.view_as(value)
+        return value.detach()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):

@@ -27,6 +27,7 @@ from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
 from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import DECOMPOSITIONS as COPY_DECOMPOSITIONS
+from .view_grad_modes import ViewGradModes
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
@@ -42,8 +43,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         # new-value node -> old-value node, for writes done while grad is off
         self.identity_edges: dict[torch.fx.Node, torch.fx.Node] = {}
         self._bases: dict[Any, tc.FunctionalTensor] = {}
-        # views made with grad off, by id (held, as below)
-        self._made_without_grad: dict[int, Any] = {}
+        self.view_modes = ViewGradModes(self._base_may_need_grad)
         # detach()-ed aliases and their views, by id (held, so ids stay unique while tracing)
         self._detached: dict[int, Any] = {}
         # tensors that may require grad when the program runs: computed under grad mode
@@ -66,34 +66,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
                     self._may_require_grad[id(t)] = t
 
-    def _track_views_made_without_grad(self, func, out) -> None:
-        if self.pre_dispatch and not torch.is_grad_enabled() and getattr(func, "is_view", False):
-            for t in tc.pytree.tree_leaves(out):
-                if isinstance(t, tc.FunctionalTensor):
-                    self._made_without_grad[id(t)] = t
-
-    def _views_a_view_made_without_grad(self, func, args) -> bool:
-        return (torch.is_grad_enabled() and getattr(func, "is_view", False) and bool(args)
-                and func is not torch.ops.aten.detach.default and id(args[0]) in self._made_without_grad)
-
-    def replay_views_made_without_grad(self, values: Any) -> None:
-        """Regenerate stale views that were made with grad off inside a no_grad region.
-
-        Functionalization replays a view of a written tensor lazily, when it is
-        next read; if that is after the region, the replay runs with grad on and
-        the view would carry a gradient eager's view (made under no_grad) does not.
-        """
-        if not torch.is_grad_enabled() or not self._made_without_grad:
-            return
-        views = [t for t in tc.pytree.tree_leaves(values)
-                 if isinstance(t, tc.FunctionalTensor) and id(t) in self._made_without_grad]
-        if not views:
-            return
-        tc.record_grad_marker(False)
-        with tc.grad_mode_untraced(False):
-            for view in views:
-                tc.inner_of_functional(view)
-        tc.record_grad_marker(True)
+    def _base_may_need_grad(self, t: Any) -> bool:
+        base = self._bases.get(tc.storage_key(t))
+        return base is None or self._may_need_grad(base)
 
     def track_base(self, t: Any) -> None:
         if isinstance(t, tc.FunctionalTensor) and tc.is_functional_base(t):
@@ -132,10 +107,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                         or tc.storage_key(t) == tc.storage_key(args[0])):
                     self._detached[id(t)] = t
 
-    def _dispatch_recording_identity(self, func, types, args, kwargs):
+    def _dispatch_recording_identity(self, func, types, args, kwargs, written):
         """Dispatch; a write done without autograd (grad off, or through a detached
         alias) records that the written base keeps its old autograd identity."""
-        written = self._written_args(func, args)
         through_detach = torch.is_grad_enabled() and any(id(t) in self._detached for t in written)
         if not written or (torch.is_grad_enabled() and not through_detach):
             return super().__torch_dispatch__(func, types, args, kwargs)
@@ -200,21 +174,18 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 return twin(*args, **kwargs)
         self.op_stack.append(func)
         try:
-            self.replay_views_made_without_grad((args, kwargs))
-            if self._views_a_view_made_without_grad(func, args):
-                # functionalization rebuilds a view of a view from the base: read a detached
-                # alias instead, so no gradient reaches the base through it (eager's view
-                # made under no_grad has no history back to its base)
-                with self:
-                    return func(torch.ops.aten.detach.default(args[0]), *args[1:], **kwargs)
+            if self.pre_dispatch:
+                self.view_modes.before(func, args, kwargs)
             if (self.pre_dispatch and self.policy.needs_eager_kernel(func, args, kwargs)
                     and self._can_decompose(func, args, kwargs)):
                 with self:
                     return tc.decompose_like_eager(func, *args, **kwargs)
-            out = self._dispatch_recording_identity(func, types, args, kwargs)
+            written = self._written_args(func, args)
+            out = self._dispatch_recording_identity(func, types, args, kwargs, written)
             self._track_detached(func, args, out)
-            self._track_views_made_without_grad(func, out)
-            self._track_grad_flow(func, args, kwargs, out, self._written_args(func, args))
+            if self.pre_dispatch:
+                self.view_modes.after(func, args, out, written)
+            self._track_grad_flow(func, args, kwargs, out, written)
             for t in tc.pytree.tree_leaves(out):
                 self.track_base(t)
             return out
@@ -260,7 +231,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             mode.track_base(t)
         with mode, note_identity_hook(mode.note_identity), torch.enable_grad():
             outs = body(wrapped, mode)
-            mode.replay_views_made_without_grad(outs)
+            mode.view_modes.rebuild_stale(outs)
             _refuse_leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()
         return tuple(tc.inner_of_functional(o) for o in outs)

@@ -1,0 +1,123 @@
+"""Rebuild every stale view in the grad mode eager gave it.
+
+Functionalization keeps a view as its base plus the chain of view ops that
+made it, and rebuilds it from the base lazily: a view made after its storage
+was written, or whose storage was written since, is rebuilt when a non-view
+op next reads it, *in the grad mode of that read*. Eager fixed each link of the
+chain when the view was made::
+
+    v = x.t()                      # grad on: v stays differentiable towards x
+    with torch.no_grad():
+        x.zero_()                  # v is now stale
+        y = torch.cat([v, x])      # functionalization rebuilds v here, grad off
+    return v                       # eager: v requires grad; its gradient reaches x
+
+    with torch.no_grad():
+        v = x.unsqueeze(0)         # eager: a leaf of its own, cut from x
+    w = v.expand(2, 3)             # rebuilt from x with grad on: x would get a gradient
+
+So :class:`ViewGradModes` rebuilds a view before an op reads it, between grad
+markers (the region pass turns them into region boundaries), whenever the read
+runs in the other mode than the view needs: grad off if a link of its chain was
+made with grad off, grad on otherwise. Markers around a rebuild that records
+nothing (the view was not stale) are erased again.
+
+One more boundary: inside a grad-off region, a tensor written there is the
+region's fresh value; it gets the written tensor's autograd identity only where
+the region ends (``identity_of``, hop/ops.py). A view made with grad off of such
+a tensor must read the carried value, as eager's view (a leaf that requires
+grad) does, so the region is ended and reopened before the view is made.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from .. import _torch_compat as tc
+
+
+def _is_view_op(func: Any) -> bool:
+    return bool(getattr(func, "is_view", False))
+
+
+class ViewGradModes:
+    """Per-trace record of each view's chain, and the rebuilds and boundaries it needs.
+
+    ``may_need_grad(t)`` says whether the base of ``t``'s storage may require
+    grad when the program runs; views of other storages need nothing.
+    """
+
+    __slots__ = ("_may_need_grad", "_cut", "_written_in_grad_off_stretch")
+
+    def __init__(self, may_need_grad: Callable[[Any], bool]):
+        self._may_need_grad = may_need_grad
+        # id(view) -> (weakref to it, whether a link of its chain was made with grad off)
+        self._cut: dict[int, tuple[weakref.ref, bool]] = {}
+        # storages written with grad off since grad was last on
+        self._written_in_grad_off_stretch: set[Any] = set()
+
+    # --- the mode calls these around every op ------------------------------------
+
+    def before(self, func: Any, args: tuple, kwargs: dict) -> None:
+        grad = torch.is_grad_enabled()
+        if grad:
+            self._written_in_grad_off_stretch.clear()
+        if not _is_view_op(func):  # view ops do not read (sync) their input
+            self.rebuild_stale((args, kwargs))
+        elif not grad and self._views_written_in_this_stretch(args):
+            tc.record_grad_marker(True)
+            tc.record_grad_marker(False)
+            self._written_in_grad_off_stretch.clear()
+
+    def after(self, func: Any, args: tuple, out: Any, written: list[Any]) -> None:
+        grad = torch.is_grad_enabled()
+        if not grad:
+            for w in written:
+                if self._may_need_grad(w):
+                    self._written_in_grad_off_stretch.add(tc.storage_key(w))
+        if _is_view_op(func) and args:
+            parent_cut = self.is_cut(args[0])
+            for t in tc.pytree.tree_leaves(out):
+                if (isinstance(t, tc.FunctionalTensor) and t is not args[0]
+                        and not tc.is_functional_base(t)):
+                    self._cut[id(t)] = (weakref.ref(t), (not grad) or parent_cut)
+
+    # --- rebuilds ------------------------------------------------------------
+
+    def is_cut(self, t: Any) -> bool:
+        """Whether a link of ``t``'s view chain was made with grad off."""
+        entry = self._cut.get(id(t))
+        return entry is not None and entry[0]() is t and entry[1]
+
+    def rebuild_stale(self, values: Any) -> None:
+        """Rebuild the views among ``values`` that the current grad mode would rebuild wrongly."""
+        grad = torch.is_grad_enabled()
+        wanted = not grad
+        views = [t for t in tc.pytree.tree_leaves(values) if self._needs_mode(t) is wanted]
+        if not views:
+            return
+        marker = tc.record_grad_marker(wanted)
+        with tc.grad_mode_untraced(wanted):
+            for view in views:
+                tc.inner_of_functional(view)
+        if tc.erase_if_last_recorded(marker):
+            return  # none was stale
+        tc.record_grad_marker(grad)
+        if not grad:
+            self._written_in_grad_off_stretch.clear()  # the grad-off region was ended
+
+    def _needs_mode(self, t: Any) -> bool | None:
+        """The grad mode a rebuild of ``t`` must run in; None if any mode will do."""
+        entry = self._cut.get(id(t)) if isinstance(t, tc.FunctionalTensor) else None
+        if entry is None or entry[0]() is not t:
+            return None
+        if tc.storage_mutation_count(t) == 0 or not self._may_need_grad(t):
+            return None  # never written: never stale; or no gradient either way
+        return not entry[1]
+
+    def _views_written_in_this_stretch(self, args: tuple) -> bool:
+        return bool(self._written_in_grad_off_stretch) and bool(args) and isinstance(
+            args[0], tc.FunctionalTensor) and tc.storage_key(args[0]) in self._written_in_grad_off_stretch
