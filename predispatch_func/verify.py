@@ -227,18 +227,19 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
     except Exception as exc:  # a program that cannot run is a verification failure
         report.problems.append(f"program raised {type(exc).__name__}: {exc}")
         return
-    report.checked += ["outputs", "input mutations", "buffers", "grad mode after the call"]
+    report.checked += ["outputs", "input mutations", "buffers and parameters", "grad mode after the call"]
     problems = report.problems
     if e_grad_mode != p_grad_mode:
         problems.append(f"grad mode after the call: eager {e_grad_mode}, program {p_grad_mode}")
     _compare("output", e_out, p_out, rtol, atol, check_values, problems)
     _compare("input after call", (e_args, e_kwargs), (p_args, p_kwargs), rtol, atol, check_values, problems)
-    e_bufs, p_bufs = dict(eager_model.named_buffers()), dict(program.named_buffers())
-    for name, buf in e_bufs.items():
-        if name not in p_bufs:
-            problems.append(f"buffer {name} missing from the program")
-        else:
-            _compare(f"buffer {name}", buf, p_bufs[name], rtol, atol, check_values, problems)
+    for kind, named in (("buffer", "named_buffers"), ("parameter", "named_parameters")):
+        e_state, p_state = dict(getattr(eager_model, named)()), dict(getattr(program, named)())
+        for name, value in e_state.items():
+            if name not in p_state:
+                problems.append(f"{kind} {name} missing from the program")
+            else:  # a parameter written under no_grad must be written back like a buffer
+                _compare(f"{kind} {name} after call", value, p_state[name], rtol, atol, check_values, problems)
     if not check_grads:
         return
     _compare_requires_grad(e_out, p_out, problems)
