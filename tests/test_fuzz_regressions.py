@@ -466,3 +466,44 @@ def forward(self, x):
 def forward(self, x):
     unsqueeze = torch.ops.aten.unsqueeze.default(x, -2);  x = None
     return (unsqueeze,)""")
+
+
+# --- writes the extended generator (out=, parameters) found ---------------------------------
+
+
+class OutVariantWriteUnderNoGrad(torch.nn.Module):
+    def forward(self, x):
+        v = x.view_as(x)
+        with torch.no_grad():
+            torch.clamp(v, -1, 2, out=v)  # out= is keyword-only: once not seen as a write
+        return v
+
+
+class BufferCopiedFromParameterThenOverwritten(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(3))
+        self.w = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        self.buf.copy_(self.w)  # buf now requires grad (a copy of w)
+        v = self.buf.view_as(self.buf)
+        v.copy_(torch.ones_like(v))  # eager: still requires grad (dst did)
+        return v * x
+
+
+class TestWritesFoundByExtendedGenerator(TestCase):
+    def test_out_variant_write_under_no_grad_keeps_autograd_identity(self):
+        export_checked(OutVariantWriteUnderNoGrad(), (torch.randn(2, 3),))
+
+    def test_copy_over_a_buffer_holding_a_parameter_keeps_requires_grad(self):
+        ep = export_checked(BufferCopiedFromParameterThenOverwritten(), (torch.randn(3),))
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_w, b_buf, x):
+    view_1 = torch.ops.aten.view.default(p_w, [3]);  p_w = None
+    ones_like = torch.ops.aten.ones_like.default(view_1, pin_memory = False)
+    slice_scatter = torch.ops.aten.slice_scatter.default(view_1, ones_like);  view_1 = ones_like = None
+    view_2 = torch.ops.aten.view.default(slice_scatter, [3]);  slice_scatter = None
+    view_3 = torch.ops.aten.view.default(view_2, [3])
+    mul = torch.ops.aten.mul.Tensor(view_3, x);  view_3 = x = None
+    return (view_2, mul)""")

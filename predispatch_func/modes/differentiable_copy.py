@@ -13,9 +13,9 @@ converted, broadcast and scattered over all of ``dst``.
 
 from __future__ import annotations
 
-import torch
+import functools
 
-from .. import _torch_compat as tc
+import torch
 
 aten = torch.ops.aten
 
@@ -27,25 +27,33 @@ def _same_layout(dst: torch.Tensor, src: torch.Tensor) -> bool:
             and dst.device == src.device and dst.shape == src.shape and dst.stride() == src.stride())
 
 
-def _writes_a_graph_input(dst: torch.Tensor) -> bool:
-    """Whether ``dst`` is an input or buffer placeholder, or a chain of views of one."""
-    node = tc.proxy_node_of(dst)
-    while (isinstance(node, torch.fx.Node) and isinstance(node.target, torch._ops.OpOverload)
-           and node.target.is_view and node.args and isinstance(node.args[0], torch.fx.Node)):
-        node = node.args[0]
-    return isinstance(node, torch.fx.Node) and node.op == "placeholder"
+class CopyTarget:
+    """What the functional mode knows of the ``copy_`` being lowered and the lowering (a
+    make_fx decomposition, on plain tensors) cannot see: whether its destination is a
+    graph input, or a view of one, that nothing wrote before in this trace."""
+
+    __slots__ = ("unwritten_input",)
+
+    def __init__(self) -> None:
+        self.unwritten_input = False
 
 
-def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor,
-                               non_blocking: bool = False) -> torch.Tensor:
+def copy_decompositions(target: CopyTarget) -> dict:
+    """The make_fx decomposition table for ``aten.copy``, reading ``target``."""
+    return {aten.copy.default: functools.partial(copy_as_differentiable_ops, target=target)}
+
+
+def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False,
+                               *, target: CopyTarget) -> torch.Tensor:
     """``src`` written over all of ``dst``; ``dst`` stays an input (zero gradient),
     so the result requires grad exactly when eager's ``copy_`` result does."""
-    # The value is src itself only for a write into (a view of) an input or buffer, e.g.
-    # a re-exported program's write-backs (aot copies an output that would then alias a
-    # written input). Elsewhere the written tensor keeps dst's autograd link: eager's
-    # copy_ result requires grad if dst did, even when src does not; and a write done
-    # without grad keeps its own autograd identity (hop/ops.py).
-    if _same_layout(dst, src) and torch.is_grad_enabled() and _writes_a_graph_input(dst):
+    # The value is src itself only where dst cannot require grad: a write with grad on
+    # into an input or buffer nothing wrote before (eager refuses a grad-mode write to a
+    # leaf that requires grad). Once written, its value may require grad (buf.copy_(w)),
+    # and eager's copy_ result keeps dst's autograd link: it requires grad if dst did,
+    # even when src does not. A write done without grad keeps its own autograd identity
+    # (hop/ops.py), so it needs a node of its own too.
+    if _same_layout(dst, src) and torch.is_grad_enabled() and target.unwritten_input:
         return src
     value = src  # the scatter below copies, so the result never aliases src
     if (src.dtype, src.device) != (dst.dtype, dst.device):
@@ -62,4 +70,3 @@ def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor,
     return aten.slice_scatter.default(dst, value, 0)
 
 
-DECOMPOSITIONS = {aten.copy.default: copy_as_differentiable_ops}

@@ -26,17 +26,17 @@ from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
 from .composite_policy import HONEST_TWINS, CompositePolicy
-from .differentiable_copy import DECOMPOSITIONS as COPY_DECOMPOSITIONS
+from .differentiable_copy import CopyTarget, copy_decompositions
 from .view_grad_modes import ViewGradModes
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
     """FunctionalTensorMode that asks our policy which composites to keep."""
 
-    def __init__(self, policy: CompositePolicy, *, pre_dispatch: bool,
-                 graph_inputs: Sequence[Any] = ()):
+    def __init__(self, policy: CompositePolicy, *, pre_dispatch: bool, copy_target: CopyTarget):
         super().__init__(pre_dispatch=pre_dispatch, export=True)
         self.policy = policy
+        self.copy_target = copy_target
         self.graph_input_ids: set[int] = set()
         self.op_stack: list[Any] = []
         self.failed_op: Any = None
@@ -66,6 +66,13 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
                     self._may_require_grad[id(t)] = t
 
+    def _unwritten_input(self, written: list[Any]) -> bool:
+        """``written`` is one graph input (or a view of one) that nothing wrote before."""
+        if len(written) != 1 or tc.storage_mutation_count(written[0]) != 0:
+            return False
+        base = self._bases.get(tc.storage_key(written[0]))
+        return base is not None and id(base) in self.graph_input_ids
+
     def _base_may_need_grad(self, t: Any) -> bool:
         base = self._bases.get(tc.storage_key(t))
         return base is None or self._may_need_grad(base)
@@ -81,11 +88,14 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         if new is not None and old is not None and new is not old:
             self.identity_edges[new] = old
 
-    def _written_args(self, func, args) -> list[Any]:
+    def _written_args(self, func, args, kwargs) -> list[Any]:
+        """The tensors ``func`` writes, positional or keyword (``out=`` is keyword-only)."""
         schema = getattr(func, "_schema", None)
         if schema is None or not schema.is_mutable or not self.pre_dispatch:
             return []
-        return [value for arg, value in zip(schema.arguments, args)
+        values = [*zip(schema.arguments, args),
+                  *((arg, kwargs[arg.name]) for arg in schema.arguments if arg.kwarg_only and arg.name in kwargs)]
+        return [value for arg, value in values
                 if arg.alias_info is not None and arg.alias_info.is_write
                 and isinstance(value, tc.FunctionalTensor)]
 
@@ -180,8 +190,12 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                     and self._can_decompose(func, args, kwargs)):
                 with self:
                     return tc.decompose_like_eager(func, *args, **kwargs)
-            written = self._written_args(func, args)
-            out = self._dispatch_recording_identity(func, types, args, kwargs, written)
+            written = self._written_args(func, args, kwargs)
+            self.copy_target.unwritten_input = func is torch.ops.aten.copy_.default and self._unwritten_input(written)
+            try:
+                out = self._dispatch_recording_identity(func, types, args, kwargs, written)
+            finally:
+                self.copy_target.unwritten_input = False
             self._track_detached(func, args, out)
             if self.pre_dispatch:
                 self.view_modes.after(func, args, out, written)
@@ -220,8 +234,10 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
     """
     state: dict[str, Any] = {}
 
+    copy_target = CopyTarget()
+
     def traced(*flat):
-        mode = PolicyFunctionalMode(policy, pre_dispatch=pre_dispatch)
+        mode = PolicyFunctionalMode(policy, pre_dispatch=pre_dispatch, copy_target=copy_target)
         state["mode"] = mode
         with mode:
             wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
@@ -237,7 +253,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         return tuple(tc.inner_of_functional(o) for o in outs)
 
     fake_mode = tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
-    tracer = tc.make_fx(traced, decomposition_table={**COPY_DECOMPOSITIONS, **(decompositions or {})},
+    tracer = tc.make_fx(traced, decomposition_table={**copy_decompositions(copy_target), **(decompositions or {})},
                         tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
