@@ -54,7 +54,7 @@ def check_program(program: Program) -> torch.export.ExportedProgram:
     model, args = program.build()
     check_grads = eager_backward_runs(program)
     args_before = copy.deepcopy(args)
-    buffers_before = {k: v.clone() for k, v in model.named_buffers()}
+    state_before = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
     try:
         ep = pf.export(model, args)
     except pf.UnsupportedError as exc:
@@ -63,7 +63,7 @@ def check_program(program: Program) -> torch.export.ExportedProgram:
         raise
     for i, (a, b) in enumerate(zip(args_before, args)):
         assert torch.equal(a, b), f"export changed input {i}"
-    for k, v in model.named_buffers():
-        assert torch.equal(buffers_before[k], v), f"export changed buffer {k}"
+    for k, v in model.state_dict(keep_vars=True).items():
+        assert torch.equal(state_before[k], v), f"export changed {k}"
     pf.verify(ep, model, args, raise_on_failure=True, check_grads=check_grads)
     return ep

@@ -34,6 +34,8 @@ class TensorInput:
 
     def constructor(self, gen: str) -> str:
         shape = ", ".join(map(str, self.shape))
+        if not self.dtype.startswith("float"):
+            return f"torch.randint(-4, 5, ({shape},), generator={gen}, dtype=torch.{self.dtype})"
         dtype = "" if self.dtype == "float32" else f", dtype=torch.{self.dtype}"
         grad = ".requires_grad_()" if self.requires_grad else ""
         return f"torch.randn({shape}, generator={gen}{dtype}){grad}"
@@ -56,6 +58,7 @@ class Program:
     returns: tuple[str, ...]
     seed: int = 0
     return_tags: tuple[str, ...] = ()  # what each return is (input, view, intermediate), for kinds()
+    param: TensorInput | None = None  # the parameter ``w`` (requires grad, like any nn.Parameter)
 
     def kinds(self) -> set[str]:
         """Features of the program, for the per-kind counts of a fuzzing summary."""
@@ -64,16 +67,23 @@ class Program:
             tags.add("grad_inputs")
         if self.buffer is not None:
             tags.add("buffer")
+        if self.param is not None:
+            tags.add("parameter")
+        if any(not i.dtype.startswith("float") for i in self.inputs):
+            tags.add("int_inputs")
         return tags
 
     def source(self) -> str:
         lines = ["import torch", "", "", f"class {MODULE_NAME}(torch.nn.Module):"]
-        if self.buffer is not None:
+        if self.buffer is not None or self.param is not None:
             lines += ["    def __init__(self):",
                       "        super().__init__()",
-                      f"        g = torch.Generator().manual_seed({self.seed + 1})",
-                      f"        self.register_buffer(\"buf\", {self.buffer.constructor('g')})",
-                      ""]
+                      f"        g = torch.Generator().manual_seed({self.seed + 1})"]
+            if self.buffer is not None:
+                lines.append(f"        self.register_buffer(\"buf\", {self.buffer.constructor('g')})")
+            if self.param is not None:
+                lines.append(f"        self.w = torch.nn.Parameter({self.param.constructor('g')})")
+            lines.append("")
         params = ", ".join(["self"] + [i.name for i in self.inputs])
         lines.append(f"    def forward({params}):")
         for stmt in self.body:

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from .program import Program, Stmt, TensorInput
 
 SCALARS = (0.5, 1.5, -2.0, 3.0)
+INT_SCALARS = (2, -1, 3)
 UNARY = ("sin", "cos", "tanh", "sigmoid", "relu", "neg", "abs", "clone")
 REGION_HEADERS = (
     ("torch.no_grad()", "region:no_grad"),
@@ -83,7 +84,7 @@ class _Builder:
     # --- the shadow -----------------------------------------------------------------
 
     def value(self, name: str) -> torch.Tensor:
-        return self.shadow_self.buf if name == "self.buf" else self.ns[name]
+        return getattr(self.shadow_self, name[5:]) if name.startswith("self.") else self.ns[name]
 
     def close_shadow_contexts(self) -> None:
         while self.open_contexts:
@@ -112,8 +113,9 @@ class _Builder:
     def one_of(self, values):
         return self.draw(st.sampled_from(values))
 
-    def fresh(self) -> str:
-        return f"v{self.counter}"
+    def scalar_for(self, name: str):
+        """A scalar an op on ``name`` accepts in place: an int one for an integer tensor."""
+        return self.one_of(SCALARS if self.value(name).is_floating_point() else INT_SCALARS)
 
     def draw_shape(self) -> tuple[int, ...]:
         rank = self.draw(st.integers(1, self.config.max_rank))
@@ -129,22 +131,27 @@ class _Builder:
         for i in range(self.draw(st.integers(1, self.config.max_inputs))):
             shape = self.one_of([base, base[1:] or base, "fresh"])
             shape = self.draw_shape() if shape == "fresh" else shape
-            dtype = self.one_of(["float32", "float32", "float64"])
-            inputs.append(TensorInput(f"x{i}", shape, dtype, requires_grad=grad_inputs))
-        buffer = None
-        if self.draw(st.booleans()):
-            shape = self.one_of([base, "fresh"])
-            buffer = TensorInput("buf", self.draw_shape() if shape == "fresh" else shape)
+            dtype = self.one_of(["float32", "float32", "float64", "int64"])
+            grad = grad_inputs and dtype.startswith("float")
+            inputs.append(TensorInput(f"x{i}", shape, dtype, requires_grad=grad))
+        state = {}  # buffer and parameter, made in this order from one generator, as the source does
+        for name, kind in (("buf", "buffer"), ("w", "parameter")):
+            if self.draw(st.booleans()):
+                shape = self.one_of([base, "fresh"])
+                state[name] = (kind, TensorInput(name, self.draw_shape() if shape == "fresh" else shape))
         gen = torch.Generator().manual_seed(seed)
         for spec in inputs:
             self.ns[spec.name] = eval(spec.constructor("gen"), {"torch": torch, "gen": gen})
             self.names.append(spec.name)
             self.roots[spec.name] = "input"
-        if buffer is not None:
-            gen_buf = torch.Generator().manual_seed(seed + 1)
-            self.shadow_self.buf = eval(buffer.constructor("gen"), {"torch": torch, "gen": gen_buf})
-            self.names.append("self.buf")
-            self.roots["self.buf"] = "buffer"
+        gen_state = torch.Generator().manual_seed(seed + 1)
+        for name, (kind, spec) in state.items():
+            value = eval(spec.constructor("gen"), {"torch": torch, "gen": gen_state})
+            setattr(self.shadow_self, name, torch.nn.Parameter(value) if kind == "parameter" else value)
+            self.names.append(f"self.{name}")
+            self.roots[f"self.{name}"] = kind
+        buffer = state["buf"][1] if "buf" in state else None
+        param = state["w"][1] if "w" in state else None
 
         for _ in range(self.draw(st.integers(0, self.config.max_statements))):
             self.step()
@@ -153,7 +160,7 @@ class _Builder:
         if not torch.is_grad_enabled():
             self.emit("torch.set_grad_enabled(True)", ("region:set_grad_enabled_call",))
         returns = self.draw_returns()
-        return Program(tuple(inputs), buffer, tuple(self.body), returns, seed, self.return_tags)
+        return Program(tuple(inputs), buffer, tuple(self.body), returns, seed, self.return_tags, param)
 
     def draw_returns(self) -> tuple[str, ...]:
         count = self.draw(st.integers(1, 3))
@@ -184,21 +191,35 @@ class _Builder:
             if made is not None:
                 target, code = made
                 tags = ("inplace", f"inplace:{self.classify(target)}")
+                if "out=" in code:
+                    tags += ("inplace:out_variant",)
                 if target in self.composite_aliases:
                     tags += ("inplace:through_composite_alias",)
                 self.emit(code, tags)
         else:
             made = GENERATORS[action][self.one_of(range(len(GENERATORS[action])))](self)
             if made is not None:
-                name = self.fresh()
-                tags = (action, f"{action}:{_op_name(made)}") if action == "composite" else (action,)
-                if self.emit(f"{name} = {made}", tags):
-                    self.names.append(name)
-                    if action == "composite" and self.aliases_earlier(name):
-                        self.composite_aliases.add(name)
-                    self.counter += 1
-                    if self.is_detached_alias(made, self.value(name)):
-                        self.detached.add(name)
+                self.bind(action, made)
+
+    def bind(self, action: str, made: "str | Multi") -> None:
+        """Emit ``name = expr`` (or ``a, b = expr`` for a :class:`Multi`) and record the names."""
+        expr, count = (made.expr, made.count) if isinstance(made, Multi) else (made, 1)
+        names = [f"v{self.counter + i}" for i in range(count)]
+        if action == "composite":
+            tags = (action, f"{action}:{_op_name(expr)}")
+        elif action == "view":
+            tags = (action, f"view:{_view_kind(expr)}") + (("view:multi_output",) if count > 1 else ())
+        else:
+            tags = (action,)
+        if not self.emit(f"{', '.join(names)} = {expr}", tags):
+            return
+        self.counter += count
+        for name in names:
+            self.names.append(name)
+            if action == "composite" and self.aliases_earlier(name):
+                self.composite_aliases.add(name)
+            if self.is_detached_alias(expr, self.value(name)):
+                self.detached.add(name)
 
     def aliases_earlier(self, name: str) -> bool:
         storage = self.value(name).untyped_storage().data_ptr()
@@ -250,6 +271,24 @@ class _Builder:
         return "intermediate_view" if t._base is not None else "intermediate"
 
 
+@dataclasses.dataclass(frozen=True)
+class Multi:
+    """An expression giving ``count`` tensors, bound to as many names (``a, b = x.chunk(2)``)."""
+
+    expr: str
+    count: int
+
+
+def _view_kind(expr: str) -> str:
+    """``x0.split(2, 1)[0]`` -> ``split``; ``x0[1::2]`` -> ``slice``."""
+    if expr.endswith("[...]"):
+        return "ellipsis"
+    head = expr.split("(", 1)[0]
+    if "[" in head:
+        return "slice"
+    return head.rsplit(".", 1)[-1]
+
+
 def _op_name(expr: str) -> str:
     """``x0.type_as(v1)`` -> ``type_as``; ``torch.einsum(...)`` -> ``einsum``."""
     head = expr.split("(", 1)[0]
@@ -263,11 +302,15 @@ def is_float(t: torch.Tensor) -> bool:
     return t.is_floating_point()
 
 
+def is_numeric(t: torch.Tensor) -> bool:
+    """Float or integer (comparisons make bool tensors, which arithmetic refuses)."""
+    return t.dtype != torch.bool
+
+
 def writable(t: torch.Tensor) -> bool:
-    """Writable in eager: float, no expanded (stride-0) dim, not a grad leaf (or view of one) under grad mode."""
-    if not t.is_floating_point() or any(st_ == 0 and sz > 1 for sz, st_ in zip(t.shape, t.stride())):
-        return False
-    return True
+    """Writable in eager: numeric, no expanded (stride-0) dim. (A grad leaf or a view of one
+    under grad mode is excluded by :func:`writes_through_grad_alias`.)"""
+    return is_numeric(t) and not any(st_ == 0 and sz > 1 for sz, st_ in zip(t.shape, t.stride()))
 
 
 def writes_through_grad_alias(b: "_Builder", t: torch.Tensor) -> bool:
@@ -309,21 +352,21 @@ def draw_shape_with_numel(b: _Builder, n: int) -> tuple[int, ...]:
 
 
 def gen_unary(b: _Builder):
-    a = b.pick(is_float)
+    a = b.pick(is_numeric)
     if a is None:
         return None
     form = b.one_of(["method", "scalar"])
     if form == "method":
         return f"{a}.{b.one_of(UNARY)}()"
-    return f"{a} {b.one_of(['+', '*', '-'])} {b.one_of(SCALARS)}"
+    return f"{a} {b.one_of(['+', '*', '-'])} {b.one_of(SCALARS + INT_SCALARS)}"
 
 
 def gen_binary(b: _Builder):
-    a = b.pick(is_float)
+    a = b.pick(is_numeric)
     if a is None:
         return None
     ta = b.value(a)
-    other = b.pick(lambda t: is_float(t) and _broadcastable(t.shape, ta.shape))
+    other = b.pick(lambda t: is_numeric(t) and _broadcastable(t.shape, ta.shape))
     if other is None:
         return None
     form = b.one_of(["+", "-", "*", "maximum", "where"])
@@ -343,7 +386,7 @@ def _broadcastable(s1, s2) -> bool:
 
 
 def gen_reduction(b: _Builder):
-    a = b.pick(lambda t: is_float(t) and t.dim() >= 1)
+    a = b.pick(lambda t: is_numeric(t) and t.dim() >= 1)
     if a is None:
         return None
     dim = b.draw(st.integers(-b.value(a).dim(), b.value(a).dim() - 1))
@@ -408,6 +451,8 @@ def gen_view(b: _Builder):
         choices.append("squeeze")
     if t.is_contiguous():
         choices += ["view", "view_flat"]
+    if t.numel() > 0:
+        choices += ["split", "chunk", "unbind", "split_with_sizes", "as_strided"]
     kind = b.one_of(choices)
     dim = lambda: b.draw(st.integers(-nd, nd - 1))  # noqa: E731
     if kind == "unsqueeze":
@@ -442,7 +487,49 @@ def gen_view(b: _Builder):
         return f"{a}.squeeze({t.shape.index(1)})"
     if kind == "view":
         return f"{a}.view{shape_str(draw_shape_with_numel(b, t.numel()))}"
+    if kind in ("split", "chunk", "unbind", "split_with_sizes"):
+        return _multi_output_view(b, a, t, kind)
+    if kind == "as_strided":
+        return _as_strided(b, a, t)
     return f"{a}.view(-1)"
+
+
+def _multi_output_view(b: _Builder, a: str, t: torch.Tensor, kind: str):
+    """One piece (``x.split(2, 1)[0]``) or every piece (``v3, v4 = x.chunk(2, 1)``)."""
+    d = b.draw(st.integers(0, t.dim() - 1))
+    n = t.shape[d]
+    if kind == "split":
+        expr = f"{a}.split({b.draw(st.integers(1, max(n, 1)))}, {d})"
+    elif kind == "chunk":
+        expr = f"{a}.chunk({b.draw(st.integers(1, 3))}, {d})"
+    elif kind == "unbind":
+        expr = f"{a}.unbind({d})"
+    else:
+        first = b.draw(st.integers(0, n))
+        expr = f"torch.split({a}, [{first}, {n - first}], {d})"
+    try:
+        pieces = len(eval(expr, b.ns))
+    except Exception:
+        return None
+    if pieces == 0:
+        return None
+    if 2 <= pieces <= 3 and b.draw(st.booleans()):
+        return Multi(expr, pieces)
+    return f"{expr}[{b.draw(st.integers(0, pieces - 1))}]"
+
+
+def _as_strided(b: _Builder, a: str, t: torch.Tensor):
+    """A read-mostly window into ``a``'s storage, inside what ``a`` itself spans."""
+    if not t.is_contiguous():
+        return None
+    rank = b.draw(st.integers(1, 2))
+    size = [b.draw(st.integers(1, 3)) for _ in range(rank)]
+    stride = [b.draw(st.integers(0, 3)) for _ in range(rank)]
+    span = sum((s - 1) * st_ for s, st_ in zip(size, stride)) + 1
+    if span > t.numel():
+        return None
+    offset = t.storage_offset() + b.draw(st.integers(0, t.numel() - span))
+    return f"{a}.as_strided({shape_str(size)}, {shape_str(stride)}, {offset})"
 
 
 # --- composites that may return their input ------------------------------------------------
@@ -456,7 +543,7 @@ def gen_composite(b: _Builder):
     nd = t.dim()
     choices = ["type_as", "to_dtype", "to_other", "float", "double", "contiguous", "reshape",
                "reshape_flat", "flatten", "sum_to_size", "expand_as", "reshape_as", "view_as"]
-    if 2 <= nd <= 3 and t.is_floating_point():
+    if 2 <= nd <= 3:
         choices.append("einsum")
     kind = b.one_of(choices)
     if kind == "type_as":
@@ -476,7 +563,7 @@ def gen_composite(b: _Builder):
             return f"{a}.flatten({b.draw(st.integers(0, nd - 2))})"
         return f"{a}.flatten()"
     if kind == "sum_to_size":
-        if not t.is_floating_point():
+        if not is_numeric(t):
             return None
         target = [b.one_of([s, 1]) for s in t.shape]
         if b.draw(st.booleans()):
@@ -501,14 +588,17 @@ def gen_composite(b: _Builder):
 
 
 def _operand(b: _Builder, name: str) -> str:
-    """A scalar, or a float tensor that broadcasts to the target ``name``."""
+    """A scalar, or a numeric tensor that broadcasts to the target ``name``."""
     target = b.value(name)
     other = None
     if b.operands_allowed(name) and b.draw(st.booleans()):
-        # an operand overlapping the target makes eager's result depend on its loop order
-        other = b.pick(lambda o: is_float(o) and broadcasts_to(o, target.shape)
-                       and (o is target or o.untyped_storage().data_ptr() != target.untyped_storage().data_ptr()))
-    return other if other is not None else str(b.one_of(SCALARS))
+        other = b.pick(lambda o: is_numeric(o) and broadcasts_to(o, target.shape) and disjoint_or_same(o, target))
+    return other if other is not None else str(b.scalar_for(name))
+
+
+def disjoint_or_same(o: torch.Tensor, target: torch.Tensor) -> bool:
+    """An operand overlapping its target makes eager's result depend on the loop order."""
+    return o is target or o.untyped_storage().data_ptr() != target.untyped_storage().data_ptr()
 
 
 def gen_binary_inplace(b: _Builder):
@@ -525,7 +615,8 @@ def gen_unary_inplace(b: _Builder):
         return None
     kind = b.one_of(["zero_", "clamp_", "sin_"])
     if kind == "clamp_":
-        return t, f"{t}.clamp_(min=-0.5, max=0.5)"
+        bounds = "min=-0.5, max=0.5" if b.value(t).is_floating_point() else "min=-1, max=2"
+        return t, f"{t}.clamp_({bounds})"
     return t, f"{t}.{kind}()"
 
 
@@ -545,8 +636,8 @@ def gen_masked_fill(b: _Builder):
     if t is None:
         return None
     shape = b.value(t).shape
-    m = b.pick(lambda o: is_float(o) and broadcasts_to(o, shape)) or t
-    return t, f"{t}.masked_fill_({m} > 0, {b.one_of(SCALARS)})"
+    m = b.pick(lambda o: is_numeric(o) and broadcasts_to(o, shape)) or t
+    return t, f"{t}.masked_fill_({m} > 0, {b.scalar_for(t)})"
 
 
 def gen_index_put(b: _Builder):
@@ -558,20 +649,37 @@ def gen_index_put(b: _Builder):
     index = f"torch.tensor({rows})"
     form = b.one_of(["index_put_", "accumulate", "setitem", "setitem_tensor"])
     if form == "setitem":
-        return t, f"{t}[{rows[0]}] = {b.one_of(SCALARS)}"
+        return t, f"{t}[{rows[0]}] = {b.scalar_for(t)}"
     if form == "setitem_tensor" and b.operands_allowed(t):
-        src = b.pick(lambda o: is_float(o) and broadcasts_to(o, tv[rows[0]].shape))
+        src = b.pick(lambda o: is_numeric(o) and broadcasts_to(o, tv[rows[0]].shape))
         return None if src is None else (t, f"{t}[{rows[0]}] = {src}")
     if form == "setitem_tensor":
         return None
-    values = f"torch.tensor({b.one_of(SCALARS)}, dtype=torch.{str(tv.dtype).split('.')[1]})"
+    values = f"torch.tensor({b.scalar_for(t)}, dtype=torch.{str(tv.dtype).split('.')[1]})"
     accumulate = ", accumulate=True" if form == "accumulate" else ""
     return t, f"{t}.index_put_(({index},), {values}{accumulate})"
+
+
+def gen_out(b: _Builder):
+    """``torch.add(a, b, out=t)`` and kin: a write to ``t`` through an ``out=`` overload."""
+    t = b.pick_target()
+    if t is None or not b.operands_allowed(t):
+        return None
+    tv = b.value(t)
+    a = b.pick(lambda o: is_numeric(o) and o.shape == tv.shape and disjoint_or_same(o, tv))
+    if a is None:
+        return None
+    form = b.one_of(["add", "mul", "sin", "clamp", "neg"])
+    if form in ("add", "mul"):
+        return t, f"torch.{form}({a}, {_operand(b, t)}, out={t})"
+    if form == "clamp":
+        return t, f"torch.clamp({a}, -1, 2, out={t})"
+    return t, f"torch.{form}({a}, out={t})"
 
 
 GENERATORS = {
     "pure": [gen_unary, gen_binary, gen_reduction, gen_matmul, gen_cat, gen_factory, gen_compare],
     "view": [gen_view],
     "composite": [gen_composite],
-    "inplace": [gen_binary_inplace, gen_unary_inplace, gen_copy, gen_masked_fill, gen_index_put],
+    "inplace": [gen_binary_inplace, gen_unary_inplace, gen_copy, gen_masked_fill, gen_index_put, gen_out],
 }
