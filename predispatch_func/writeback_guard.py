@@ -6,7 +6,8 @@ the write-back (``copy_`` by the caller, after the forward) bumps the buffer's
 version, so backward fails with "modified by an inplace operation". torch's
 own ``run_decompositions`` program has this bug. The fix: a node that reads a
 mutated input, records autograd history, and computes that input's new value
-reads a clone instead. Nodes without autograd history save nothing and are
+reads a clone instead, also when it reads the input through a view
+(``buf[0::1].mul_(x)``). Nodes without autograd history save nothing and are
 left alone, so plain ``buf.add_(1)`` costs no copy.
 """
 
@@ -59,6 +60,21 @@ def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
     return seen
 
 
+def _view_chain(placeholder: torch.fx.Node) -> list[torch.fx.Node]:
+    """``placeholder`` and every node that views it through view ops only: reading any
+    of them reads the value the write-back later overwrites."""
+    chain, stack = [], [placeholder]
+    while stack:
+        node = stack.pop()
+        chain.append(node)
+        stack += [u for u in node.users if u.op == "call_function" and _is_view(u)]
+    return chain
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+
+
 def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
                                written: dict[torch.fx.Node, torch.fx.Node],
                                grad_sources: set[torch.fx.Node]) -> None:
@@ -67,12 +83,15 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
     may_need_grad = _may_need_grad(gm, grad_sources)
     for placeholder, final in written.items():
         feeding = _ancestors(final) | {final}
-        for user in list(placeholder.users):
-            if user.op != "call_function" or user not in feeding or _saves_nothing(user):
-                continue
-            if not any(i in may_need_grad for i in user.all_input_nodes if i is not placeholder):
-                continue
-            with gm.graph.inserting_before(user):
-                clone = gm.graph.call_function(torch.ops.aten.clone.default, (placeholder,))
-            clone.meta["val"] = placeholder.meta.get("val")
-            user.replace_input_with(placeholder, clone)
+        aliases = _view_chain(placeholder)
+        for alias in aliases:
+            for user in list(alias.users):
+                if (user.op != "call_function" or _is_view(user) or user not in feeding
+                        or _saves_nothing(user)):
+                    continue
+                if not any(i in may_need_grad for i in user.all_input_nodes if i not in aliases):
+                    continue
+                with gm.graph.inserting_before(user):
+                    clone = gm.graph.call_function(torch.ops.aten.clone.default, (alias,))
+                clone.meta["val"] = alias.meta.get("val")
+                user.replace_input_with(alias, clone)
