@@ -243,19 +243,22 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
     if not check_grads:
         return
     _compare_requires_grad(e_out, p_out, problems)
-    e_loss, p_loss = _loss(e_out, seed + 1), _loss(p_out, seed + 1)
-    if (e_loss is None) != (p_loss is None):
-        problems.append(f"outputs require grad in eager: {e_loss is not None}, in program: {p_loss is not None}")
-        return
-    if e_loss is None:
-        return
-    try:
-        e_loss.backward()
-    except RuntimeError as exc:  # eager itself cannot differentiate (e.g. a saved tensor overwritten)
+    try:  # eager itself may refuse to differentiate: a saved tensor overwritten, or a
+        # multi-output view (split) read after its base was written in place
+        e_loss = _loss(e_out, seed + 1)
+        if e_loss is not None:
+            e_loss.backward()
+    except RuntimeError as exc:
         report.checked.append(f"no gradients (eager's backward raised: {str(exc).splitlines()[0][:80]})")
         return
-    report.checked.append("gradients")
     try:
+        p_loss = _loss(p_out, seed + 1)
+        if (e_loss is None) != (p_loss is None):
+            problems.append(f"outputs require grad in eager: {e_loss is not None}, in program: {p_loss is not None}")
+            return
+        if p_loss is None:
+            return
+        report.checked.append("gradients")
         p_loss.backward()
     except RuntimeError as exc:
         report.problems.append(f"program's backward raised where eager's did not: {exc}")
