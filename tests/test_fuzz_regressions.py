@@ -556,3 +556,43 @@ class TestEagerThatCannotDifferentiate(TestCase):
         report = pf.verify(ep, model, args)
         self.assertTrue(report.ok, report)
         self.assertTrue(any(c.startswith("no gradients") for c in report.checked), report.checked)
+
+
+class ParameterViewMadeAndWrittenUnderNoGrad(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        with torch.no_grad():
+            v = self.w.view(3)  # eager: a leaf of its own that requires grad
+            v.neg_()            # written in the region that made it: still that leaf
+        return x * 2, v
+
+
+class TestViewMadeAndWrittenInOneRegion(TestCase):
+    def test_parameter_view_made_and_written_under_no_grad_requires_grad(self):
+        ep = export_checked(ParameterViewMadeAndWrittenUnderNoGrad(), (torch.randn(3),))
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_w, x):
+    grad_region_0 = self.grad_region_0
+    pf_grad_region = torch.ops.higher_order.pf_grad_region(False, (), grad_region_0, p_w);  grad_region_0 = None
+    getitem = pf_grad_region[0];  pf_grad_region = None
+    grad_region_1 = self.grad_region_1
+    pf_grad_region_1 = torch.ops.higher_order.pf_grad_region(False, (1, 0), grad_region_1, getitem, p_w);  grad_region_1 = getitem = p_w = None
+    getitem_1 = pf_grad_region_1[0]
+    getitem_2 = pf_grad_region_1[1];  pf_grad_region_1 = None
+    mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
+    return (getitem_1, mul, getitem_2)
+
+# grad_region_0
+def forward(self, p_w):
+    view = torch.ops.aten.view.default(p_w, [3]);  p_w = None
+    return (view,)
+
+# grad_region_1
+def forward(self, getitem, p_w):
+    neg = torch.ops.aten.neg.default(getitem);  getitem = None
+    view_1 = torch.ops.aten.view.default(neg, [3]);  neg = None
+    view_2 = torch.ops.aten.view.default(view_1, [3])
+    return (view_1, view_2)""")

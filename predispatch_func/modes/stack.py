@@ -184,13 +184,13 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 return twin(*args, **kwargs)
         self.op_stack.append(func)
         try:
+            written = self._written_args(func, args, kwargs)
             if self.pre_dispatch:
-                self.view_modes.before(func, args, kwargs)
+                self.view_modes.before(func, args, kwargs, written)
             if (self.pre_dispatch and self.policy.needs_eager_kernel(func, args, kwargs)
                     and self._can_decompose(func, args, kwargs)):
                 with self:
                     return tc.decompose_like_eager(func, *args, **kwargs)
-            written = self._written_args(func, args, kwargs)
             self.copy_target.unwritten_input = func is torch.ops.aten.copy_.default and self._unwritten_input(written)
             try:
                 out = self._dispatch_recording_identity(func, types, args, kwargs, written)

@@ -22,11 +22,16 @@ runs in the other mode than the view needs: grad off if a link of its chain was
 made with grad off, grad on otherwise. Markers around a rebuild that records
 nothing (the view was not stale) are erased again.
 
-One more boundary: inside a grad-off region, a tensor written there is the
-region's fresh value; it gets the written tensor's autograd identity only where
-the region ends (``identity_of``, hop/ops.py). A view made with grad off of such
-a tensor must read the carried value, as eager's view (a leaf that requires
-grad) does, so the region is ended and reopened before the view is made.
+Two more boundaries. Inside a grad-off region, a tensor written there is the
+region's fresh value, and a view made there is a value of the region: either
+gets its autograd identity only where the region ends (``identity_of``,
+hop/ops.py, carries an operand's identity to a result). So the region is
+ended and reopened
+
+* before a view is made, with grad off, of a tensor written in the region: it
+  must view the carried value, as eager's view (a leaf that requires grad) does;
+* before a write, with grad off, to a view made in the region: the view's own
+  identity (that leaf) must come in as an operand to be carried to its new value.
 """
 
 from __future__ import annotations
@@ -50,40 +55,48 @@ class ViewGradModes:
     grad when the program runs; views of other storages need nothing.
     """
 
-    __slots__ = ("_may_need_grad", "_cut", "_written_in_grad_off_stretch")
+    __slots__ = ("_may_need_grad", "_cut", "_written_in_stretch", "_made_in_stretch")
 
     def __init__(self, may_need_grad: Callable[[Any], bool]):
         self._may_need_grad = may_need_grad
         # id(view) -> (weakref to it, whether a link of its chain was made with grad off)
         self._cut: dict[int, tuple[weakref.ref, bool]] = {}
-        # storages written with grad off since grad was last on
-        self._written_in_grad_off_stretch: set[Any] = set()
+        # since the current grad-off stretch began: storages written, views made (by id)
+        self._written_in_stretch: set[Any] = set()
+        self._made_in_stretch: set[int] = set()
 
     # --- the mode calls these around every op ------------------------------------
 
-    def before(self, func: Any, args: tuple, kwargs: dict) -> None:
+    def before(self, func: Any, args: tuple, kwargs: dict, written: list[Any]) -> None:
         grad = torch.is_grad_enabled()
         if grad:
-            self._written_in_grad_off_stretch.clear()
+            self._end_stretch()
         if not _is_view_op(func):  # view ops do not read (sync) their input
             self.rebuild_stale((args, kwargs))
-        elif not grad and self._views_written_in_this_stretch(args):
+        if not grad and (self._views_a_storage_written_in_stretch(func, args)
+                         or self._writes_a_view_made_in_stretch(written)):
             tc.record_grad_marker(True)
             tc.record_grad_marker(False)
-            self._written_in_grad_off_stretch.clear()
+            self._end_stretch()
 
     def after(self, func: Any, args: tuple, out: Any, written: list[Any]) -> None:
         grad = torch.is_grad_enabled()
         if not grad:
             for w in written:
                 if self._may_need_grad(w):
-                    self._written_in_grad_off_stretch.add(tc.storage_key(w))
+                    self._written_in_stretch.add(tc.storage_key(w))
         if _is_view_op(func) and args:
             parent_cut = self.is_cut(args[0])
             for t in tc.pytree.tree_leaves(out):
                 if (isinstance(t, tc.FunctionalTensor) and t is not args[0]
                         and not tc.is_functional_base(t)):
                     self._cut[id(t)] = (weakref.ref(t), (not grad) or parent_cut)
+                    if not grad:
+                        self._made_in_stretch.add(id(t))
+
+    def _end_stretch(self) -> None:
+        self._written_in_stretch.clear()
+        self._made_in_stretch.clear()
 
     # --- rebuilds ------------------------------------------------------------
 
@@ -107,7 +120,7 @@ class ViewGradModes:
             return  # none was stale
         tc.record_grad_marker(grad)
         if not grad:
-            self._written_in_grad_off_stretch.clear()  # the grad-off region was ended
+            self._end_stretch()  # the grad-off region was ended
 
     def _needs_mode(self, t: Any) -> bool | None:
         """The grad mode a rebuild of ``t`` must run in; None if any mode will do."""
@@ -118,6 +131,11 @@ class ViewGradModes:
             return None  # never written: never stale; or no gradient either way
         return not entry[1]
 
-    def _views_written_in_this_stretch(self, args: tuple) -> bool:
-        return bool(self._written_in_grad_off_stretch) and bool(args) and isinstance(
-            args[0], tc.FunctionalTensor) and tc.storage_key(args[0]) in self._written_in_grad_off_stretch
+    def _views_a_storage_written_in_stretch(self, func: Any, args: tuple) -> bool:
+        return (_is_view_op(func) and bool(self._written_in_stretch) and bool(args)
+                and isinstance(args[0], tc.FunctionalTensor)
+                and tc.storage_key(args[0]) in self._written_in_stretch)
+
+    def _writes_a_view_made_in_stretch(self, written: list[Any]) -> bool:
+        return any(id(w) in self._made_in_stretch and self.is_cut(w) and self._may_need_grad(w)
+                   for w in written)
