@@ -4,6 +4,7 @@ code, and copy outputs that the write-back would otherwise change."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -11,6 +12,7 @@ from torch.export.graph_signature import ExportGraphSignature
 
 from . import _torch_compat as tc
 from .graphs import all_graph_modules
+from .hop.ops import region_body_and_operands
 from .lift import placeholder_name
 from .signature import InputSlot, written_placeholders
 
@@ -62,12 +64,38 @@ def name_placeholders(gm: torch.fx.GraphModule, slots: list[InputSlot]) -> None:
             node.meta.setdefault("val", slot.value)  # a constant input, as torch.export records it
 
 
-def _view_root(node: Any) -> Any:
-    """The node a chain of view ops starts from (``node`` itself if it is no view)."""
-    while (isinstance(node, torch.fx.Node) and isinstance(node.target, torch._ops.OpOverload)
-           and node.target.is_view and node.args and isinstance(node.args[0], torch.fx.Node)):
-        node = node.args[0]
-    return node if isinstance(node, torch.fx.Node) else None
+def _view_root(node: Any, gm: torch.fx.GraphModule) -> Any:
+    """The node a chain of view ops starts from (``node`` itself if it is no view).
+
+    A region result whose body returns a view of a body input is, when the
+    program runs, a view of the operand passed there: the chain goes on outside.
+    """
+    while isinstance(node, torch.fx.Node):
+        if (isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+                and node.args and isinstance(node.args[0], torch.fx.Node)):
+            node = node.args[0]
+            continue
+        operand = _operand_viewed_by_region_result(node, gm)
+        if operand is None:
+            return node
+        node = operand
+    return None
+
+
+def _operand_viewed_by_region_result(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Any:
+    if node.target is not operator.getitem or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    parts = region_body_and_operands(node.args[0])
+    if parts is None:
+        return None
+    body_attr, operands = parts
+    body = getattr(gm, body_attr.target)
+    returned = next(n for n in reversed(body.graph.nodes) if n.op == "output").args[0][node.args[1]]
+    root = _view_root(returned, body)
+    if getattr(root, "op", None) != "placeholder":
+        return None
+    placeholders = [n for n in body.graph.nodes if n.op == "placeholder"]
+    return operands[placeholders.index(root)]
 
 
 def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: ExportGraphSignature,
@@ -103,7 +131,7 @@ def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: Exp
 
     for j in range(n_mut):
         node = outputs[j]
-        root = _view_root(node)
+        root = _view_root(node, gm)
         if getattr(root, "op", None) == "placeholder" and root is not targets[j]:
             outputs[j] = copy_of(f"mutation {j}", node)
         elif node in outputs[:j]:
@@ -113,7 +141,7 @@ def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: Exp
         node = outputs[n_mut + k]
         if real is not None:  # eager returned the written input itself
             outputs[n_mut + k] = outputs[real]
-        elif _view_root(node) in rewritten or node in mutation_nodes:
+        elif _view_root(node, gm) in rewritten or node in mutation_nodes:
             outputs[n_mut + k] = copy_of("output", node)
     if copies:
         out_node.args = (tuple(outputs),)

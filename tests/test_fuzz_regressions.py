@@ -596,3 +596,19 @@ def forward(self, getitem, p_w):
     view_1 = torch.ops.aten.view.default(neg, [3]);  neg = None
     view_2 = torch.ops.aten.view.default(view_1, [3])
     return (view_1, view_2)""")
+
+
+class OutputViewsAnInputThroughARegion(torch.nn.Module):
+    def forward(self, x, y):
+        x.copy_(y)  # x's value is now y's placeholder
+        y.sin_()
+        with torch.no_grad():
+            v = x.unsqueeze(-1)  # a region result that views y's input when the program runs
+        return v
+
+
+class TestWriteBackThroughRegionResults(TestCase):
+    def test_region_result_viewing_an_input_written_back_gets_its_own_copy(self):
+        # module() writes y back before returning v; v, a region result that views y's
+        # input, came back with y's new value
+        export_checked(OutputViewsAnInputThroughARegion(), (torch.randn(3), torch.randn(3)))

@@ -96,3 +96,12 @@ class AutocastRegion(HigherOrderOperator):
 pf_grad_region = GradRegion()
 pf_autocast_region = AutocastRegion()
 REGION_HOPS = (pf_grad_region, pf_autocast_region)
+_BODY_INDEX = {pf_grad_region: 2, pf_autocast_region: 5}  # (mode args..., identity_of, body, *operands)
+
+
+def region_body_and_operands(call: torch.fx.Node) -> tuple[torch.fx.Node, tuple] | None:
+    """``(body get_attr node, operands)`` of a region HOP call; None for any other node."""
+    index = _BODY_INDEX.get(call.target) if call.op == "call_function" else None
+    if index is None:
+        return None
+    return call.args[index], tuple(call.args[index + 1:])
