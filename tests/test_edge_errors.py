@@ -157,3 +157,43 @@ def test_write_through_detach_to_input_that_requires_grad():
     from oracle import export_checked
 
     export_checked(WriteThroughDetach(), (torch.randn(3),))
+
+
+class GradValueWrittenIntoIntegerTensor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        x[0] = self.w[1]
+        return x
+
+
+class TestGradValueIntoIntegerTensor(TestCase):
+    """torch 2.13: fill.Tensor / masked_fill.Tensor (the functional forms every functional
+    path needs) raise 'Autograd not support dtype' when they write a value that requires
+    grad into an integer tensor; eager's in-place fill_ gives the integer tensor a grad_fn
+    when called directly and none through x[i] = v (found by fuzzing, seed 9)."""
+
+    def test_is_refused_naming_op_and_line(self):
+        with self.assertRaisesRegex(pf.UnsupportedError, r"integer tensor[\s\S]*aten\.fill_\.Tensor[\s\S]*"
+                                    + _at_line(r"x\[0\] = self\.w\[1\]")):
+            pf.export(GradValueWrittenIntoIntegerTensor(), (torch.zeros(2, 3, dtype=torch.long),))
+
+    @pytest.mark.xfail(strict=True, raises=pf.UnsupportedError,
+                       reason="torch 2.13's functional fill.Tensor cannot run under autograd with an "
+                       "integer self and a value that requires grad")
+    def test_exports_and_replays(self):
+        from oracle import export_checked
+
+        export_checked(GradValueWrittenIntoIntegerTensor(), (torch.zeros(2, 3, dtype=torch.long),))
+
+    def test_detached_value_exports(self):
+        class Detached(GradValueWrittenIntoIntegerTensor):
+            def forward(self, x):
+                x[0] = self.w[1].detach()
+                return x
+
+        from oracle import export_checked
+
+        export_checked(Detached(), (torch.zeros(2, 3, dtype=torch.long),))

@@ -271,6 +271,13 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                 "torch's functionalization cannot replay a .view() of a tensor written through "
                 f"a non-contiguous alias ({exc}); use .reshape() for that view, or write through "
                 "a contiguous alias", op=op, source=source) from exc
+        if isinstance(exc, RuntimeError) and str(exc).startswith("Autograd not support dtype"):
+            raise UnsupportedError(
+                "a value that requires grad is written into an integer tensor: torch's functional "
+                f"form of this op cannot run under autograd ({exc}), and eager's in-place op attaches "
+                "autograd history to the integer tensor or not depending on how it is called; an "
+                "integer tensor carries no gradient, so detach the value written (x[i] = v.detach())",
+                op=op, source=source) from exc
         raise ExportError(f"tracing failed: {type(exc).__name__}: {exc}", op=op, source=source) from exc
 
 

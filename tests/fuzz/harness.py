@@ -24,6 +24,7 @@ from .program import Program
 KNOWN_REFUSALS = (
     "torch's functionalization cannot replay a .view()",
     "is written through a detach()-ed alias",
+    "a value that requires grad is written into an integer tensor",
 )
 
 
