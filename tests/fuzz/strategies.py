@@ -308,9 +308,20 @@ def is_numeric(t: torch.Tensor) -> bool:
 
 
 def writable(t: torch.Tensor) -> bool:
-    """Writable in eager: numeric, no expanded (stride-0) dim. (A grad leaf or a view of one
-    under grad mode is excluded by :func:`writes_through_grad_alias`.)"""
-    return is_numeric(t) and not any(st_ == 0 and sz > 1 for sz, st_ in zip(t.shape, t.stride()))
+    """Writable in eager with a defined result: numeric, and no two elements in one memory
+    location (an expanded dim, an overlapping as_strided window: eager's result would
+    depend on its loop order). A grad leaf or a view of one under grad mode is excluded
+    by :func:`writes_through_grad_alias`."""
+    return is_numeric(t) and not overlaps_itself(t)
+
+
+def overlaps_itself(t: torch.Tensor) -> bool:
+    offsets = torch.zeros((), dtype=torch.long)
+    for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[d] = size
+        offsets = offsets + (torch.arange(size) * stride).view(shape)
+    return offsets.numel() != offsets.flatten().unique().numel()
 
 
 def writes_through_grad_alias(b: "_Builder", t: torch.Tensor) -> bool:
