@@ -197,3 +197,39 @@ class TestGradValueIntoIntegerTensor(TestCase):
         from oracle import export_checked
 
         export_checked(Detached(), (torch.zeros(2, 3, dtype=torch.long),))
+
+
+class WriteThroughAsStridedOfAView(nn.Module):
+    def forward(self, x):
+        v = x[1:]
+        w = v.as_strided((2, 2), (2, 1), 2)
+        w.add_(1)
+        return x
+
+
+class TestWriteThroughAsStridedOfAView(TestCase):
+    """torch 2.13's functionalization bans a write through a chain whose second view is
+    as_strided (pytorch/pytorch#104505); torch.export fails the same way (found by fuzzing)."""
+
+    def test_is_refused_naming_op_and_line(self):
+        with self.assertRaisesRegex(pf.UnsupportedError, r"as_strided\(\) view taken of another view"
+                                    r"[\s\S]*aten\.add_\.Tensor[\s\S]*" + _at_line(r"w\.add_\(1\)")):
+            pf.export(WriteThroughAsStridedOfAView(), (torch.randn(6),))
+
+    @pytest.mark.xfail(strict=True, raises=pf.UnsupportedError,
+                       reason="torch 2.13 functionalization cannot replay a write through as_strided of a view")
+    def test_exports_and_replays(self):
+        from oracle import export_checked
+
+        export_checked(WriteThroughAsStridedOfAView(), (torch.randn(6),))
+
+    def test_as_strided_of_the_base_exports(self):
+        class OfBase(nn.Module):
+            def forward(self, x):
+                w = x.as_strided((2, 2), (2, 1), 1)
+                w.add_(1)
+                return x
+
+        from oracle import export_checked
+
+        export_checked(OfBase(), (torch.randn(6),))

@@ -271,6 +271,12 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                 "torch's functionalization cannot replay a .view() of a tensor written through "
                 f"a non-contiguous alias ({exc}); use .reshape() for that view, or write through "
                 "a contiguous alias", op=op, source=source) from exc
+        if isinstance(exc, RuntimeError) and "where view 1 was an as_strided() call" in str(exc):
+            raise UnsupportedError(
+                "torch's functionalization cannot write through an as_strided() view taken of "
+                "another view (as_strided is not compositional, pytorch/pytorch#104505); take the "
+                "as_strided() view of the base tensor itself, or write through ordinary views",
+                op=op, source=source) from exc
         if isinstance(exc, RuntimeError) and str(exc).startswith("Autograd not support dtype"):
             raise UnsupportedError(
                 "a value that requires grad is written into an integer tensor: torch's functional "
