@@ -612,3 +612,25 @@ class TestWriteBackThroughRegionResults(TestCase):
         # module() writes y back before returning v; v, a region result that views y's
         # input, came back with y's new value
         export_checked(OutputViewsAnInputThroughARegion(), (torch.randn(3), torch.randn(3)))
+
+
+class WriteThroughViewInNoGradNestedInAutocast(torch.nn.Module):
+    def forward(self, x):
+        torch.set_grad_enabled(False)
+        x.add_(1.5)
+        v = x.view(-1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            t = v.tanh()  # the region of the write below is nested in the autocast region
+            v.clamp_(min=-0.5, max=0.5)
+            w = v.reshape(-1)
+            torch.set_grad_enabled(True)
+            torch.set_grad_enabled(False)
+        torch.set_grad_enabled(True)
+        return w
+
+
+class TestIdentityThroughNestedRegions(TestCase):
+    def test_write_through_view_in_no_grad_nested_in_autocast_keeps_base_identity(self):
+        # x's old value was outside the autocast region, which did not pass it in, so the
+        # no_grad region inside could not carry x's identity to its new value
+        export_checked(WriteThroughViewInNoGradNestedInAutocast(), (torch.randn(3),))

@@ -58,7 +58,9 @@ def _outline_run(gm, frame: Frame, nodes: list[torch.fx.Node], edges, grad_enabl
                or _old_value_of_later_write(n, nodes, edges)]
     grad_inside = frame.enabled if isinstance(frame, GradFrame) else grad_enabled
     carries = grad_enabled and not grad_inside
-    if carries:  # a write's old value may not be read inside: pass it in to carry its identity
+    # A write's old value may not be read inside: pass it in, so the region that turns grad
+    # off (this one, or one nested in this autocast region) can carry its identity.
+    if grad_enabled:
         inputs += [s for s in _identity_sources(outputs, members, edges) if s not in inputs]
 
     body = torch.fx.Graph()
