@@ -235,6 +235,12 @@ def record_grad_marker(enabled: bool) -> torch.fx.Node | None:
     return node
 
 
+def keep_calls_in_torch_dead_code_elimination(fn: Any) -> None:
+    """fx's dead-code elimination (``ep.module()`` runs it when unlifting) must not drop
+    calls of ``fn`` whose results are unused."""
+    torch.fx.node.has_side_effect(fn)
+
+
 def erase_if_last_recorded(node: torch.fx.Node | None) -> bool:
     """Erase ``node`` if nothing was recorded after it; whether it was erased."""
     if node is None or node.next.op != "root" or node.users:

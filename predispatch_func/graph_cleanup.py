@@ -19,14 +19,25 @@ from .signature import InputSlot, written_placeholders
 
 def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
     """Drop unused view replays (in every body too); keep random ops so the RNG
-    stream matches eager."""
-    def impure(node: torch.fx.Node) -> bool:
-        target = node.target
-        if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
-            return True
-        return node.is_impure()
+    stream matches eager, also inside a region whose results are unused, and drop
+    the bodies of regions no longer called."""
     for _, sub in reversed(list(all_graph_modules(gm))):
-        sub.graph.eliminate_dead_code(is_impure_node=impure)
+        sub.graph.eliminate_dead_code(is_impure_node=lambda node, sub=sub: _impure(node, sub))
+        called = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
+        for name, child in list(sub.named_children()):
+            if isinstance(child, torch.fx.GraphModule) and name not in called:
+                delattr(sub, name)
+
+
+def _impure(node: torch.fx.Node, owner: torch.fx.GraphModule) -> bool:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+        return True
+    parts = region_body_and_operands(node)
+    if parts is not None:
+        body = getattr(owner, parts[0].target)
+        return any(_impure(n, body) for n in body.graph.nodes if n.op == "call_function")
+    return node.is_impure()
 
 
 def lift_traced_constants(gm: torch.fx.GraphModule, slots: list[InputSlot],

@@ -305,6 +305,27 @@ def forward(self, x):
         ep = self.check(M(), torch.randn(3))
         self.assertEqual(region_nodes(ep), [])
 
+    def test_region_whose_results_are_unused_but_draws_random_numbers_is_kept(self):
+        class M(torch.nn.Module):
+            def forward(self, x):
+                with torch.no_grad():
+                    torch.rand(3)  # unused, but eager's RNG stream moves on
+                return x + torch.rand(3)
+        ep = self.check(M(), torch.randn(3))
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    grad_region_0 = self.grad_region_0
+    pf_grad_region = torch.ops.higher_order.pf_grad_region(False, (), grad_region_0);  grad_region_0 = pf_grad_region = None
+    rand_1 = torch.ops.aten.rand.default([3], device = device(type='cpu'), pin_memory = False)
+    add = torch.ops.aten.add.Tensor(x, rand_1);  x = rand_1 = None
+    return (add,)
+
+# grad_region_0
+def forward(self):
+    rand = torch.ops.aten.rand.default([3], device = device(type='cpu'), pin_memory = False);  rand = None
+    return ()""")
+        self.assertEqual(len(region_nodes(ep)), 1)  # and ep.module()'s own DCE keeps it too
+
     def test_regions_nested_three_deep(self):
         class M(torch.nn.Module):
             def __init__(self):

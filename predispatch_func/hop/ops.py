@@ -27,6 +27,8 @@ from typing import Any, Callable
 import torch
 from torch._ops import HigherOrderOperator
 
+from .. import _torch_compat as tc
+
 # Set by the tracer while our mode stack is active: (source, value) -> None.
 _identity_hook: list[Callable[[Any, Any], None]] = []
 
@@ -96,6 +98,11 @@ class AutocastRegion(HigherOrderOperator):
 pf_grad_region = GradRegion()
 pf_autocast_region = AutocastRegion()
 REGION_HOPS = (pf_grad_region, pf_autocast_region)
+# Our own dead-code pass drops a region whose results are unused unless its body draws
+# random numbers (graph_cleanup.eliminate_dead_code); torch's, run by ep.module(), must
+# then keep every region call it finds, or eager's RNG stream would shift.
+for _hop in REGION_HOPS:
+    tc.keep_calls_in_torch_dead_code_elimination(_hop)
 _BODY_INDEX = {pf_grad_region: 2, pf_autocast_region: 5}  # (mode args..., identity_of, body, *operands)
 
 
