@@ -431,10 +431,12 @@ def gen_cat(b: _Builder):
 
 
 def gen_factory(b: _Builder):
+    """Constants, and random draws (the program must draw from eager's RNG stream in
+    eager's order, also inside regions whose results go unused)."""
     a = b.pick(is_float)
     if a is None or b.draw(st.booleans()):
-        return f"torch.{b.one_of(['zeros', 'ones'])}{shape_str(b.draw_shape())}"
-    return f"torch.{b.one_of(['zeros_like', 'ones_like'])}({a})"
+        return f"torch.{b.one_of(['zeros', 'ones', 'randn', 'rand'])}{shape_str(b.draw_shape())}"
+    return f"torch.{b.one_of(['zeros_like', 'ones_like', 'rand_like', 'randn_like'])}({a})"
 
 
 def gen_compare(b: _Builder):
