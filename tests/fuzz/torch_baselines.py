@@ -72,7 +72,8 @@ def _fresh(program: Program, grad: bool):
 
 
 def _replay_aot(program: Program, gm: torch.fx.GraphModule, sig) -> list[str]:
-    """Outputs are the mutated buffers' and inputs' new values first, then user outputs."""
+    """Outputs are the new values of mutated parameters, buffers and inputs first (in
+    input order), then user outputs."""
     grad = eager_backward_runs(program)
     e_model, e_args = _fresh(program, grad)
     e_out = e_model(*e_args)
@@ -80,7 +81,9 @@ def _replay_aot(program: Program, gm: torch.fx.GraphModule, sig) -> list[str]:
     state = {**dict(p_model.named_parameters()), **dict(p_model.named_buffers())}
     flat = [state[n] for n in sig.parameters] + [state[n] for n in sig.buffers] + list(p_args)
     outs = gm(*flat)
-    writes = list(sig.buffers_to_mutate.values()) + list(sig.user_inputs_to_mutate.values())
+    mutated = {**sig.parameters_to_mutate, **sig.buffers_to_mutate, **sig.user_inputs_to_mutate}
+    out_names = [getattr(n, "name", None) for n in next(iter(reversed(gm.graph.nodes))).args[0]]
+    writes = [mutated[name] for name in out_names[:len(mutated)]]
     p_args = list(p_args)
     for target, new in zip(writes, outs):
         if target in state:
@@ -92,8 +95,9 @@ def _replay_aot(program: Program, gm: torch.fx.GraphModule, sig) -> list[str]:
     problems: list[str] = []
     _compare("output", tuple(e_out), p_out, 1e-4, 1e-5, True, problems)
     _compare("input after call", tuple(e_args), tuple(p_args), 1e-4, 1e-5, True, problems)
-    for name, buf in e_model.named_buffers():
-        _compare(f"buffer {name}", buf, dict(p_model.named_buffers())[name], 1e-4, 1e-5, True, problems)
+    p_state = {**dict(p_model.named_parameters()), **dict(p_model.named_buffers())}
+    for name, value in [*e_model.named_parameters(), *e_model.named_buffers()]:
+        _compare(f"{name} after call", value, p_state[name], 1e-4, 1e-5, True, problems)
     e_loss, p_loss = _loss(e_out, 1), _loss(p_out, 1)
     if grad and e_loss is not None and p_loss is not None:
         e_loss.backward()
