@@ -214,6 +214,21 @@ def last_recorded_call_source(target: Any) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def autocast_cache_as(enabled: bool) -> Iterator[None]:
+    """Set autocast's weight-cache flag (make_fx turns it off while tracing).
+
+    ``torch.autocast()`` without ``cache_enabled`` takes the flag of the moment it
+    is built, and the region records it; the model must record what eager used.
+    """
+    previous = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch.set_autocast_cache_enabled(previous)
+
+
 def autocast_enabled_anywhere() -> bool:
     return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
 

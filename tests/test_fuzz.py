@@ -32,7 +32,7 @@ def test_generated_programs_match_eager(program):
 
 
 @pytest.mark.fuzz_long
-@settings(max_examples=5000, **_SETTINGS)
+@settings(max_examples=5000, derandomize=True, **_SETTINGS)
 @given(programs(FuzzConfig(regions=REGIONS, max_statements=20)))
 def test_generated_programs_match_eager_long(program):
     _check(program)

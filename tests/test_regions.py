@@ -131,7 +131,7 @@ def forward(self, p_lin_weight):
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p_frozen_weight, p_frozen_bias, p_head_weight, p_head_bias, x):
     autocast_region_0 = self.autocast_region_0
-    pf_autocast_region = torch.ops.higher_order.pf_autocast_region('cpu', torch.bfloat16, True, False, (), autocast_region_0, x, p_frozen_weight, p_frozen_bias, p_head_weight, p_head_bias);  autocast_region_0 = x = p_frozen_weight = p_frozen_bias = p_head_weight = p_head_bias = None
+    pf_autocast_region = torch.ops.higher_order.pf_autocast_region('cpu', torch.bfloat16, True, True, (), autocast_region_0, x, p_frozen_weight, p_frozen_bias, p_head_weight, p_head_bias);  autocast_region_0 = x = p_frozen_weight = p_frozen_bias = p_head_weight = p_head_bias = None
     getitem = pf_autocast_region[0];  pf_autocast_region = None
     _assert_tensor_metadata = torch.ops.aten._assert_tensor_metadata.default(getitem, None, None, torch.bfloat16, device = device(type='cpu'), layout = torch.strided);  _assert_tensor_metadata = None
     _to_copy = torch.ops.aten._to_copy.default(getitem, dtype = torch.float32);  getitem = None
@@ -304,6 +304,18 @@ def forward(self, x):
                 return x + 1
         ep = self.check(M(), torch.randn(3))
         self.assertEqual(region_nodes(ep), [])
+
+    def test_autocast_region_keeps_eager_weight_cache(self):
+        class M(torch.nn.Module):
+            def forward(self, x):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    return torch.nn.functional.linear(x, x).float()
+        # eager casts the leaf x to bf16 once (autocast's weight cache) and sums both
+        # uses' gradients in bf16; make_fx turns the cache off while tracing, and the
+        # region recorded cache_enabled=False: x's gradient was one bf16 ulp off
+        gen = torch.Generator().manual_seed(0)
+        ep = self.check(M(), torch.randn(2, 1, generator=gen).requires_grad_())
+        self.assertEqual([n.args[3] for n in region_nodes(ep)], [True])
 
     def test_region_whose_results_are_unused_but_draws_random_numbers_is_kept(self):
         class M(torch.nn.Module):

@@ -235,6 +235,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
     state: dict[str, Any] = {}
 
     copy_target = CopyTarget()
+    autocast_cache = torch.is_autocast_cache_enabled()  # the caller's, as eager would use
 
     def traced(*flat):
         mode = PolicyFunctionalMode(policy, pre_dispatch=pre_dispatch, copy_target=copy_target)
@@ -245,7 +246,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         mode.mark_grad_sources(wrapped)
         for t in wrapped:
             mode.track_base(t)
-        with mode, note_identity_hook(mode.note_identity), torch.enable_grad():
+        with mode, note_identity_hook(mode.note_identity), torch.enable_grad(), \
+                tc.autocast_cache_as(autocast_cache):
             outs = body(wrapped, mode)
             mode.view_modes.rebuild_stale(outs)
             _refuse_leaked_autocast()
