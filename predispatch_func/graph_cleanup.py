@@ -11,7 +11,7 @@ import torch
 from torch.export.graph_signature import ExportGraphSignature
 
 from . import _torch_compat as tc
-from .graphs import all_graph_modules
+from .graphs import all_graph_modules, calls_view_op
 from .hop.ops import region_body_and_operands
 from .lift import placeholder_name
 from .signature import InputSlot, written_placeholders
@@ -82,8 +82,7 @@ def _view_root(node: Any, gm: torch.fx.GraphModule) -> Any:
     program runs, a view of the operand passed there: the chain goes on outside.
     """
     while isinstance(node, torch.fx.Node):
-        if (isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
-                and node.args and isinstance(node.args[0], torch.fx.Node)):
+        if calls_view_op(node):
             node = node.args[0]
             continue
         operand = _operand_viewed_by_region_result(node, gm)

@@ -7,6 +7,12 @@ from typing import Iterator
 import torch
 
 
+def calls_view_op(node: torch.fx.Node) -> bool:
+    """``node`` calls an ATen view op on a node (its result aliases ``node.args[0]``)."""
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and node.target.is_view and bool(node.args) and isinstance(node.args[0], torch.fx.Node))
+
+
 def all_graph_modules(gm: torch.fx.GraphModule, prefix: str = "") -> Iterator[tuple[str, torch.fx.GraphModule]]:
     """The graph and, recursively, every subgraph module it holds (region bodies)."""
     yield prefix or "<top>", gm

@@ -253,10 +253,7 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
         return
     try:
         p_loss = _loss(p_out, seed + 1)
-        if (e_loss is None) != (p_loss is None):
-            problems.append(f"outputs require grad in eager: {e_loss is not None}, in program: {p_loss is not None}")
-            return
-        if p_loss is None:
+        if e_loss is None or p_loss is None:  # a requires_grad difference is reported above
             return
         report.checked.append("gradients")
         p_loss.backward()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .graphs import calls_view_op
 from .hop.ops import pf_grad_region
 
 
@@ -67,12 +68,8 @@ def _view_chain(placeholder: torch.fx.Node) -> list[torch.fx.Node]:
     while stack:
         node = stack.pop()
         chain.append(node)
-        stack += [u for u in node.users if u.op == "call_function" and _is_view(u)]
+        stack += [u for u in node.users if calls_view_op(u)]
     return chain
-
-
-def _is_view(node: torch.fx.Node) -> bool:
-    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
 
 
 def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
@@ -86,7 +83,7 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
         aliases = _view_chain(placeholder)
         for alias in aliases:
             for user in list(alias.users):
-                if (user.op != "call_function" or _is_view(user) or user not in feeding
+                if (user.op != "call_function" or calls_view_op(user) or user not in feeding
                         or _saves_nothing(user)):
                     continue
                 if not any(i in may_need_grad for i in user.all_input_nodes if i not in aliases):

@@ -268,25 +268,37 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         mode = state.get("mode")
         op = getattr(mode, "failed_op", None)
         source = user_source_line(exc.__traceback__)
-        if isinstance(exc, ValueError) and str(exc).startswith("Cannot view a tensor"):
-            raise UnsupportedError(
-                "torch's functionalization cannot replay a .view() of a tensor written through "
-                f"a non-contiguous alias ({exc}); use .reshape() for that view, or write through "
-                "a contiguous alias", op=op, source=source) from exc
-        if isinstance(exc, RuntimeError) and "where view 1 was an as_strided() call" in str(exc):
-            raise UnsupportedError(
-                "torch's functionalization cannot write through an as_strided() view taken of "
-                "another view (as_strided is not compositional, pytorch/pytorch#104505); take the "
-                "as_strided() view of the base tensor itself, or write through ordinary views",
-                op=op, source=source) from exc
-        if isinstance(exc, RuntimeError) and str(exc).startswith("Autograd not support dtype"):
-            raise UnsupportedError(
-                "a value that requires grad is written into an integer tensor: torch's functional "
-                f"form of this op cannot run under autograd ({exc}), and eager's in-place op attaches "
-                "autograd history to the integer tensor or not depending on how it is called; an "
-                "integer tensor carries no gradient, so detach the value written (x[i] = v.detach())",
-                op=op, source=source) from exc
+        refusal = _known_torch_limit(exc)
+        if refusal is not None:
+            raise UnsupportedError(refusal, op=op, source=source) from exc
         raise ExportError(f"tracing failed: {type(exc).__name__}: {exc}", op=op, source=source) from exc
+
+
+# torch 2.13 failures a model can run into while traced, each with what to write instead:
+# (exception type, text in its message, our explanation; {exc} is torch's message)
+_KNOWN_TORCH_LIMITS = (
+    (ValueError, "Cannot view a tensor",
+     "torch's functionalization cannot replay a .view() of a tensor written through a "
+     "non-contiguous alias ({exc}); use .reshape() for that view, or write through a "
+     "contiguous alias"),
+    (RuntimeError, "where view 1 was an as_strided() call",
+     "torch's functionalization cannot write through an as_strided() view taken of another "
+     "view (as_strided is not compositional, pytorch/pytorch#104505); take the as_strided() "
+     "view of the base tensor itself, or write through ordinary views"),
+    (RuntimeError, "Autograd not support dtype",
+     "a value that requires grad is written into an integer tensor: torch's functional form "
+     "of this op cannot run under autograd ({exc}), and eager's in-place op attaches autograd "
+     "history to the integer tensor or not depending on how it is called; an integer tensor "
+     "carries no gradient, so detach the value written (x[i] = v.detach())"),
+)
+
+
+def _known_torch_limit(exc: BaseException) -> str | None:
+    """Our explanation of ``exc`` if it is one of :data:`_KNOWN_TORCH_LIMITS`."""
+    for kind, text, explanation in _KNOWN_TORCH_LIMITS:
+        if isinstance(exc, kind) and text in str(exc):
+            return explanation.format(exc=exc)
+    return None
 
 
 def _refuse_leaked_autocast() -> None:
