@@ -19,6 +19,7 @@ import torch
 from torch.export.graph_signature import ExportGraphSignature
 
 from . import _torch_compat as tc
+from . import node_meta
 from .errors import UnsupportedError
 from .fakeify import Fakeifier
 from .graphs import all_graph_modules
@@ -84,7 +85,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     def body(inputs: list[Any], mode) -> list[Any]:
         by_fqn = {s.target: t for s, t in zip(slots[:n_state], inputs[:n_state])}
         call_args, call_kwargs = tc.pytree.tree_unflatten(inputs[n_state:], in_spec)
-        with tc.reparametrize(mod, by_fqn):
+        with tc.reparametrize(mod, by_fqn), node_meta.recording(mod):
             out = mod(*call_args, **call_kwargs)
             reassigned = _reassigned_buffers(mod, slots[:n_state], inputs)
         flat_out, meta["out_spec"] = tc.pytree.tree_flatten(out)
@@ -123,6 +124,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     if copy_outputs_reading_written_inputs(gm, signature, meta["output_is_input"]):
         signature = build_signature(gm, slots, meta["mutated"])
     guard_saved_mutated_inputs(gm, written_placeholders(gm, signature), grad_sources(gm, signature))
+    node_meta.fill_missing(gm, type(mod))
     for _, sub in all_graph_modules(gm):  # the passes above edit graphs; generate code once
         sub.recompile()
     state_dict = {**state.parameters,

@@ -1,0 +1,179 @@
+"""Node metadata as torch.export writes it: ``nn_module_stack`` and ``torch_fn``.
+
+Backends, quantizers (``set_module_name``), partitioners and
+``torch.export.unflatten`` key on the module a node came from. While the
+model runs under the tracer, two observers keep fx's *current meta* (copied
+into every node fx creates, ``torch.fx.traceback.preserve_node_meta``):
+
+* :class:`_ModuleCalls`: global forward pre/post hooks keep the stack of
+  submodules being called, as ``{key: (fqn, "pkg.Class")}`` with torch's keys
+  (``L__self__`` for the root, ``L__self__<fqn>``, ``@n`` for the n-th repeat call);
+* :class:`_TorchFnMode`: a torch-function mode names the user-level torch call
+  being traced (``("linear_1", "builtin_function_or_method.linear")``).
+
+Nodes made after the model returns (region HOP calls, their results, clones
+made by later passes) get their stack from :func:`fill_missing`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.fx.traceback as fx_traceback
+from torch.overrides import TorchFunctionMode
+
+from .graphs import all_graph_modules
+
+NN_MODULE_STACK = "nn_module_stack"
+TORCH_FN = "torch_fn"
+STACK_TRACE = "stack_trace"
+ROOT_KEY = "L__self__"
+
+Stack = dict[str, tuple[str, str]]
+
+
+def _type_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def root_stack(root_cls: type) -> Stack:
+    return {ROOT_KEY: ("", _type_name(root_cls))}
+
+
+class _ModuleCalls:
+    """Pushes ``(fqn, type)`` when a submodule of ``root`` starts ``forward``, pops when it ends."""
+
+    def __init__(self, root: torch.nn.Module):
+        self.paths = {id(m): name for name, m in root.named_modules() if name}
+        self.stack: Stack = root_stack(type(root))
+        self.calls: dict[str, int] = {}
+        self.keys: list[str | None] = []
+
+    def pre(self, module: torch.nn.Module, args: Any) -> None:
+        fqn = self.paths.get(id(module))
+        if fqn is None:  # not a submodule of the model (made in forward): torch records none
+            self.keys.append(None)
+            return
+        n = self.calls.get(fqn, 0)
+        self.calls[fqn] = n + 1
+        key = f"{ROOT_KEY}{fqn}" + (f"@{n}" if n else "")
+        self.stack[key] = (fqn, _type_name(type(module)))
+        self.keys.append(key)
+        _current()[NN_MODULE_STACK] = dict(self.stack)
+
+    def post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        key = self.keys.pop() if self.keys else None
+        if key is not None:
+            self.stack.pop(key, None)
+            _current()[NN_MODULE_STACK] = dict(self.stack)
+
+
+class _TorchFnMode(TorchFunctionMode):
+    """Names the outermost torch call (nested ones run with this mode popped, as in torch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[Any, int] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", None)
+        if name is None:
+            return func(*args, **kwargs)
+        self.counts[func] = self.counts.get(func, 0) + 1
+        meta = _current()
+        before = meta.get(TORCH_FN)
+        meta[TORCH_FN] = (f"{name}_{self.counts[func]}", f"{type(func).__name__}.{name}")
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if before is None:
+                meta.pop(TORCH_FN, None)
+            else:
+                meta[TORCH_FN] = before
+
+
+def _current() -> dict[str, Any]:
+    return fx_traceback.get_current_meta()
+
+
+@contextlib.contextmanager
+def recording(root: torch.nn.Module) -> Iterator[None]:
+    """Around the model's call inside the trace: stamp every node with module and torch call."""
+    calls = _ModuleCalls(root)
+    with fx_traceback.preserve_node_meta():  # restores the current meta on exit
+        _current()[NN_MODULE_STACK] = dict(calls.stack)
+        pre = torch.nn.modules.module.register_module_forward_pre_hook(calls.pre)
+        post = torch.nn.modules.module.register_module_forward_hook(calls.post, always_call=True)
+        try:
+            with _TorchFnMode():
+                yield
+        finally:
+            pre.remove()
+            post.remove()
+
+
+def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
+    """Give every node torch.export would stamp an ``nn_module_stack`` (HOPs a ``torch_fn``).
+
+    A region or torch HOP call takes the longest stack its body's nodes share;
+    its results (getitem) and the ``get_attr`` of its body take the call's;
+    anything else made after tracing takes the root's. A call made without a
+    user frame on the stack (a clone functionalization adds) takes the
+    ``stack_trace`` of the node it feeds or reads.
+    """
+    for _, sub in reversed(list(all_graph_modules(gm))):  # bodies first: a HOP reads them
+        hop_counts: dict[str, int] = {}
+        for node in sub.graph.nodes:
+            if node.op not in ("call_function", "get_attr") or NN_MODULE_STACK in node.meta:
+                continue
+            if isinstance(node.target, torch._ops.HigherOrderOperator):
+                node.meta[NN_MODULE_STACK] = _shared_stack(sub, node) or root_stack(root_cls)
+                name = node.target.name()
+                hop_counts[name] = hop_counts.get(name, 0) + 1
+                node.meta.setdefault(TORCH_FN, (f"{name}_{hop_counts[name]}",
+                                                f"{type(node.target).__name__}.{name}"))
+        for node in sub.graph.nodes:
+            if node.op not in ("call_function", "get_attr"):
+                continue
+            if NN_MODULE_STACK not in node.meta:
+                source = _neighbour_with(node, NN_MODULE_STACK)
+                node.meta[NN_MODULE_STACK] = (dict(source.meta[NN_MODULE_STACK]) if source is not None
+                                              else root_stack(root_cls))
+                if source is not None and TORCH_FN in source.meta and node.op == "call_function":
+                    node.meta.setdefault(TORCH_FN, source.meta[TORCH_FN])
+            if node.op == "call_function" and not node.meta.get(STACK_TRACE):
+                source = _neighbour_with(node, STACK_TRACE)
+                if source is not None:
+                    node.meta[STACK_TRACE] = source.meta[STACK_TRACE]
+
+
+def _neighbour_with(node: torch.fx.Node, key: str) -> torch.fx.Node | None:
+    """The producer a getitem/clone reads, else the first user (a get_attr's HOP call)."""
+    for other in (*node.all_input_nodes, *node.users):
+        if other.op not in ("placeholder", "output") and other.meta.get(key):
+            return other
+    return None
+
+
+def _shared_stack(gm: torch.fx.GraphModule, hop: torch.fx.Node) -> Stack | None:
+    stacks = []
+    for arg in hop.args:
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+            body = getattr(gm, str(arg.target), None)
+            if isinstance(body, torch.fx.GraphModule):
+                stacks += [n.meta[NN_MODULE_STACK] for n in body.graph.nodes
+                           if n.op == "call_function" and NN_MODULE_STACK in n.meta]
+    if not stacks:
+        return None
+    shared = list(stacks[0].items())
+    for stack in stacks[1:]:
+        items = list(stack.items())
+        n = 0
+        while n < min(len(shared), len(items)) and shared[n] == items[n]:
+            n += 1
+        shared = shared[:n]
+    return dict(shared)

@@ -1,0 +1,116 @@
+"""Node metadata on a par with torch.export, and ``torch.export.unflatten`` of our programs.
+
+Every call in every graph (region bodies included) carries ``nn_module_stack``,
+``torch_fn`` and ``stack_trace`` wherever torch.export writes them, naming the
+same modules; ``torch.export.unflatten`` rebuilds the module hierarchy and runs
+equal to eager, buffer mutations included. The whole corpus runs with
+``-m models``; a hand-made model and the quick CNN run by default.
+"""
+
+import copy
+
+import pytest
+import torch
+from corpus import CASES, build
+
+import predispatch_func as pf
+from predispatch_func.graphs import all_graph_modules
+
+KEYS = ("nn_module_stack", "torch_fn", "stack_trace", "source_fn_stack")
+
+
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(4))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        with torch.no_grad():
+            scale = x.abs().mean() + 1
+        return torch.relu(self.lin(x)) / scale + self.calls
+
+
+class Twice(torch.nn.Module):
+    """One submodule called twice (``@1`` keys), another once, a no_grad region in each."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = Counter(), Counter()
+
+    def forward(self, x):
+        return self.b(self.a(self.a(x))).sum(-1)
+
+
+def _calls(ep):
+    return [(where, n) for where, gm in all_graph_modules(ep.graph_module)
+            for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def _fqns(ep):
+    """Modules some call comes from; torch keeps an identity ``dropout`` (p=0 or eval)
+    as a node, which our program does not hold (it decomposes to its input)."""
+    return {fqn for _, n in _calls(ep) if n.target is not torch.ops.aten.dropout.default
+            for fqn, _ in n.meta.get("nn_module_stack", {}).values()}
+
+
+def check_metadata_like_torch(model, args, kwargs):
+    ours = pf.export(model, args, kwargs)
+    theirs = torch.export.export(copy.deepcopy(model), args, kwargs)
+    written = {k for _, n in _calls(theirs) for k in KEYS if k in n.meta}
+    assert {"nn_module_stack", "torch_fn", "stack_trace"} <= written
+    for where, node in _calls(ours):
+        lacking = [k for k in written if k not in node.meta]
+        assert not lacking, f"{where}: {node.format_node()} lacks {lacking}"
+        root = next(iter(node.meta["nn_module_stack"].values()))
+        assert root == ("", f"{type(model).__module__}.{type(model).__qualname__}")
+    assert _fqns(ours) == _fqns(theirs)
+    return ours
+
+
+def check_unflatten_runs_like_eager(model, args, kwargs):
+    eager = copy.deepcopy(model)
+    ep = pf.export(model, args, kwargs)
+    flat = torch.export.unflatten(ep)
+    names = {name for name, _ in flat.named_modules()}
+    assert {name for name, _ in model.named_modules()
+            if any(True for _ in _.parameters(recurse=False))} <= names
+    for _ in range(2):  # the second call reads the buffers the first one wrote
+        got, want = flat(*args, **kwargs), eager(*args, **kwargs)
+        torch.testing.assert_close(torch.utils._pytree.tree_leaves(got),
+                                   torch.utils._pytree.tree_leaves(want))
+    for name, buf in eager.named_buffers():
+        torch.testing.assert_close(flat.get_buffer(name), buf, msg=f"buffer {name}")
+
+
+def test_hand_model_metadata_and_unflatten():
+    model, x = Twice(), torch.randn(3, 4)
+    ep = check_metadata_like_torch(model, (x,), {})
+    keys = {k for _, n in _calls(ep) for k in n.meta["nn_module_stack"]}
+    assert {"L__self__", "L__self__a", "L__self__a@1", "L__self__b", "L__self__a.lin@1"} <= keys
+    regions = [gm for where, gm in all_graph_modules(ep.graph_module) if where != "<top>"]
+    assert len(regions) == 3 and all(
+        n.meta["nn_module_stack"] and "torch_fn" in n.meta
+        for gm in regions for n in gm.graph.nodes if n.op == "call_function")
+    check_unflatten_runs_like_eager(model, (x,), {})
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_quick_model_unflattens(train):
+    model, args, kwargs = build("small_cnn", train=train)
+    check_metadata_like_torch(model, args, kwargs)
+    check_unflatten_runs_like_eager(model, args, kwargs)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", list(CASES))
+def test_corpus_metadata_like_torch(name):
+    check_metadata_like_torch(*build(name))
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_corpus_unflattens(name, train):
+    check_unflatten_runs_like_eager(*build(name, train=train))
