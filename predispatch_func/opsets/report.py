@@ -3,7 +3,7 @@
 For each operator: how often it is called (all graphs), whether it is Core
 ATen, what the composite policy decided for it (a composite kept because the
 audit found it honest), whether torch can decompose it, and where in the model
-it is called (the innermost module of ``nn_module_stack``, else the user's
+it is called (the innermost module of ``nn_module_stack`` and the user's
 line). Given a target, each op outside it says why it is missing.
 """
 
@@ -98,13 +98,14 @@ def _why(lowering: Lowering, op: torch._ops.OpOverload) -> str:
 
 
 def _where(node: torch.fx.Node) -> str | None:
+    line = _user_line(node)
+    place = _short(line) if line else ""
     stack = node.meta.get("nn_module_stack")
     if stack:
         fqn, kind = list(stack.values())[-1]
         kind_name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
-        return f"{fqn or '<root>'} ({kind_name.rsplit('.', 1)[-1]})"
-    line = _user_line(node)
-    return _short(line) if line else None
+        place = f"{fqn or '<root>'} ({kind_name.rsplit('.', 1)[-1]}) {place}".strip()
+    return place or None
 
 
 def _short(line: str) -> str:
