@@ -54,7 +54,9 @@ class _ModuleCalls:
 
     def pre(self, module: torch.nn.Module, args: Any) -> None:
         fqn = self.paths.get(id(module))
-        if fqn is None:  # not a submodule of the model (made in forward): torch records none
+        # not a submodule of the model (made in forward), or a graph body a HOP calls
+        # (re-exporting ep.module()): torch records none
+        if fqn is None or isinstance(module, torch.fx.GraphModule):
             self.keys.append(None)
             return
         n = self.calls.get(fqn, 0)
