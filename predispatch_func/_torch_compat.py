@@ -342,3 +342,97 @@ def torch_export_keeps(op: torch._ops.OpOverload) -> bool:
     with warnings.catch_warnings():  # torch warns that it keeps custom composites
         warnings.simplefilter("ignore")
         return _can_decompose_fast(op, True, True) is False
+
+
+# --- torch.autograd.Function and recording our own HOP calls (hop/function_trace.py) ----
+
+
+@contextlib.contextmanager
+def patched_function_apply(apply: Callable[..., Any]) -> Iterator[None]:
+    """Route ``torch.autograd.Function.apply`` (every user Function's entry point)
+    through ``apply(cls, original, *args, **kwargs)`` while tracing.
+
+    ``Function.apply`` is not reachable through ``__torch_function__`` nor the
+    dispatcher (the C++ ``THPFunction_apply`` runs forward with grad off and the
+    ops are recorded inline, losing the user's backward), so it is patched here.
+    """
+    owner = torch.autograd.Function
+    original = owner.__dict__["apply"]
+    bound = original.__func__
+
+    def routed(cls, *args, **kwargs):
+        return apply(cls, lambda *a, **k: bound(cls, *a, **k), *args, **kwargs)
+
+    owner.apply = classmethod(routed)
+    try:
+        yield
+    finally:
+        owner.apply = original
+
+
+def function_has_setup_context(cls: type) -> bool:
+    from torch.autograd.function import _is_setup_context_defined
+
+    return bool(_is_setup_context_defined(cls.setup_context))
+
+
+@contextlib.contextmanager
+def outside_trace() -> Iterator[None]:
+    """Leave the trace in progress (all dispatch modes popped), to trace a body
+    of a HOP into its own graph with a fresh tracer, then come back."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        yield
+
+
+def current_proxy_tracer() -> Any:
+    """The tracer of the pre-dispatch proxy mode in use (None when not tracing)."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    return None if mode is None else mode.tracer
+
+
+def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]], constants: tuple,
+                    operands: list[torch.Tensor], results: list[torch.Tensor]) -> torch.fx.Node:
+    """Record ``hop(*subgraphs, *constants, *operands)`` in the graph being traced;
+    ``results`` (fresh fake tensors) become its tracked outputs.
+
+    ``operands`` are the traced inner tensors (below functionalization).
+    """
+    from torch.fx.experimental.proxy_tensor import track_tensor_tree
+
+    tracer = current_proxy_tracer()
+    refs = []
+    for hint, gm in subgraphs:
+        i = 0
+        while hasattr(tracer.root, f"{hint}_{i}"):
+            i += 1
+        tracer.root.register_module(f"{hint}_{i}", gm)
+        refs.append(tracer.create_proxy("get_attr", f"{hint}_{i}", (), {}))
+    proxies = [tracer.unwrap_proxy(t) for t in operands]
+    out = tracer.create_proxy("call_function", hop, (*refs, *constants, *proxies), {})
+    track_tensor_tree(tuple(results), out, constant=None, tracer=tracer)
+    return out.node
+
+
+def autocast_state() -> dict[str, tuple[bool, Any]]:
+    """Autocast's thread-local state, per device: (enabled, dtype)."""
+    return {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
+
+
+@contextlib.contextmanager
+def autocast_state_as(state: dict[str, tuple[bool, Any]]) -> Iterator[None]:
+    """Set autocast's state without recording a marker (a HOP body traced on its own
+    runs under its caller's autocast; the caller's graph already records it)."""
+    before = autocast_state()
+    for device, (enabled, dtype) in state.items():
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, dtype)
+    try:
+        yield
+    finally:
+        for device, (enabled, dtype) in before.items():
+            torch.set_autocast_enabled(device, enabled)
+            torch.set_autocast_dtype(device, dtype)

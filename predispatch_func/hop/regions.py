@@ -14,14 +14,15 @@ from ..graphs import all_graph_modules
 
 
 def outline_regions(gm: torch.fx.GraphModule,
-                    identity_edges: dict[torch.fx.Node, torch.fx.Node] | None = None
-                    ) -> torch.fx.GraphModule:
+                    identity_edges: dict[torch.fx.Node, torch.fx.Node] | None = None,
+                    *, grad_enabled: bool = True) -> torch.fx.GraphModule:
     """Replace grad/autocast markers in ``gm`` by nested region HOP calls.
 
     ``identity_edges`` maps a node to the node whose autograd identity it
     keeps (the tensor's value before an in-place op done with grad off).
+    ``grad_enabled`` is the grad mode ``gm`` runs under.
     """
-    frames_of = assign_frames(gm.graph)
+    frames_of = assign_frames(gm.graph, grad_enabled)
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
     for node in gm.graph.nodes:
         node.meta[FLAT] = node
@@ -29,7 +30,7 @@ def outline_regions(gm: torch.fx.GraphModule,
     markers = [n for n in gm.graph.nodes if is_marker(n)]
     for node in reversed(markers):  # exits before the enters they read
         gm.graph.erase_node(node)
-    outline_level(gm, frames_of, identity_edges or {})
+    outline_level(gm, frames_of, identity_edges or {}, grad_enabled=grad_enabled)
     for _, sub in all_graph_modules(gm):
         for node in sub.graph.nodes:
             node.meta.pop(FLAT, None)
