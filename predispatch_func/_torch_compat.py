@@ -395,9 +395,11 @@ def current_proxy_tracer() -> Any:
 
 
 def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]], constants: tuple,
-                    operands: list[torch.Tensor], results: list[torch.Tensor]) -> torch.fx.Node:
+                    operands: list[torch.Tensor], results: list[torch.Tensor], *,
+                    single: bool = False) -> torch.fx.Node:
     """Record ``hop(*subgraphs, *constants, *operands)`` in the graph being traced;
-    ``results`` (fresh fake tensors) become its tracked outputs.
+    ``results`` (fresh fake tensors) become its tracked outputs (a tuple of them, or
+    the one result itself when ``single``).
 
     ``operands`` are the traced inner tensors (below functionalization).
     """
@@ -413,7 +415,7 @@ def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]],
         refs.append(tracer.create_proxy("get_attr", f"{hint}_{i}", (), {}))
     proxies = [tracer.unwrap_proxy(t) for t in operands]
     out = tracer.create_proxy("call_function", hop, (*refs, *constants, *proxies), {})
-    track_tensor_tree(tuple(results), out, constant=None, tracer=tracer)
+    track_tensor_tree(results[0] if single else tuple(results), out, constant=None, tracer=tracer)
     return out.node
 
 
@@ -436,3 +438,31 @@ def autocast_state_as(state: dict[str, tuple[bool, Any]]) -> Iterator[None]:
         for device, (enabled, dtype) in before.items():
             torch.set_autocast_enabled(device, enabled)
             torch.set_autocast_dtype(device, dtype)
+
+
+@contextlib.contextmanager
+def patched_tensor_methods(**methods: Callable[..., Any]) -> Iterator[None]:
+    """Route ``torch.Tensor.<name>`` through ``methods[name](original, self, *args)``
+    while tracing (``register_hook``, ``requires_grad_``: no dispatcher op to see them)."""
+    owned = {name: name in torch.Tensor.__dict__ for name in methods}
+    originals = {name: getattr(torch.Tensor, name) for name in methods}
+    for name, route in methods.items():
+        def routed(self, *args, _route=route, _original=originals[name], **kwargs):
+            return _route(_original, self, *args, **kwargs)
+        setattr(torch.Tensor, name, routed)
+    try:
+        yield
+    finally:
+        for name in methods:
+            if owned[name]:
+                setattr(torch.Tensor, name, originals[name])
+            else:
+                delattr(torch.Tensor, name)
+
+
+def redirect_traced_tensor(t: torch.Tensor, node: torch.fx.Node) -> None:
+    """Later ops that read ``t`` (a traced inner tensor) record ``node`` instead."""
+    from torch.fx.experimental.proxy_tensor import _ProxyTensor
+
+    tracer = current_proxy_tracer()
+    tracer.tensor_tracker[t] = _ProxyTensor(torch.fx.Proxy(node, tracer), None)

@@ -48,10 +48,21 @@ _active: list[_Settings] = []
 @contextlib.contextmanager
 def tracing_autograd_functions(policy: Any, decompositions: dict | None = None, *,
                                pre_dispatch: bool = True):
-    """While active (and a trace is running), user Functions become HOP calls."""
+    """While active (and a trace is running), user Functions become HOP calls, and
+    tensor hooks and ``requires_grad_()`` are recorded (``hooks.py``)."""
     _active.append(_Settings(policy, decompositions, pre_dispatch))
     try:
-        with tc.patched_function_apply(_route) if len(_active) == 1 else contextlib.nullcontext():
+        if len(_active) > 1:
+            yield
+            return
+        from .hooks import route_register_hook, route_requires_grad_
+
+        def register_hook(original, tensor, hook, *args):
+            return route_register_hook(original, tensor, hook, *args, trace_call=trace_call,
+                                       settings=_active[-1] if _active else None)
+
+        with tc.patched_function_apply(_route), tc.patched_tensor_methods(
+                register_hook=register_hook, requires_grad_=route_requires_grad_):
             yield
     finally:
         _active.pop()
