@@ -466,3 +466,31 @@ def redirect_traced_tensor(t: torch.Tensor, node: torch.fx.Node) -> None:
 
     tracer = current_proxy_tracer()
     tracer.tensor_tracker[t] = _ProxyTensor(torch.fx.Proxy(node, tracer), None)
+
+
+@contextlib.contextmanager
+def inference_mode_as_grad_mode() -> Iterator[None]:
+    """``torch.inference_mode(m)`` sets grad mode to ``not m`` (recorded like ``no_grad``)
+    instead of entering C++ inference mode, which a trace cannot hold: its values are
+    a ``no_grad`` region's (see README, Regions)."""
+    cls = torch.autograd.grad_mode.inference_mode
+    enter, exit_ = cls.__enter__, cls.__exit__
+
+    def entered(self):
+        self._pf_previous = torch.is_grad_enabled()
+        torch.set_grad_enabled(not self.mode)
+
+    def exited(self, *exc):
+        torch.set_grad_enabled(self._pf_previous)
+
+    cls.__enter__, cls.__exit__ = entered, exited
+    try:
+        yield
+    finally:
+        cls.__enter__, cls.__exit__ = enter, exit_
+
+
+def compiled_code_runs_eagerly():
+    """``torch.compile``-d modules and functions run their Python code, so the trace sees
+    the ops they wrap (as torch.export does), not dynamo's generated code."""
+    return torch.compiler.set_stance("force_eager")
