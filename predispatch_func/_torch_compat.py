@@ -490,7 +490,24 @@ def inference_mode_as_grad_mode() -> Iterator[None]:
         cls.__enter__, cls.__exit__ = enter, exit_
 
 
-def compiled_code_runs_eagerly():
-    """``torch.compile``-d modules and functions run their Python code, so the trace sees
-    the ops they wrap (as torch.export does), not dynamo's generated code."""
-    return torch.compiler.set_stance("force_eager")
+@contextlib.contextmanager
+def compiled_modules_run_eagerly() -> Iterator[None]:
+    """A ``torch.compile``-d submodule (``OptimizedModule``) calls the module it wraps,
+    so the trace sees its ops (as torch.export does), not dynamo's generated code.
+    Not a global ``set_stance("force_eager")``: torch's own HOPs (``cond``, ``map``)
+    compile their bodies with dynamo to lift closed-over tensors."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    original = OptimizedModule.__dict__.get("__call__")
+
+    def call(self, *args, **kwargs):
+        return self._orig_mod(*args, **kwargs)
+
+    OptimizedModule.__call__ = call
+    try:
+        yield
+    finally:
+        if original is None:
+            del OptimizedModule.__call__
+        else:
+            OptimizedModule.__call__ = original

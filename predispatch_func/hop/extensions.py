@@ -8,7 +8,7 @@ Entered by the tracer around the user's code:
 * ``torch.inference_mode()`` is a grad-mode change, so it becomes a ``no_grad``
   region (C++ inference mode cannot be traced: its tensors cannot re-enter
   autograd, and its values equal ``no_grad``'s wherever eager runs);
-* ``torch.compile``-d submodules and functions run their Python code.
+* ``torch.compile``-d submodules run the module they wrap.
 """
 
 from __future__ import annotations
@@ -23,5 +23,5 @@ from .function_trace import tracing_autograd_functions
 @contextlib.contextmanager
 def traced_extensions(policy: Any, decompositions: dict | None = None, *, pre_dispatch: bool = True):
     with tracing_autograd_functions(policy, decompositions, pre_dispatch=pre_dispatch), \
-            tc.inference_mode_as_grad_mode(), tc.compiled_code_runs_eagerly():
+            tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly():
         yield
