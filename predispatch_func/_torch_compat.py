@@ -511,3 +511,17 @@ def compiled_modules_run_eagerly() -> Iterator[None]:
             del OptimizedModule.__call__
         else:
             OptimizedModule.__call__ = original
+
+
+def all_higher_order_ops() -> list[Any]:
+    """Every HigherOrderOperator registered so far (torch's and ours)."""
+    from torch._ops import _higher_order_ops
+
+    return list(_higher_order_ops.values())
+
+
+def active_functional_mode() -> Any:
+    """The FunctionalTensorMode in use (either dispatch stack), or None."""
+    from torch.utils._python_dispatch import _detect_infra_mode
+
+    return _detect_infra_mode(torch._C._TorchDispatchModeKey.FUNCTIONAL)

@@ -34,12 +34,21 @@ class _Call(torch.nn.Module):
         self.flat, self.spec = torch.utils._pytree.tree_flatten((args, kwargs))
         self.slots = [i for i, v in enumerate(self.flat) if isinstance(v, torch.Tensor)]
 
-    def forward(self, *tensors):
+    def call(self, *tensors):
         flat = list(self.flat)
         for i, t in zip(self.slots, tensors):
             flat[i] = t
         args, kwargs = torch.utils._pytree.tree_unflatten(flat, self.spec)
         return self.fn(*args, **kwargs)
+
+
+def _named_call(fn, args: tuple, kwargs: dict) -> _Call:
+    """A _Call whose forward names each tensor (torch's unlifting binds them by name)."""
+    model = _Call(fn, args, kwargs)
+    names = ", ".join(f"t{i}" for i in range(len(model.slots)))
+    scope: dict = {}
+    exec(f"def forward(self, {names}):\n    return self.call({names})", scope)  # noqa: S102
+    return type("Call", (_Call,), {"forward": scope["forward"]})(fn, args, kwargs)
 
 
 def hop_db_cases(samples: int):
@@ -57,7 +66,7 @@ def hop_db_cases(samples: int):
             continue
         for i, s in enumerate(found):
             args, kwargs = (s.input, *s.args), dict(s.kwargs)
-            model = _Call(op.op, args, kwargs)
+            model = _named_call(op.op, args, kwargs)
             yield f"hop/{key}/{i}", model, tuple(model.flat[j] for j in model.slots), None
 
 

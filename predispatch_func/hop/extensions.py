@@ -8,7 +8,8 @@ Entered by the tracer around the user's code:
 * ``torch.inference_mode()`` is a grad-mode change, so it becomes a ``no_grad``
   region (C++ inference mode cannot be traced: its tensors cannot re-enter
   autograd, and its values equal ``no_grad``'s wherever eager runs);
-* ``torch.compile``-d submodules run the module they wrap.
+* ``torch.compile``-d submodules run the module they wrap;
+* torch's HOPs find a rule for our mode (``torch_hops.py``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ from typing import Any
 
 from .. import _torch_compat as tc
 from .function_trace import tracing_autograd_functions
+from .torch_hops import let_torch_hops_through
 
 
 @contextlib.contextmanager
 def traced_extensions(policy: Any, decompositions: dict | None = None, *, pre_dispatch: bool = True):
+    mode = tc.active_functional_mode()
+    if mode is not None:
+        let_torch_hops_through(type(mode))
     with tracing_autograd_functions(policy, decompositions, pre_dispatch=pre_dispatch), \
             tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly():
         yield
