@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 from torch._ops import HigherOrderOperator
 
-from .frames import GradFrame, assign_frames, is_marker
-from .outline import FLAT, FLAT_ORDER, outline_level
-from .ops import REGION_HOPS
 from ..graphs import all_graph_modules
+from .frames import GradFrame, assign_frames, is_marker
+from .ops import REGION_HOPS
+from .outline import FLAT, FLAT_ORDER, outline_level
 
 
 def outline_regions(gm: torch.fx.GraphModule,
