@@ -12,7 +12,10 @@ into every node fx creates, ``torch.fx.traceback.preserve_node_meta``):
   being traced (``("linear_1", "builtin_function_or_method.linear")``).
 
 Nodes made after the model returns (region HOP calls, their results, clones
-made by later passes) get their stack from :func:`fill_missing`.
+made by later passes) get their stack from :func:`fill_missing`. Inside a
+torch HOP's branch (``torch.cond``), which dynamo traces, the observers stand
+aside (dynamo refuses side effects there); its nodes take the stack of the
+module that called the HOP.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class _ModuleCalls:
         self.keys: list[str | None] = []
 
     def pre(self, module: torch.nn.Module, args: Any) -> None:
+        if torch.compiler.is_dynamo_compiling():  # a torch HOP's body under dynamo: no side effects
+            return
         fqn = self.paths.get(id(module))
         # not a submodule of the model (made in forward), or a graph body a HOP calls
         # (re-exporting ep.module()): torch records none
@@ -67,6 +72,8 @@ class _ModuleCalls:
         _current()[NN_MODULE_STACK] = dict(self.stack)
 
     def post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if torch.compiler.is_dynamo_compiling():
+            return
         key = self.keys.pop() if self.keys else None
         if key is not None:
             self.stack.pop(key, None)
@@ -83,7 +90,7 @@ class _TorchFnMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", None)
-        if name is None:
+        if name is None or torch.compiler.is_dynamo_compiling():
             return func(*args, **kwargs)
         self.counts[func] = self.counts.get(func, 0) + 1
         meta = _current()
@@ -151,6 +158,23 @@ def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
                 source = _neighbour_with(node, STACK_TRACE)
                 if source is not None:
                     node.meta[STACK_TRACE] = source.meta[STACK_TRACE]
+    _bodies_inherit_torch_fn(gm)
+
+
+def _bodies_inherit_torch_fn(gm: torch.fx.GraphModule) -> None:
+    """A call in a HOP body that no torch call of the user made (a ``torch.cond``
+    branch dynamo traced) is part of the HOP call's torch_fn, as in torch.export."""
+    for _, sub in all_graph_modules(gm):  # parents first
+        for node in sub.graph.nodes:
+            if not isinstance(node.target, torch._ops.HigherOrderOperator) or TORCH_FN not in node.meta:
+                continue
+            for arg in node.args:
+                body = getattr(sub, str(arg.target), None) if isinstance(arg, torch.fx.Node) \
+                    and arg.op == "get_attr" else None
+                if isinstance(body, torch.fx.GraphModule):
+                    for inner in body.graph.nodes:
+                        if inner.op == "call_function":
+                            inner.meta.setdefault(TORCH_FN, node.meta[TORCH_FN])
 
 
 def _neighbour_with(node: torch.fx.Node, key: str) -> torch.fx.Node | None:

@@ -188,3 +188,21 @@ def test_ops_cli_lists_ops_and_what_a_target_lacks(capsys, tmp_path):
     torch.export.save(pf.export(model, args), path)
     rc, from_file = _ops_json(capsys, "--program", str(path), "--target", "core_aten")
     assert rc == 0 and from_file.keys() == rows.keys() - {"aten.var_mean.correction"}
+
+
+def test_core_aten_target_lowers_inside_torch_cond_branches():
+    class Branchy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda v: torch.softmax(self.lin(v), -1),
+                              lambda v: torch.nn.functional.silu(v), (x,))
+
+    for x in (torch.randn(3, 4).abs(), -torch.randn(3, 4).abs()):
+        model = Branchy()
+        ep = export_checked(model, (x,), target=pf.OpSet.core_aten())
+        assert _regions(ep) == ["cond"]
+        assert {"aten.addmm.default", "aten._softmax.default", "aten.sigmoid.default"} <= call_targets(ep)
+        assert pf.verify(ep, target=pf.OpSet.core_aten()).ok

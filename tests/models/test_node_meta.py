@@ -114,3 +114,26 @@ def test_corpus_metadata_like_torch(name):
 @pytest.mark.parametrize("name", list(CASES))
 def test_corpus_unflattens(name, train):
     check_unflatten_runs_like_eager(*build(name, train=train))
+
+
+class Branchy(torch.nn.Module):
+    """torch.cond (its branches are traced by dynamo, where our observers stand aside)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda v: torch.softmax(self.lin(v), -1),
+                          lambda v: torch.nn.functional.silu(v), (x,))
+
+
+def test_torch_cond_bodies_carry_metadata_and_unflatten():
+    model, x = Branchy(), torch.randn(3, 4)
+    ep = pf.export(model, (x,))
+    bodies = [gm for where, gm in all_graph_modules(ep.graph_module) if where != "<top>"]
+    assert len(bodies) == 2
+    for where, node in _calls(ep):
+        assert {"nn_module_stack", "torch_fn", "stack_trace"} <= node.meta.keys(), (where, node)
+    check_unflatten_runs_like_eager(model, (x,), {})
+    check_unflatten_runs_like_eager(model, (-x.abs(),), {})
