@@ -38,10 +38,11 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore")
 
-import predispatch_func as pf  # noqa: E402
-from corpus import CASES, build  # noqa: E402
-from predispatch_func.graphs import all_graph_modules  # noqa: E402
-from predispatch_func.opsets import TargetUnreachableError, is_infrastructure  # noqa: E402
+from corpus import CASES, build
+
+import predispatch_func as pf
+from predispatch_func.graphs import all_graph_modules
+from predispatch_func.opsets import TargetUnreachableError, is_infrastructure
 
 
 def distinct_ops(ep: torch.export.ExportedProgram) -> set[str]:
@@ -75,10 +76,10 @@ def main() -> int:
         ours_ep = pf.export(model, args, kwargs, target=target)
         assert pf.verify(ours_ep, model, args, kwargs, target=target).ok, name
 
-        def ours():
+        def ours(model=model, args=args, kwargs=kwargs, target=target):
             return pf.export(model, args, kwargs, target=target)
 
-        def theirs():
+        def theirs(model=model, args=args, kwargs=kwargs):
             return torch.export.export(copy.deepcopy(model), args, kwargs).run_decompositions()
 
         try:
