@@ -552,3 +552,25 @@ def prims_decomposition_ops() -> frozenset[torch._ops.OpOverload]:
 
     return frozenset(op for op, fn in decomposition_table.items()
                      if str(getattr(fn, "__module__", "")).startswith("torch._refs"))
+
+
+# --- preserve_module_call_signature (module_signatures.py) ------------------------
+
+
+def wrap_submodules_with_tracepoints(mod: torch.nn.Module, paths: tuple[str, ...],
+                                     specs: dict[str, dict[str, Any]]) -> Any:
+    """torch.export's hooks: ``_export_tracepoint`` around each call of ``paths``."""
+    from torch._export.wrappers import _wrap_submodules
+
+    return _wrap_submodules(mod, paths, specs)
+
+
+def is_export_tracepoint(target: Any) -> bool:
+    return target is getattr(torch.ops.higher_order, "_export_tracepoint", None)
+
+
+def collect_tracepoints(gm: torch.fx.GraphModule, signatures: dict[str, Any], graph_signature: Any) -> None:
+    """torch.export's pass: fill ``signatures``' inputs/outputs from the tracepoints, then drop them."""
+    from torch._export.passes.collect_tracepoints_pass import CollectTracepointsPass
+
+    CollectTracepointsPass(signatures, graph_signature)(gm)

@@ -26,6 +26,7 @@ from .graphs import all_graph_modules
 from .hop import outline_regions
 from .lift import lift_state, user_input_names
 from .modes import CompositePolicy, trace_functional
+from .module_signatures import PreservedCalls
 from .opsets.lowering import Lowering
 from .schema_audit import shipped_decision
 from .graph_cleanup import (copy_outputs_reading_written_inputs, eliminate_dead_code,
@@ -47,6 +48,8 @@ class AotSignature:
     range_constraints: dict[Any, Any]
     composite_decisions: dict[str, tuple[str, str]]
     grad_enabled_on_return: bool = True
+    # preserve_module_call_signature: fqn -> the call's signature (module_signatures.py)
+    module_call_signatures: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool = True,
@@ -54,12 +57,14 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                       dynamic_shapes: Any = None,
                       composite_overrides: dict[str, str] | None = None,
                       target: Any = None,
+                      preserve_module_call_signature: tuple[str, ...] = (),
                       ) -> tuple[torch.fx.GraphModule, AotSignature]:
     """Trace ``mod`` into a functional graph over lifted state and flat user inputs.
 
     ``target`` (an :class:`~predispatch_func.opsets.OpSet`) lowers every op
     outside it while tracing (``opsets/lowering.py``), or refuses naming the
-    ops it cannot lower.
+    ops it cannot lower. ``preserve_module_call_signature`` records each listed
+    submodule's calling convention for ``torch.export.unflatten``, as torch.export.
     """
     kwargs = dict(kwargs or {})
     args = tuple(args)
@@ -81,11 +86,12 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     if lowering is not None:
         decompositions = {**lowering.proxy_table(), **(decompositions or {})}
     meta: dict[str, Any] = {}
+    preserved = PreservedCalls(mod, preserve_module_call_signature)
 
     def body(inputs: list[Any], mode) -> list[Any]:
         by_fqn = {s.target: t for s, t in zip(slots[:n_state], inputs[:n_state])}
         call_args, call_kwargs = tc.pytree.tree_unflatten(inputs[n_state:], in_spec)
-        with tc.reparametrize(mod, by_fqn), node_meta.recording(mod):
+        with tc.reparametrize(mod, by_fqn), node_meta.recording(mod), preserved.bracketing():
             out = mod(*call_args, **call_kwargs)
             reassigned = _reassigned_buffers(mod, slots[:n_state], inputs)
         flat_out, meta["out_spec"] = tc.pytree.tree_flatten(out)
@@ -125,6 +131,7 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         signature = build_signature(gm, slots, meta["mutated"])
     guard_saved_mutated_inputs(gm, written_placeholders(gm, signature), grad_sources(gm, signature))
     node_meta.fill_missing(gm, type(mod))
+    module_call_signatures = preserved.collect(gm, signature)
     for _, sub in all_graph_modules(gm):  # the passes above edit graphs; generate code once
         sub.recompile()
     state_dict = {**state.parameters,
@@ -136,7 +143,8 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
         forward_arg_names=arg_names, state_dict=state_dict, constants=constants,
         range_constraints=fakeify.range_constraints(gm),
         composite_decisions=dict(policy.decisions),
-        grad_enabled_on_return=trace.grad_enabled_on_return)
+        grad_enabled_on_return=trace.grad_enabled_on_return,
+        module_call_signatures=module_call_signatures)
 
 
 def _reassigned_buffers(mod: torch.nn.Module, state_slots: list[InputSlot],

@@ -13,7 +13,8 @@ from .aot import AotSignature, aot_export_module
 def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
            pre_dispatch: bool = True, dynamic_shapes: Any = None,
            composite_overrides: dict[str, str] | None = None,
-           target: Any = None) -> ExportedProgram:
+           target: Any = None,
+           preserve_module_call_signature: tuple[str, ...] = ()) -> ExportedProgram:
     """Export ``model`` into the functional pre-dispatch IR (see design.md's contract).
 
     ``pre_dispatch=False`` gives the same contract one level lower: after
@@ -21,6 +22,8 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     ``"aten.linear.default"`` to ``"keep"`` or ``"decompose"``. ``target`` (an
     :class:`~predispatch_func.opsets.OpSet`, e.g. ``OpSet.core_aten()``) restricts
     every graph to that op set, decomposing what lies outside it while tracing.
+    ``preserve_module_call_signature``: submodule paths whose calling convention
+    ``torch.export.unflatten`` keeps (so they can be swapped), as in torch.export.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"export expects an nn.Module, got {type(model).__name__}")
@@ -28,7 +31,8 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
         args = (args,)
     gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
                                 dynamic_shapes=dynamic_shapes,
-                                composite_overrides=composite_overrides, target=target)
+                                composite_overrides=composite_overrides, target=target,
+                                preserve_module_call_signature=tuple(preserve_module_call_signature))
     return to_exported_program(gm, sig, example_inputs=(args, dict(kwargs or {})))
 
 
@@ -105,7 +109,9 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
     ep = FunctionalExportedProgram(
         root=gm, graph=gm.graph, graph_signature=sig.graph_signature,
         state_dict=sig.state_dict, range_constraints=sig.range_constraints,
-        module_call_graph=[ModuleCallEntry(fqn="", signature=call_signature)],
+        module_call_graph=[ModuleCallEntry(fqn="", signature=call_signature),
+                           *(ModuleCallEntry(fqn=fqn, signature=signature)
+                             for fqn, signature in sig.module_call_signatures.items())],
         example_inputs=example_inputs, constants=sig.constants,
     )
     ep.graph_module.meta["composite_decisions"] = sig.composite_decisions

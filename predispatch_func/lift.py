@@ -56,9 +56,15 @@ def _sanitize(name: str) -> str:
     return name if name and not name[0].isdigit() else f"_{name}"
 
 
+_CAMEL_HUMP = re.compile(r"(?<=[a-z])([A-Z])")
+
+
 def placeholder_name(kind: str, fqn: str) -> str:
+    """``p_encoder_layer_norm_weight`` for ``encoder.LayerNorm.weight``: snake case, as
+    torch.export names them (``unflatten`` regenerates and matches these names)."""
     prefix = {"parameter": "p", "buffer": "b", "constant": "c"}[kind]
-    return f"{prefix}_{_sanitize(fqn)}"
+    snake = _CAMEL_HUMP.sub(r"_\1", fqn).lower()
+    return f"{prefix}_{_sanitize(snake)}"
 
 
 def user_input_names(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[list[str], list[str]]:

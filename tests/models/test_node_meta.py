@@ -137,3 +137,56 @@ def test_torch_cond_bodies_carry_metadata_and_unflatten():
         assert {"nn_module_stack", "torch_fn", "stack_trace"} <= node.meta.keys(), (where, node)
     check_unflatten_runs_like_eager(model, (x,), {})
     check_unflatten_runs_like_eager(model, (-x.abs(),), {})
+
+
+# --- preserve_module_call_signature ---------------------------------------------------
+
+PRESERVED = {"small_cnn": "features", "bert": "encoder.layer.0", "gpt2": "transformer.h.1",
+             "llama": "model.layers.1", "t5": "encoder.block.0", "vit": "layers.1"}
+
+
+def check_preserved_signature_swaps(model, args, kwargs, path):
+    """Like torch.export: the submodule keeps its calling convention, so it can be swapped."""
+    eager = copy.deepcopy(model)
+    ep = pf.export(model, args, kwargs, preserve_module_call_signature=(path,))
+    theirs = torch.export.export(copy.deepcopy(model), args, kwargs, preserve_module_call_signature=(path,))
+    ours_sig = {e.fqn: e.signature for e in ep.module_call_graph}
+    their_sig = {e.fqn: e.signature for e in theirs.module_call_graph if e.signature is not None}
+    assert ours_sig.keys() == their_sig.keys()
+    for fqn, sig in their_sig.items():
+        assert (sig.in_spec, sig.out_spec) == (ours_sig[fqn].in_spec, ours_sig[fqn].out_spec)
+        assert len(sig.inputs) == len(ours_sig[fqn].inputs) and len(sig.outputs) == len(ours_sig[fqn].outputs)
+    assert not any(str(n.target).endswith("_export_tracepoint") for _, n in _calls(ep))
+    flat = torch.export.unflatten(ep)
+    want = torch.utils._pytree.tree_leaves(eager(*args, **kwargs))
+    torch.testing.assert_close(torch.utils._pytree.tree_leaves(flat(*args, **kwargs)), want)
+    eager_again = copy.deepcopy(eager)
+    flat.set_submodule(path, copy.deepcopy(eager.get_submodule(path)))  # the swap
+    torch.testing.assert_close(torch.utils._pytree.tree_leaves(flat(*args, **kwargs)),
+                               torch.utils._pytree.tree_leaves(eager_again(*args, **kwargs)))
+
+
+def test_preserved_signatures_of_repeat_calls_and_swap():
+    model, x = Twice(), torch.randn(3, 4)
+    eager = copy.deepcopy(model)
+    ep = pf.export(model, (x,), preserve_module_call_signature=("a", "b"))
+    sigs = {e.fqn: e.signature for e in ep.module_call_graph}
+    assert sigs.keys() == {"", "a", "a@1", "b"}
+    assert [a.name for a in sigs["a"].inputs] == ["x"]
+    assert [a.name for a in sigs["a@1"].inputs] == [a.name for a in sigs["a"].outputs]
+    flat = torch.export.unflatten(ep)
+    for _ in range(2):  # outputs read the counters the calls before wrote
+        torch.testing.assert_close(flat(x), eager(x))
+    flat.set_submodule("b", copy.deepcopy(eager.b))
+    torch.testing.assert_close(flat(x), eager(x))
+    check_preserved_signature_swaps(Twice(), (x,), {}, "a")
+
+
+def test_quick_model_preserved_signature():
+    check_preserved_signature_swaps(*build("small_cnn"), PRESERVED["small_cnn"])
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", sorted(PRESERVED))
+def test_corpus_preserved_signature(name):
+    check_preserved_signature_swaps(*build(name), PRESERVED[name])
