@@ -5,6 +5,7 @@ For every corpus model (eval mode):
 * distinct operators in our default program and in ``export(..., target=core_aten)``
   (all graphs; region HOPs, getitem and shape bookkeeping not counted), and in
   torch's ``torch.export.export(...).run_decompositions()`` for reference;
+* whether the Core ATen program replays against eager (``pf.verify`` with the target);
 * export time, median of ``--rounds`` after a warm-up round, alternating:
   ``pf.export(model, args, target=OpSet.core_aten())`` against
   ``torch.export.export(model, args).run_decompositions()`` (torch's default
@@ -74,7 +75,7 @@ def main() -> int:
         target, extra = target_for(model, args, kwargs)
         default_ops = distinct_ops(pf.export(model, args, kwargs))
         ours_ep = pf.export(model, args, kwargs, target=target)
-        assert pf.verify(ours_ep, model, args, kwargs, target=target).ok, name
+        report = pf.verify(ours_ep, model, args, kwargs, target=target)
 
         def ours(model=model, args=args, kwargs=kwargs, target=target):
             return pf.export(model, args, kwargs, target=target)
@@ -97,11 +98,12 @@ def main() -> int:
         med = {k: statistics.median(v) if v else None for k, v in times.items()}
         rows.append({"model": name, "ops_default": len(default_ops), "ops_core_aten": len(distinct_ops(ours_ep)),
                      "ops_torch_run_decompositions": torch_ops, "kept_outside_core": extra,
+                     "verify": "ok" if report.ok else "; ".join(report.problems),
                      "s_ours_core_aten": med["ours"], "s_torch_run_decompositions": med["torch"]})
         console.print(rows[-1])
     table = Table(title=f"Core ATen export, median of {ns.rounds} (eval mode)")
     for col in ("model", "ops default", "ops core_aten", "ops torch", "ours s", "torch s", "ours/torch",
-                "kept outside core (no ATen decomposition)"):
+                "kept outside core (no ATen decomposition)", "verify"):
         table.add_column(col)
     for r in rows:
         ratio = (f"{r['s_ours_core_aten'] / r['s_torch_run_decompositions']:.2f}"
@@ -109,7 +111,7 @@ def main() -> int:
         table.add_row(r["model"], str(r["ops_default"]), str(r["ops_core_aten"]),
                       str(r["ops_torch_run_decompositions"]), f"{r['s_ours_core_aten']:.2f}",
                       f"{r['s_torch_run_decompositions']:.2f}" if r["s_torch_run_decompositions"] else "-",
-                      ratio, ", ".join(r["kept_outside_core"]))
+                      ratio, ", ".join(r["kept_outside_core"]), r["verify"])
     console.print(table)
     if ns.json:
         with open(ns.json, "w") as f:
