@@ -86,7 +86,7 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
                 if (user.op != "call_function" or calls_view_op(user) or user not in feeding
                         or _saves_nothing(user)):
                     continue
-                if not any(i in may_need_grad for i in user.all_input_nodes if i not in aliases):
+                if not any(i in may_need_grad for i in user.all_input_nodes):
                     continue
                 with gm.graph.inserting_before(user):
                     clone = gm.graph.call_function(torch.ops.aten.clone.default, (alias,))
