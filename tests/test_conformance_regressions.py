@@ -78,3 +78,20 @@ def test_forward_with_var_positional_args_runs_as_a_module():
 def test_forward_with_var_positional_and_var_keyword_args_runs_as_a_module():
     x, y = torch.randn(3), torch.randn(3)
     assert_ok(MixedArgs(), (x, y), {"kw": y.clone(), "z": x.clone()})
+
+
+def _inplace_modules() -> list[type]:
+    """Every ``torch.nn`` module built with ``inplace=True`` (activations, dropouts)."""
+    import inspect
+
+    return sorted((c for c in vars(torch.nn).values() if isinstance(c, type) and issubclass(c, torch.nn.Module)
+                   and "inplace" in inspect.signature(c.__init__).parameters), key=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("cls", _inplace_modules(), ids=lambda c: c.__name__)
+def test_inplace_module_writes_back_its_input_argument(cls):
+    """``forward(self, input)``: fx renames the placeholder (``input`` shadows a
+    builtin); the mutation must name the renamed one (was ``KeyError: 'input'``)."""
+    kwargs = {"threshold": 0.1, "value": 2.0} if cls is torch.nn.Threshold else {}
+    shape = {torch.nn.Dropout1d: (2, 3, 4), torch.nn.Dropout3d: (2, 3, 4, 5, 6)}.get(cls, (2, 3, 4, 5))
+    assert_ok(cls(inplace=True, **kwargs).eval(), (torch.randn(shape),))
