@@ -95,3 +95,40 @@ def test_inplace_module_writes_back_its_input_argument(cls):
     kwargs = {"threshold": 0.1, "value": 2.0} if cls is torch.nn.Threshold else {}
     shape = {torch.nn.Dropout1d: (2, 3, 4), torch.nn.Dropout3d: (2, 3, 4, 5, 6)}.get(cls, (2, 3, 4, 5))
     assert_ok(cls(inplace=True, **kwargs).eval(), (torch.randn(shape),))
+
+
+class OutOf(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, a, out):
+        result = self.fn(a, out)
+        return result, out * 1
+
+
+def _spd(n: int = 4) -> torch.Tensor:
+    a = torch.randn(n, n)
+    return a @ a.T + n * torch.eye(n)
+
+
+_COMPOSITE_OUTS = {  # name -> (fn(a, out), a, out)
+    "matrix_rank": (lambda a, o: torch.linalg.matrix_rank(a, out=o), torch.randn(3, 4),
+                    torch.zeros((), dtype=torch.int64)),
+    "cholesky": (lambda a, o: torch.linalg.cholesky(a, out=o), _spd(), torch.zeros(4, 4)),
+    "inv": (lambda a, o: torch.linalg.inv(a, out=o), _spd(), torch.zeros(4, 4)),
+    "solve": (lambda a, o: torch.linalg.solve(a, a[:, :2].clone(), out=o), _spd(), torch.zeros(4, 2)),
+    "lu_factor": (lambda a, o: torch.linalg.lu_factor(a, out=(o, torch.zeros(4, dtype=torch.int32)))[0],
+                  _spd(), torch.zeros(4, 4)),
+    "ldl_factor": (lambda a, o: torch.linalg.ldl_factor(a, out=(o, torch.zeros(4, dtype=torch.int32)))[0],
+                   _spd(), torch.zeros(4, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_COMPOSITE_OUTS))
+def test_composite_out_variant_writes_out(name):
+    """Composite ``out=`` kernels run as their functional overload plus a write to
+    ``out``: matrix_rank's kernel left ``out`` unwritten under tracing (silent), the
+    linalg ones reached ``_linalg_check_errors`` (no effect token)."""
+    fn, a, out = _COMPOSITE_OUTS[name]
+    assert_ok(OutOf(fn), (a, out))

@@ -27,6 +27,7 @@ from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
 from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
+from .out_variants import call_composite_out, is_composite_out
 from .view_grad_modes import ViewGradModes
 
 
@@ -191,6 +192,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                     and self._can_decompose(func, args, kwargs)):
                 with self:
                     return tc.decompose_like_eager(func, *args, **kwargs)
+            if self.pre_dispatch and is_composite_out(func):
+                with self:
+                    return call_composite_out(func, args, kwargs)
             self.copy_target.unwritten_input = func is torch.ops.aten.copy_.default and self._unwritten_input(written)
             try:
                 out = self._dispatch_recording_identity(func, types, args, kwargs, written)
