@@ -70,6 +70,16 @@ def _snapshot(case: Case):
     return state, fresh((case.args, case.kwargs)), torch.get_rng_state()
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal metadata and values, NaN equal to NaN."""
+    a, b = a.detach(), b.detach()
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if torch.equal(a, b):
+        return True
+    return (a.is_floating_point() or a.is_complex()) and bool(torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
+
+
 def _changed(case: Case, before) -> str | None:
     """What exporting changed of the caller's model, inputs or RNG state."""
     state, inputs, rng = before
@@ -78,12 +88,12 @@ def _changed(case: Case, before) -> str | None:
     if isinstance(case.model, torch.nn.Module):
         now = case.model.state_dict(keep_vars=True)
         for k, v in state.items():
-            if k not in now or now[k].shape != v.shape or not torch.equal(now[k].detach(), v):
+            if k not in now or not _same(now[k], v):
                 return f"export changed model state {k}"
     flat_before = torch.utils._pytree.tree_leaves(inputs)
     flat_now = torch.utils._pytree.tree_leaves((case.args, case.kwargs))
     for a, b in zip(flat_before, flat_now):
-        if isinstance(a, torch.Tensor) and (a.shape != b.shape or not torch.equal(a, b.detach())):
+        if isinstance(a, torch.Tensor) and not _same(a, b):
             return "export changed an input"
     return None
 
