@@ -106,6 +106,13 @@ def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:
     return torch._guards.detect_fake_mode(tensors)
 
 
+def discarding_unbacked_symbols(fake_mode: FakeTensorMode) -> Any:
+    """Unbacked symbols (``.item()``) made inside are thrown away, not pending
+    for the trace's outputs: for trial runs whose results are dropped."""
+    env = fake_mode.shape_env
+    return env.ignore_fresh_unbacked_symbols() if env is not None else contextlib.nullcontext()
+
+
 # --- export state -----------------------------------------------------------
 
 

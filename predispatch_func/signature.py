@@ -14,6 +14,8 @@ from torch.export.graph_signature import (
     InputSpec,
     OutputKind,
     OutputSpec,
+    SymBoolArgument,
+    SymFloatArgument,
     SymIntArgument,
     TensorArgument,
 )
@@ -68,6 +70,10 @@ def argument(node: Any) -> Any:
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):
             return SymIntArgument(name=node.name)
+        if isinstance(val, torch.SymFloat):  # x.item() of a float tensor, returned
+            return SymFloatArgument(name=node.name)
+        if isinstance(val, torch.SymBool):
+            return SymBoolArgument(name=node.name)
         if isinstance(val, torch.Tensor) or val is None:
             return TensorArgument(name=node.name)
         return ConstantArgument(name=node.name, value=val)

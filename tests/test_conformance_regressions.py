@@ -132,3 +132,29 @@ def test_composite_out_variant_writes_out(name):
     linalg ones reached ``_linalg_check_errors`` (no effect token)."""
     fn, a, out = _COMPOSITE_OUTS[name]
     assert_ok(OutOf(fn), (a, out))
+
+
+class ScaleByMax(torch.nn.Module):
+    def forward(self, x):
+        return x * x.max().item()
+
+
+class ReturnsItems(torch.nn.Module):
+    def forward(self, x):
+        return x * 2, x.max().item(), (x > 0).any().item(), x.argmax().item()
+
+
+def test_item_exports_with_a_cold_composite_guard_cache():
+    """The trace-time composite guard ran ``item`` on fresh fakes and left an
+    unbacked symbol pending (``PendingUnbackedSymbolNotFound``); its process-wide
+    cache hid that after the first export, so start cold."""
+    from predispatch_func.modes import composite_policy
+
+    composite_policy._STATIC_GUARDS.clear()
+    assert_ok(ScaleByMax(), (torch.randn(3, 4),))
+
+
+def test_item_results_returned_as_outputs():
+    """Returned Python scalars from ``.item()`` are SymFloat/SymBool/SymInt outputs
+    of the signature (was a raw ``SpecViolationError``)."""
+    assert_ok(ReturnsItems(), (torch.randn(3, 4),))
