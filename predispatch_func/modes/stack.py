@@ -195,6 +195,10 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             if self.pre_dispatch and is_composite_out(func):
                 with self:
                     return call_composite_out(func, args, kwargs)
+            lowered = self.policy.lowering.functional_decomposition(func) if self.policy.lowering else None
+            if lowered is not None:  # outside the target op set: lower it, functionalized
+                with self:
+                    return lowered(*args, **kwargs)
             self.copy_target.unwritten_input = func is torch.ops.aten.copy_.default and self._unwritten_input(written)
             try:
                 out = self._dispatch_recording_identity(func, types, args, kwargs, written)
