@@ -45,6 +45,10 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
     )
 
 
+def has_functionalize_kernel(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), torch._C.DispatchKey.Functionalize)
+
+
 def has_python_composite(op: torch._ops.OpOverload) -> bool:
     """torch registered a Python CompositeImplicitAutograd kernel, which tracing
     runs instead of the C++ one eager runs (dropout: clone vs. return input)."""

@@ -82,6 +82,8 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
         feeding = _ancestors(final) | {final}
         aliases = _view_chain(placeholder)
         for alias in aliases:
+            if not isinstance(alias.meta.get("val"), torch.Tensor):  # split's list: its pieces are aliases
+                continue
             for user in list(alias.users):
                 if (user.op != "call_function" or calls_view_op(user) or user not in feeding
                         or _saves_nothing(user)):

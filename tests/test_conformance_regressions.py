@@ -158,3 +158,15 @@ def test_item_results_returned_as_outputs():
     """Returned Python scalars from ``.item()`` are SymFloat/SymBool/SymInt outputs
     of the signature (was a raw ``SpecViolationError``)."""
     assert_ok(ReturnsItems(), (torch.randn(3, 4),))
+
+
+class Polygamma(torch.nn.Module):
+    def forward(self, x):
+        x[0].polygamma_(1)
+        return x.polygamma_(0) * 2
+
+
+def test_inplace_op_without_a_functionalization_kernel():
+    """``polygamma_(self, n)`` has no functionalization kernel (its functional form
+    orders the arguments ``(n, self)``); it runs as ``polygamma`` plus a write."""
+    assert_ok(Polygamma(), (torch.rand(3, 4) + 0.5,))

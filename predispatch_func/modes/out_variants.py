@@ -15,6 +15,12 @@ and writes each result into its ``out`` tensor, as the ``out=`` contract
 says; functionalization turns that copy into a mutation output. Without a
 functional overload, eager's decomposition runs and each ``out`` tensor it
 did not return is written the same way.
+
+Likewise an in-place op that functionalization has no kernel for
+(``polygamma_(self, n)``, whose functional form orders its arguments
+``polygamma(n, self)``: "Found a custom (non-ATen) operator whose output has
+alias annotations") runs its functional form, matched by argument names,
+and writes the result into ``self``.
 """
 
 from __future__ import annotations
@@ -84,3 +90,35 @@ def write_results_to_out(op: torch._ops.OpOverload, kwargs: dict, result: Any) -
                 "tensor of the result's shape", op=op, source=user_source_line())
         out.copy_(res)
     return outs[0] if len(outs) == 1 and not isinstance(result, (tuple, list)) else tuple(outs)
+
+
+_INPLACE_TWINS: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
+
+
+def unfunctionalizable_inplace_twin(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """For an aten in-place op without a functionalization kernel, the functional
+    op of the same name without ``_`` taking the same arguments by name."""
+    if op not in _INPLACE_TWINS:
+        _INPLACE_TWINS[op] = None
+        name = op._schema.name
+        if (name.startswith("aten::") and name.endswith("_") and not name.endswith("__")
+                and op._schema.is_mutable and not tc.has_composite_implicit_kernel(op)
+                and not tc.has_functionalize_kernel(op)):
+            packet = getattr(torch.ops.aten, name[len("aten::"):-1], None)
+            wanted = sorted((a.name, str(a.type).replace("(a!)", "")) for a in op._schema.arguments)
+            for overload in packet.overloads() if packet is not None else ():
+                twin = getattr(packet, overload)
+                if not twin._schema.is_mutable and sorted(
+                        (a.name, str(a.type)) for a in twin._schema.arguments) == wanted:
+                    _INPLACE_TWINS[op] = twin
+                    break
+    return _INPLACE_TWINS[op]
+
+
+def call_inplace_through_twin(op: torch._ops.OpOverload, twin: torch._ops.OpOverload,
+                              args: tuple, kwargs: dict) -> Any:
+    """``self.copy_(twin(**arguments by name))``; run under the functional mode."""
+    bound = dict(zip((a.name for a in op._schema.arguments), args), **kwargs)
+    self_name = op._schema.arguments[0].name
+    result = twin(**bound)
+    return bound[self_name].copy_(result)

@@ -27,7 +27,12 @@ from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
 from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
-from .out_variants import call_composite_out, is_composite_out
+from .out_variants import (
+    call_composite_out,
+    call_inplace_through_twin,
+    is_composite_out,
+    unfunctionalizable_inplace_twin,
+)
 from .view_grad_modes import ViewGradModes
 
 
@@ -195,6 +200,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             if self.pre_dispatch and is_composite_out(func):
                 with self:
                     return call_composite_out(func, args, kwargs)
+            if (inplace_twin := unfunctionalizable_inplace_twin(func)) is not None:
+                with self:
+                    return call_inplace_through_twin(func, inplace_twin, args, kwargs)
             lowered = self.policy.lowering.functional_decomposition(func) if self.policy.lowering else None
             if lowered is not None:  # outside the target op set: lower it, functionalized
                 with self:
