@@ -20,121 +20,21 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import multiprocessing as mp
 import os
 import random
 import subprocess
 import sys
 import time
-from multiprocessing.connection import wait
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [_ROOT, os.path.join(_ROOT, "tests")]
 
+from conformance.runner import load_results, run
+
 STATUSES = ("ok", "wrong", "refusal", "error")
 
 
-# --- workers ------------------------------------------------------------------------
-
-
-def _worker(conn) -> None:
-    """Judge (case, exporter) pairs sent over ``conn`` until it closes."""
-    import warnings
-
-    warnings.simplefilter("ignore")
-    import torch
-
-    torch.set_num_threads(1)
-    from conformance.judge import Outcome, judge
-
-    while True:
-        try:
-            name, exporter = conn.recv()
-        except EOFError:
-            return
-        try:
-            outcome = judge(name, exporter)
-        except Exception as exc:  # noqa: BLE001 (the case builder failed: not a case)
-            outcome = Outcome("n/a", f"build raised {type(exc).__name__}: {str(exc)[:200]}")
-        conn.send(outcome.__dict__)
-
-
-class Worker:
-    def __init__(self, ctx):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child,), daemon=True)
-        self.proc.start()
-        child.close()
-        self.task: tuple[str, str] | None = None
-        self.started = 0.0
-
-    def give(self, task: tuple[str, str]) -> None:
-        self.task, self.started = task, time.monotonic()
-        self.conn.send(task)
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.join()
-
-
-def run(tasks: list[tuple[str, str]], workers: int, timeout: float, sink) -> None:
-    ctx = mp.get_context("spawn")
-    pool = [Worker(ctx) for _ in range(min(workers, len(tasks)))]
-    pending = collections.deque(tasks)
-    done = 0
-    for w in pool:
-        if pending:
-            w.give(pending.popleft())
-    while any(w.task for w in pool):
-        ready = wait([w.conn for w in pool if w.task] + [w.proc.sentinel for w in pool if w.task], timeout=1.0)
-        now = time.monotonic()
-        for i, w in enumerate(pool):
-            if w.task is None:
-                continue
-            result = None
-            if w.conn in ready:
-                try:
-                    result = w.conn.recv()
-                except (EOFError, OSError):
-                    result = None
-            if result is None and (w.proc.sentinel in ready or not w.proc.is_alive()):
-                result = {"status": "error", "detail": f"worker died (exit code {w.proc.exitcode})",
-                          "signature": "worker crashed", "seconds": round(now - w.started, 3)}
-            elif result is None and now - w.started > timeout:
-                result = {"status": "error", "detail": f"timed out after {timeout:.0f}s",
-                          "signature": "timeout", "seconds": round(now - w.started, 3)}
-            if result is None:
-                continue
-            name, exporter = w.task
-            sink({"case": name, "exporter": exporter, **result})
-            done += 1
-            if result["signature"] in ("worker crashed", "timeout"):
-                w.stop()
-                pool[i] = w = Worker(ctx)
-            w.task = None
-            if pending:
-                w.give(pending.popleft())
-        if done and done % 100 == 0:
-            print(f"  {done}/{len(tasks)}", file=sys.stderr, flush=True)
-    for w in pool:
-        w.conn.close()
-        w.proc.join(timeout=5)
-        if w.proc.is_alive():
-            w.stop()
-
-
 # --- results and report --------------------------------------------------------------
-
-
-def load_results(path: str) -> dict[tuple[str, str], dict]:
-    results = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    r = json.loads(line)
-                    results[(r["case"], r["exporter"])] = r
-    return results
 
 
 def _commit() -> str:
@@ -254,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default=os.path.join(_ROOT, ".conformance", "results.jsonl"))
     p.add_argument("--report", default=os.path.join(_ROOT, "docs", "conformance.md"))
     p.add_argument("--fresh", action="store_true", help="ignore earlier results for the selected cases")
+    p.add_argument("--retry", action="store_true", help="run again the pairs that timed out or crashed")
     p.add_argument("--report-only", action="store_true")
     a = p.parse_args(argv)
     suites = a.suite or list(conformance.SUITES)
@@ -262,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     n_run = 0
     if not a.report_only:
         names = select(suites, a.k, a.limit, a.sample, a.seed)
-        tasks = [(n, e) for n in names for e in ("ours", "torch") if a.fresh or (n, e) not in results]
+        again = ("timeout", "worker crashed") if a.retry else ()
+        tasks = [(n, e) for n in names for e in ("ours", "torch")
+                 if a.fresh or (n, e) not in results or results[(n, e)]["signature"] in again]
         n_run = len(tasks)
         print(f"{len(names)} cases, {len(tasks)} (case, exporter) runs to do, {a.workers} workers", file=sys.stderr)
         os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
