@@ -120,6 +120,20 @@ def report(results: dict[tuple[str, str], dict], suites: list[str], meta: dict) 
     return "\n".join(lines)
 
 
+def write_known_gaps(results: dict[tuple[str, str], dict], suites: list[str]) -> None:
+    from conformance import known_gaps as kg
+
+    gaps = {}
+    for (case, exporter), ours in sorted(results.items()):
+        theirs = results.get((case, "torch"))
+        if exporter == "ours" and theirs and case.split("/", 1)[0] in suites and kg.is_gap(ours, theirs):
+            gaps[case] = kg.reason(ours)
+    with open(kg.PATH, "w") as f:
+        json.dump(gaps, f, indent=0, sort_keys=True)
+        f.write("\n")
+    print(f"{len(gaps)} known gaps written to {kg.PATH}", file=sys.stderr)
+
+
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -149,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="the first N cases")
     p.add_argument("--sample", type=int, help="a seeded random N cases per suite")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--test-sample", action="store_true", help="the cases tests/test_conformance.py samples")
+    p.add_argument("--write-known-gaps", action="store_true",
+                   help="rewrite tests/conformance/known_gaps.json from every result of the selected suites")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per (case, exporter)")
     p.add_argument("--results", default=os.path.join(_ROOT, ".conformance", "results.jsonl"))
@@ -162,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     n_run = 0
     if not a.report_only:
-        names = select(suites, a.k, a.limit, a.sample, a.seed)
+        names = conformance.test_sample() if a.test_sample else select(suites, a.k, a.limit, a.sample, a.seed)
         again = ("timeout", "worker crashed") if a.retry else ()
         tasks = [(n, e) for n in names for e in ("ours", "torch")
                  if a.fresh or (n, e) not in results or results[(n, e)]["signature"] in again]
@@ -179,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"commit": _commit(),
             "run": f"{n_run} (case, exporter) runs in {elapsed / 60:.1f} min with {a.workers} workers"
                    if n_run else "report rebuilt from the results file"}
+    if a.write_known_gaps:
+        write_known_gaps(results, suites)
     text = report(results, suites, meta)
     with open(a.report, "w") as f:
         f.write(text)

@@ -10,26 +10,18 @@ not. Known gaps (``conformance/known_gaps.json``) are strict xfails.
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
-from conformance import SUITES, case_names
+from conformance import SUITES, case_names, test_sample
 from conformance.judge import judge
 from conformance.known_gaps import is_gap, known_gaps
 from conformance.runner import load_results, run
 
-SAMPLE = {"exportdb": 6, "modules": 8, "opinfo": 20, "hop": 4}
-
 
 def _sample() -> list:
-    rng = random.Random(11)
-    names = []
-    for suite in SUITES:
-        all_names = case_names(suite)
-        names += sorted(rng.sample(all_names, min(SAMPLE[suite], len(all_names))))
     gaps = known_gaps()
     return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=gaps[n])) if n in gaps else n
-            for n in names]
+            for n in test_sample()]
 
 
 @pytest.mark.parametrize("name", _sample())

@@ -35,10 +35,26 @@ def case_names(suite: str) -> list[str]:
     return _suite(suite).case_names()
 
 
+# the default test run's sample: a few cases of each suite, drawn with a fixed seed
+TEST_SAMPLE = {"exportdb": 6, "modules": 8, "opinfo": 20, "hop": 4}
+
+
+def test_sample() -> list[str]:
+    """The cases ``tests/test_conformance.py`` judges in the default run."""
+    import random
+
+    rng = random.Random(11)
+    names: list[str] = []
+    for suite in SUITES:
+        all_names = case_names(suite)
+        names += sorted(rng.sample(all_names, min(TEST_SAMPLE[suite], len(all_names))))
+    return names
+
+
 def build(name: str) -> Case:
     """The case called ``name``; raises ``NotApplicable`` where the database has
     no such sample or the sample does not fit the variant."""
     return _suite(name.split("/", 1)[0]).build(name)
 
 
-__all__ = ["SUITES", "Case", "NotApplicable", "build", "case_names"]
+__all__ = ["SUITES", "TEST_SAMPLE", "Case", "NotApplicable", "build", "case_names", "test_sample"]
