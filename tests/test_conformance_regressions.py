@@ -170,3 +170,27 @@ def test_inplace_op_without_a_functionalization_kernel():
     """``polygamma_(self, n)`` has no functionalization kernel (its functional form
     orders the arguments ``(n, self)``); it runs as ``polygamma`` plus a write."""
     assert_ok(Polygamma(), (torch.rand(3, 4) + 0.5,))
+
+
+class StatsTwice(torch.nn.Module):
+    def forward(self, x, stats):
+        return torch.batch_norm(x, None, None, stats, stats, True, 0.1, 1e-5, False)
+
+
+class StatsRows(torch.nn.Module):
+    def forward(self, x, stats):
+        return torch.batch_norm(x, None, None, stats[0], stats[1], True, 0.1, 1e-5, False)
+
+
+def test_one_tensor_as_two_written_arguments_is_refused():
+    """Eager updates ``stats`` as the mean, then as the variance on top; a functional
+    program would compute both from the old value (was silently wrong)."""
+    import predispatch_func as pf
+
+    with pytest.raises(pf.UnsupportedError, match="two arguments the op writes") as info:
+        pf.export(StatsTwice(), (torch.randn(4, 3), torch.ones(3)))
+    assert "batch_norm" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
+
+
+def test_disjoint_views_as_two_written_arguments_export():
+    assert_ok(StatsRows(), (torch.randn(4, 3), torch.ones(2, 3)))

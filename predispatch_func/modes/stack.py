@@ -105,6 +105,23 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 if arg.alias_info is not None and arg.alias_info.is_write
                 and isinstance(value, tc.FunctionalTensor)]
 
+    def _refuse_overlapping_writes(self, func, written: list[Any]) -> None:
+        """One tensor passed as two mutable arguments (``batch_norm(x, None, None, s, s,
+        True, ...)``): eager applies the kernel's writes one after the other, a
+        functional program computes each from the old value. Refused."""
+        spans = []
+        for t in written:
+            start = t.storage_offset()
+            extent = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0) if t.numel() else -1
+            spans.append((tc.storage_key(t), start, start + extent))
+        for i, (key, lo, hi) in enumerate(spans):
+            for key2, lo2, hi2 in spans[:i]:
+                if key == key2 and lo <= hi2 and lo2 <= hi:
+                    raise UnsupportedError(
+                        "one tensor (or overlapping views of it) is passed as two arguments the op "
+                        "writes; eager applies the writes one after the other, which a functional "
+                        "program cannot express: pass separate tensors", op=func, source=user_source_line())
+
     def _bases_of(self, tensors: list[Any]) -> list[Any]:
         bases = []
         for t in tensors:
@@ -191,6 +208,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.op_stack.append(func)
         try:
             written = self._written_args(func, args, kwargs)
+            if len(written) > 1:
+                self._refuse_overlapping_writes(func, written)
             if self.pre_dispatch:
                 self.view_modes.before(func, args, kwargs, written)
             if (self.pre_dispatch and self.policy.needs_eager_kernel(func, args, kwargs)
