@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import itertools
 import zlib
 from collections.abc import Callable, Iterator
@@ -83,4 +84,5 @@ def first(samples: Any, n: int) -> list:
     out = list(itertools.islice(samples, n))
     if hasattr(samples, "close"):
         samples.close()
+        gc.collect()  # generators the closed one held in reference cycles
     return out
