@@ -24,6 +24,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
+from ..hop.extensions import traced_extensions
 from ..hop.ops import note_identity_hook
 from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
@@ -282,7 +283,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         for t in wrapped:
             mode.track_base(t)
         with mode, note_identity_hook(mode.note_identity), torch.enable_grad(), \
-                tc.autocast_cache_as(autocast_cache):
+                tc.autocast_cache_as(autocast_cache), traced_extensions(
+                    policy, decompositions, pre_dispatch=pre_dispatch):
             outs = body(wrapped, mode)
             mode.view_modes.rebuild_stale(outs)
             _refuse_leaked_autocast()
