@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conformance import Case
 from conformance.judge import judge_case
 
@@ -194,3 +193,14 @@ def test_one_tensor_as_two_written_arguments_is_refused():
 
 def test_disjoint_views_as_two_written_arguments_export():
     assert_ok(StatsRows(), (torch.randn(4, 3), torch.ones(2, 3)))
+
+
+class RReLUInPlace(torch.nn.Module):
+    def forward(self, x):
+        return F.rrelu(x, 0.0, 1.0, training=True, inplace=True) * 2
+
+
+def test_inplace_composite_runs_as_its_functional_twin():
+    """``rrelu_`` decomposed to ``rrelu_with_noise_functional``, whose gradient read the
+    noise before it was filled (silently wrong gradients); ``rrelu`` is right."""
+    assert_ok(RReLUInPlace(), (torch.randn(3, 4),))

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -31,8 +32,8 @@ from .differentiable_copy import CopyTarget, copy_decompositions
 from .out_variants import (
     call_composite_out,
     call_inplace_through_twin,
+    inplace_twin,
     is_composite_out,
-    unfunctionalizable_inplace_twin,
 )
 from .view_grad_modes import ViewGradModes
 
@@ -180,7 +181,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 "autograd history while the tensor it aliases keeps its old one; write to a "
                 "clone, or detach the value written", op=func, source=user_source_line())
 
-    def _can_decompose(self, func, args, kwargs) -> bool:  # noqa: D401 (torch hook)
+    def _can_decompose(self, func, args, kwargs) -> bool:
         if not self.pre_dispatch:
             return super()._can_decompose(func, args, kwargs)
         return self.policy.should_decompose(func, args, kwargs)
@@ -220,9 +221,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             if self.pre_dispatch and is_composite_out(func):
                 with self:
                     return call_composite_out(func, args, kwargs)
-            if (inplace_twin := unfunctionalizable_inplace_twin(func)) is not None:
+            if (twin_op := inplace_twin(func)) is not None:
                 with self:
-                    return call_inplace_through_twin(func, inplace_twin, args, kwargs)
+                    return call_inplace_through_twin(func, twin_op, args, kwargs)
             lowered = self.policy.lowering.functional_decomposition(func) if self.policy.lowering else None
             if lowered is not None:  # outside the target op set: lower it, functionalized
                 with self:
