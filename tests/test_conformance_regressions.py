@@ -204,3 +204,46 @@ def test_inplace_composite_runs_as_its_functional_twin():
     """``rrelu_`` decomposed to ``rrelu_with_noise_functional``, whose gradient read the
     noise before it was filled (silently wrong gradients); ``rrelu`` is right."""
     assert_ok(RReLUInPlace(), (torch.randn(3, 4),))
+
+
+class RandnIntoOut(torch.nn.Module):
+    def forward(self, x, o):
+        torch.randn(3, 4, out=o)
+        return o * x
+
+
+class Dropout3dUnbatched(torch.nn.Module):
+    def forward(self, x):
+        return F.dropout3d(x, 0.5, training=True, inplace=True) * 2
+
+
+class TransposeOneD(torch.nn.Module):
+    def forward(self, x):
+        x.t_()
+        x.mul_(2)
+        return x + 1
+
+
+class UnsqueezeInput(torch.nn.Module):
+    def forward(self, x):
+        x.unsqueeze_(0)
+        return x * 2
+
+
+@pytest.mark.parametrize("model, args", [
+    (RandnIntoOut(), (torch.randn(3, 4), torch.zeros(3, 4))),
+    (Dropout3dUnbatched(), (torch.randn(2, 3, 4, 5),)),
+    (TransposeOneD(), (torch.randn(5),)),
+], ids=["randn_out_same_shape", "dropout3d_unbatched", "t_of_1d"])
+def test_in_place_view_op_that_leaves_the_input_layout_exports(model, args):
+    """In-place view ops on an input are refused only if the input's layout differs
+    at the end (these were refused although nothing changes)."""
+    assert_ok(model, args)
+
+
+def test_in_place_view_op_that_changes_the_input_layout_is_refused():
+    import predispatch_func as pf
+
+    with pytest.raises(pf.UnsupportedError, match="in-place metadata change") as info:
+        pf.export(UnsqueezeInput(), (torch.randn(5),))
+    assert "unsqueeze_" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
