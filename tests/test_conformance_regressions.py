@@ -247,3 +247,32 @@ def test_in_place_view_op_that_changes_the_input_layout_is_refused():
     with pytest.raises(pf.UnsupportedError, match="in-place metadata change") as info:
         pf.export(UnsqueezeInput(), (torch.randn(5),))
     assert "unsqueeze_" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
+
+
+class WritesTwoInputs(torch.nn.Module):
+    def forward(self, x, y):
+        x.add_(1)
+        y.mul_(2)
+        return x + y
+
+
+def test_writes_to_disjoint_pieces_of_one_storage_export():
+    """Inputs over one storage that do not overlap are independent (was refused)."""
+    import predispatch_func as pf
+
+    base = torch.randn(8)
+    assert_ok(WritesTwoInputs(), (base[:4], base[4:]))
+    eager_base = torch.randn(8)
+    program_base = eager_base.clone()
+    program = pf.export(WritesTwoInputs(), (base[:4], base[4:])).module()
+    expected = WritesTwoInputs()(eager_base[:4], eager_base[4:])
+    assert torch.equal(program(program_base[:4], program_base[4:]), expected)
+    assert torch.equal(program_base, eager_base)
+
+
+def test_writes_to_overlapping_inputs_are_refused():
+    import predispatch_func as pf
+
+    base = torch.randn(8)
+    with pytest.raises(pf.UnsupportedError, match="shares memory"):
+        pf.export(WritesTwoInputs(), (base[:5], base[3:]))
