@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     n_run = 0
     if not a.report_only:
-        names = conformance.test_sample() if a.test_sample else select(suites, a.k, a.limit, a.sample, a.seed)
+        names = conformance.sampled_cases() if a.test_sample else select(suites, a.k, a.limit, a.sample, a.seed)
         again = ("timeout", "worker crashed") if a.retry else ()
         tasks = [(n, e) for n in names for e in ("ours", "torch")
                  if a.fresh or (n, e) not in results or results[(n, e)]["signature"] in again]
