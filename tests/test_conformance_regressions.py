@@ -276,3 +276,18 @@ def test_writes_to_overlapping_inputs_are_refused():
     base = torch.randn(8)
     with pytest.raises(pf.UnsupportedError, match="shares memory"):
         pf.export(WritesTwoInputs(), (base[:5], base[3:]))
+
+
+_RANDOM_FILLS = {
+    "normal_": lambda x: x.normal_(),
+    "uniform_": lambda x: x.uniform_(-1, 1),
+    "bernoulli_": lambda x: x.bernoulli_(0.5),
+    "exponential_": lambda x: x.exponential_(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_RANDOM_FILLS))
+def test_random_fill_of_an_input_that_requires_grad_trains(name):
+    """``normal_functional`` has no derivative: backward through the program raised,
+    where eager gives the input a zero gradient (and it keeps requiring grad)."""
+    assert_ok(InPlaceOnInput(_RANDOM_FILLS[name]), (torch.randn(3, 4),))

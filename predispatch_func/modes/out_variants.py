@@ -128,3 +128,25 @@ def call_inplace_through_twin(op: torch._ops.OpOverload, twin: torch._ops.OpOver
     self_name = op._schema.arguments[0].name
     result = twin(**bound)
     return bound[self_name].copy_(result)
+
+
+def _random_fills() -> set:
+    aten = torch.ops.aten
+    return {aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
+            aten.exponential_.default, aten.geometric_.default, aten.cauchy_.default,
+            aten.log_normal_.default, aten.random_.default, getattr(aten.random_, "from"), aten.random_.to}
+
+
+# In-place random fills: the value ignores ``self``, eager's gradient to ``self`` is zero.
+RANDOM_FILLS = _random_fills()
+
+
+def fill_randomly_keeping_grad(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """``self.normal_()`` on a tensor that may require grad, as ``self.zero_().add_(fresh)``
+    with ``fresh`` filled by ``op``: functionalized, ``normal_`` becomes
+    ``normal_functional``, which has no derivative, so backward through the program
+    raised where eager's gives ``self`` a zero gradient and keeps it requiring grad.
+    Run under the functional mode."""
+    self_ = args[0]
+    fresh = op(torch.empty(self_.shape, dtype=self_.dtype, device=self_.device), *args[1:], **kwargs)
+    return self_.zero_().add_(fresh)

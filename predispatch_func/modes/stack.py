@@ -30,8 +30,10 @@ from ..hop.ops import note_identity_hook
 from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .out_variants import (
+    RANDOM_FILLS,
     call_composite_out,
     call_inplace_through_twin,
+    fill_randomly_keeping_grad,
     inplace_twin,
     is_composite_out,
 )
@@ -234,6 +236,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             if self.pre_dispatch and is_composite_out(func):
                 with self:
                     return call_composite_out(func, args, kwargs)
+            if func in RANDOM_FILLS and self.pre_dispatch and self._may_need_grad(args[0]):
+                with self:
+                    return fill_randomly_keeping_grad(func, args, kwargs)
             if (twin_op := inplace_twin(func)) is not None:
                 with self:
                     return call_inplace_through_twin(func, twin_op, args, kwargs)
