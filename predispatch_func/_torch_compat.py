@@ -552,3 +552,12 @@ def prims_decomposition_ops() -> frozenset[torch._ops.OpOverload]:
 
     return frozenset(op for op, fn in decomposition_table.items()
                      if str(getattr(fn, "__module__", "")).startswith("torch._refs"))
+
+
+def _uncaptured_hop_error() -> type:
+    from torch._dynamo.exc import UncapturedHigherOrderOpError
+
+    return UncapturedHigherOrderOpError
+
+
+UNCAPTURED_HOP_ERROR = _uncaptured_hop_error()
