@@ -561,3 +561,10 @@ def _uncaptured_hop_error() -> type:
 
 
 UNCAPTURED_HOP_ERROR = _uncaptured_hop_error()
+
+
+def hop_capture_static() -> Any:
+    """torch's HOP wrappers (``map``, ``cond``) capture their bodies with dynamo, which
+    after a first capture in the process makes changed Python ints (pytree spec
+    sizes) graph inputs without values; keep them constants, as on a first capture."""
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False)

@@ -31,5 +31,5 @@ def traced_extensions(policy: Any, decompositions: dict | None = None, *, pre_di
         let_torch_hops_through(type(mode))
     with tracing_autograd_functions(policy, decompositions, pre_dispatch=pre_dispatch), \
             tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly(), \
-            torch_hop_limits_refused():
+            torch_hop_limits_refused(), tc.hop_capture_static():
         yield
