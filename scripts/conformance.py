@@ -175,10 +175,10 @@ def _md(text: str) -> str:
 # --- main ----------------------------------------------------------------------------
 
 
-def select(suites: list[str], k: str | None, limit: int | None, sample: int | None, seed: int) -> list[str]:
+def select(suites: list[str], k: list[str] | None, limit: int | None, sample: int | None, seed: int) -> list[str]:
     import conformance
 
-    names = [n for s in suites for n in conformance.case_names(s) if not k or k in n]
+    names = [n for s in suites for n in conformance.case_names(s) if not k or any(x in n for x in k)]
     if sample is not None:
         rng = random.Random(seed)
         names = [n for s in suites for n in sorted(rng.sample([m for m in names if m.startswith(s + "/")],
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--suite", action="append", choices=conformance.SUITES, help="repeatable; default all")
-    p.add_argument("-k", help="only cases whose name contains this")
+    p.add_argument("-k", action="append", help="only cases whose name contains this (repeatable: any of them)")
     p.add_argument("--limit", type=int, help="the first N cases")
     p.add_argument("--sample", type=int, help="a seeded random N cases per suite")
     p.add_argument("--seed", type=int, default=0)
