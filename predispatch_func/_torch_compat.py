@@ -45,6 +45,10 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
     )
 
 
+def has_functionalize_kernel(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), torch._C.DispatchKey.Functionalize)
+
+
 def has_python_composite(op: torch._ops.OpOverload) -> bool:
     """torch registered a Python CompositeImplicitAutograd kernel, which tracing
     runs instead of the C++ one eager runs (dropout: clone vs. return input)."""
@@ -104,6 +108,13 @@ def has_metadata_mutation(t: FunctionalTensor) -> bool:
 
 def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:
     return torch._guards.detect_fake_mode(tensors)
+
+
+def discarding_unbacked_symbols(fake_mode: FakeTensorMode) -> Any:
+    """Unbacked symbols (``.item()``) made inside are thrown away, not pending
+    for the trace's outputs: for trial runs whose results are dropped."""
+    env = fake_mode.shape_env
+    return env.ignore_fresh_unbacked_symbols() if env is not None else contextlib.nullcontext()
 
 
 # --- export state -----------------------------------------------------------
@@ -574,3 +585,19 @@ def collect_tracepoints(gm: torch.fx.GraphModule, signatures: dict[str, Any], gr
     from torch._export.passes.collect_tracepoints_pass import CollectTracepointsPass
 
     CollectTracepointsPass(signatures, graph_signature)(gm)
+
+
+def _uncaptured_hop_error() -> type:
+    from torch._dynamo.exc import UncapturedHigherOrderOpError
+
+    return UncapturedHigherOrderOpError
+
+
+UNCAPTURED_HOP_ERROR = _uncaptured_hop_error()
+
+
+def hop_capture_static() -> Any:
+    """torch's HOP wrappers (``map``, ``cond``) capture their bodies with dynamo, which
+    after a first capture in the process makes changed Python ints (pytree spec
+    sizes) graph inputs without values; keep them constants, as on a first capture."""
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False)

@@ -17,7 +17,8 @@ Steps 1-2 depend on the op alone and are decided once per op and export.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -68,8 +69,15 @@ HONEST_TWINS = _honest_twins()
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
-    __slots__ = ("audit_lookup", "overrides", "lowering", "_guard_cache", "_eager_cache", "_by_op",
-                 "decisions")
+    __slots__ = (
+        "_by_op",
+        "_eager_cache",
+        "_guard_cache",
+        "audit_lookup",
+        "decisions",
+        "lowering",
+        "overrides",
+    )
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
                  overrides: dict[str, Decision] | None = None, lowering: Any = None):
@@ -166,7 +174,7 @@ def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs:
     fake_mode = tc.fake_mode_of(tensors)
     if fake_mode is None:
         return None
-    with tc.below_pre_dispatch(), fake_mode:
+    with tc.below_pre_dispatch(), fake_mode, tc.discarding_unbacked_symbols(fake_mode):
         fresh_args, fresh_kwargs = tc.pytree.tree_map_only(torch.Tensor, _fresh_like, (args, kwargs))
         fresh = [t for t in tc.pytree.tree_leaves((fresh_args, fresh_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [t._version for t in fresh]
