@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.utils._pytree as pytree
+from torch._ops import HigherOrderOperator, OpOverload
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._subclasses.functional_tensor import (
     FunctionalTensor,
@@ -28,6 +29,8 @@ __all__ = [
     "FakeTensorMode",
     "FunctionalTensor",
     "FunctionalTensorMode",
+    "HigherOrderOperator",
+    "OpOverload",
     "ShapeEnv",
     "StorageWeakRef",
     "disable_proxy_modes_tracing",
@@ -78,6 +81,35 @@ def below_pre_dispatch() -> Iterator[None]:
         yield
 
 
+def schema_of(op: Any) -> Any:
+    """``op``'s FunctionSchema (None for a higher-order op or a Python callable)."""
+    return getattr(op, "_schema", None)
+
+
+def share_torch_hop_rules(mode_type: type, like: type) -> None:
+    """Let torch's higher-order ops (``cond``, ``while_loop``, ``map``, ...) run their rule
+    for mode ``like`` when ``mode_type`` (a subclass of it) is the active mode.
+
+    HOP dispatch finds a mode's rule by its exact type, so a subclass of
+    FunctionalTensorMode is "not registered". Idempotent; cheap enough to call per
+    trace, which also covers HOPs defined after the first export.
+    """
+    from torch._ops import _higher_order_ops
+
+    for hop in list(_higher_order_ops.values()):
+        rule = hop.python_key_table.get(like)
+        if rule is not None and mode_type not in hop.python_key_table:
+            hop.py_impl(mode_type)(rule)
+
+
+def active_functional_mode() -> Any:
+    """The FunctionalTensorMode tracing now (pre-dispatch or not), if any."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    key = torch._C._TorchDispatchModeKey.FUNCTIONAL
+    return _get_dispatch_mode_pre_dispatch(key) or torch._C._get_dispatch_mode(key)
+
+
 # --- functional tensors -----------------------------------------------------
 
 
@@ -96,10 +128,6 @@ def inner_of_functional(t: Any) -> Any:
 def has_data_mutation(t: FunctionalTensor) -> bool:
     torch._sync(t)
     return bool(torch._functionalize_has_data_mutation(t.elem))
-
-
-def has_metadata_mutation(t: FunctionalTensor) -> bool:
-    return bool(torch._functionalize_has_metadata_mutation(t.elem))
 
 
 def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:

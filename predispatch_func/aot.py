@@ -19,7 +19,7 @@ import torch
 from torch.export.graph_signature import ExportGraphSignature
 
 from . import _torch_compat as tc
-from .errors import UnsupportedError
+from .errors import Refusal, UnsupportedError
 from .fakeify import Fakeifier
 from .graphs import all_graph_modules
 from .hop import outline_regions
@@ -85,13 +85,13 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                 raise UnsupportedError(
                     f"the model writes to tensor attribute {slots[i].target!r}, which is neither a "
                     "parameter nor a buffer; register it with register_buffer so the write can be "
-                    "carried in the signature")
+                    "carried in the signature", kind=Refusal.WRITE_TO_TENSOR_ATTRIBUTE)
             if sharing := aliased.get(i):
                 raise UnsupportedError(
                     f"the model writes to input {slots[i].target!r}, which shares memory with "
                     f"{', '.join(repr(slots[j].target) for j in sharing)}; a functional program "
                     "cannot carry a write through inputs that alias each other: pass distinct "
-                    "tensors (e.g. .clone() one of them)")
+                    "tensors (e.g. .clone() one of them)", kind=Refusal.WRITE_TO_ALIASED_INPUTS)
         meta["mutated"] = [slots[i] for i in mutated]
         meta["output_is_input"] = [next((j for j, i in enumerate(mutated) if o is inputs[i]), None)
                                    for o in flat_out]
@@ -147,7 +147,7 @@ def _reassigned_buffers(mod: torch.nn.Module, state_slots: list[InputSlot],
                 f"the model replaces {slot.kind} {slot.target!r} by assignment"
                 + ("" if slot.kind == "parameter" else " with a value of another shape, dtype or type")
                 + "; only buffers replaced by a tensor of the same shape and dtype can be carried "
-                "as a mutation (or write in place: self.buf.copy_(new))")
+                "as a mutation (or write in place: self.buf.copy_(new))", kind=Refusal.STATE_REPLACED)
         found[i] = current
     return found
 

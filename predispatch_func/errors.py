@@ -7,6 +7,7 @@ model made it, found by walking the stack past torch's and our own frames.
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 import traceback
@@ -56,8 +57,44 @@ class ExportError(RuntimeError):
         super().__init__("\n".join(parts))
 
 
+class Refusal(enum.Enum):
+    """Why a model was refused: one kind per limit, each listed in the README's known limits.
+
+    Tests, the fuzz harness and callers match on the kind, never on message text,
+    so a reworded message cannot change what counts as a known refusal. ``torch_limit``
+    marks the kinds torch 2.13 itself blocks (each has a strict-xfail test that
+    turns green when torch is fixed); the others the IR cannot express.
+    """
+
+    INFERENCE_MODE = ("torch.inference_mode() inside the model", False)
+    GRAD_MODE_AFTER_AUTOGRAD = ("a grad-mode change with pre_dispatch=False", False)
+    MODE_LEFT_CHANGED = ("autocast (or a mode region) left enabled when forward returns", False)
+    INPUT_METADATA_MUTATION = ("an in-place shape/stride change of a graph input", False)
+    WRITE_TO_ALIASED_INPUTS = ("a write to an input that shares memory with another input", False)
+    WRITE_TO_TENSOR_ATTRIBUTE = ("a write to a tensor attribute that is not a buffer", False)
+    STATE_REPLACED = ("a parameter, or a buffer of another shape/dtype, replaced by assignment", False)
+    GRAD_VALUE_THROUGH_DETACH = ("a value that requires grad written through a detach()-ed alias", False)
+    GRAD_VALUE_INTO_INTEGER = ("a value that requires grad written into an integer tensor", True)
+    VIEW_REPLAY_AFTER_STRIDED_WRITE = (".view() of a tensor written through a non-contiguous alias", True)
+    WRITE_THROUGH_AS_STRIDED_OF_VIEW = ("a write through as_strided() of another view", True)
+    DYNAMIC_SHAPES_SPEC = ("a dynamic_shapes spec that does not fit the call or its example", False)
+    DIM_NOT_DYNAMIC = ("a declared Dim that the model specialises, derives or narrows", False)
+    REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
+
+    def __init__(self, summary: str, torch_limit: bool):
+        self.summary = summary
+        self.torch_limit = torch_limit
+
+
 class UnsupportedError(ExportError):
-    """The model does something the exporter cannot honour (never silently changed)."""
+    """The model does something the exporter cannot honour (never silently changed).
+
+    ``kind`` says which limit, as data (see :class:`Refusal`).
+    """
+
+    def __init__(self, message: str, *, kind: Refusal, op: object = None, source: str | None = None):
+        self.kind = kind
+        super().__init__(message, op=op, source=source)
 
 
 class VerificationError(AssertionError):

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from . import _torch_compat as tc
-from .errors import UnsupportedError
+from .errors import Refusal, UnsupportedError
 
 
 @dataclasses.dataclass
@@ -66,7 +66,7 @@ class Fakeifier:
         upper = getattr(dim, "max", tc.INT_OO) if named else tc.INT_OO
         if named and not lower <= example <= upper:
             raise UnsupportedError(f"{where}: example size {example} is outside Dim {name!r} "
-                                   f"range [{lower}, {upper}]")
+                                   f"range [{lower}, {upper}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
         if name in self._declared:  # same Dim name: same symbol
             torch._check(size == self._declared[name].size)
             return
@@ -86,16 +86,17 @@ class Fakeifier:
             if expr.is_number:
                 raise UnsupportedError(
                     f"Dim {d.name!r} ({d.where}) was declared dynamic but the model specialised it "
-                    f"to {int(expr)}; make it static or remove the code that fixes it")
+                    f"to {int(expr)}; make it static or remove the code that fixes it", kind=Refusal.DIM_NOT_DYNAMIC)
             if len(expr.free_symbols) != 1 or expr not in expr.free_symbols:
                 raise UnsupportedError(f"Dim {d.name!r} ({d.where}) became the expression {expr}; "
-                                       "derived dims are not supported")
+                                       "derived dims are not supported", kind=Refusal.DIM_NOT_DYNAMIC)
             traced = tc.symbol_range(env, expr)
             if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
                 raise UnsupportedError(
                     f"Dim {d.name!r} ({d.where}) was declared [{d.lower}, {d.upper}] but the model "
                     f"only supports [{traced.lower}, {traced.upper}]; declare "
-                    f"Dim({d.name!r}, min={max(d.lower, int(traced.lower))}, max={traced.upper})")
+                    f"Dim({d.name!r}, min={max(d.lower, int(traced.lower))}, max={traced.upper})",
+                    kind=Refusal.DIM_NOT_DYNAMIC)
             lower = d.lower if traced.lower <= 2 else traced.lower
             out[expr] = tc.value_range(lower, traced.upper if not d.strict else d.upper)
         for node in gm.graph.nodes:  # any other symbol a placeholder carries
@@ -130,7 +131,8 @@ def _dynamic_dims_per_leaf(dynamic_shapes: Any, mod: torch.nn.Module, args: tupl
         unknown = set(dynamic_shapes) - set(bound)
         if unknown:
             raise UnsupportedError(f"dynamic_shapes names {sorted(unknown)}, which are not "
-                                   f"arguments of this call (arguments: {list(bound)})")
+                                   f"arguments of this call (arguments: {list(bound)})",
+                                   kind=Refusal.DYNAMIC_SHAPES_SPEC)
         names = list(bound)
         positional = tuple(dynamic_shapes.get(n) for n in names[: len(args)])
         keyword = {k: dynamic_shapes.get(k) for k in kwargs}

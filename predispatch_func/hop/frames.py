@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import UnsupportedError
+from ..errors import Refusal, UnsupportedError
 
 
 @dataclasses.dataclass(eq=False)
@@ -85,7 +85,7 @@ def assign_frames(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[Frame, ...
     if stack:
         raise UnsupportedError(
             "the model leaves grad mode or autocast changed when forward returns; a functional "
-            "program cannot change the caller's global state",
+            "program cannot change the caller's global state", kind=Refusal.MODE_LEFT_CHANGED,
             op=getattr(getattr(last_marker, "target", None), "__name__", None),
             source=(stack[-1].stack_trace or "").strip() or None)
     return frames_of

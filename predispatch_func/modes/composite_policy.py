@@ -6,17 +6,22 @@ dtype, ``einsum("ij->ji")``) makes functionalization drop every later in-place
 op on it. The decision, in order:
 
 1. ops with alias or mutation annotations, or tagged unsafe by torch: decompose;
-2. the schema audit's shipped table (``schema_audit``), if it has the op;
-3. a trace-time guard: run the op's decomposition on fresh fake tensors with
+2. the user's per-op override (``export(..., composite_overrides=)``);
+3. the schema audit's shipped table (``schema_audit``), if it has the op;
+4. a trace-time guard: run the op's decomposition on fresh fake tensors with
    the same metadata, and keep the op only if no result shares storage with an
    input and no input's version moved. Cached per op and input metadata: for
    the whole process when no size is symbolic, per export otherwise.
 
-Steps 1-2 depend on the op alone and are decided once per op and export.
+Steps 1-3 depend on the op alone and are decided once per op and export.
+Before any of this, :meth:`CompositePolicy.rerouted` may replace the op: by
+its honest twin (an op whose schema declares the alias it makes), or by the
+C++ composite kernel eager runs where torch's Python one differs.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
@@ -65,6 +70,11 @@ def _honest_twins() -> dict[Any, Any]:
 HONEST_TWINS = _honest_twins()
 
 
+def honest_twin(op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
+    """The op to trace instead of ``op`` when ``op``'s schema hides an alias."""
+    return HONEST_TWINS.get(op)
+
+
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
@@ -105,6 +115,16 @@ class CompositePolicy:
         if audited == "decompose":
             return self._record(op, "decompose", "schema audit")
         return audited
+
+    def rerouted(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
+        """What to trace instead of ``op`` (None: ``op`` itself): its honest twin, or
+        eager's C++ composite kernel when that is what eager runs and ``op`` is decomposed."""
+        twin = HONEST_TWINS.get(op)
+        if twin is not None:
+            return twin
+        if self.needs_eager_kernel(op, args, kwargs) and self.should_decompose(op, args, kwargs):
+            return functools.partial(tc.decompose_like_eager, op)
+        return None
 
     def needs_eager_kernel(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
         """Decompose with the C++ kernel eager runs, not torch's Python one?

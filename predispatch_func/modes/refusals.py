@@ -1,0 +1,84 @@
+"""What the tracing mode refuses, each with its :class:`~predispatch_func.errors.Refusal` kind.
+
+Checks run first in every dispatch (before any state is recorded), chosen once
+per trace: :data:`PRE_DISPATCH` or :data:`POST_DISPATCH`. Failures torch itself
+raises while tracing are translated into refusals by :func:`known_torch_limit`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .. import _torch_compat as tc
+from ..errors import Refusal, UnsupportedError, user_source_line
+
+Check = Callable[[Any, tuple, "set[int]"], None]  # (op, args, ids of the graph inputs)
+
+
+def _refuse(kind: Refusal, message: str, op: Any) -> UnsupportedError:
+    return UnsupportedError(message, kind=kind, op=op, source=user_source_line())
+
+
+def inference_mode(func: Any, args: tuple, input_ids: set[int]) -> None:
+    if torch.is_inference_mode_enabled():
+        raise _refuse(Refusal.INFERENCE_MODE,
+                      "torch.inference_mode() inside the model cannot be expressed as a region "
+                      "(inference tensors cannot re-enter autograd); use torch.no_grad() instead", func)
+
+
+def grad_mode_after_autograd(func: Any, args: tuple, input_ids: set[int]) -> None:
+    if not torch.is_grad_enabled():
+        raise _refuse(Refusal.GRAD_MODE_AFTER_AUTOGRAD,
+                      "the model disables grad mode; after autograd (pre_dispatch=False) a region "
+                      "cannot be recorded, so its gradients would silently differ from eager; "
+                      "export with pre_dispatch=True", func)
+
+
+def input_metadata_mutation(func: Any, args: tuple, input_ids: set[int]) -> None:
+    if args and id(args[0]) in input_ids and torch.Tag.inplace_view in getattr(func, "tags", ()):
+        raise _refuse(Refusal.INPUT_METADATA_MUTATION,
+                      "in-place metadata change (shape/stride) of a graph input cannot be expressed "
+                      "in a functional program; use the out-of-place op instead", func)
+
+
+PRE_DISPATCH: tuple[Check, ...] = (inference_mode, input_metadata_mutation)
+POST_DISPATCH: tuple[Check, ...] = (inference_mode, grad_mode_after_autograd, input_metadata_mutation)
+
+
+def leaked_autocast() -> None:
+    """Autocast left enabled when forward returns has no functional form (grad mode
+    left off does: the program's module() sets it, see export.FunctionalExportedProgram)."""
+    if tc.autocast_enabled_anywhere():
+        raise UnsupportedError(
+            "the model leaves autocast enabled when forward returns; a functional program "
+            "cannot change the caller's autocast state", kind=Refusal.MODE_LEFT_CHANGED,
+            op=tc.ENTER_AUTOCAST.__name__, source=tc.last_recorded_call_source(tc.ENTER_AUTOCAST))
+
+
+# torch 2.13 failures a model can run into while traced, each with what to write instead:
+# (exception type, text in its message, kind, our explanation; {exc} is torch's message)
+_KNOWN_TORCH_LIMITS = (
+    (ValueError, "Cannot view a tensor", Refusal.VIEW_REPLAY_AFTER_STRIDED_WRITE,
+     "torch's functionalization cannot replay a .view() of a tensor written through a "
+     "non-contiguous alias ({exc}); use .reshape() for that view, or write through a "
+     "contiguous alias"),
+    (RuntimeError, "where view 1 was an as_strided() call", Refusal.WRITE_THROUGH_AS_STRIDED_OF_VIEW,
+     "torch's functionalization cannot write through an as_strided() view taken of another "
+     "view (as_strided is not compositional, pytorch/pytorch#104505); take the as_strided() "
+     "view of the base tensor itself, or write through ordinary views"),
+    (RuntimeError, "Autograd not support dtype", Refusal.GRAD_VALUE_INTO_INTEGER,
+     "a value that requires grad is written into an integer tensor: torch's functional form "
+     "of this op cannot run under autograd ({exc}), and eager's in-place op attaches autograd "
+     "history to the integer tensor or not depending on how it is called; an integer tensor "
+     "carries no gradient, so detach the value written (x[i] = v.detach())"),
+)
+
+
+def known_torch_limit(exc: BaseException, op: Any, source: str | None) -> UnsupportedError | None:
+    """Our refusal for ``exc`` if it is one of :data:`_KNOWN_TORCH_LIMITS`."""
+    for exc_type, text, kind, explanation in _KNOWN_TORCH_LIMITS:
+        if isinstance(exc, exc_type) and text in str(exc):
+            return UnsupportedError(explanation.format(exc=exc), kind=kind, op=op, source=source)
+    return None
