@@ -8,7 +8,7 @@ should only have to read this file. Nothing outside this module imports from
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.utils._pytree as pytree
@@ -86,6 +86,37 @@ def schema_of(op: Any) -> Any:
     return getattr(op, "_schema", None)
 
 
+def version_of(t: torch.Tensor) -> int:
+    """The tensor's in-place write counter (autograd's saved-tensor check reads it)."""
+    return int(t._version)
+
+
+def overload_name(op: OpOverload) -> str:
+    return str(op._overloadname)
+
+
+def check(cond: Any) -> None:
+    """``torch._check``: assert a (symbolic) condition, recording it as a shape guard."""
+    torch._check(cond)
+
+
+def module_parameters(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's own parameters by local name, as it holds them now (no recursion)."""
+    return module._parameters
+
+
+def module_buffers(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's own buffers by local name, as it holds them now (no recursion)."""
+    return module._buffers
+
+
+def opinfo_db() -> list[Any]:
+    """torch's OpInfo database (``torch.testing._internal``; slow to import)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return list(op_db)
+
+
 def share_torch_hop_rules(mode_type: type, like: type) -> None:
     """Let torch's higher-order ops (``cond``, ``while_loop``, ``map``, ...) run their rule
     for mode ``like`` when ``mode_type`` (a subclass of it) is the active mode.
@@ -127,7 +158,7 @@ def inner_of_functional(t: Any) -> Any:
 
 def has_data_mutation(t: FunctionalTensor) -> bool:
     torch._sync(t)
-    return bool(torch._functionalize_has_data_mutation(t.elem))
+    return bool(torch._functionalize_has_data_mutation(t.elem))  # type: ignore[attr-defined]
 
 
 def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:
@@ -312,7 +343,7 @@ def grad_mode_untraced(enabled: bool) -> Iterator[None]:
 
 
 def torch_aot_export_module(mod: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
-                            pre_dispatch: bool = True) -> tuple[torch.fx.GraphModule, Any]:
+                            pre_dispatch: bool = True) -> tuple[Any, Any]:
     """torch's ``aot_export_module`` (forward only): (graph module, torch's GraphSignature)."""
     from torch._functorch.aot_autograd import aot_export_module as torch_aot
 

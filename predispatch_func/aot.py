@@ -137,7 +137,7 @@ def _reassigned_buffers(mod: torch.nn.Module, state_slots: list[InputSlot],
             continue
         prefix, _, name = slot.target.rpartition(".")
         owner = mod.get_submodule(prefix)
-        current = (owner._parameters if slot.kind == "parameter" else owner._buffers).get(name)
+        current = (tc.module_parameters(owner) if slot.kind == "parameter" else tc.module_buffers(owner)).get(name)
         if current is inputs[i]:
             continue
         same_kind = (slot.kind == "buffer" and isinstance(current, torch.Tensor)

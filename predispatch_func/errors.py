@@ -16,7 +16,7 @@ from types import TracebackType
 import torch
 
 _SKIP_DIRS = tuple(
-    os.path.dirname(m.__file__) + os.sep
+    os.path.dirname(m.__file__) + os.sep  # type: ignore[operator, type-var]
     for m in (torch, sys.modules[__name__.rsplit(".", 1)[0]])
     if getattr(m, "__file__", None)
 )

@@ -37,7 +37,8 @@ class Fakeifier:
     """One fake mode per export; remembers which user dims are dynamic."""
 
     def __init__(self, dynamic_shapes: Any, mod: torch.nn.Module, args: tuple, kwargs: dict):
-        self.mode = tc.FakeTensorMode(shape_env=tc.ShapeEnv(), allow_non_fake_inputs=True)
+        self.shape_env = tc.ShapeEnv()
+        self.mode = tc.FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         self._dims_per_leaf = _dynamic_dims_per_leaf(dynamic_shapes, mod, args, kwargs)
         self._user_index = 0
         self._declared: dict[str, _DeclaredDim] = {}
@@ -56,7 +57,7 @@ class Fakeifier:
             return self.mode.from_tensor(value, static_shapes=True)
         fake = tc.fake_with_dynamic_dims(self.mode, value, set(dims), leaf)
         for i, dim in dims.items():
-            self._declare(dim, fake.shape[i], f"user input {leaf}, dim {i}", value.shape[i])
+            self._declare(dim, fake.shape[i], f"user input {leaf}, dim {i}", value.shape[i])  # type: ignore[arg-type]
         return fake
 
     def _declare(self, dim: Any, size: torch.SymInt, where: str, example: int) -> None:
@@ -68,16 +69,16 @@ class Fakeifier:
             raise UnsupportedError(f"{where}: example size {example} is outside Dim {name!r} "
                                    f"range [{lower}, {upper}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
         if name in self._declared:  # same Dim name: same symbol
-            torch._check(size == self._declared[name].size)
+            tc.check(size == self._declared[name].size)
             return
         # tracing assumes sizes >= 2 (0/1 are generalised, as torch.export does)
-        tc.narrow_symbol_range(self.mode.shape_env, size.node.expr, max(2, lower), upper)
+        tc.narrow_symbol_range(self.shape_env, size.node.expr, max(2, lower), upper)
         auto = str(getattr(dim, "type", "")).endswith("AUTO")
         self._declared[name] = _DeclaredDim(name, lower, upper, named, auto, size, where)
 
     def range_constraints(self, gm: torch.fx.GraphModule) -> dict[Any, Any]:
         """Symbol -> ValueRanges of the program; refuses a trace that narrowed a named Dim."""
-        env = self.mode.shape_env
+        env = self.shape_env
         out: dict[Any, Any] = {}
         for d in self._declared.values():
             expr = d.size.node.expr

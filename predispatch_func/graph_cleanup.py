@@ -4,6 +4,7 @@ code, and copy outputs that the write-back would otherwise change."""
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
@@ -22,7 +23,7 @@ def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
     stream matches eager, also inside a region whose results are unused, and drop
     the bodies of regions no longer called."""
     for _, sub in reversed(list(all_graph_modules(gm))):
-        sub.graph.eliminate_dead_code(is_impure_node=lambda node, sub=sub: _impure(node, sub))
+        sub.graph.eliminate_dead_code(is_impure_node=functools.partial(_impure, owner=sub))
         called = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
         for name, child in list(sub.named_children()):
             if isinstance(child, torch.fx.GraphModule) and name not in called:
@@ -31,11 +32,11 @@ def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
 
 def _impure(node: torch.fx.Node, owner: torch.fx.GraphModule) -> bool:
     target = node.target
-    if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+    if isinstance(target, tc.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
         return True
     parts = region_body_and_operands(node)
     if parts is not None:
-        body = getattr(owner, parts[0].target)
+        body = getattr(owner, str(parts[0].target))
         return any(_impure(n, body) for n in body.graph.nodes if n.op == "call_function")
     return node.is_impure()
 
@@ -45,7 +46,7 @@ def lift_traced_constants(gm: torch.fx.GraphModule, slots: list[InputSlot],
     """Tensors created while tracing (``torch.tensor(...)``) become constant inputs."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     anchor = placeholders[n_state - 1] if n_state else None
-    new_slots = []
+    new_slots: list[InputSlot] = []
     for node in list(gm.graph.nodes):
         if node.op != "get_attr" or not isinstance(getattr(gm, node.target, None), torch.Tensor):
             continue
@@ -99,7 +100,7 @@ def _operand_viewed_by_region_result(node: torch.fx.Node, gm: torch.fx.GraphModu
     if parts is None:
         return None
     body_attr, operands = parts
-    body = getattr(gm, body_attr.target)
+    body = getattr(gm, str(body_attr.target))
     returned = next(n for n in reversed(body.graph.nodes) if n.op == "output").args[0][node.args[1]]
     root = _view_root(returned, body)
     if getattr(root, "op", None) != "placeholder":

@@ -6,10 +6,12 @@ from typing import Iterator
 
 import torch
 
+from . import _torch_compat as tc
+
 
 def calls_view_op(node: torch.fx.Node) -> bool:
     """``node`` calls an ATen view op on a node (its result aliases ``node.args[0]``)."""
-    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+    return (node.op == "call_function" and isinstance(node.target, tc.OpOverload)
             and node.target.is_view and bool(node.args) and isinstance(node.args[0], torch.fx.Node))
 
 

@@ -76,14 +76,14 @@ def _inline_in(gm: torch.fx.GraphModule) -> None:
 
 def _splice(gm: torch.fx.GraphModule, call: torch.fx.Node) -> None:
     enabled, _identity_of, body_attr, *operands = call.args
-    body = getattr(gm, body_attr.target)
+    body = getattr(gm, str(body_attr.target))
     _inline_in(body)  # nested regions first, so their nodes carry their own mode
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     placeholders = iter(operands)
     with gm.graph.inserting_before(call):
         for node in body.graph.nodes:
             if node.op == "placeholder":
-                env[node] = next(placeholders)
+                env[node] = next(placeholders)  # type: ignore[assignment]
             elif node.op == "output":
                 results = torch.fx.node.map_arg(node.args[0], env.__getitem__)
             else:
@@ -101,7 +101,7 @@ def _splice(gm: torch.fx.GraphModule, call: torch.fx.Node) -> None:
         gm.graph.erase_node(user)
     gm.graph.erase_node(call)
     if not body_attr.users:
-        gm.graph.erase_node(body_attr)
+        gm.graph.erase_node(body_attr)  # type: ignore[arg-type]
 
 
 def _detach_grad_off_values(graph: torch.fx.Graph) -> None:

@@ -34,8 +34,8 @@ class LiftedState:
 
 
 def lift_state(mod: torch.nn.Module) -> LiftedState:
-    parameters = dict(mod.named_parameters())
-    buffers = dict(mod.named_buffers())
+    parameters: dict[str, torch.Tensor] = dict(mod.named_parameters())
+    buffers: dict[str, torch.Tensor] = dict(mod.named_buffers())
     non_persistent = {
         f"{prefix}.{name}" if prefix else name
         for prefix, sub in mod.named_modules()
@@ -80,7 +80,7 @@ def user_input_names(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[l
         top, rest = path[0], path[1:]
         first = path[1] if len(path) > 1 else None
         if getattr(top, "idx", None) == 0 and first is not None:  # positional
-            idx = first.idx
+            idx = first.idx  # type: ignore[attr-defined]
             base = arg_names[idx] if idx < len(arg_names) else f"arg{idx}"
             rest = path[2:]
         else:

@@ -47,7 +47,7 @@ def written_placeholders(gm: torch.fx.GraphModule,
                   if s.kind != InputKind.USER_INPUT}
     input_name.update({s.arg.name: s.arg.name for s in signature.input_specs
                        if s.kind == InputKind.USER_INPUT})
-    return {by_name[input_name[s.target]]: by_name[s.arg.name] for s in signature.output_specs
+    return {by_name[input_name[s.target]]: by_name[s.arg.name] for s in signature.output_specs  # type: ignore[index]
             if s.kind != OutputKind.USER_OUTPUT and s.arg.name in by_name}
 
 

@@ -46,8 +46,8 @@ def mutable_target_reason(target: Any) -> str | None:
     """Why ``target`` is not allowed in the IR, or None."""
     if target in _FORBIDDEN_CALLS:
         return "grad-mode/autocast side effect"
-    if isinstance(target, torch._ops.OpOverload):
-        if target._schema.is_mutable:
+    if isinstance(target, tc.OpOverload):
+        if tc.schema_of(target).is_mutable:
             return "mutable schema (in-place, out= or copy_)"
         if torch.Tag.inplace_view in target.tags:
             return "in-place view"
@@ -153,7 +153,7 @@ def _loss(outputs: Any, weights_seed: int) -> torch.Tensor | None:
             w = torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype)
             if t.requires_grad:
                 terms.append((t * w).sum().double())
-    return sum(terms) if terms else None
+    return sum(terms[1:], terms[0]) if terms else None
 
 
 def _none_as_zeros(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:

@@ -1,6 +1,5 @@
 """First edge cases of the core exporter; the full catalogue is in test_edge_cases.py."""
 
-import pytest
 import torch
 from expecttest import TestCase
 

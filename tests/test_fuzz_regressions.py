@@ -621,7 +621,7 @@ class WriteThroughViewInNoGradNestedInAutocast(torch.nn.Module):
         x.add_(1.5)
         v = x.view(-1)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            t = v.tanh()  # the region of the write below is nested in the autocast region
+            v.tanh()  # the region of the write below is nested in the autocast region
             v.clamp_(min=-0.5, max=0.5)
             w = v.reshape(-1)
             torch.set_grad_enabled(True)

@@ -8,7 +8,6 @@ after the call) through ``export_checked``.
 import copy
 import io
 
-import pytest
 import torch
 from expecttest import TestCase
 

@@ -76,10 +76,10 @@ def assign_frames(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[Frame, ...
             if frame is not None:
                 stack.append(frame)
         elif node.target is tc.EXIT_AUTOCAST:
-            frame = _current(autocast_by_enter.get(node.args[0]), reopened)
+            closed = _current(autocast_by_enter.get(node.args[0]), reopened)
             autocast_state.pop()
-            if frame is not None:
-                _close(stack, frame, reopened)
+            if closed is not None:
+                _close(stack, closed, reopened)
         elif node.op not in ("placeholder", "output"):
             frames_of[node] = tuple(stack)
     if stack:

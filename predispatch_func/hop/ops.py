@@ -104,7 +104,7 @@ _BODY_INDEX = {pf_grad_region: 2, pf_autocast_region: 5}  # (mode args..., ident
 
 def region_body_and_operands(call: torch.fx.Node) -> tuple[torch.fx.Node, tuple] | None:
     """``(body get_attr node, operands)`` of a region HOP call; None for any other node."""
-    index = _BODY_INDEX.get(call.target) if call.op == "call_function" else None
+    index = _BODY_INDEX.get(call.target) if call.op == "call_function" else None  # type: ignore[call-overload]
     if index is None:
         return None
     return call.args[index], tuple(call.args[index + 1:])

@@ -29,7 +29,7 @@ import torch
 from .. import _torch_compat as tc
 
 Decision = str  # "keep" | "decompose"
-AuditLookup = Callable[[torch._ops.OpOverload], "Decision | None"]
+AuditLookup = Callable[[tc.OpOverload], "Decision | None"]
 
 
 def _meta_key(value: Any) -> Any:
@@ -86,11 +86,11 @@ class CompositePolicy:
         self.overrides = dict(overrides or {})
         self._guard_cache: dict[Any, str | None] = {}
         self._eager_cache: dict[Any, bool] = {}
-        self._by_op: dict[torch._ops.OpOverload, bool | str | None] = {}
+        self._by_op: dict[tc.OpOverload, bool | str | None] = {}
         # op name -> (decision, why); read by the CLI and tests
         self.decisions: dict[str, tuple[Decision, str]] = {}
 
-    def should_decompose(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    def should_decompose(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> bool:
         if op not in self._by_op:  # everything that depends on the op alone, once per op
             self._by_op[op] = self._decide_by_op(op)
         fixed = self._by_op[op]
@@ -101,11 +101,11 @@ class CompositePolicy:
             return self._record(op, "decompose", lie)
         return self._record(op, "keep", "audit" if fixed == "keep" else "trace-time guard")
 
-    def _decide_by_op(self, op: torch._ops.OpOverload) -> bool | str | None:
+    def _decide_by_op(self, op: tc.OpOverload) -> bool | str | None:
         """True/False when the op alone decides; else the audit's answer, for the guard."""
         if not tc.has_composite_implicit_kernel(op):
             return bool(tc.torch_would_decompose(op, pre_dispatch=True))
-        schema = op._schema
+        schema = tc.schema_of(op)
         if schema.is_mutable or any(a.alias_info for a in schema.arguments) or tc.torch_tags_unsafe(op):
             return self._record(op, "decompose", "schema declares aliasing or mutation")
         name = str(op)
@@ -126,7 +126,7 @@ class CompositePolicy:
             return functools.partial(tc.decompose_like_eager, op)
         return None
 
-    def needs_eager_kernel(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    def needs_eager_kernel(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> bool:
         """Decompose with the C++ kernel eager runs, not torch's Python one?
 
         torch's Python composite for ``dropout`` clones where eager returns the
@@ -144,11 +144,11 @@ class CompositePolicy:
                 op, inner_args, inner_kwargs, kernel=tc.decompose_like_eager) is not None
         return self._eager_cache[key]
 
-    def _record(self, op: torch._ops.OpOverload, decision: Decision, why: str) -> bool:
+    def _record(self, op: tc.OpOverload, decision: Decision, why: str) -> bool:
         self.decisions.setdefault(str(op), (decision, why))
         return decision == "decompose"
 
-    def _trace_time_lie(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str | None:
+    def _trace_time_lie(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> str | None:
         inner_args, inner_kwargs = tc.pytree.tree_map_only(
             tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
         key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
@@ -173,7 +173,7 @@ def _has_symbols(value: Any) -> bool:
     return False
 
 
-def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs: dict,
+def _run_decomposition_and_watch(op: tc.OpOverload, args: tuple, kwargs: dict,
                                  kernel: Callable[..., Any] | None = None) -> str | None:
     """Run ``op``'s decomposition (or ``kernel``) on fresh fakes; describe any alias or mutation."""
     tensors = [t for t in tc.pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
@@ -183,13 +183,13 @@ def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs:
     with tc.below_pre_dispatch(), fake_mode:
         fresh_args, fresh_kwargs = tc.pytree.tree_map_only(torch.Tensor, _fresh_like, (args, kwargs))
         fresh = [t for t in tc.pytree.tree_leaves((fresh_args, fresh_kwargs)) if isinstance(t, torch.Tensor)]
-        versions = [t._version for t in fresh]
+        versions = [tc.version_of(t) for t in fresh]
         storages = {tc.StorageWeakRef(t.untyped_storage()): i for i, t in enumerate(fresh)}
         out = (kernel or type(op).decompose)(op, *fresh_args, **fresh_kwargs)
         if out is NotImplemented:
             return None
         for i, t in enumerate(fresh):
-            if t._version != versions[i]:
+            if tc.version_of(t) != versions[i]:
                 return f"decomposition writes input {i}"
         for j, o in enumerate(tc.pytree.tree_leaves(out)):
             if isinstance(o, torch.Tensor):

@@ -126,10 +126,12 @@ class ViewGradModes:
 
     def _needs_mode(self, t: Any) -> bool | None:
         """The grad mode a rebuild of ``t`` must run in; None if any mode will do."""
-        entry = self._cut.get(id(t)) if isinstance(t, tc.FunctionalTensor) else None
+        if not isinstance(t, tc.FunctionalTensor):
+            return None
+        entry = self._cut.get(id(t))
         if entry is None or entry[0]() is not t:
             return None
-        if tc.storage_mutation_count(t) == 0 or not self._may_need_grad(t):
+        if tc.storage_mutation_count(t) == 0 or not self._may_need_grad(t):  # type: ignore[arg-type]
             return None  # never written: never stale; or no gradient either way
         return not entry[1]
 
