@@ -6,6 +6,7 @@ and ``verify`` (contract checks and replay against eager).
 
 from .aot import AotSignature, aot_export_module
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
+from .opsets import OpSet
 from .export import FunctionalExportedProgram, export, functionalize, load
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
 
@@ -21,6 +22,7 @@ __all__ = [
     "FunctionalExportedProgram",
     "export",
     "load",
+    "OpSet",
     "functionalize",
     "replay_against_eager",
     "verify",

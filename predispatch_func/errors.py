@@ -79,6 +79,7 @@ class Refusal(enum.Enum):
     WRITE_THROUGH_AS_STRIDED_OF_VIEW = ("a write through as_strided() of another view", True)
     DYNAMIC_SHAPES_SPEC = ("a dynamic_shapes spec that does not fit the call or its example", False)
     DIM_NOT_DYNAMIC = ("a declared Dim that the model specialises, derives or narrows", False)
+    OP_NOT_IN_TARGET = ("an op that cannot be lowered into the export's target op set", False)
     REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
 
     def __init__(self, summary: str, torch_limit: bool):

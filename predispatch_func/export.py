@@ -12,12 +12,15 @@ from .aot import AotSignature, aot_export_module
 
 def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
            pre_dispatch: bool = True, dynamic_shapes: Any = None,
-           composite_overrides: dict[str, str] | None = None) -> ExportedProgram:
+           composite_overrides: dict[str, str] | None = None,
+           target: Any = None) -> ExportedProgram:
     """Export ``model`` into the functional pre-dispatch IR (see design.md's contract).
 
     ``pre_dispatch=False`` gives the same contract one level lower: after
     autograd, plain ATen. ``composite_overrides`` maps an op name such as
-    ``"aten.linear.default"`` to ``"keep"`` or ``"decompose"``.
+    ``"aten.linear.default"`` to ``"keep"`` or ``"decompose"``. ``target`` (an
+    :class:`~predispatch_func.opsets.OpSet`, e.g. ``OpSet.core_aten()``) restricts
+    every graph to that op set, decomposing what lies outside it while tracing.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"export expects an nn.Module, got {type(model).__name__}")
@@ -25,7 +28,7 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
         args = (args,)
     gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
                                 dynamic_shapes=dynamic_shapes,
-                                composite_overrides=composite_overrides)
+                                composite_overrides=composite_overrides, target=target)
     return to_exported_program(gm, sig, example_inputs=(args, dict(kwargs or {})))
 
 

@@ -70,20 +70,19 @@ def _honest_twins() -> dict[Any, Any]:
 HONEST_TWINS = _honest_twins()
 
 
-def honest_twin(op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
-    """The op to trace instead of ``op`` when ``op``'s schema hides an alias."""
-    return HONEST_TWINS.get(op)
-
-
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
-    __slots__ = ("audit_lookup", "overrides", "_guard_cache", "_eager_cache", "_by_op", "decisions")
+    __slots__ = ("audit_lookup", "overrides", "lowering", "_guard_cache", "_eager_cache", "_by_op",
+                 "decisions")
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
-                 overrides: dict[str, Decision] | None = None):
+                 overrides: dict[str, Decision] | None = None, lowering: Any = None):
         self.audit_lookup = audit_lookup
         self.overrides = dict(overrides or {})
+        # an ``opsets.Lowering`` when exporting to a target op set: its composites
+        # outside the target are decomposed whatever the audit says
+        self.lowering = lowering
         self._guard_cache: dict[Any, str | None] = {}
         self._eager_cache: dict[Any, bool] = {}
         self._by_op: dict[tc.OpOverload, bool | str | None] = {}
@@ -105,6 +104,8 @@ class CompositePolicy:
         """True/False when the op alone decides; else the audit's answer, for the guard."""
         if not tc.has_composite_implicit_kernel(op):
             return bool(tc.torch_would_decompose(op, pre_dispatch=True))
+        if self.lowering is not None and self.lowering.forces_decomposition(op):
+            return self._record(op, "decompose", "not in the target op set")
         schema = tc.schema_of(op)
         if schema.is_mutable or any(a.alias_info for a in schema.arguments) or tc.torch_tags_unsafe(op):
             return self._record(op, "decompose", "schema declares aliasing or mutation")
@@ -117,14 +118,23 @@ class CompositePolicy:
         return audited
 
     def rerouted(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
-        """What to trace instead of ``op`` (None: ``op`` itself): its honest twin, or
-        eager's C++ composite kernel when that is what eager runs and ``op`` is decomposed."""
+        """What to trace instead of ``op`` (None: ``op`` itself): eager's C++ composite kernel
+        when that is what eager runs and ``op`` is decomposed, its honest twin, or its lowering
+        to the target op set."""
         twin = HONEST_TWINS.get(op)
         if twin is not None:
             return twin
         if self.needs_eager_kernel(op, args, kwargs) and self.should_decompose(op, args, kwargs):
             return functools.partial(tc.decompose_like_eager, op)
-        return None
+        return self._lowered(op)
+
+    def rerouted_after_autograd(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
+        """The same with ``pre_dispatch=False``, where autograd already chose the kernels."""
+        return HONEST_TWINS.get(op) or self._lowered(op)
+
+    def _lowered(self, op: Any) -> Callable[..., Any] | None:
+        """The lowering of an op outside the target op set, traced in this mode."""
+        return self.lowering.functional_decomposition(op) if self.lowering is not None else None
 
     def needs_eager_kernel(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> bool:
         """Decompose with the C++ kernel eager runs, not torch's Python one?

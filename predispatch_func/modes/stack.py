@@ -25,7 +25,7 @@ import torch
 from .. import _torch_compat as tc
 from ..errors import ExportError, user_source_line
 from . import refusals
-from .composite_policy import CompositePolicy, honest_twin
+from .composite_policy import CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .observers import (Bases, CopyTargetFlag, DetachedAliases, GradReach, IdentityEdges, Observer, OpCall,
                         written_tensors)
@@ -54,7 +54,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.identity = IdentityEdges(self.bases, self.grad_reach, detached)
         self.view_modes = ViewGradModes(self._base_may_need_grad)
         self._refusals = refusals.PRE_DISPATCH if pre_dispatch else refusals.POST_DISPATCH
-        self._reroute = policy.rerouted if pre_dispatch else honest_twin
+        self._reroute = policy.rerouted if pre_dispatch else policy.rerouted_after_autograd
         self._observers: tuple[Observer, ...] = (
             self.view_modes, CopyTargetFlag(copy_target, self.bases), self.identity,
             detached, self.grad_reach, self.bases) if pre_dispatch else ()

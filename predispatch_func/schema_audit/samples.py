@@ -327,7 +327,7 @@ class _Filler:
 
     def _str(self, arg: Any, optional: bool) -> str | None:
         if arg.name == "equation":
-            return _EQUATION  # needs the tensor list's length, filled in sample()  # type: ignore[return-value]
+            return _EQUATION  # type: ignore[return-value]  # the tensor list's length fills it in sample()
         if arg.has_default_value():
             return arg.default_value
         if arg.name in _STR_VALUES:
