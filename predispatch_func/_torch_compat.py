@@ -110,6 +110,11 @@ def module_buffers(module: torch.nn.Module) -> dict[str, Any]:
     return module._buffers
 
 
+def non_persistent_buffer_names(module: torch.nn.Module) -> set[str]:
+    """Local names of the module's own buffers registered with ``persistent=False``."""
+    return set(getattr(module, "_non_persistent_buffers_set", ()))
+
+
 def opinfo_db() -> list[Any]:
     """torch's OpInfo database (``torch.testing._internal``; slow to import)."""
     from torch.testing._internal.common_methods_invocations import op_db

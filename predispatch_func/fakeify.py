@@ -46,7 +46,7 @@ class Fakeifier:
     def state(self, t: Any) -> Any:
         return self.mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
 
-    def user(self, slot_index: int, value: Any) -> Any:
+    def user(self, value: Any) -> Any:
         leaf = self._user_index
         self._user_index += 1
         if not isinstance(value, torch.Tensor):

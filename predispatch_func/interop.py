@@ -36,7 +36,7 @@ from torch.export.graph_signature import ExportGraphSignature, OutputSpec, Tenso
 from .errors import Refusal, UnsupportedError
 from .hop.ops import pf_autocast_region, pf_grad_region
 
-_GRAD_OFF = "_pf_inlined_grad_enabled"  # meta key: grad mode the node ran under
+_GRAD_ENABLED = "_pf_inlined_grad_enabled"  # meta key: grad mode the node ran under
 
 
 def inline_regions(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
@@ -91,7 +91,7 @@ def _splice(gm: torch.fx.GraphModule, call: torch.fx.Node) -> None:
                     raise UnsupportedError(f"region body reads attribute {node.target!r}",
                                            kind=Refusal.REGION_NOT_INLINABLE)
                 copied = gm.graph.node_copy(node, env.__getitem__)
-                copied.meta.setdefault(_GRAD_OFF, bool(enabled))
+                copied.meta.setdefault(_GRAD_ENABLED, bool(enabled))
                 env[node] = copied
     for user in list(call.users):
         if user.target is not operator.getitem:
@@ -107,7 +107,7 @@ def _splice(gm: torch.fx.GraphModule, call: torch.fx.Node) -> None:
 def _detach_grad_off_values(graph: torch.fx.Graph) -> None:
     """Follow every floating tensor computed with grad disabled by ``aten.detach``."""
     for node in list(graph.nodes):
-        if node.meta.pop(_GRAD_OFF, True):
+        if node.meta.pop(_GRAD_ENABLED, True):
             continue
         val = node.meta.get("val")
         if not (isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex())):

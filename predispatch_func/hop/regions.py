@@ -10,9 +10,10 @@ import torch
 
 from .frames import assign_frames, is_marker
 from .outline import FLAT, FLAT_ORDER, outline_level
-from ..graphs import all_graph_modules
+from ..graphs import all_graph_modules, graph_pass
 
 
+@graph_pass
 def outline_regions(gm: torch.fx.GraphModule,
                     identity_edges: dict[torch.fx.Node, torch.fx.Node] | None = None
                     ) -> torch.fx.GraphModule:

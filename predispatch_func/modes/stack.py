@@ -101,7 +101,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 Body = Callable[[list[Any], PolicyFunctionalMode], list[Any]]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Trace:
     """The flat functional graph with its region markers, and what tracing learned."""
 

@@ -411,7 +411,8 @@ def _float_for(name: str, arg: Any, profile: Profile) -> float | None:
 
 
 def samples_for(op: tc.OpOverload, *, use_opinfo: bool = True) -> tuple[list[Sample], list[str]]:
-    """All samples for ``op`` (schema profiles first: they are the likeliest to expose lies)."""
+    """All samples for ``op``: hand-written recipes first (inputs a schema cannot guess), then
+    the schema profiles (aimed at identity fast paths), then OpInfo's."""
     from .recipes import recipe_samples
 
     samples, reasons = schema_samples(op)
