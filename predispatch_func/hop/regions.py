@@ -1,6 +1,6 @@
 """The region stage of the pipeline: markers in, region HOP calls out.
 
-``assign_frames`` (frames.py) reads the markers; ``outline_level``
+``assign_frames`` (frames.py) reads the markers; an ``Outliner``
 (outline.py) turns each frame into a HOP call and recurses into its body.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from ..graphs import graph_pass
 from .frames import assign_frames, is_marker
-from .outline import FLAT, FLAT_ORDER, outline_level
-from ..graphs import all_graph_modules, graph_pass
+from .outline import Outliner
 
 
 @graph_pass
@@ -23,16 +23,9 @@ def outline_regions(gm: torch.fx.GraphModule,
     keeps (the tensor's value before an in-place op done with grad off).
     """
     frames_of = assign_frames(gm.graph)
-    order = {node: i for i, node in enumerate(gm.graph.nodes)}
-    for node in gm.graph.nodes:
-        node.meta[FLAT] = node
-        node.meta[FLAT_ORDER] = order
+    outliner = Outliner(gm, frames_of, identity_edges or {})
     markers = [n for n in gm.graph.nodes if is_marker(n)]
     for node in reversed(markers):  # exits before the enters they read
         gm.graph.erase_node(node)
-    outline_level(gm, frames_of, identity_edges or {})
-    for _, sub in all_graph_modules(gm):
-        for node in sub.graph.nodes:
-            node.meta.pop(FLAT, None)
-            node.meta.pop(FLAT_ORDER, None)
+    outliner.outline(gm)
     return gm
