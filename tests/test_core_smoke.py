@@ -1,4 +1,4 @@
-"""First edge cases of the core exporter; the full catalogue is in test_edge_cases.py."""
+"""First edge cases of the core exporter; the full catalogue is tests/cases_core.py (test_edge_*.py)."""
 
 import torch
 from expecttest import TestCase
