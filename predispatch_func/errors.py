@@ -66,7 +66,6 @@ class Refusal(enum.Enum):
     turns green when torch is fixed); the others the IR cannot express.
     """
 
-    INFERENCE_MODE = ("torch.inference_mode() inside the model", False)
     GRAD_MODE_AFTER_AUTOGRAD = ("a grad-mode change with pre_dispatch=False", False)
     MODE_LEFT_CHANGED = ("autocast (or a mode region) left enabled when forward returns", False)
     INPUT_METADATA_MUTATION = ("an in-place shape/stride change of a graph input", False)
@@ -79,6 +78,10 @@ class Refusal(enum.Enum):
     WRITE_THROUGH_AS_STRIDED_OF_VIEW = ("a write through as_strided() of another view", True)
     DYNAMIC_SHAPES_SPEC = ("a dynamic_shapes spec that does not fit the call or its example", False)
     DIM_NOT_DYNAMIC = ("a declared Dim that the model specialises, derives or narrows", False)
+    AUTOGRAD_FUNCTION_AFTER_AUTOGRAD = ("a custom autograd.Function with pre_dispatch=False", False)
+    AUTOGRAD_FUNCTION_NOT_TRACEABLE = ("an autograd.Function whose forward/backward cannot be traced", False)
+    TENSOR_HOOK_NOT_EXPRESSIBLE = ("a tensor hook removed inside forward, or one returning None", False)
+    REQUIRES_GRAD_OFF_ON_INPUT = ("requires_grad_(False) on a parameter, buffer or input in forward", False)
     OP_NOT_IN_TARGET = ("an op that cannot be lowered into the export's target op set", False)
     REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
 

@@ -247,15 +247,6 @@ def forward(self, getitem, mul_1):
     add = torch.ops.aten.add.Tensor(getitem, mul_1);  getitem = mul_1 = None
     return (add,)""")
 
-    def test_inference_mode_is_refused_naming_the_line(self):
-        class M(torch.nn.Module):
-            def forward(self, x):
-                with torch.inference_mode():
-                    y = x * 2
-                return y + 1
-        with refused(pf.Refusal.INFERENCE_MODE, r"aten\.mul\.Tensor[\s\S]*test_regions\.py.*\n.*y = x \* 2"):
-            pf.export(M(), (torch.randn(3),))
-
     def test_autocast_disabled_inside_enabled(self):
         class M(torch.nn.Module):
             def forward(self, x, w):

@@ -65,6 +65,7 @@ class Outliner:
 
     def _outline_run(self, gm: torch.fx.GraphModule, frame: Frame, nodes: list[Node],
                      grad_enabled: bool) -> torch.fx.GraphModule:
+        nodes = _with_subgraph_refs(gm, nodes)
         members = set(nodes)
         inputs: list[Node] = []
         for node in nodes:
@@ -92,7 +93,7 @@ class Outliner:
         self._in_graph[body] = {}
         for old, new in env.items():
             self._note(new, self._flat(old))
-        body_gm = torch.fx.GraphModule(gm, body)
+        body_gm = torch.fx.GraphModule(gm, body)  # copies the subgraphs its get_attr nodes name
 
         name = _free_attr(gm, frame.name)
         gm.add_submodule(name, body_gm)
@@ -115,6 +116,9 @@ class Outliner:
             if flat is not None and in_graph.get(flat) is node:
                 del in_graph[flat]
             gm.graph.erase_node(node)
+            if node.op == "get_attr" and not any(n.op == "get_attr" and n.target == node.target
+                                                 for n in gm.graph.nodes):
+                delattr(gm, str(node.target))  # the subgraph now lives in the body only
         return body_gm
 
     def _flat(self, node: Node) -> Node | None:
@@ -155,6 +159,18 @@ class Outliner:
                 flat = self._edges[flat]
             result.append(position.get(flat, -1) if flat is not start else -1)
         return tuple(result) if any(j >= 0 for j in result) else ()
+
+
+def _with_subgraph_refs(gm: torch.fx.GraphModule, nodes: list[Node]) -> list[Node]:
+    """``nodes`` plus the ``get_attr`` nodes of the subgraphs (a torch HOP's branches, a
+    Function's forward and backward) that only they call: the subgraphs move into the body."""
+    members = set(nodes)
+    refs = [inp for node in nodes for inp in node.all_input_nodes
+            if inp.op == "get_attr" and isinstance(getattr(gm, str(inp.target), None), torch.fx.GraphModule)
+            and all(u in members for u in inp.users)]
+    if not refs:
+        return nodes
+    return [n for n in gm.graph.nodes if n in members or n in refs]
 
 
 def _free_attr(gm: torch.fx.GraphModule, kind: str) -> str:

@@ -21,13 +21,6 @@ def _refuse(kind: Refusal, message: str, op: Any) -> UnsupportedError:
     return UnsupportedError(message, kind=kind, op=op, source=user_source_line())
 
 
-def inference_mode(func: Any, args: tuple, input_ids: set[int]) -> None:
-    if torch.is_inference_mode_enabled():
-        raise _refuse(Refusal.INFERENCE_MODE,
-                      "torch.inference_mode() inside the model cannot be expressed as a region "
-                      "(inference tensors cannot re-enter autograd); use torch.no_grad() instead", func)
-
-
 def grad_mode_after_autograd(func: Any, args: tuple, input_ids: set[int]) -> None:
     if not torch.is_grad_enabled():
         raise _refuse(Refusal.GRAD_MODE_AFTER_AUTOGRAD,
@@ -43,8 +36,8 @@ def input_metadata_mutation(func: Any, args: tuple, input_ids: set[int]) -> None
                       "in a functional program; use the out-of-place op instead", func)
 
 
-PRE_DISPATCH: tuple[Check, ...] = (inference_mode, input_metadata_mutation)
-POST_DISPATCH: tuple[Check, ...] = (inference_mode, grad_mode_after_autograd, input_metadata_mutation)
+PRE_DISPATCH: tuple[Check, ...] = (input_metadata_mutation,)
+POST_DISPATCH: tuple[Check, ...] = (grad_mode_after_autograd, input_metadata_mutation)
 
 
 def leaked_autocast() -> None:

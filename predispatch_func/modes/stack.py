@@ -24,6 +24,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import ExportError, user_source_line
+from ..hop.extensions import traced_extensions
 from . import refusals
 from .composite_policy import CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
@@ -38,14 +39,13 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 
     Every op: refuse (refusals.py), reroute (the policy's honest twin or eager's
     kernel), dispatch, with each observer's ``before``/``after`` around it. What
-    runs is chosen once here, for ``pre_dispatch`` True or False. torch's
-    higher-order ops find a mode's rule by its exact type; this type shares
-    FunctionalTensorMode's rules, so ``torch.cond`` & co. functionalize through it.
+    runs is chosen once here, for ``pre_dispatch`` True or False. (torch's
+    higher-order ops find a mode's rule by its exact type: hop/torch_hops.py
+    gives this type FunctionalTensorMode's rules.)
     """
 
     def __init__(self, policy: CompositePolicy, *, pre_dispatch: bool, copy_target: CopyTarget):
         super().__init__(pre_dispatch=pre_dispatch, export=True)
-        tc.share_torch_hop_rules(type(self), tc.FunctionalTensorMode)
         self.policy = policy
         self.failed_op: Any = None
         self.bases = Bases()
@@ -130,7 +130,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         with mode:
             wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
         mode.add_graph_inputs(wrapped)
-        with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache):
+        with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
+                traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
             outs = body(wrapped, mode)
             mode.view_modes.rebuild_stale(outs)
             refusals.leaked_autocast()
