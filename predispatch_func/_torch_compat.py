@@ -48,6 +48,10 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
     )
 
 
+def has_functionalize_kernel(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), torch._C.DispatchKey.Functionalize)
+
+
 def has_python_composite(op: torch._ops.OpOverload) -> bool:
     """torch registered a Python CompositeImplicitAutograd kernel, which tracing
     runs instead of the C++ one eager runs (dropout: clone vs. return input)."""
@@ -144,6 +148,13 @@ def has_data_mutation(t: FunctionalTensor) -> bool:
 
 def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:
     return torch._guards.detect_fake_mode(tensors)
+
+
+def discarding_unbacked_symbols(fake_mode: FakeTensorMode) -> Any:
+    """Unbacked symbols (``.item()``) made inside are thrown away, not pending
+    for the trace's outputs: for trial runs whose results are dropped."""
+    env = fake_mode.shape_env
+    return env.ignore_fresh_unbacked_symbols() if env is not None else contextlib.nullcontext()
 
 
 # --- export state -----------------------------------------------------------

@@ -21,6 +21,8 @@ from torch.export.graph_signature import (
     InputSpec,
     OutputKind,
     OutputSpec,
+    SymBoolArgument,
+    SymFloatArgument,
     SymIntArgument,
     TensorArgument,
 )
@@ -114,6 +116,10 @@ def argument(node: Any) -> Any:
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):
             return SymIntArgument(name=node.name)
+        if isinstance(val, torch.SymFloat):  # x.item() of a float tensor, returned
+            return SymFloatArgument(name=node.name)
+        if isinstance(val, torch.SymBool):
+            return SymBoolArgument(name=node.name)
         if isinstance(val, torch.Tensor) or val is None:
             return TensorArgument(name=node.name)
         return ConstantArgument(name=node.name, value=val)
@@ -130,9 +136,13 @@ def build_signature(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mutatio
         else:
             input_specs.append(InputSpec(slot.kind.input_kind, TensorArgument(node.name),
                                          target=slot.target, persistent=slot.persistent))
-    returned = _returned(gm)
+    returned, placeholders, position = _returned(gm), _placeholders(gm), inputs.positions()
     n_mut = len(mutations.mutated)
-    output_specs = [OutputSpec(slot.kind.mutation_kind, argument(out), target=slot.target)  # type: ignore[arg-type]
+    # a user input mutation names its placeholder, which fx may have renamed
+    # (a forward argument called ``input`` shadows a builtin: ``input_1``)
+    output_specs = [OutputSpec(slot.kind.mutation_kind, argument(out),  # type: ignore[arg-type]
+                               target=placeholders[position[slot]].name if slot.kind is SlotKind.USER
+                               else slot.target)
                     for slot, out in zip(mutations.mutated, returned)]
     output_specs += [OutputSpec(OutputKind.USER_OUTPUT, argument(out), target=None) for out in returned[n_mut:]]
     return ExportGraphSignature(input_specs, output_specs)

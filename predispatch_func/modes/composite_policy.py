@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 
 from .. import _torch_compat as tc
+from .out_variants import call_composite_out, call_inplace_through_twin, is_composite_out, unfunctionalizable_inplace_twin
 
 Decision = str  # "keep" | "decompose"
 AuditLookup = Callable[[tc.OpOverload], "Decision | None"]
@@ -126,11 +127,19 @@ class CompositePolicy:
             return twin
         if self.needs_eager_kernel(op, args, kwargs) and self.should_decompose(op, args, kwargs):
             return functools.partial(tc.decompose_like_eager, op)
-        return self._lowered(op)
+        if is_composite_out(op):
+            return lambda *a, **k: call_composite_out(op, a, k)
+        return self._through_inplace_twin(op) or self._lowered(op)
 
     def rerouted_after_autograd(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
         """The same with ``pre_dispatch=False``, where autograd already chose the kernels."""
-        return HONEST_TWINS.get(op) or self._lowered(op)
+        return HONEST_TWINS.get(op) or self._through_inplace_twin(op) or self._lowered(op)
+
+    @staticmethod
+    def _through_inplace_twin(op: Any) -> Callable[..., Any] | None:
+        """An in-place op functionalization has no kernel for, as its functional twin plus a write."""
+        twin = unfunctionalizable_inplace_twin(op)
+        return None if twin is None else (lambda *a, **k: call_inplace_through_twin(op, twin, a, k))
 
     def _lowered(self, op: Any) -> Callable[..., Any] | None:
         """The lowering of an op outside the target op set, traced in this mode."""
@@ -190,7 +199,7 @@ def _run_decomposition_and_watch(op: tc.OpOverload, args: tuple, kwargs: dict,
     fake_mode = tc.fake_mode_of(tensors)
     if fake_mode is None:
         return None
-    with tc.below_pre_dispatch(), fake_mode:
+    with tc.below_pre_dispatch(), fake_mode, tc.discarding_unbacked_symbols(fake_mode):
         fresh_args, fresh_kwargs = tc.pytree.tree_map_only(torch.Tensor, _fresh_like, (args, kwargs))
         fresh = [t for t in tc.pytree.tree_leaves((fresh_args, fresh_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [tc.version_of(t) for t in fresh]

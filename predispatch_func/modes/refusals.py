@@ -13,30 +13,51 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
+from .observers import OpCall
 
-Check = Callable[[Any, tuple, "set[int]"], None]  # (op, args, ids of the graph inputs)
+Check = Callable[[OpCall, "set[int]"], None]  # (the op call, ids of the graph inputs)
 
 
 def _refuse(kind: Refusal, message: str, op: Any) -> UnsupportedError:
     return UnsupportedError(message, kind=kind, op=op, source=user_source_line())
 
 
-def grad_mode_after_autograd(func: Any, args: tuple, input_ids: set[int]) -> None:
-    if not torch.is_grad_enabled():
+def grad_mode_after_autograd(call: OpCall, input_ids: set[int]) -> None:
+    if not call.grad:
         raise _refuse(Refusal.GRAD_MODE_AFTER_AUTOGRAD,
                       "the model disables grad mode; after autograd (pre_dispatch=False) a region "
                       "cannot be recorded, so its gradients would silently differ from eager; "
-                      "export with pre_dispatch=True", func)
+                      "export with pre_dispatch=True", call.func)
 
 
-def input_metadata_mutation(func: Any, args: tuple, input_ids: set[int]) -> None:
-    if args and id(args[0]) in input_ids and torch.Tag.inplace_view in getattr(func, "tags", ()):
+def input_metadata_mutation(call: OpCall, input_ids: set[int]) -> None:
+    if call.args and id(call.args[0]) in input_ids and torch.Tag.inplace_view in getattr(call.func, "tags", ()):
         raise _refuse(Refusal.INPUT_METADATA_MUTATION,
                       "in-place metadata change (shape/stride) of a graph input cannot be expressed "
-                      "in a functional program; use the out-of-place op instead", func)
+                      "in a functional program; use the out-of-place op instead", call.func)
 
 
-PRE_DISPATCH: tuple[Check, ...] = (input_metadata_mutation,)
+def overlapping_writes(call: OpCall, input_ids: set[int]) -> None:
+    """One tensor passed as two mutable arguments (``batch_norm(x, None, None, s, s,
+    True, ...)``): eager applies the kernel's writes one after the other, a
+    functional program computes each from the old value."""
+    if len(call.written) < 2:
+        return
+    spans = []
+    for t in call.written:
+        start = t.storage_offset()
+        extent = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0) if t.numel() else -1
+        spans.append((tc.storage_key(t), start, start + extent))
+    for i, (key, lo, hi) in enumerate(spans):
+        for key2, lo2, hi2 in spans[:i]:
+            if key == key2 and lo <= hi2 and lo2 <= hi:
+                raise _refuse(Refusal.OVERLAPPING_WRITES,
+                              "one tensor (or overlapping views of it) is passed as two arguments the op "
+                              "writes; eager applies the writes one after the other, which a functional "
+                              "program cannot express: pass separate tensors", call.func)
+
+
+PRE_DISPATCH: tuple[Check, ...] = (input_metadata_mutation, overlapping_writes)
 POST_DISPATCH: tuple[Check, ...] = (grad_mode_after_autograd, input_metadata_mutation)
 
 

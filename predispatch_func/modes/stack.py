@@ -77,19 +77,18 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         return self.policy.should_decompose(func, args, kwargs)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        call = OpCall(func, args, kwargs or {}, written_tensors(func, args, kwargs or {}) if self._observers else [])
         try:
             for refuse in self._refusals:
-                refuse(func, args, self.bases.input_ids)
-            instead = self._reroute(func, args, kwargs)
+                refuse(call, self.bases.input_ids)
+            instead = self._reroute(func, args, call.kwargs)
             if instead is not None:
                 with self:
-                    return instead(*args, **kwargs)
-            call = OpCall(func, args, kwargs, written_tensors(func, args, kwargs) if self._observers else [])
+                    return instead(*args, **call.kwargs)
             for observer in self._observers:
                 observer.before(call)
             with tc.grad_mode_untraced(False) if call.without_autograd else contextlib.nullcontext():
-                out = super().__torch_dispatch__(func, types, args, kwargs)
+                out = super().__torch_dispatch__(func, types, args, call.kwargs)
                 for observer in self._observers:
                     observer.after(call, out)
             return out
