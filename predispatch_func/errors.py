@@ -83,6 +83,10 @@ class Refusal(enum.Enum):
     AUTOGRAD_FUNCTION_NOT_TRACEABLE = ("an autograd.Function whose forward/backward cannot be traced", False)
     TENSOR_HOOK_NOT_EXPRESSIBLE = ("a tensor hook removed inside forward, or one returning None", False)
     REQUIRES_GRAD_OFF_ON_INPUT = ("requires_grad_(False) on a parameter, buffer or input in forward", False)
+    HOP_BODY_WRITES_OPERANDS = ("a torch HOP body that writes its operands or a closed-over tensor", True)
+    VMAP_AT_PRE_DISPATCH = ("torch.vmap over the program's tensors (create_block_mask in forward)", True)
+    AUTOCAST_IN_HOP_BODY = ("an autocast region inside a torch HOP's body", True)
+    HOP_NOT_REPRESENTABLE = ("a torch HOP whose traced call no ExportedProgram accepts", True)
     OP_NOT_IN_TARGET = ("an op that cannot be lowered into the export's target op set", False)
     REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
 
