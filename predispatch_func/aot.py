@@ -28,6 +28,7 @@ from .graphs import all_graph_modules
 from .hop import outline_regions
 from .lift import collect_inputs
 from .modes import CompositePolicy, trace_functional
+from .modes.composite_policy import Decision
 from .mutations import ModelCall
 from .opsets.lowering import Lowering
 from .schema_audit import shipped_decision
@@ -46,7 +47,7 @@ class AotSignature:
     state_dict: dict[str, torch.Tensor]
     constants: dict[str, torch.Tensor]
     range_constraints: dict[Any, Any]
-    composite_decisions: dict[str, tuple[str, str]]
+    composite_decisions: dict[str, tuple[Decision, str]]
     grad_enabled_on_return: bool = True
 
 

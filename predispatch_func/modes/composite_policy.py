@@ -21,6 +21,7 @@ C++ composite kernel eager runs where torch's Python one differs.
 
 from __future__ import annotations
 
+import enum
 import functools
 from typing import Any, Callable
 
@@ -29,8 +30,14 @@ import torch
 from .. import _torch_compat as tc
 from .out_variants import call_composite_out, call_inplace_through_twin, is_composite_out, unfunctionalizable_inplace_twin
 
-Decision = str  # "keep" | "decompose"
-AuditLookup = Callable[[tc.OpOverload], "Decision | None"]
+class Decision(str, enum.Enum):
+    """Keep a composite as one node, or decompose it (equal to its string, as users write it)."""
+
+    KEEP = "keep"
+    DECOMPOSE = "decompose"
+
+
+AuditLookup = Callable[[tc.OpOverload], "str | None"]  # the audit's "keep" / "decompose"
 
 
 def _meta_key(value: Any) -> Any:
@@ -78,9 +85,9 @@ class CompositePolicy:
                  "decisions")
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
-                 overrides: dict[str, Decision] | None = None, lowering: Any = None):
+                 overrides: dict[str, str] | None = None, lowering: Any = None):
         self.audit_lookup = audit_lookup
-        self.overrides = dict(overrides or {})
+        self.overrides = {name: Decision(d) for name, d in (overrides or {}).items()}
         # an ``opsets.Lowering`` when exporting to a target op set: its composites
         # outside the target are decomposed whatever the audit says
         self.lowering = lowering
@@ -98,24 +105,24 @@ class CompositePolicy:
             return fixed
         lie = self._trace_time_lie(op, args, kwargs)
         if lie is not None:
-            return self._record(op, "decompose", lie)
-        return self._record(op, "keep", "audit" if fixed == "keep" else "trace-time guard")
+            return self._record(op, Decision.DECOMPOSE, lie)
+        return self._record(op, Decision.KEEP, "audit" if fixed == Decision.KEEP else "trace-time guard")
 
     def _decide_by_op(self, op: tc.OpOverload) -> bool | str | None:
         """True/False when the op alone decides; else the audit's answer, for the guard."""
         if not tc.has_composite_implicit_kernel(op):
             return bool(tc.torch_would_decompose(op, pre_dispatch=True))
         if self.lowering is not None and self.lowering.forces_decomposition(op):
-            return self._record(op, "decompose", "not in the target op set")
+            return self._record(op, Decision.DECOMPOSE, "not in the target op set")
         schema = tc.schema_of(op)
         if schema.is_mutable or any(a.alias_info for a in schema.arguments) or tc.torch_tags_unsafe(op):
-            return self._record(op, "decompose", "schema declares aliasing or mutation")
+            return self._record(op, Decision.DECOMPOSE, "schema declares aliasing or mutation")
         name = str(op)
         if name in self.overrides:
             return self._record(op, self.overrides[name], "user override")
         audited = self.audit_lookup(op) if self.audit_lookup is not None else None
-        if audited == "decompose":
-            return self._record(op, "decompose", "schema audit")
+        if audited == Decision.DECOMPOSE:
+            return self._record(op, Decision.DECOMPOSE, "schema audit")
         return audited
 
     def rerouted(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
@@ -165,7 +172,7 @@ class CompositePolicy:
 
     def _record(self, op: tc.OpOverload, decision: Decision, why: str) -> bool:
         self.decisions.setdefault(str(op), (decision, why))
-        return decision == "decompose"
+        return decision is Decision.DECOMPOSE
 
     def _trace_time_lie(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> str | None:
         inner_args, inner_kwargs = tc.pytree.tree_map_only(

@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import operator
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -118,7 +118,7 @@ class Lowering:
 
     # --- after tracing ------------------------------------------------------------
 
-    def warn_decomposed_members(self, decisions: dict[str, tuple[str, str]]) -> None:
+    def warn_decomposed_members(self, decisions: Mapping[str, tuple[str, str]]) -> None:
         """Name each composite of the target that the policy decomposed anyway."""
         for name, (decision, why) in sorted(decisions.items()):
             if decision == "decompose" and name in _names(self.target):
