@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from .. import _torch_compat as tc
-from .out_variants import call_composite_out, call_inplace_through_twin, is_composite_out, unfunctionalizable_inplace_twin
+from .out_variants import call_composite_out, call_inplace_through_twin, inplace_twin, is_composite_out
 
 class Decision(str, enum.Enum):
     """Keep a composite as one node, or decompose it (equal to its string, as users write it)."""
@@ -144,8 +144,9 @@ class CompositePolicy:
 
     @staticmethod
     def _through_inplace_twin(op: Any) -> Callable[..., Any] | None:
-        """An in-place op functionalization has no kernel for, as its functional twin plus a write."""
-        twin = unfunctionalizable_inplace_twin(op)
+        """An in-place composite, or an in-place op functionalization has no kernel for, as its
+        functional twin plus a write into ``self``."""
+        twin = inplace_twin(op)
         return None if twin is None else (lambda *a, **k: call_inplace_through_twin(op, twin, a, k))
 
     def _lowered(self, op: Any) -> Callable[..., Any] | None:

@@ -1,7 +1,7 @@
 """What the tracing mode refuses, each with its :class:`~predispatch_func.errors.Refusal` kind.
 
 Checks run first in every dispatch (before any state is recorded), chosen once
-per trace: :data:`PRE_DISPATCH` or :data:`POST_DISPATCH`. Failures torch itself
+per trace by :func:`checks`. Failures torch itself
 raises while tracing are translated into refusals by :func:`known_torch_limit`.
 """
 
@@ -30,11 +30,33 @@ def grad_mode_after_autograd(call: OpCall, input_ids: set[int]) -> None:
                       "export with pre_dispatch=True", call.func)
 
 
-def input_metadata_mutation(call: OpCall, input_ids: set[int]) -> None:
-    if call.args and id(call.args[0]) in input_ids and torch.Tag.inplace_view in getattr(call.func, "tags", ()):
-        raise _refuse(Refusal.INPUT_METADATA_MUTATION,
-                      "in-place metadata change (shape/stride) of a graph input cannot be expressed "
-                      "in a functional program; use the out-of-place op instead", call.func)
+class InputMetadataWrites:
+    """In-place view ops on graph inputs (``t_``, ``unsqueeze_``): refused at the end of
+    the trace (:meth:`refuse_changed`) only if the input's layout then differs
+    (``t_()`` of a 1-D tensor, or ``unsqueeze_(0)`` undone by ``squeeze_(0)``, changes nothing)."""
+
+    __slots__ = ("_first",)
+
+    def __init__(self) -> None:
+        self._first: dict[int, tuple[Any, tuple, Any, str | None]] = {}  # id -> (input, layout, op, line)
+
+    def __call__(self, call: OpCall, input_ids: set[int]) -> None:
+        t = call.args[0] if call.args else None
+        if (id(t) in input_ids and id(t) not in self._first
+                and torch.Tag.inplace_view in getattr(call.func, "tags", ())):
+            self._first[id(t)] = (t, _layout(t), call.func, user_source_line())
+
+    def refuse_changed(self) -> None:
+        for t, layout, func, source in self._first.values():
+            if _layout(t) != layout:
+                raise UnsupportedError(
+                    "in-place metadata change (shape/stride) of a graph input cannot be expressed "
+                    "in a functional program; use the out-of-place op instead",
+                    kind=Refusal.INPUT_METADATA_MUTATION, op=func, source=source)
+
+
+def _layout(t: Any) -> tuple:
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
 
 
 def overlapping_writes(call: OpCall, input_ids: set[int]) -> None:
@@ -57,8 +79,11 @@ def overlapping_writes(call: OpCall, input_ids: set[int]) -> None:
                               "program cannot express: pass separate tensors", call.func)
 
 
-PRE_DISPATCH: tuple[Check, ...] = (input_metadata_mutation, overlapping_writes)
-POST_DISPATCH: tuple[Check, ...] = (grad_mode_after_autograd, input_metadata_mutation)
+def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites) -> tuple[Check, ...]:
+    """The checks every op passes first, for one trace."""
+    if pre_dispatch:
+        return (metadata_writes, overlapping_writes)
+    return (grad_mode_after_autograd, metadata_writes)
 
 
 def leaked_autocast() -> None:

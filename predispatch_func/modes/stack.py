@@ -28,6 +28,7 @@ from ..hop.extensions import traced_extensions
 from . import refusals
 from .composite_policy import CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
+from .out_variants import RANDOM_FILLS, fill_randomly_keeping_grad
 from .observers import (Bases, CopyTargetFlag, DetachedAliases, GradReach, IdentityEdges, Observer, OpCall,
                         written_tensors)
 from .view_grad_modes import ViewGradModes
@@ -53,8 +54,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         detached = DetachedAliases()
         self.identity = IdentityEdges(self.bases, self.grad_reach, detached)
         self.view_modes = ViewGradModes(self._base_may_need_grad)
-        self._refusals = refusals.PRE_DISPATCH if pre_dispatch else refusals.POST_DISPATCH
-        self._reroute = policy.rerouted if pre_dispatch else policy.rerouted_after_autograd
+        self.metadata_writes = refusals.InputMetadataWrites()
+        self._refusals = refusals.checks(pre_dispatch, self.metadata_writes)
+        self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
         self._observers: tuple[Observer, ...] = (
             self.view_modes, CopyTargetFlag(copy_target, self.bases), self.identity,
             detached, self.grad_reach, self.bases) if pre_dispatch else ()
@@ -66,6 +68,13 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
     def note_identity(self, source: Any, value: Any) -> None:
         """``value`` keeps ``source``'s autograd identity (re-traced region HOPs call this)."""
         self.identity.note(source, value)
+
+    def _rerouted(self, func: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
+        """The policy's reroute; and an in-place random fill of a tensor that may require
+        grad keeps its autograd identity (``zero_().add_(fresh fill)``)."""
+        if func in RANDOM_FILLS and self.grad_reach.may_need_grad(args[0]):
+            return lambda *a, **k: fill_randomly_keeping_grad(func, a, k)
+        return self.policy.rerouted(func, args, kwargs)
 
     def _base_may_need_grad(self, t: Any) -> bool:
         base = self.bases.base_of(t)
@@ -132,6 +141,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
                 traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
             outs = body(wrapped, mode)
+            mode.metadata_writes.refuse_changed()
             mode.view_modes.rebuild_stale(outs)
             refusals.leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()
