@@ -28,6 +28,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch.overrides import TorchFunctionMode
 
+from . import _torch_compat as tc
 from .graphs import all_graph_modules
 
 NN_MODULE_STACK = "nn_module_stack"
@@ -139,7 +140,7 @@ def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
         for node in sub.graph.nodes:
             if node.op not in ("call_function", "get_attr") or NN_MODULE_STACK in node.meta:
                 continue
-            if isinstance(node.target, torch._ops.HigherOrderOperator):
+            if isinstance(node.target, tc.HigherOrderOperator):
                 node.meta[NN_MODULE_STACK] = _shared_stack(sub, node) or root_stack(root_cls)
                 name = node.target.name()
                 hop_counts[name] = hop_counts.get(name, 0) + 1
@@ -166,7 +167,7 @@ def _bodies_inherit_torch_fn(gm: torch.fx.GraphModule) -> None:
     branch dynamo traced) is part of the HOP call's torch_fn, as in torch.export."""
     for _, sub in all_graph_modules(gm):  # parents first
         for node in sub.graph.nodes:
-            if not isinstance(node.target, torch._ops.HigherOrderOperator) or TORCH_FN not in node.meta:
+            if not isinstance(node.target, tc.HigherOrderOperator) or TORCH_FN not in node.meta:
                 continue
             for arg in node.args:
                 body = getattr(sub, str(arg.target), None) if isinstance(arg, torch.fx.Node) \
