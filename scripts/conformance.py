@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", default=os.path.join(_ROOT, "docs", "conformance.md"))
     p.add_argument("--fresh", action="store_true", help="ignore earlier results for the selected cases")
     p.add_argument("--retry", action="store_true", help="run again the pairs that timed out or crashed")
+    p.add_argument("--rerun-gaps", action="store_true",
+                   help="run again, with this checkout, the selected cases where ours falls short of torch.export")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--baseline", help="an earlier results file, summarised in the report too")
     p.add_argument("--baseline-label", default="before the fixes", help="what the earlier run was")
@@ -216,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     n_run = 0
     if not a.report_only:
         names = conformance.sampled_cases() if a.test_sample else select(suites, a.k, a.limit, a.sample, a.seed)
+        if a.rerun_gaps:
+            from conformance.known_gaps import is_gap
+
+            names = [n for n in names if (n, "ours") in results and (n, "torch") in results
+                     and is_gap(results[(n, "ours")], results[(n, "torch")])]
+            a.fresh = True
         again = ("timeout", "worker crashed") if a.retry else ()
         tasks = [(n, e) for n in names for e in ("ours", "torch")
                  if a.fresh or (n, e) not in results or results[(n, e)]["signature"] in again]
