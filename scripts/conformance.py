@@ -125,7 +125,7 @@ def write_known_gaps(results: dict[tuple[str, str], dict], suites: list[str]) ->
     for (case, exporter), ours in sorted(results.items()):
         theirs = results.get((case, "torch"))
         if exporter == "ours" and theirs and case.split("/", 1)[0] in suites and kg.is_gap(ours, theirs):
-            gaps[case] = kg.reason(ours)
+            gaps[case] = kg.reason(ours, case)
     with open(kg.PATH, "w") as f:
         json.dump(gaps, f, indent=0, sort_keys=True)
         f.write("\n")
