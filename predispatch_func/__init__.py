@@ -5,7 +5,7 @@ and ``verify`` (contract checks and replay against eager).
 """
 
 from .aot import AotSignature, aot_export_module
-from .errors import ExportError, UnsupportedError, VerificationError
+from .errors import ExportError, Refusal, UnsupportedError, VerificationError
 from .opsets import OpSet
 from .export import FunctionalExportedProgram, export, functionalize, load
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
@@ -13,6 +13,7 @@ from .verify import VerifyReport, check_contract, replay_against_eager, verify
 __all__ = [
     "AotSignature",
     "ExportError",
+    "Refusal",
     "UnsupportedError",
     "VerificationError",
     "VerifyReport",
