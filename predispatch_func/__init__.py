@@ -6,12 +6,14 @@ and ``verify`` (contract checks and replay against eager).
 
 from .aot import AotSignature, aot_export_module
 from .errors import ExportError, UnsupportedError, VerificationError
+from .input_check import InputError
 from .export import FunctionalExportedProgram, export, functionalize, load
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
 
 __all__ = [
     "AotSignature",
     "ExportError",
+    "InputError",
     "UnsupportedError",
     "VerificationError",
     "VerifyReport",

@@ -11,7 +11,6 @@ dead code -> signature (signature.py) -> write-back guards.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any
 
@@ -28,6 +27,7 @@ from .modes import CompositePolicy, trace_functional
 from .schema_audit import shipped_decision
 from .graph_cleanup import (copy_outputs_reading_written_inputs, eliminate_dead_code,
                             lift_traced_constants, name_placeholders)
+from .state_guard import StateGuard
 from .signature import InputSlot, build_signature, grad_sources, written_placeholders
 from .writeback_guard import guard_saved_mutated_inputs
 
@@ -51,8 +51,13 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                       decompositions: dict | None = None, kwargs: dict | None = None,
                       dynamic_shapes: Any = None,
                       composite_overrides: dict[str, str] | None = None,
+                      python_state: str = "error",
                       ) -> tuple[torch.fx.GraphModule, AotSignature]:
-    """Trace ``mod`` into a functional graph over lifted state and flat user inputs."""
+    """Trace ``mod`` into a functional graph over lifted state and flat user inputs.
+
+    ``python_state="warn"`` turns the refusal of Python-level changes the program
+    cannot carry (see :mod:`predispatch_func.state_guard`) into a warning.
+    """
     kwargs = dict(kwargs or {})
     args = tuple(args)
     state = lift_state(mod)
@@ -97,9 +102,10 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                                    for o in flat_out]
         return [final[i] for i in mutated] + flat_out
 
-    with _preserved_model_state(mod):
+    with StateGuard(mod, (args, kwargs), python_state=python_state) as guard:
         trace = trace_functional(body, fake_inputs, policy=policy,
                                  pre_dispatch=pre_dispatch, decompositions=decompositions)
+        guard.refuse_uncarried_changes()
     gm = trace.graph_module
     slots = lift_traced_constants(gm, slots, n_state)
     name_placeholders(gm, slots)
@@ -160,17 +166,3 @@ def _inputs_sharing_memory(inputs: list[Any]) -> dict[int, list[int]]:
             by_storage.setdefault(tc.StorageWeakRef(t.untyped_storage()), []).append(i)
     return {i: [j for j in group if j != i] for group in by_storage.values() if len(group) > 1
             for i in group}
-
-
-@contextlib.contextmanager
-def _preserved_model_state(mod: torch.nn.Module):
-    """Exporting must not move the caller's RNG, nor its modules' training flags."""
-    rng = torch.get_rng_state()
-    training = [(m, m.training) for m in mod.modules()]
-    try:
-        yield
-    finally:
-        torch.set_rng_state(rng)
-        for m, flag in training:
-            m.training = flag
-
