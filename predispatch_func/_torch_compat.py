@@ -250,6 +250,17 @@ def record_grad_marker(enabled: bool) -> torch.fx.Node | None:
     return node
 
 
+def last_recorded_node() -> torch.fx.Node | None:
+    """The node the pre-dispatch tracer recorded last (None when not tracing)."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    last = mode.tracer.graph._root.prev
+    return last if last.op != "root" else None
+
+
 def keep_calls_in_torch_dead_code_elimination(fn: Any) -> None:
     """fx's dead-code elimination (``ep.module()`` runs it when unlifting) must not drop
     calls of ``fn`` whose results are unused."""

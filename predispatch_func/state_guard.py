@@ -53,7 +53,11 @@ class _TensorSnapshot:
     tensor: torch.Tensor
     requires_grad: bool
     grad: Any
-    version: int
+    version: int | None
+
+
+def _version(t: torch.Tensor) -> int | None:
+    return None if t.is_inference() else t._version  # inference tensors keep no version
 
 
 def _contents(value: Any) -> Any:
@@ -96,7 +100,7 @@ class StateGuard:
             self.modules.append(_ModuleSnapshot(m, attrs, contents, m.training))
         tensors = [*self.mod.parameters(), *self.mod.buffers(),
                    *(t for t in tc.pytree.tree_leaves(self.inputs) if isinstance(t, torch.Tensor))]
-        self.tensors = [_TensorSnapshot(t, t.requires_grad, t.grad if t.is_leaf else None, t._version)
+        self.tensors = [_TensorSnapshot(t, t.requires_grad, t.grad if t.is_leaf else None, _version(t))
                         for t in dict.fromkeys(tensors)]
 
     def _restore(self) -> None:
@@ -129,7 +133,7 @@ class StateGuard:
             self._recording.__exit__(*exc)
         finally:
             self._restore()
-        written = [t for t in self.tensors if t.tensor._version != t.version]
+        written = [t for t in self.tensors if _version(t.tensor) != t.version]
         if written and exc[0] is None:  # never: every real tensor was swapped for a fake
             raise RuntimeError(f"internal error: exporting wrote {len(written)} of the caller's tensors")
         return False

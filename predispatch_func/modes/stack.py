@@ -25,6 +25,8 @@ import torch
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
+from .ambient import AmbientModes
+from .fast_paths import eager_fast_paths
 from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .view_grad_modes import ViewGradModes
@@ -236,6 +238,9 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
 
     copy_target = CopyTarget()
     autocast_cache = torch.is_autocast_cache_enabled()  # the caller's, as eager would use
+    ambient = AmbientModes.of_caller()
+    if not pre_dispatch:  # after autograd there are no grad regions: values do not depend on it
+        ambient = dataclasses.replace(ambient, grad_enabled=True, inference=False)
 
     def traced(*flat):
         mode = PolicyFunctionalMode(policy, pre_dispatch=pre_dispatch, copy_target=copy_target)
@@ -248,8 +253,9 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             mode.track_base(t)
         with mode, note_identity_hook(mode.note_identity), torch.enable_grad(), \
                 tc.autocast_cache_as(autocast_cache):
-            outs = body(wrapped, mode)
-            mode.view_modes.rebuild_stale(outs)
+            with ambient.entered(), eager_fast_paths():  # the caller's modes: outer regions
+                outs = body(wrapped, mode)
+                mode.view_modes.rebuild_stale(outs)
             _refuse_leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()
         return tuple(tc.inner_of_functional(o) for o in outs)
@@ -259,7 +265,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                         tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
-        with tc.exporting_state(), (fake_mode if fake_mode is not None else _null()):
+        with ambient.neutral(), tc.exporting_state(), (fake_mode if fake_mode is not None else _null()):
             gm = tracer(*flat_inputs)
         return Trace(gm, state["mode"].identity_edges, state["grad_enabled_on_return"])
     except ExportError:
