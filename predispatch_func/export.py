@@ -71,12 +71,16 @@ class FunctionalExportedProgram(ExportedProgram):
 
 
 def write_back(destination: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """``destination.copy_(value)``, under no_grad when it is a leaf requiring grad.
+    """``destination.copy_(value)``, under no_grad when it is a leaf requiring grad;
+    a destination of another shape (a buffer the model resized) is resized first.
 
     Registered as a side effect, so fx's dead-code elimination (``recompile``
     passes, PT2E's ``prepare_pt2e``/``convert_pt2e``) keeps it although its
     result is unused, as it keeps torch's own ``aten.copy_`` write-backs.
     """
+    if destination.shape != value.shape:  # a buffer the model resized in place (QAT observers)
+        with torch.no_grad():
+            destination.resize_(value.shape)
     if destination.is_leaf and destination.requires_grad:
         with torch.no_grad():
             return destination.copy_(value)

@@ -352,3 +352,101 @@ def test_verify_takes_non_leaf_and_grad_requiring_inputs_kwargs_and_nested_conta
     assert report.ok and "gradients" in report.checked, report
     copy.deepcopy(ep)  # the program holds no non-leaf
     replay_calls(ep, model, args, kwargs)
+
+
+# --- .data, view(dtype): aliases autograd does not see ------------------------------------------
+
+
+class HalvesWeightByDataAssignment(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        self.lin.weight.data = self.lin.weight.data * 0.5
+        return self.lin(x)
+
+
+class ClampsWeightThroughData(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        self.lin.weight.data.copy_(self.lin.weight.data.clamp(-0.2, 0.2))
+        return self.lin(x)
+
+
+class ResizesByDataAssignment(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        self.w.data = torch.zeros(5)
+        return x
+
+
+class WritesThroughViewDtype(nn.Module):
+    """The issue's case: a write through x.view(float32) (not differentiable) after a
+    copy of a grad-requiring value into x through another view."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 1))
+
+    def forward(self, x):
+        v1 = x.squeeze()
+        v4 = x.view(torch.float32)
+        v1.copy_(self.weight.amax(dim=-2))
+        v4.relu_()
+        return x
+
+
+@pytest.mark.parametrize("model_cls", [HalvesWeightByDataAssignment, ClampsWeightThroughData])
+def test_data_writes_are_parameter_mutations_with_grad_off(model_cls):
+    model, args = model_cls(), (torch.randn(2, 3),)
+    ep = export_checked(model, args)
+    assert [s.target for s in ep.graph_signature.output_specs if s.kind.name == "PARAMETER_MUTATION"] == ["lin.weight"]
+    replay_calls(ep, model, args, calls=3)
+
+
+def test_data_assignment_of_another_shape_is_refused_with_its_line():
+    with pytest.raises(pf.UnsupportedError, match=r"float32\[3\] to torch.float32\[5\][\s\S]*"
+                       + _line("self.w.data = torch.zeros(5)")):
+        pf.export(ResizesByDataAssignment(), (torch.randn(3),))
+
+
+def test_write_through_view_dtype_keeps_eagers_grad():
+    model, args = WritesThroughViewDtype(), (torch.randn(5, 1),)
+    ep = export_checked(model, args)
+    replay_calls(ep, model, args)
+
+
+# --- buffers resized in place ----------------------------------------------------------------
+
+
+class QatLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def test_default_x86_qat_fake_quant_resizes_its_buffers_and_is_carried():
+    """The fused moving-average fake-quant kernel resizes its per-channel scale, zero_point,
+    min_val and max_val in place on the first call: buffer mutations with a new shape."""
+    from torch.ao.quantization import get_default_qat_qconfig, prepare_qat
+
+    model = QatLinear().train()
+    model.qconfig = get_default_qat_qconfig("x86")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = prepare_qat(model)
+    args = (torch.randn(3, 4),)
+    assert model.lin.weight_fake_quant.scale.shape == (1,)
+    ep = export_checked(model, args)
+    assert "lin.weight_fake_quant.scale" in {s.target for s in ep.graph_signature.output_specs}
+    replay_calls(ep, model, args, calls=3)

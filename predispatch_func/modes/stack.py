@@ -27,6 +27,7 @@ from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
 from .ambient import AmbientModes
 from .fast_paths import eager_fast_paths
+from .tensor_data import TensorDataMode
 from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .view_grad_modes import ViewGradModes
@@ -110,12 +111,13 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         return bases
 
     def _track_detached(self, func, args, out) -> None:
-        if func is torch.ops.aten.detach.default or (
+        # view(dtype) is a view autograd does not see (not differentiable): like detach()
+        if func in (torch.ops.aten.detach.default, torch.ops.aten.view.dtype) or (
                 getattr(func, "is_view", False) and args and id(args[0]) in self._detached):
             for t in tc.pytree.tree_leaves(out):
                 # an op that *may* alias (``to``) but copied is no detached alias
                 if isinstance(t, tc.FunctionalTensor) and (
-                        func is torch.ops.aten.detach.default
+                        func in (torch.ops.aten.detach.default, torch.ops.aten.view.dtype)
                         or tc.storage_key(t) == tc.storage_key(args[0])):
                     self._detached[id(t)] = t
 
@@ -154,7 +156,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         if any(self._may_need_grad(t) for t in operands):
             raise UnsupportedError(
                 "a value that may require grad (computed under grad mode from a float input or "
-                "parameter) is written through a detach()-ed alias: eager gives the alias its own "
+                "parameter) is written through a detach()-ed alias (or .data, or view(dtype), which "
+                "autograd does not see either): eager gives the alias its own "
                 "autograd history while the tensor it aliases keeps its old one; write to a "
                 "clone, or detach the value written", op=func, source=user_source_line())
 
@@ -253,7 +256,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             mode.track_base(t)
         with mode, note_identity_hook(mode.note_identity), torch.enable_grad(), \
                 tc.autocast_cache_as(autocast_cache):
-            with ambient.entered(), eager_fast_paths():  # the caller's modes: outer regions
+            with ambient.entered(), eager_fast_paths(), TensorDataMode():  # caller's modes: outer regions
                 outs = body(wrapped, mode)
                 mode.view_modes.rebuild_stale(outs)
             _refuse_leaked_autocast()
