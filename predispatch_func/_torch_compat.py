@@ -353,3 +353,30 @@ def torch_export_keeps(op: torch._ops.OpOverload) -> bool:
     with warnings.catch_warnings():  # torch warns that it keeps custom composites
         warnings.simplefilter("ignore")
         return _can_decompose_fast(op, True, True) is False
+
+
+# --- decomposition tables (opsets/lowering.py) ------------------------------------
+
+
+def core_aten_decomposition_table() -> dict[torch._ops.OpOverload, Any]:
+    """torch's table for lowering to Core ATen (what ``run_decompositions()`` uses)."""
+    from torch._decomp import core_aten_decompositions
+
+    return dict(core_aten_decompositions())
+
+
+def aten_decomposition_table() -> dict[torch._ops.OpOverload, Any]:
+    """Every decomposition torch registers into ATen (``torch._decomp.decompositions``);
+    the refs (``torch._refs``) lower to prims, which no ATen op set holds."""
+    from torch._decomp import decomposition_table
+
+    return {op: fn for op, fn in decomposition_table.items()
+            if getattr(fn, "__module__", None) == "torch._decomp.decompositions"}
+
+
+def prims_decomposition_ops() -> frozenset[torch._ops.OpOverload]:
+    """Ops whose only registered decomposition is a ref into prims (``torch._refs``)."""
+    from torch._decomp import decomposition_table
+
+    return frozenset(op for op, fn in decomposition_table.items()
+                     if str(getattr(fn, "__module__", "")).startswith("torch._refs"))

@@ -24,6 +24,7 @@ from .graphs import all_graph_modules
 from .hop import outline_regions
 from .lift import lift_state, user_input_names
 from .modes import CompositePolicy, trace_functional
+from .opsets.lowering import Lowering
 from .schema_audit import shipped_decision
 from .graph_cleanup import (copy_outputs_reading_written_inputs, eliminate_dead_code,
                             lift_traced_constants, name_placeholders)
@@ -52,11 +53,15 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                       dynamic_shapes: Any = None,
                       composite_overrides: dict[str, str] | None = None,
                       python_state: str = "error",
+                      target: Any = None,
                       ) -> tuple[torch.fx.GraphModule, AotSignature]:
     """Trace ``mod`` into a functional graph over lifted state and flat user inputs.
 
     ``python_state="warn"`` turns the refusal of Python-level changes the program
     cannot carry (see :mod:`predispatch_func.state_guard`) into a warning.
+    ``target`` (an :class:`~predispatch_func.opsets.OpSet`) lowers every op
+    outside it while tracing (``opsets/lowering.py``), or refuses naming the
+    ops it cannot lower.
     """
     kwargs = dict(kwargs or {})
     args = tuple(args)
@@ -72,7 +77,11 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
                    for i, s in enumerate(slots)]
     n_state = len(slots) - len(flat_user)
     aliased = _inputs_sharing_memory(fake_inputs)
-    policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides)
+    lowering = Lowering(target) if target is not None else None
+    policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides,
+                             lowering=lowering)
+    if lowering is not None:
+        decompositions = {**lowering.proxy_table(), **(decompositions or {})}
     meta: dict[str, Any] = {}
 
     def body(inputs: list[Any], mode) -> list[Any]:
@@ -111,6 +120,9 @@ def aot_export_module(mod: torch.nn.Module, args: tuple, *, pre_dispatch: bool =
     name_placeholders(gm, slots)
     gm = outline_regions(gm, trace.identity_edges)
     eliminate_dead_code(gm)
+    if lowering is not None:
+        lowering.check(gm)
+        lowering.warn_decomposed_members(policy.decisions)
     signature = build_signature(gm, slots, meta["mutated"])
     if copy_outputs_reading_written_inputs(gm, signature, meta["output_is_input"]):
         signature = build_signature(gm, slots, meta["mutated"])

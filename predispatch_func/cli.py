@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _register_optional(sub: Any) -> None:
     """Subcommands that live in their own packages register themselves here."""
+    from .opsets.cli import register as register_ops
+
+    register_ops(sub)
     try:
         from .schema_audit.cli import register
     except ImportError:

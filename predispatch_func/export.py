@@ -15,20 +15,22 @@ from .input_check import checked_call
 def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
            pre_dispatch: bool = True, dynamic_shapes: Any = None,
            composite_overrides: dict[str, str] | None = None,
-           python_state: str = "error") -> ExportedProgram:
+           python_state: str = "error", target: Any = None) -> ExportedProgram:
     """Export ``model`` into the functional pre-dispatch IR (see design.md's contract).
 
     ``pre_dispatch=False`` gives the same contract one level lower: after
     autograd, plain ATen. ``composite_overrides`` maps an op name such as
     ``"aten.linear.default"`` to ``"keep"`` or ``"decompose"``. A Python-level
     change of the model (an attribute written in ``forward``) is refused unless
-    ``python_state="warn"``; the model is left as it was either way.
+    ``python_state="warn"``; the model is left as it was either way. ``target`` (an
+    :class:`~predispatch_func.opsets.OpSet`, e.g. ``OpSet.core_aten()``) restricts
+    every graph to that op set, decomposing what lies outside it while tracing.
     """
     args, kwargs = checked_call(model, args, kwargs)
     gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
                                 dynamic_shapes=dynamic_shapes,
                                 composite_overrides=composite_overrides,
-                                python_state=python_state)
+                                python_state=python_state, target=target)
     return to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
 
 

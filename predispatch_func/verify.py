@@ -171,13 +171,22 @@ def _grads(named: dict[str, torch.Tensor]) -> dict[str, Any]:
 def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = None,
            args: tuple | None = None, kwargs: dict | None = None, *,
            raise_on_failure: bool = False, check_values: bool = True, check_grads: bool = True,
-           rtol: float = 1e-4, atol: float = 1e-5, seed: int = 0) -> VerifyReport:
+           rtol: float = 1e-4, atol: float = 1e-5, seed: int = 0,
+           target: Any = None) -> VerifyReport:
     """Check the contract; with ``model`` and ``args`` also replay against eager.
 
     ``check_values=False`` compares only structure, shapes and dtypes (for
     programs with randomness that eager draws differently, e.g. dropout).
+    ``target`` (an :class:`~predispatch_func.opsets.OpSet`): every op of every
+    graph must be in it (region and torch HOPs aside).
     """
     report = check_contract(ep)
+    if target is not None:
+        from .opsets import Lowering
+
+        report.checked.append(f"membership in {target.name!r}")
+        report.problems += [f"{where}: node {node.format_node()} is not in the target op set"
+                            for where, node in Lowering(target).outside(ep.graph_module)]
     if model is not None and args is not None:
         replay = replay_against_eager(_copy_program(ep), model, args, kwargs, check_values=check_values,
                                       check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)

@@ -68,12 +68,16 @@ HONEST_TWINS = _honest_twins()
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
-    __slots__ = ("audit_lookup", "overrides", "_guard_cache", "_eager_cache", "_by_op", "decisions")
+    __slots__ = ("audit_lookup", "overrides", "lowering", "_guard_cache", "_eager_cache", "_by_op",
+                 "decisions")
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
-                 overrides: dict[str, Decision] | None = None):
+                 overrides: dict[str, Decision] | None = None, lowering: Any = None):
         self.audit_lookup = audit_lookup
         self.overrides = dict(overrides or {})
+        # an ``opsets.Lowering`` when exporting to a target op set: its composites
+        # outside the target are decomposed whatever the audit says
+        self.lowering = lowering
         self._guard_cache: dict[Any, str | None] = {}
         self._eager_cache: dict[Any, bool] = {}
         self._by_op: dict[torch._ops.OpOverload, bool | str | None] = {}
@@ -95,6 +99,8 @@ class CompositePolicy:
         """True/False when the op alone decides; else the audit's answer, for the guard."""
         if not tc.has_composite_implicit_kernel(op):
             return bool(tc.torch_would_decompose(op, pre_dispatch=True))
+        if self.lowering is not None and self.lowering.forces_decomposition(op):
+            return self._record(op, "decompose", "not in the target op set")
         schema = op._schema
         if schema.is_mutable or any(a.alias_info for a in schema.arguments) or tc.torch_tags_unsafe(op):
             return self._record(op, "decompose", "schema declares aliasing or mutation")

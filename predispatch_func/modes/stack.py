@@ -196,6 +196,10 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                     and self._can_decompose(func, args, kwargs)):
                 with self:
                     return tc.decompose_like_eager(func, *args, **kwargs)
+            lowered = self.policy.lowering.functional_decomposition(func) if self.policy.lowering else None
+            if lowered is not None:  # outside the target op set: lower it, functionalized
+                with self:
+                    return lowered(*args, **kwargs)
             self.copy_target.unwritten_input = func is torch.ops.aten.copy_.default and self._unwritten_input(written)
             try:
                 out = self._dispatch_recording_identity(func, types, args, kwargs, written)
