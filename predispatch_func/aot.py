@@ -146,8 +146,8 @@ def _reassigned_buffers(mod: torch.nn.Module, state_slots: list[InputSlot],
     """Buffers the forward replaced by assignment (``self.buf = self.buf + x``).
 
     Eager keeps the new tensor on the module, so it is a buffer mutation whose
-    final value is the assigned tensor. Replacing a parameter, or a buffer by
-    something of another shape or dtype, cannot be written back: refused.
+    final value is the assigned tensor (of any shape). Replacing a parameter, or
+    a buffer by something of another dtype, cannot be written back: refused.
     """
     found = {}
     for i, slot in enumerate(state_slots):
@@ -158,13 +158,14 @@ def _reassigned_buffers(mod: torch.nn.Module, state_slots: list[InputSlot],
         current = (owner._parameters if slot.kind == "parameter" else owner._buffers).get(name)
         if current is inputs[i]:
             continue
+        # another shape is carried: ep.module() resizes the buffer before writing it back
         same_kind = (slot.kind == "buffer" and isinstance(current, torch.Tensor)
-                     and current.shape == inputs[i].shape and current.dtype == inputs[i].dtype)
+                     and current.dtype == inputs[i].dtype and current.device == inputs[i].device)
         if not same_kind:
             raise UnsupportedError(
                 f"the model replaces {slot.kind} {slot.target!r} by assignment"
-                + ("" if slot.kind == "parameter" else " with a value of another shape, dtype or type")
-                + "; only buffers replaced by a tensor of the same shape and dtype can be carried "
+                + ("" if slot.kind == "parameter" else " with a value of another dtype, device or type")
+                + "; only buffers replaced by a tensor of the same dtype can be carried "
                 "as a mutation (or write in place: self.buf.copy_(new))")
         found[i] = current
     return found

@@ -450,3 +450,20 @@ def test_default_x86_qat_fake_quant_resizes_its_buffers_and_is_carried():
     ep = export_checked(model, args)
     assert "lin.weight_fake_quant.scale" in {s.target for s in ep.graph_signature.output_specs}
     replay_calls(ep, model, args, calls=3)
+
+
+class GrowsBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(3))
+
+    def forward(self, x):
+        self.seen = torch.cat([self.seen, x])
+        return x * self.seen.sum()
+
+
+def test_buffer_reassigned_with_another_shape_is_a_buffer_mutation():
+    model, args = GrowsBuffer(), (torch.randn(3),)
+    ep = export_checked(model, args)
+    assert [(s.kind.name, s.target) for s in ep.graph_signature.output_specs][0] == ("BUFFER_MUTATION", "seen")
+    replay_calls(ep, model, args, calls=3)

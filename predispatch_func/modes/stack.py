@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -26,11 +27,19 @@ from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
 from ..hop.ops import note_identity_hook
 from .ambient import AmbientModes
-from .fast_paths import eager_fast_paths
-from .tensor_data import TensorDataMode
 from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
+from .fast_paths import eager_fast_paths
+from .tensor_data import TensorDataMode
 from .view_grad_modes import ViewGradModes
+
+# ops whose results never require grad, whatever their inputs (a *_like factory reads only
+# its input's metadata)
+_NEVER_DIFFERENTIABLE = frozenset({
+    torch.ops.aten.detach.default, torch.ops.aten.zeros_like.default, torch.ops.aten.ones_like.default,
+    torch.ops.aten.empty_like.default, torch.ops.aten.full_like.default, torch.ops.aten.rand_like.default,
+    torch.ops.aten.randn_like.default, torch.ops.aten.randint_like.default,
+})
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
@@ -62,7 +71,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         return self._may_require_grad.get(id(t)) is t
 
     def _track_grad_flow(self, func, args, kwargs, out, written) -> None:
-        if not torch.is_grad_enabled() or func is torch.ops.aten.detach.default:
+        if not torch.is_grad_enabled() or func in _NEVER_DIFFERENTIABLE:
             return
         if any(self._may_need_grad(t) for t in tc.pytree.tree_leaves((args, kwargs))):
             for t in [*tc.pytree.tree_leaves(out), *written]:
@@ -161,7 +170,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 "autograd history while the tensor it aliases keeps its old one; write to a "
                 "clone, or detach the value written", op=func, source=user_source_line())
 
-    def _can_decompose(self, func, args, kwargs) -> bool:  # noqa: D401 (torch hook)
+    def _can_decompose(self, func, args, kwargs) -> bool:
         if not self.pre_dispatch:
             return super()._can_decompose(func, args, kwargs)
         return self.policy.should_decompose(func, args, kwargs)
