@@ -250,6 +250,11 @@ def record_grad_marker(enabled: bool) -> torch.fx.Node | None:
     return node
 
 
+def set_version(t: torch.Tensor, version: int) -> None:
+    """Set ``t``'s autograd version counter (as a write through ``t.data`` leaves it)."""
+    torch._C._autograd._unsafe_set_version_counter((t,), (version,))
+
+
 def last_recorded_node() -> torch.fx.Node | None:
     """The node the pre-dispatch tracer recorded last (None when not tracing)."""
     from torch._ops import _get_dispatch_mode_pre_dispatch

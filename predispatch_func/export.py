@@ -84,8 +84,14 @@ def write_back(destination: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             destination.resize_(value.shape)
     if destination.is_leaf and destination.requires_grad:
+        version = destination._version
         with torch.no_grad():
-            return destination.copy_(value)
+            out = destination.copy_(value)
+        if type(destination) in (torch.Tensor, torch.nn.Parameter):  # not while re-traced
+            # eager wrote it with grad off (no_grad, .data): an op of the forward that saved
+            # the old tensor still runs its backward, as in eager after a .data write
+            tc.set_version(destination, version)
+        return out
     return destination.copy_(value)
 
 

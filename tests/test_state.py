@@ -467,3 +467,42 @@ def test_buffer_reassigned_with_another_shape_is_a_buffer_mutation():
     ep = export_checked(model, args)
     assert [(s.kind.name, s.target) for s in ep.graph_signature.output_specs][0] == ("BUFFER_MUTATION", "seen")
     replay_calls(ep, model, args, calls=3)
+
+
+class ViewDtypeOfWrittenInputUnderNoGrad(nn.Module):
+    def forward(self, x):
+        x.add_(0.5)
+        with torch.no_grad():
+            v = x.view(torch.float32)
+        return (v,)
+
+
+def test_view_dtype_of_a_written_tensor_under_no_grad_is_refused_clearly():
+    with pytest.raises(pf.UnsupportedError, match="cannot rebuild a view\\(dtype\\)"):
+        pf.export(ViewDtypeOfWrittenInputUnderNoGrad(), (torch.randn(3),))
+
+
+@pytest.mark.xfail(strict=True, reason="torch 2.13's functionalization fails to rebuild a view(dtype) "
+                   "made under no_grad of a tensor written before (storage aliasing check on fake "
+                   "tensors: 'set the storage ... on device meta'); refused with a clear error")
+def test_view_dtype_of_a_written_tensor_under_no_grad_equals_eager():
+    model, args = ViewDtypeOfWrittenInputUnderNoGrad(), (torch.randn(3),)
+    replay_calls(export_checked(model, args), model, args)
+
+
+class ReadsWeightThenShiftsItThroughData(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        v = self.w.sin()
+        self.w.data += 0.5
+        return v * x
+
+
+def test_data_write_after_a_read_that_saved_the_weight_backprops_as_eager():
+    """Eager's .data write bumps no version: sin's backward runs (with the new value)."""
+    model, args = ReadsWeightThenShiftsItThroughData(), (torch.randn(3),)
+    ep = export_checked(model, args)
+    replay_calls(ep, model, args, calls=2)

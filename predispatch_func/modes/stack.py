@@ -299,6 +299,9 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
 # torch 2.13 failures a model can run into while traced, each with what to write instead:
 # (exception type, text in its message, our explanation; {exc} is torch's message)
 _KNOWN_TORCH_LIMITS = (
+    (RuntimeError, "Attempted to set the storage of a tensor on device",
+     "torch's functionalization cannot rebuild a view(dtype) of a tensor written before the "
+     "view was made, under no_grad ({exc}); take the view before the write, or outside no_grad"),
     (ValueError, "Cannot view a tensor",
      "torch's functionalization cannot replay a .view() of a tensor written through a "
      "non-contiguous alias ({exc}); use .reshape() for that view, or write through a "

@@ -39,6 +39,7 @@ KNOWN_REFUSALS = (
     "is written through a detach()-ed alias",
     "a value that requires grad is written into an integer tensor",
     "cannot write through an as_strided() view taken of another view",
+    "cannot rebuild a view(dtype) of a tensor written before",
 )
 
 
