@@ -45,6 +45,10 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
     )
 
 
+def has_functionalize_kernel(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), torch._C.DispatchKey.Functionalize)
+
+
 def has_python_composite(op: torch._ops.OpOverload) -> bool:
     """torch registered a Python CompositeImplicitAutograd kernel, which tracing
     runs instead of the C++ one eager runs (dropout: clone vs. return input)."""
@@ -104,6 +108,13 @@ def has_metadata_mutation(t: FunctionalTensor) -> bool:
 
 def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:
     return torch._guards.detect_fake_mode(tensors)
+
+
+def discarding_unbacked_symbols(fake_mode: FakeTensorMode) -> Any:
+    """Unbacked symbols (``.item()``) made inside are thrown away, not pending
+    for the trace's outputs: for trial runs whose results are dropped."""
+    env = fake_mode.shape_env
+    return env.ignore_fresh_unbacked_symbols() if env is not None else contextlib.nullcontext()
 
 
 # --- export state -----------------------------------------------------------
@@ -358,6 +369,189 @@ def torch_export_keeps(op: torch._ops.OpOverload) -> bool:
     with warnings.catch_warnings():  # torch warns that it keeps custom composites
         warnings.simplefilter("ignore")
         return _can_decompose_fast(op, True, True) is False
+
+
+# --- torch.autograd.Function and recording our own HOP calls (hop/function_trace.py) ----
+
+
+@contextlib.contextmanager
+def patched_function_apply(apply: Callable[..., Any]) -> Iterator[None]:
+    """Route ``torch.autograd.Function.apply`` (every user Function's entry point)
+    through ``apply(cls, original, *args, **kwargs)`` while tracing.
+
+    ``Function.apply`` is not reachable through ``__torch_function__`` nor the
+    dispatcher (the C++ ``THPFunction_apply`` runs forward with grad off and the
+    ops are recorded inline, losing the user's backward), so it is patched here.
+    """
+    owner = torch.autograd.Function
+    original = owner.__dict__["apply"]
+    bound = original.__func__
+
+    def routed(cls, *args, **kwargs):
+        return apply(cls, lambda *a, **k: bound(cls, *a, **k), *args, **kwargs)
+
+    owner.apply = classmethod(routed)
+    try:
+        yield
+    finally:
+        owner.apply = original
+
+
+def function_has_setup_context(cls: type) -> bool:
+    from torch.autograd.function import _is_setup_context_defined
+
+    return bool(_is_setup_context_defined(cls.setup_context))
+
+
+@contextlib.contextmanager
+def outside_trace() -> Iterator[None]:
+    """Leave the trace in progress (all dispatch modes popped), to trace a body
+    of a HOP into its own graph with a fresh tracer, then come back."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        yield
+
+
+def current_proxy_tracer() -> Any:
+    """The tracer of the pre-dispatch proxy mode in use (None when not tracing)."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    return None if mode is None else mode.tracer
+
+
+def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]], constants: tuple,
+                    operands: list[torch.Tensor], results: list[torch.Tensor], *,
+                    single: bool = False) -> torch.fx.Node:
+    """Record ``hop(*subgraphs, *constants, *operands)`` in the graph being traced;
+    ``results`` (fresh fake tensors) become its tracked outputs (a tuple of them, or
+    the one result itself when ``single``).
+
+    ``operands`` are the traced inner tensors (below functionalization).
+    """
+    from torch.fx.experimental.proxy_tensor import track_tensor_tree
+
+    tracer = current_proxy_tracer()
+    refs = []
+    for hint, gm in subgraphs:
+        i = 0
+        while hasattr(tracer.root, f"{hint}_{i}"):
+            i += 1
+        tracer.root.register_module(f"{hint}_{i}", gm)
+        refs.append(tracer.create_proxy("get_attr", f"{hint}_{i}", (), {}))
+    proxies = [tracer.unwrap_proxy(t) for t in operands]
+    out = tracer.create_proxy("call_function", hop, (*refs, *constants, *proxies), {})
+    track_tensor_tree(results[0] if single else tuple(results), out, constant=None, tracer=tracer)
+    return out.node
+
+
+def autocast_state() -> dict[str, tuple[bool, Any]]:
+    """Autocast's thread-local state, per device: (enabled, dtype)."""
+    return {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
+
+
+@contextlib.contextmanager
+def autocast_state_as(state: dict[str, tuple[bool, Any]]) -> Iterator[None]:
+    """Set autocast's state without recording a marker (a HOP body traced on its own
+    runs under its caller's autocast; the caller's graph already records it)."""
+    before = autocast_state()
+    for device, (enabled, dtype) in state.items():
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, dtype)
+    try:
+        yield
+    finally:
+        for device, (enabled, dtype) in before.items():
+            torch.set_autocast_enabled(device, enabled)
+            torch.set_autocast_dtype(device, dtype)
+
+
+@contextlib.contextmanager
+def patched_tensor_methods(**methods: Callable[..., Any]) -> Iterator[None]:
+    """Route ``torch.Tensor.<name>`` through ``methods[name](original, self, *args)``
+    while tracing (``register_hook``, ``requires_grad_``: no dispatcher op to see them)."""
+    owned = {name: name in torch.Tensor.__dict__ for name in methods}
+    originals = {name: getattr(torch.Tensor, name) for name in methods}
+    for name, route in methods.items():
+        def routed(self, *args, _route=route, _original=originals[name], **kwargs):
+            return _route(_original, self, *args, **kwargs)
+        setattr(torch.Tensor, name, routed)
+    try:
+        yield
+    finally:
+        for name in methods:
+            if owned[name]:
+                setattr(torch.Tensor, name, originals[name])
+            else:
+                delattr(torch.Tensor, name)
+
+
+def redirect_traced_tensor(t: torch.Tensor, node: torch.fx.Node) -> None:
+    """Later ops that read ``t`` (a traced inner tensor) record ``node`` instead."""
+    from torch.fx.experimental.proxy_tensor import _ProxyTensor
+
+    tracer = current_proxy_tracer()
+    tracer.tensor_tracker[t] = _ProxyTensor(torch.fx.Proxy(node, tracer), None)
+
+
+@contextlib.contextmanager
+def inference_mode_as_grad_mode() -> Iterator[None]:
+    """``torch.inference_mode(m)`` sets grad mode to ``not m`` (recorded like ``no_grad``)
+    instead of entering C++ inference mode, which a trace cannot hold: its values are
+    a ``no_grad`` region's (see README, Regions)."""
+    cls = torch.autograd.grad_mode.inference_mode
+    enter, exit_ = cls.__enter__, cls.__exit__
+
+    def entered(self):
+        self._pf_previous = torch.is_grad_enabled()
+        torch.set_grad_enabled(not self.mode)
+
+    def exited(self, *exc):
+        torch.set_grad_enabled(self._pf_previous)
+
+    cls.__enter__, cls.__exit__ = entered, exited
+    try:
+        yield
+    finally:
+        cls.__enter__, cls.__exit__ = enter, exit_
+
+
+@contextlib.contextmanager
+def compiled_modules_run_eagerly() -> Iterator[None]:
+    """A ``torch.compile``-d submodule (``OptimizedModule``) calls the module it wraps,
+    so the trace sees its ops (as torch.export does), not dynamo's generated code.
+    Not a global ``set_stance("force_eager")``: torch's own HOPs (``cond``, ``map``)
+    compile their bodies with dynamo to lift closed-over tensors."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    original = OptimizedModule.__dict__.get("__call__")
+
+    def call(self, *args, **kwargs):
+        return self._orig_mod(*args, **kwargs)
+
+    OptimizedModule.__call__ = call
+    try:
+        yield
+    finally:
+        if original is None:
+            del OptimizedModule.__call__
+        else:
+            OptimizedModule.__call__ = original
+
+
+def all_higher_order_ops() -> list[Any]:
+    """Every HigherOrderOperator registered so far (torch's and ours)."""
+    from torch._ops import _higher_order_ops
+
+    return list(_higher_order_ops.values())
+
+
+def active_functional_mode() -> Any:
+    """The FunctionalTensorMode in use (either dispatch stack), or None."""
+    from torch.utils._python_dispatch import _detect_infra_mode
+
+    return _detect_infra_mode(torch._C._TorchDispatchModeKey.FUNCTIONAL)
 
 
 # --- decomposition tables (opsets/lowering.py) ------------------------------------

@@ -69,8 +69,7 @@ def user_input_names(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[l
     signature from them, so a missing keyword makes the module uncallable.
     """
     try:
-        sig = inspect.signature(mod.forward)
-        bound_names = list(sig.bind(*args, **kwargs).arguments)
+        bound_names = _bound_names(inspect.signature(mod.forward), args, kwargs)
     except (TypeError, ValueError):
         bound_names = [f"arg{i}" for i in range(len(args))] + list(kwargs)
     arg_names = bound_names[: len(args)]
@@ -89,6 +88,22 @@ def user_input_names(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[l
         suffix = "".join(_path_piece(p) for p in rest)
         names.append(_sanitize(base + suffix))
     return _unique(names), arg_names + [k for k in kwargs if k not in arg_names]
+
+
+def _bound_names(sig: inspect.Signature, args: tuple, kwargs: dict) -> list[str]:
+    """One name per argument of the call: ``*args`` become ``args_0, args_1, ...``
+    and ``**kwargs`` their keys, as torch.export names them, so ``module()``'s
+    rebuilt signature takes the same call."""
+    names: list[str] = []
+    for name, value in sig.bind(*args, **kwargs).arguments.items():
+        kind = sig.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            names += [f"{name}_{i}" for i in range(len(value))]
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            names += list(value)
+        else:
+            names.append(name)
+    return names
 
 
 def _path_piece(entry: Any) -> str:

@@ -14,6 +14,8 @@ from torch.export.graph_signature import (
     InputSpec,
     OutputKind,
     OutputSpec,
+    SymBoolArgument,
+    SymFloatArgument,
     SymIntArgument,
     TensorArgument,
 )
@@ -68,6 +70,10 @@ def argument(node: Any) -> Any:
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):
             return SymIntArgument(name=node.name)
+        if isinstance(val, torch.SymFloat):  # x.item() of a float tensor, returned
+            return SymFloatArgument(name=node.name)
+        if isinstance(val, torch.SymBool):
+            return SymBoolArgument(name=node.name)
         if isinstance(val, torch.Tensor) or val is None:
             return TensorArgument(name=node.name)
         return ConstantArgument(name=node.name, value=val)
@@ -88,8 +94,12 @@ def build_signature(gm: torch.fx.GraphModule, slots: list[InputSlot],
                                          target=slot.target, persistent=slot.persistent))
     outputs = list(next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0])
     output_specs = []
+    # a user input mutation names its placeholder, which fx may have renamed
+    # (a forward argument called ``input`` shadows a builtin: ``input_1``)
+    user_placeholder = {id(slot): node.name for node, slot in zip(placeholders, slots) if slot.kind == "user"}
     for slot, out in zip(mutated, outputs):
-        output_specs.append(OutputSpec(_MUTATION_KIND[slot.kind], argument(out), target=slot.target))
+        target = user_placeholder.get(id(slot), slot.target) if slot.kind == "user" else slot.target
+        output_specs.append(OutputSpec(_MUTATION_KIND[slot.kind], argument(out), target=target))
     for out in outputs[len(mutated):]:
         output_specs.append(OutputSpec(OutputKind.USER_OUTPUT, argument(out), target=None))
     return ExportGraphSignature(input_specs, output_specs)

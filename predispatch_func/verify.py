@@ -90,20 +90,32 @@ def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> 
 # --- replay against eager ------------------------------------------------------------
 
 
-def _clone(value: Any, grad_for_floats: bool) -> Any:
+def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None) -> Any:
     """Fresh copies of every tensor leaf; a tensor passed twice stays one tensor,
     so the replay sees the same aliasing between inputs as the caller's call.
     Float leaves require grad if asked (an in-place write to such a leaf is
-    allowed where eager allows it: under no_grad or through ``detach()``)."""
+    allowed where eager allows it: under no_grad or through ``detach()``).
+    Given ``leaf_of``, each tensor that requires grad is a leaf's ``clone()``,
+    as an activation from an upstream layer is: eager lets a model write such
+    an input in place, and its gradient reaches the leaf ``leaf_of`` records."""
     memo: dict[int, torch.Tensor] = {}
 
     def one(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in memo:
             c = t.detach().clone()
             wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
-            memo[id(t)] = c.requires_grad_(wants)
+            c.requires_grad_(wants)
+            if leaf_of is not None and wants:
+                leaf, c = c, c.clone()
+                leaf_of[id(c)] = (c, leaf)
+            memo[id(t)] = c
         return memo[id(t)]
     return tc.pytree.tree_map_only(torch.Tensor, one, value)
+
+
+def _grad_leaf(t: torch.Tensor, leaf_of: dict) -> torch.Tensor:
+    entry = leaf_of.get(id(t))
+    return entry[1] if entry is not None and entry[0] is t else t
 
 
 def _run(module: torch.nn.Module, args: tuple, kwargs: dict, seed: int) -> tuple[Any, bool]:
@@ -172,11 +184,16 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
            args: tuple | None = None, kwargs: dict | None = None, *,
            raise_on_failure: bool = False, check_values: bool = True, check_grads: bool = True,
            rtol: float = 1e-4, atol: float = 1e-5, seed: int = 0,
-           target: Any = None) -> VerifyReport:
+           nonleaf_inputs: bool = False, target: Any = None) -> VerifyReport:
     """Check the contract; with ``model`` and ``args`` also replay against eager.
 
     ``check_values=False`` compares only structure, shapes and dtypes (for
     programs with randomness that eager draws differently, e.g. dropout).
+    Float inputs require grad in the replay; where eager then refuses (an
+    in-place write to a leaf that requires grad) the replay runs without input
+    gradients, or, with ``nonleaf_inputs``, with each such input a leaf's
+    ``clone()`` (an activation from an upstream layer, which eager lets a
+    model write in place), so gradients through the write are compared too.
     ``target`` (an :class:`~predispatch_func.opsets.OpSet`): every op of every
     graph must be in it (region and torch HOPs aside).
     """
@@ -189,7 +206,8 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
                             for where, node in Lowering(target).outside(ep.graph_module)]
     if model is not None and args is not None:
         replay = replay_against_eager(_copy_program(ep), model, args, kwargs, check_values=check_values,
-                                      check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
+                                      check_grads=check_grads, rtol=rtol, atol=atol, seed=seed,
+                                      nonleaf_inputs=nonleaf_inputs)
         report.problems += replay.problems
         report.checked += replay.checked
     if raise_on_failure and not report.ok:
@@ -200,14 +218,14 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
 def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args: tuple,
                          kwargs: dict | None = None, *, check_values: bool = True,
                          check_grads: bool = True, rtol: float = 1e-4, atol: float = 1e-5,
-                         seed: int = 0) -> VerifyReport:
+                         seed: int = 0, nonleaf_inputs: bool = False) -> VerifyReport:
     """Run ``program`` (a module that writes its mutations back, as ``ep.module()``
     does; it is run as given, so pass a copy) and a copy of ``model`` on fresh
     clones of the inputs, and compare. Also used by scripts to judge torch's paths."""
     report = VerifyReport()
     with torch.random.fork_rng(devices=[]):
         _replay(program, model, tuple(args), dict(kwargs or {}), report, check_values=check_values,
-                check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
+                check_grads=check_grads, rtol=rtol, atol=atol, seed=seed, nonleaf_inputs=nonleaf_inputs)
     return report
 
 
@@ -218,19 +236,23 @@ def _copy_program(ep: torch.export.ExportedProgram) -> torch.nn.Module:
         return copy.deepcopy(ep).module()
 
 
-def _replay(program, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed) -> None:
-    eager_model = copy.deepcopy(model)
-    grad_inputs = check_grads
-    try:
-        e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
-        e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed)
-    except RuntimeError:
-        # in-place on a leaf that requires grad: retry with the caller's requires_grad
-        grad_inputs = False
+def _replay(program, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed,
+            nonleaf_inputs) -> None:
+    # inputs that require grad as leaves; where eager refuses (in-place on a leaf
+    # that requires grad), as non-leaves; where it still refuses (out= of a
+    # tensor that requires grad), with the caller's requires_grad only
+    attempts = [(True, False)] + [(True, True)] * nonleaf_inputs + [(False, False)] if check_grads else [(False, False)]
+    leaf_of: dict = {}
+    for i, (grad_inputs, nonleaf) in enumerate(attempts):
         eager_model = copy.deepcopy(model)
-        e_args, e_kwargs = _clone((args, kwargs), grad_inputs)
-        e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed)
-    p_args, p_kwargs = _clone((args, kwargs), grad_inputs)
+        e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
+        try:
+            e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed)
+            break
+        except RuntimeError:
+            if i == len(attempts) - 1:
+                raise
+    p_args, p_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
     try:
         p_out, p_grad_mode = _run(program, p_args, p_kwargs, seed)
     except Exception as exc:  # a program that cannot run is a verification failure
@@ -275,7 +297,7 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
     e_pg, p_pg = _none_as_zeros([e_pgrads[k] for k in names],
                                 [p_params[k].grad if k in p_params else "missing" for k in names])
     _compare("parameter grads", dict(zip(names, e_pg)), dict(zip(names, p_pg)), rtol, atol, check_values, problems)
-    e_leaves = [t for t in tc.pytree.tree_leaves((e_args, e_kwargs)) if isinstance(t, torch.Tensor)]
-    p_leaves = [t for t in tc.pytree.tree_leaves((p_args, p_kwargs)) if isinstance(t, torch.Tensor)]
+    e_leaves = [_grad_leaf(t, leaf_of) for t in tc.pytree.tree_leaves((e_args, e_kwargs)) if isinstance(t, torch.Tensor)]
+    p_leaves = [_grad_leaf(t, leaf_of) for t in tc.pytree.tree_leaves((p_args, p_kwargs)) if isinstance(t, torch.Tensor)]
     _compare("input grads", *_none_as_zeros([t.grad for t in e_leaves], [t.grad for t in p_leaves]),
              rtol, atol, check_values, problems)

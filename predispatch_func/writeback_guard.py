@@ -7,8 +7,10 @@ version, so backward fails with "modified by an inplace operation". torch's
 own ``run_decompositions`` program has this bug. The fix: a node that reads a
 mutated input, records autograd history, and computes that input's new value
 reads a clone instead, also when it reads the input through a view
-(``buf[0::1].mul_(x)``). Nodes without autograd history save nothing and are
-left alone, so plain ``buf.add_(1)`` costs no copy.
+(``buf[0::1].mul_(x)``), and also when the input itself requires grad and the
+op's own derivative reads it (``x.sin_()`` on an activation). Nodes without
+autograd history save nothing and are left alone, so plain ``buf.add_(1)``
+costs no copy.
 """
 
 from __future__ import annotations
@@ -39,6 +41,23 @@ _SELF_NOT_SAVED = {
     aten.index_put.default, aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.fill.Scalar,
     aten.zeros_like.default, aten.detach.default,
 }
+
+
+# Ops whose derivative for ``self`` never reads ``self`` (it reads the other
+# operand, the result, or nothing): they save ``self`` only for another
+# input's gradient.
+_OWN_GRAD_IGNORES_SELF = {
+    aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar, aten.relu.default,
+    aten.fill.Tensor, aten.zero.default, aten.neg.default, aten.sigmoid.default, aten.tanh.default,
+    aten.exp.default,
+}
+
+
+def _may_save_self_for_itself(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s gradient for its first input may read that input's value."""
+    val = node.meta.get("val")
+    differentiable = isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex())
+    return differentiable and node.target not in _OWN_GRAD_IGNORES_SELF
 
 
 def _saves_nothing(node: torch.fx.Node) -> bool:
@@ -82,11 +101,15 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
         feeding = _ancestors(final) | {final}
         aliases = _view_chain(placeholder)
         for alias in aliases:
+            if not isinstance(alias.meta.get("val"), torch.Tensor):  # split's list: its pieces are aliases
+                continue
             for user in list(alias.users):
                 if (user.op != "call_function" or calls_view_op(user) or user not in feeding
                         or _saves_nothing(user)):
                     continue
-                if not any(i in may_need_grad for i in user.all_input_nodes if i not in aliases):
+                others_need_grad = any(i in may_need_grad for i in user.all_input_nodes if i not in aliases)
+                itself_needs_grad = alias in may_need_grad and _may_save_self_for_itself(user)
+                if not (others_need_grad or itself_needs_grad):
                     continue
                 with gm.graph.inserting_before(user):
                     clone = gm.graph.call_function(torch.ops.aten.clone.default, (alias,))

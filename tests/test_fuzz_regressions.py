@@ -186,7 +186,8 @@ class TestWriteBackOrder(TestCase):
         ep = export_checked(CopyInputIntoInputThenWriteIt(), (torch.randn(2), torch.randn(2)))
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, x, y):
-    sin = torch.ops.aten.sin.default(x)
+    clone_default_1 = torch.ops.aten.clone.default(x)
+    sin = torch.ops.aten.sin.default(clone_default_1);  clone_default_1 = None
     clone_default = torch.ops.aten.clone.default(x);  x = None
     return (sin, clone_default, clone_default)""")
 

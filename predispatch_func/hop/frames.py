@@ -57,10 +57,12 @@ def is_marker(node: torch.fx.Node) -> bool:
         tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
 
 
-def assign_frames(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[Frame, ...]]:
-    """Frames (outermost first) for every non-marker node; raises if a mode leaks out."""
+def assign_frames(graph: torch.fx.Graph, grad_enabled: bool = True
+                  ) -> dict[torch.fx.Node, tuple[Frame, ...]]:
+    """Frames (outermost first) for every non-marker node; raises if a mode leaks out.
+    ``grad_enabled``: the grad mode the graph runs under (off in a Function's forward)."""
     stack: list[Frame] = []
-    grad = True
+    grad = grad_enabled
     autocast_by_enter: dict[torch.fx.Node, AutocastFrame | None] = {}
     reopened: dict[Frame, Frame] = {}  # a frame closed and reopened -> its copy
     autocast_state: list[tuple[str, bool, Any]] = []

@@ -48,6 +48,7 @@ def _runs(gm: torch.fx.GraphModule, frames_of, depth: int) -> list[tuple[Frame, 
 
 
 def _outline_run(gm, frame: Frame, nodes: list[torch.fx.Node], edges, grad_enabled: bool):
+    nodes = _with_subgraph_refs(gm, nodes)
     members = set(nodes)
     inputs: list[torch.fx.Node] = []
     for node in nodes:
@@ -71,7 +72,7 @@ def _outline_run(gm, frame: Frame, nodes: list[torch.fx.Node], edges, grad_enabl
     for node in nodes:
         env[node] = body.node_copy(node, lambda n: env[n])
     body.output(tuple(env[o] for o in outputs))
-    body_gm = torch.fx.GraphModule(gm, body)
+    body_gm = torch.fx.GraphModule(gm, body)  # copies the subgraphs its get_attr nodes name
 
     identity_of = _identity_of(inputs, outputs, edges) if carries else ()
     kind = "grad_region" if isinstance(frame, GradFrame) else "autocast_region"
@@ -92,7 +93,22 @@ def _outline_run(gm, frame: Frame, nodes: list[torch.fx.Node], edges, grad_enabl
         out.replace_all_uses_with(item, delete_user_cb=lambda user: user not in members)
     for node in reversed(nodes):
         gm.graph.erase_node(node)
+        if node.op == "get_attr" and not any(n.op == "get_attr" and n.target == node.target
+                                             for n in gm.graph.nodes):
+            delattr(gm, node.target)  # the subgraph now lives in the body only
     return body_gm, grad_inside
+
+
+def _with_subgraph_refs(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    """``nodes`` plus the ``get_attr`` nodes of the subgraphs (a torch HOP's branches, a
+    Function's forward and backward) that only they call: the subgraphs move into the body."""
+    members = set(nodes)
+    refs = [inp for node in nodes for inp in node.all_input_nodes
+            if inp.op == "get_attr" and isinstance(getattr(gm, inp.target, None), torch.fx.GraphModule)
+            and all(u in members for u in inp.users)]
+    if not refs:
+        return nodes
+    return [n for n in gm.graph.nodes if n in members or n in refs]
 
 
 def _old_value_of_later_write(node: torch.fx.Node, run: list[torch.fx.Node], edges) -> bool:

@@ -2,26 +2,32 @@
 
 ``assign_frames`` (frames.py) reads the markers; ``outline_level``
 (outline.py) turns each frame into a HOP call and recurses into its body.
+The bodies of torch's HOPs (``cond`` branches, ``while_loop`` bodies, ...)
+are outlined the same way first, each under the grad mode of its call.
 """
 
 from __future__ import annotations
 
 import torch
+from torch._ops import HigherOrderOperator
 
-from .frames import assign_frames, is_marker
-from .outline import FLAT, FLAT_ORDER, outline_level
 from ..graphs import all_graph_modules
+from .frames import GradFrame, assign_frames, is_marker
+from .ops import REGION_HOPS
+from .outline import FLAT, FLAT_ORDER, outline_level
 
 
 def outline_regions(gm: torch.fx.GraphModule,
-                    identity_edges: dict[torch.fx.Node, torch.fx.Node] | None = None
-                    ) -> torch.fx.GraphModule:
+                    identity_edges: dict[torch.fx.Node, torch.fx.Node] | None = None,
+                    *, grad_enabled: bool = True) -> torch.fx.GraphModule:
     """Replace grad/autocast markers in ``gm`` by nested region HOP calls.
 
     ``identity_edges`` maps a node to the node whose autograd identity it
     keeps (the tensor's value before an in-place op done with grad off).
+    ``grad_enabled`` is the grad mode ``gm`` runs under.
     """
-    frames_of = assign_frames(gm.graph)
+    frames_of = assign_frames(gm.graph, grad_enabled)
+    _outline_hop_bodies(gm, frames_of, identity_edges or {}, grad_enabled)
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
     for node in gm.graph.nodes:
         node.meta[FLAT] = node
@@ -29,9 +35,23 @@ def outline_regions(gm: torch.fx.GraphModule,
     markers = [n for n in gm.graph.nodes if is_marker(n)]
     for node in reversed(markers):  # exits before the enters they read
         gm.graph.erase_node(node)
-    outline_level(gm, frames_of, identity_edges or {})
+    outline_level(gm, frames_of, identity_edges or {}, grad_enabled=grad_enabled)
     for _, sub in all_graph_modules(gm):
         for node in sub.graph.nodes:
             node.meta.pop(FLAT, None)
             node.meta.pop(FLAT_ORDER, None)
     return gm
+
+
+def _outline_hop_bodies(gm: torch.fx.GraphModule, frames_of, identity_edges, grad_enabled: bool) -> None:
+    """Outline the regions inside the subgraphs that torch's HOP calls of ``gm`` take."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, HigherOrderOperator) \
+                or node.target in REGION_HOPS:
+            continue
+        grads = [f.enabled for f in frames_of.get(node, ()) if isinstance(f, GradFrame)]
+        grad_here = grads[-1] if grads else grad_enabled
+        for ref in node.all_input_nodes:
+            body = getattr(gm, str(ref.target), None) if ref.op == "get_attr" else None
+            if isinstance(body, torch.fx.GraphModule) and any(is_marker(n) for n in body.graph.nodes):
+                outline_regions(body, identity_edges, grad_enabled=grad_here)

@@ -166,7 +166,7 @@ def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs:
     fake_mode = tc.fake_mode_of(tensors)
     if fake_mode is None:
         return None
-    with tc.below_pre_dispatch(), fake_mode:
+    with tc.below_pre_dispatch(), fake_mode, tc.discarding_unbacked_symbols(fake_mode):
         fresh_args, fresh_kwargs = tc.pytree.tree_map_only(torch.Tensor, _fresh_like, (args, kwargs))
         fresh = [t for t in tc.pytree.tree_leaves((fresh_args, fresh_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [t._version for t in fresh]

@@ -25,12 +25,19 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import ExportError, UnsupportedError, user_source_line
+from ..hop.extensions import traced_extensions
 from ..hop.ops import note_identity_hook
 from .ambient import AmbientModes
 from .composite_policy import HONEST_TWINS, CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .fast_paths import eager_fast_paths
 from .tensor_data import TensorDataMode
+from .out_variants import (
+    call_composite_out,
+    call_inplace_through_twin,
+    is_composite_out,
+    unfunctionalizable_inplace_twin,
+)
 from .view_grad_modes import ViewGradModes
 
 # ops whose results never require grad, whatever their inputs (a *_like factory reads only
@@ -110,6 +117,23 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         return [value for arg, value in values
                 if arg.alias_info is not None and arg.alias_info.is_write
                 and isinstance(value, tc.FunctionalTensor)]
+
+    def _refuse_overlapping_writes(self, func, written: list[Any]) -> None:
+        """One tensor passed as two mutable arguments (``batch_norm(x, None, None, s, s,
+        True, ...)``): eager applies the kernel's writes one after the other, a
+        functional program computes each from the old value. Refused."""
+        spans = []
+        for t in written:
+            start = t.storage_offset()
+            extent = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0) if t.numel() else -1
+            spans.append((tc.storage_key(t), start, start + extent))
+        for i, (key, lo, hi) in enumerate(spans):
+            for key2, lo2, hi2 in spans[:i]:
+                if key == key2 and lo <= hi2 and lo2 <= hi:
+                    raise UnsupportedError(
+                        "one tensor (or overlapping views of it) is passed as two arguments the op "
+                        "writes; eager applies the writes one after the other, which a functional "
+                        "program cannot express: pass separate tensors", op=func, source=user_source_line())
 
     def _bases_of(self, tensors: list[Any]) -> list[Any]:
         bases = []
@@ -199,12 +223,20 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.op_stack.append(func)
         try:
             written = self._written_args(func, args, kwargs)
+            if len(written) > 1:
+                self._refuse_overlapping_writes(func, written)
             if self.pre_dispatch:
                 self.view_modes.before(func, args, kwargs, written)
             if (self.pre_dispatch and self.policy.needs_eager_kernel(func, args, kwargs)
                     and self._can_decompose(func, args, kwargs)):
                 with self:
                     return tc.decompose_like_eager(func, *args, **kwargs)
+            if self.pre_dispatch and is_composite_out(func):
+                with self:
+                    return call_composite_out(func, args, kwargs)
+            if (inplace_twin := unfunctionalizable_inplace_twin(func)) is not None:
+                with self:
+                    return call_inplace_through_twin(func, inplace_twin, args, kwargs)
             lowered = self.policy.lowering.functional_decomposition(func) if self.policy.lowering else None
             if lowered is not None:  # outside the target op set: lower it, functionalized
                 with self:
@@ -268,7 +300,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         for t in wrapped:
             mode.track_base(t)
         with mode, note_identity_hook(mode.note_identity), torch.enable_grad(), \
-                tc.autocast_cache_as(autocast_cache):
+                tc.autocast_cache_as(autocast_cache), traced_extensions(
+                    policy, decompositions, pre_dispatch=pre_dispatch):
             with ambient.entered(), eager_fast_paths(), TensorDataMode():  # caller's modes: outer regions
                 outs = body(wrapped, mode)
                 mode.view_modes.rebuild_stale(outs)

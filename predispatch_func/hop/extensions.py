@@ -1,0 +1,32 @@
+"""What the trace must see that the dispatcher never shows it, in one context.
+
+Entered by the tracer around the user's code:
+
+* custom ``torch.autograd.Function``s become ``pf_autograd_function`` calls
+  that keep their backward (``function_trace.py``);
+* ``Tensor.register_hook`` and ``requires_grad_()`` are recorded (``hooks.py``);
+* ``torch.inference_mode()`` is a grad-mode change, so it becomes a ``no_grad``
+  region (C++ inference mode cannot be traced: its tensors cannot re-enter
+  autograd, and its values equal ``no_grad``'s wherever eager runs);
+* ``torch.compile``-d submodules run the module they wrap;
+* torch's HOPs find a rule for our mode (``torch_hops.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from .. import _torch_compat as tc
+from .function_trace import tracing_autograd_functions
+from .torch_hops import let_torch_hops_through
+
+
+@contextlib.contextmanager
+def traced_extensions(policy: Any, decompositions: dict | None = None, *, pre_dispatch: bool = True):
+    mode = tc.active_functional_mode()
+    if mode is not None:
+        let_torch_hops_through(type(mode))
+    with tracing_autograd_functions(policy, decompositions, pre_dispatch=pre_dispatch), \
+            tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly():
+        yield

@@ -1,0 +1,347 @@
+"""Trace a call of a custom ``torch.autograd.Function`` into one ``pf_autograd_function`` call.
+
+Eager runs ``forward`` with grad off and remembers ``backward``; a plain trace
+records forward's ops inline and the program's gradient becomes autograd of
+the forward body (a straight-through estimator gets 0 instead of 1). Here,
+while our trace runs, ``Function.apply`` is routed to :func:`trace_call`:
+
+1. ``forward`` (or ``forward`` + ``setup_context``) is traced by our own
+   pipeline into a functional subgraph, over fresh fake operands, with grad
+   off as eager runs it. It returns the outputs, the operands it wrote
+   without ``mark_dirty`` and every tensor the backward may read
+   (``save_for_backward`` and tensors stashed on ``ctx``).
+2. ``backward`` is traced the same way over those saved tensors and one
+   gradient per tensor output, with a ``ctx`` that hands them back.
+3. One HOP call goes into the caller's graph. A ``mark_dirty`` operand takes
+   the output's value (as eager rebases it); an operand written without
+   ``mark_dirty`` takes its new value under ``no_grad`` (eager's forward ran
+   with grad off, so it keeps its autograd identity).
+
+What cannot be carried is refused: a backward that reads tensor data
+(``.item()``, data-dependent branches), symbolic values stashed on ``ctx``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from ..errors import UnsupportedError, user_source_line
+from .autograd_function import pf_autograd_function
+
+
+@dataclasses.dataclass
+class _Settings:
+    policy: Any
+    decompositions: dict | None
+    pre_dispatch: bool
+
+
+_active: list[_Settings] = []
+
+
+@contextlib.contextmanager
+def tracing_autograd_functions(policy: Any, decompositions: dict | None = None, *,
+                               pre_dispatch: bool = True):
+    """While active (and a trace is running), user Functions become HOP calls, and
+    tensor hooks and ``requires_grad_()`` are recorded (``hooks.py``)."""
+    _active.append(_Settings(policy, decompositions, pre_dispatch))
+    try:
+        if len(_active) > 1:
+            yield
+            return
+        from .hooks import route_register_hook, route_requires_grad_
+
+        def register_hook(original, tensor, hook, *args):
+            return route_register_hook(original, tensor, hook, *args, trace_call=trace_call,
+                                       settings=_active[-1] if _active else None)
+
+        with tc.patched_function_apply(_route), tc.patched_tensor_methods(
+                register_hook=register_hook, requires_grad_=route_requires_grad_):
+            yield
+    finally:
+        _active.pop()
+
+
+def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    if _active and not _active[-1].pre_dispatch:
+        raise UnsupportedError(
+            f"autograd.Function {cls.__name__} with pre_dispatch=False: a program after autograd "
+            "has no backward of its own, so the Function's backward would be replaced by autograd "
+            "of its forward; export with pre_dispatch=True", op=f"{cls.__name__}.apply",
+            source=user_source_line())
+    if not _active or tc.current_proxy_tracer() is None:
+        return original(*args, **kwargs)
+    return trace_call(cls, args, kwargs, _active[-1])
+
+
+class TracingCtx:
+    """Stands for ``ctx`` while forward and backward are traced.
+
+    Holds what the user records (saved tensors, dirty and non-differentiable
+    outputs, any attribute) so the backward trace can be handed the same.
+    """
+
+    _OWN = ("needs_input_grad", "to_save", "dirty_tensors", "non_differentiable",
+            "materialize_grads", "_pf_saved")
+
+    def __init__(self, needs_input_grad: tuple[bool, ...]):
+        self.needs_input_grad = needs_input_grad
+        self.to_save: tuple = ()
+        self.dirty_tensors: tuple = ()
+        self.non_differentiable: tuple = ()
+        self.materialize_grads = True
+        self._pf_saved: tuple = ()
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        self.to_save = tensors
+
+    def save_for_forward(self, *tensors: Any) -> None:
+        pass  # forward-mode AD is not part of the program
+
+    def mark_dirty(self, *tensors: Any) -> None:
+        self.dirty_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors: Any) -> None:
+        self.non_differentiable = tensors
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = value
+
+    @property
+    def saved_tensors(self) -> tuple:
+        return self._pf_saved
+
+    saved_variables = saved_tensors
+
+    def user_attributes(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k not in self._OWN}
+
+
+def _contains(group: tuple, t: Any) -> bool:
+    return any(t is g for g in group)
+
+
+def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any:
+    """Record ``cls.apply(*args, **kwargs)`` as one ``pf_autograd_function`` call."""
+    source = user_source_line()
+    has_setup = tc.function_has_setup_context(cls)
+    if has_setup:
+        import inspect
+        bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+        bound.apply_defaults()
+        args, kwargs = tuple(bound.args), dict(bound.kwargs)
+    flat, spec = tc.pytree.tree_flatten((args, kwargs))
+    tensor_pos = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
+    operands = [flat[i] for i in tensor_pos]
+    # operand index of each top-level positional tensor argument (eager differentiates only these)
+    top_level: dict[int, int] = {}
+    leaf = 0
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            top_level[i] = tensor_pos.index(leaf)
+        leaf += len(tc.pytree.tree_leaves(a))
+    needs = tuple(isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()) for a in args)
+    name = cls.__name__
+
+    def fail(stage: str, exc: BaseException) -> UnsupportedError:
+        return UnsupportedError(
+            f"the {stage} of autograd.Function {name} cannot be traced into the program "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); a backward "
+            "that reads tensor data (.item(), data-dependent branches) or state the program "
+            "cannot carry is refused rather than replaced by autograd of the forward",
+            op=f"{name}.{stage}", source=getattr(exc, "source", None) or source)
+
+    inner = [tc.inner_of_functional(t) for t in operands]
+    # --- forward -------------------------------------------------------------------
+    fwd_info: dict[str, Any] = {}
+
+    def forward_body(wrapped: list[Any], mode: Any) -> list[Any]:
+        new_flat = list(flat)
+        for pos, w in zip(tensor_pos, wrapped):
+            new_flat[pos] = w
+        a, k = tc.pytree.tree_unflatten(new_flat, spec)
+        ctx = TracingCtx(needs)
+        with tc.grad_mode_untraced(False):
+            if has_setup:
+                out = cls.forward(*a, **k)
+                cls.setup_context(ctx, a, out)
+            else:
+                out = cls.forward(ctx, *a, **k)
+        out_flat, out_spec = tc.pytree.tree_flatten(out)
+        outs = [o for o in out_flat if isinstance(o, torch.Tensor)]
+        dirty = {i: next(j for j, w in enumerate(wrapped) if w is o)
+                 for i, o in enumerate(outs) if _contains(ctx.dirty_tensors, o)
+                 and any(w is o for w in wrapped)}
+        mutated = [j for j, w in enumerate(wrapped)
+                   if isinstance(w, tc.FunctionalTensor) and tc.has_data_mutation(w)]
+        extra = [j for j in mutated if j not in dirty.values()]
+        attrs = ctx.user_attributes()
+        attr_flat, attr_spec = tc.pytree.tree_flatten(attrs)
+        _refuse_symbolic_state(name, attr_flat, source)
+        saved_slots = [s for s in ctx.to_save if isinstance(s, torch.Tensor)]
+        saved_slots += [v for v in attr_flat if isinstance(v, torch.Tensor)]
+        fwd_info.update(out_flat=out_flat, out_spec=out_spec, n_out=len(outs), dirty=dirty, extra=extra,
+                        to_save=[isinstance(s, torch.Tensor) for s in ctx.to_save],
+                        to_save_values=[None if isinstance(s, torch.Tensor) else s for s in ctx.to_save],
+                        attr_flat=[None if isinstance(v, torch.Tensor) else v for v in attr_flat],
+                        attr_spec=attr_spec, materialize=ctx.materialize_grads,
+                        non_diff=[i for i, o in enumerate(outs) if _contains(ctx.non_differentiable, o)
+                                  or not (o.is_floating_point() or o.is_complex())])
+        # an output that is an operand (not dirty) is a fresh value in a functional body
+        return outs + [wrapped[j] for j in extra] + saved_slots
+
+    try:
+        fwd_gm = _trace_body(forward_body, inner, settings, grad_enabled=False)
+    except UnsupportedError:
+        raise
+    except Exception as exc:
+        raise fail("forward", exc) from exc
+    n_out, extra = fwd_info["n_out"], fwd_info["extra"]
+    n_results = n_out + len(extra)
+    fwd_vals = _output_vals(fwd_gm)
+    saved_vals = fwd_vals[n_results:]
+
+    # --- backward ------------------------------------------------------------------
+    grads_for: list[int] = []
+
+    def backward_body(wrapped: list[Any], mode: Any) -> list[Any]:
+        saved, grads = wrapped[:len(saved_vals)], list(wrapped[len(saved_vals):])
+        ctx = TracingCtx(needs)
+        it = iter(saved)
+        ctx._pf_saved = tuple(next(it) if is_tensor else value
+                              for is_tensor, value in zip(fwd_info["to_save"], fwd_info["to_save_values"]))
+        attr_flat = [next(it) if v is None else v for v in fwd_info["attr_flat"]]
+        for key, value in tc.pytree.tree_unflatten(attr_flat, fwd_info["attr_spec"]).items():
+            setattr(ctx, key, value)
+        ctx.set_materialize_grads(fwd_info["materialize"])
+        g = iter(grads)
+        grad_args = [next(g) if isinstance(o, torch.Tensor) else None for o in fwd_info["out_flat"]]
+        result = cls.backward(ctx, *grad_args)
+        result = result if isinstance(result, tuple) else (result,)
+        if len(result) < len(args):
+            raise UnsupportedError(
+                f"autograd.Function {name}.backward returned {len(result)} gradients for "
+                f"{len(args)} inputs", op=f"{name}.backward", source=source)
+        returned = []
+        for i, j in top_level.items():
+            grad = result[i]
+            if grad is None:
+                continue
+            operand = wrapped_inputs[j]
+            if tuple(grad.shape) != tuple(operand.shape):
+                grad = grad.sum_to_size(operand.shape)  # autograd's validate_outputs
+            if grad.dtype != operand.dtype:
+                grad = grad.to(operand.dtype)
+            grads_for.append(j)
+            returned.append(grad)
+        return returned
+
+    wrapped_inputs = inner
+    grad_vals = [_fresh(v, contiguous=True) for v in fwd_vals[:n_out]]
+    try:
+        bwd_gm = _trace_body(backward_body, [_fresh(v) for v in saved_vals] + grad_vals, settings,
+                             grad_enabled=True)
+    except UnsupportedError:
+        raise
+    except Exception as exc:
+        raise fail("backward", exc) from exc
+
+    # --- the call in the caller's graph -------------------------------------------------
+    non_diff = tuple(fwd_info["non_diff"]) + tuple(range(n_out, n_results))
+    with tc.outside_trace():
+        results = [_fresh(v) for v in fwd_vals[:n_results]]
+    tc.record_hop_call(pf_autograd_function,
+                       [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
+                       (name, n_out, n_results, non_diff, tuple(grads_for)), inner, results)
+    wrapped_results = [tc.to_functional(r) for r in results]
+    return _reassemble(wrapped_results, operands, fwd_info)
+
+
+def _reassemble(results: list[Any], operands: list[Any], info: dict[str, Any]) -> Any:
+    """The user's output structure over the HOP's results; operands written in forward take
+    their new values (a ``mark_dirty`` one is the output itself, as in eager)."""
+    n_out = info["n_out"]
+    outs = results[:n_out]
+    for i, j in info["dirty"].items():
+        operands[j].copy_(outs[i])
+        outs[i] = operands[j]
+    with torch.no_grad():
+        for value, j in zip(results[n_out:], info["extra"]):
+            operands[j].copy_(value)
+    it = iter(outs)
+    out_flat = [next(it) if isinstance(o, torch.Tensor) else o for o in info["out_flat"]]
+    return tc.pytree.tree_unflatten(out_flat, info["out_spec"])
+
+
+def _trace_body(body: Callable[[list[Any], Any], list[Any]], inputs: list[Any], settings: _Settings,
+                *, grad_enabled: bool) -> torch.fx.GraphModule:
+    """A functional subgraph of ``body`` over fresh fakes like ``inputs``: our whole
+    pipeline's trace and region outlining, outside the trace in progress."""
+    from ..graph_cleanup import eliminate_dead_code
+    from ..graphs import all_graph_modules
+    from ..modes import trace_functional
+    from .regions import outline_regions
+
+    ambient = tc.autocast_state()
+
+    def under_caller_autocast(wrapped: list[Any], mode: Any) -> list[Any]:
+        with tc.autocast_state_as(ambient):
+            return body(wrapped, mode)
+
+    off = {device: (False, dtype) for device, (_, dtype) in ambient.items()}
+    with tc.outside_trace(), tc.autocast_state_as(off):
+        fresh = [_fresh(t) for t in inputs]
+        trace = trace_functional(under_caller_autocast, fresh, policy=settings.policy, pre_dispatch=True,
+                                 decompositions=settings.decompositions)
+        _drop_entry_and_exit_markers(trace.graph_module.graph)
+        gm = outline_regions(trace.graph_module, trace.identity_edges, grad_enabled=grad_enabled)
+        eliminate_dead_code(gm)
+        for _, sub in all_graph_modules(gm):
+            sub.recompile()
+    return gm
+
+
+def _drop_entry_and_exit_markers(graph: torch.fx.Graph) -> None:
+    """The grad-mode markers the trace itself records around the body (it enters
+    ``enable_grad``): the body runs under the mode its caller gives it instead."""
+    from .frames import is_marker
+
+    ops = [n for n in graph.nodes if n.op not in ("placeholder", "output") and not is_marker(n)]
+    first, last = (ops[0], ops[-1]) if ops else (None, None)
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        if node.target is tc.SET_GRAD_ENABLED and (
+                first is None or order[node] < order[first] or order[node] > order[last]):
+            graph.erase_node(node)
+
+
+def _fresh(t: torch.Tensor, contiguous: bool = False) -> torch.Tensor:
+    """A new fake tensor with ``t``'s metadata (same fake mode, same symbols)."""
+    mode = tc.fake_mode_of([t])
+    with tc.outside_trace(), (mode if mode is not None else contextlib.nullcontext()):
+        if contiguous:
+            return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+
+
+def _output_vals(gm: torch.fx.GraphModule) -> list[Any]:
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    return [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in out.args[0]]
+
+
+def _refuse_symbolic_state(name: str, leaves: list[Any], source: str | None) -> None:
+    for v in leaves:
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise UnsupportedError(
+                f"autograd.Function {name} stores a symbolic value ({v}) on ctx; its backward "
+                "would read a value the program does not carry: save it as a tensor with "
+                "ctx.save_for_backward", op=f"{name}.forward", source=source)
+
+
+__all__ = ["trace_call", "tracing_autograd_functions"]

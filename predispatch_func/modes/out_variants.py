@@ -1,0 +1,124 @@
+"""``out=`` composites, traced as their functional overload plus a write to ``out``.
+
+Decomposing a CompositeImplicitAutograd ``out=`` kernel while tracing goes
+wrong in two ways. Some kernels compute the result functionally when an input
+is a tensor subclass (fake, functional) and rebind the C++ reference instead
+of writing into it: ``torch.linalg.matrix_rank(x, out=o)`` leaves ``o``
+untouched under every dispatch mode (eager writes it), so the write is lost
+silently. Others (``linalg.cholesky``, ``inv``, ``solve``, ``lu_factor``,
+``ldl_factor``) reach the effectful ``aten._linalg_check_errors``, which
+functionalization only accepts with effect tokens.
+
+So such a call runs the functional overload of the same op (same arguments
+without ``out``; kept or decomposed by the composite policy like any call)
+and writes each result into its ``out`` tensor, as the ``out=`` contract
+says; functionalization turns that copy into a mutation output. Without a
+functional overload, eager's decomposition runs and each ``out`` tensor it
+did not return is written the same way.
+
+Likewise an in-place op that functionalization has no kernel for
+(``polygamma_(self, n)``, whose functional form orders its arguments
+``polygamma(n, self)``: "Found a custom (non-ATen) operator whose output has
+alias annotations") runs its functional form, matched by argument names,
+and writes the result into ``self``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from ..errors import UnsupportedError, user_source_line
+
+
+def out_argument_names(op: torch._ops.OpOverload) -> list[str]:
+    """Names of ``op``'s ``out=`` arguments (mutable keyword-only tensors)."""
+    return [a.name for a in op._schema.arguments if a.is_out]
+
+
+def is_composite_out(op: torch._ops.OpOverload) -> bool:
+    return bool(out_argument_names(op)) and tc.has_composite_implicit_kernel(op)
+
+
+_TWINS: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
+
+
+def functional_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The overload of ``op``'s packet taking the same arguments without ``out``
+    and returning as many tensors, or None."""
+    if op not in _TWINS:
+        wanted = [(a.name, str(a.type)) for a in op._schema.arguments if not a.is_out]
+        n_out = len(out_argument_names(op))
+        packet = op.overloadpacket
+        _TWINS[op] = None
+        for name in packet.overloads():
+            twin = getattr(packet, name)
+            schema = twin._schema
+            if (not schema.is_mutable and len(schema.returns) == n_out
+                    and [(a.name, str(a.type)) for a in schema.arguments] == wanted):
+                _TWINS[op] = twin
+                break
+    return _TWINS[op]
+
+
+def call_composite_out(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """``op(*args, **kwargs)`` for a composite ``out=`` overload; run under the functional mode."""
+    twin = functional_overload(op)
+    if twin is None:
+        return write_results_to_out(op, kwargs, tc.decompose_like_eager(op, *args, **kwargs))
+    outs = set(out_argument_names(op))
+    result = twin(*args, **{k: v for k, v in kwargs.items() if k not in outs})
+    return write_results_to_out(op, kwargs, result)
+
+
+def write_results_to_out(op: torch._ops.OpOverload, kwargs: dict, result: Any) -> Any:
+    """Write each result the kernel returned fresh into its ``out`` tensor; return
+    what eager returns (the ``out`` tensors). Run under the functional mode."""
+    outs = [kwargs[name] for name in out_argument_names(op)]
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(results) != len(outs):
+        return result
+    for out, res in zip(outs, results):
+        if res is out or not isinstance(res, torch.Tensor):
+            continue
+        if out.shape != res.shape:
+            raise UnsupportedError(
+                f"out= tensor of shape {list(out.shape)} would be resized to {list(res.shape)}: "
+                "an in-place metadata change a functional program cannot express; pass an out "
+                "tensor of the result's shape", op=op, source=user_source_line())
+        out.copy_(res)
+    return outs[0] if len(outs) == 1 and not isinstance(result, (tuple, list)) else tuple(outs)
+
+
+_INPLACE_TWINS: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
+
+
+def unfunctionalizable_inplace_twin(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """For an aten in-place op without a functionalization kernel, the functional
+    op of the same name without ``_`` taking the same arguments by name."""
+    if op not in _INPLACE_TWINS:
+        _INPLACE_TWINS[op] = None
+        name = op._schema.name
+        if (name.startswith("aten::") and name.endswith("_") and not name.endswith("__")
+                and op._schema.is_mutable and not tc.has_composite_implicit_kernel(op)
+                and not tc.has_functionalize_kernel(op)):
+            packet = getattr(torch.ops.aten, name[len("aten::"):-1], None)
+            wanted = sorted((a.name, str(a.type).replace("(a!)", "")) for a in op._schema.arguments)
+            for overload in packet.overloads() if packet is not None else ():
+                twin = getattr(packet, overload)
+                if not twin._schema.is_mutable and sorted(
+                        (a.name, str(a.type)) for a in twin._schema.arguments) == wanted:
+                    _INPLACE_TWINS[op] = twin
+                    break
+    return _INPLACE_TWINS[op]
+
+
+def call_inplace_through_twin(op: torch._ops.OpOverload, twin: torch._ops.OpOverload,
+                              args: tuple, kwargs: dict) -> Any:
+    """``self.copy_(twin(**arguments by name))``; run under the functional mode."""
+    bound = dict(zip((a.name for a in op._schema.arguments), args), **kwargs)
+    self_name = op._schema.arguments[0].name
+    result = twin(**bound)
+    return bound[self_name].copy_(result)
