@@ -261,6 +261,14 @@ def record_grad_marker(enabled: bool) -> torch.fx.Node | None:
     return node
 
 
+def canonical_key_padding_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A key padding mask as nn.TransformerEncoder reads it (bool -> 0 / -inf floats)."""
+    import torch.nn.functional as F
+
+    return F._canonical_mask(mask=mask, mask_name="src_key_padding_mask", other_type=None,
+                             other_name="mask", target_type=dtype)
+
+
 def set_version(t: torch.Tensor, version: int) -> None:
     """Set ``t``'s autograd version counter (as a write through ``t.data`` leaves it)."""
     torch._C._autograd._unsafe_set_version_counter((t,), (version,))

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from .. import _torch_compat as tc
 
 
 def _takes_nested_path(encoder: torch.nn.TransformerEncoder, src: torch.Tensor, mask: Any,
@@ -48,8 +49,7 @@ def _encoder_forward(original: Any) -> Any:
             out = original(self, src, mask, src_key_padding_mask, is_causal)
         finally:
             self._modules["norm"] = norm
-        canonical = F._canonical_mask(mask=src_key_padding_mask, mask_name="src_key_padding_mask",
-                                      other_type=None, other_name="mask", target_type=src.dtype)
+        canonical = tc.canonical_key_padding_mask(src_key_padding_mask, src.dtype)
         valid = canonical.logical_not()  # as eager's _nested_tensor_from_mask reads it
         zeroed = out.masked_fill(valid.logical_not().unsqueeze(-1), 0.0)
         if getattr(self, "mask_check", True):  # eager: dense path unless the mask is left-aligned
