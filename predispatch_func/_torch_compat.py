@@ -587,3 +587,19 @@ def prims_decomposition_ops() -> frozenset[torch._ops.OpOverload]:
 
     return frozenset(op for op, fn in decomposition_table.items()
                      if str(getattr(fn, "__module__", "")).startswith("torch._refs"))
+
+
+def _uncaptured_hop_error() -> type:
+    from torch._dynamo.exc import UncapturedHigherOrderOpError
+
+    return UncapturedHigherOrderOpError
+
+
+UNCAPTURED_HOP_ERROR = _uncaptured_hop_error()
+
+
+def hop_capture_static() -> Any:
+    """torch's HOP wrappers (``map``, ``cond``) capture their bodies with dynamo, which
+    after a first capture in the process makes changed Python ints (pytree spec
+    sizes) graph inputs without values; keep them constants, as on a first capture."""
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False)

@@ -172,10 +172,28 @@ def _reassigned_buffers(mod: torch.nn.Module, state_slots: list[InputSlot],
 
 
 def _inputs_sharing_memory(inputs: list[Any]) -> dict[int, list[int]]:
-    """For each input index, the other inputs over the same storage (fakes keep it)."""
+    """For each input index, the other inputs whose memory overlaps it (fakes keep
+    storages). Disjoint pieces of one storage (``base[:4]``, ``base[4:]``) are
+    independent: a write to one is invisible to the other, as in the program."""
     by_storage: dict[Any, list[int]] = {}
     for i, t in enumerate(inputs):
         if isinstance(t, torch.Tensor) and t.layout == torch.strided:
             by_storage.setdefault(tc.StorageWeakRef(t.untyped_storage()), []).append(i)
-    return {i: [j for j in group if j != i] for group in by_storage.values() if len(group) > 1
-            for i in group}
+    sharing: dict[int, list[int]] = {}
+    for group in by_storage.values():
+        for i in group:
+            others = [j for j in group if j != i and _byte_spans_overlap(inputs[i], inputs[j])]
+            if others:
+                sharing[i] = others
+    return sharing
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    start = t.storage_offset() * t.element_size()
+    extent = sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride())) if t.numel() else -1
+    return start, start + (extent + 1) * t.element_size() - 1
+
+
+def _byte_spans_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    (lo, hi), (lo2, hi2) = _byte_span(a), _byte_span(b)
+    return lo <= hi2 and lo2 <= hi

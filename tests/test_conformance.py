@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conformance import SUITES, case_names, test_sample
+from conformance import SUITES, case_names, sampled_cases
 from conformance.judge import judge
 from conformance.known_gaps import is_gap, known_gaps
 from conformance.runner import load_results, run
@@ -21,7 +21,7 @@ from conformance.runner import load_results, run
 def _sample() -> list:
     gaps = known_gaps()
     return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=gaps[n])) if n in gaps else n
-            for n in test_sample()]
+            for n in sampled_cases()]
 
 
 @pytest.mark.parametrize("name", _sample())

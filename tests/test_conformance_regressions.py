@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conformance import Case
 from conformance.judge import judge_case
 
@@ -194,3 +193,101 @@ def test_one_tensor_as_two_written_arguments_is_refused():
 
 def test_disjoint_views_as_two_written_arguments_export():
     assert_ok(StatsRows(), (torch.randn(4, 3), torch.ones(2, 3)))
+
+
+class RReLUInPlace(torch.nn.Module):
+    def forward(self, x):
+        return F.rrelu(x, 0.0, 1.0, training=True, inplace=True) * 2
+
+
+def test_inplace_composite_runs_as_its_functional_twin():
+    """``rrelu_`` decomposed to ``rrelu_with_noise_functional``, whose gradient read the
+    noise before it was filled (silently wrong gradients); ``rrelu`` is right."""
+    assert_ok(RReLUInPlace(), (torch.randn(3, 4),))
+
+
+class RandnIntoOut(torch.nn.Module):
+    def forward(self, x, o):
+        torch.randn(3, 4, out=o)
+        return o * x
+
+
+class Dropout3dUnbatched(torch.nn.Module):
+    def forward(self, x):
+        return F.dropout3d(x, 0.5, training=True, inplace=True) * 2
+
+
+class TransposeOneD(torch.nn.Module):
+    def forward(self, x):
+        x.t_()
+        x.mul_(2)
+        return x + 1
+
+
+class UnsqueezeInput(torch.nn.Module):
+    def forward(self, x):
+        x.unsqueeze_(0)
+        return x * 2
+
+
+@pytest.mark.parametrize("model, args", [
+    (RandnIntoOut(), (torch.randn(3, 4), torch.zeros(3, 4))),
+    (Dropout3dUnbatched(), (torch.randn(2, 3, 4, 5),)),
+    (TransposeOneD(), (torch.randn(5),)),
+], ids=["randn_out_same_shape", "dropout3d_unbatched", "t_of_1d"])
+def test_in_place_view_op_that_leaves_the_input_layout_exports(model, args):
+    """In-place view ops on an input are refused only if the input's layout differs
+    at the end (these were refused although nothing changes)."""
+    assert_ok(model, args)
+
+
+def test_in_place_view_op_that_changes_the_input_layout_is_refused():
+    import predispatch_func as pf
+
+    with pytest.raises(pf.UnsupportedError, match="in-place metadata change") as info:
+        pf.export(UnsqueezeInput(), (torch.randn(5),))
+    assert "unsqueeze_" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
+
+
+class WritesTwoInputs(torch.nn.Module):
+    def forward(self, x, y):
+        x.add_(1)
+        y.mul_(2)
+        return x + y
+
+
+def test_writes_to_disjoint_pieces_of_one_storage_export():
+    """Inputs over one storage that do not overlap are independent (was refused)."""
+    import predispatch_func as pf
+
+    base = torch.randn(8)
+    assert_ok(WritesTwoInputs(), (base[:4], base[4:]))
+    eager_base = torch.randn(8)
+    program_base = eager_base.clone()
+    program = pf.export(WritesTwoInputs(), (base[:4], base[4:])).module()
+    expected = WritesTwoInputs()(eager_base[:4], eager_base[4:])
+    assert torch.equal(program(program_base[:4], program_base[4:]), expected)
+    assert torch.equal(program_base, eager_base)
+
+
+def test_writes_to_overlapping_inputs_are_refused():
+    import predispatch_func as pf
+
+    base = torch.randn(8)
+    with pytest.raises(pf.UnsupportedError, match="shares memory"):
+        pf.export(WritesTwoInputs(), (base[:5], base[3:]))
+
+
+_RANDOM_FILLS = {
+    "normal_": lambda x: x.normal_(),
+    "uniform_": lambda x: x.uniform_(-1, 1),
+    "bernoulli_": lambda x: x.bernoulli_(0.5),
+    "exponential_": lambda x: x.exponential_(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_RANDOM_FILLS))
+def test_random_fill_of_an_input_that_requires_grad_trains(name):
+    """``normal_functional`` has no derivative: backward through the program raised,
+    where eager gives the input a zero gradient (and it keeps requiring grad)."""
+    assert_ok(InPlaceOnInput(_RANDOM_FILLS[name]), (torch.randn(3, 4),))

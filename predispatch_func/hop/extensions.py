@@ -9,7 +9,8 @@ Entered by the tracer around the user's code:
   region (C++ inference mode cannot be traced: its tensors cannot re-enter
   autograd, and its values equal ``no_grad``'s wherever eager runs);
 * ``torch.compile``-d submodules run the module they wrap;
-* torch's HOPs find a rule for our mode (``torch_hops.py``).
+* torch's HOPs find a rule for our mode (``torch_hops.py``), and where torch
+  cannot trace one, a clear refusal (``torch_limits.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from .. import _torch_compat as tc
 from .function_trace import tracing_autograd_functions
 from .torch_hops import let_torch_hops_through
+from .torch_limits import torch_hop_limits_refused
 
 
 @contextlib.contextmanager
@@ -28,5 +30,6 @@ def traced_extensions(policy: Any, decompositions: dict | None = None, *, pre_di
     if mode is not None:
         let_torch_hops_through(type(mode))
     with tracing_autograd_functions(policy, decompositions, pre_dispatch=pre_dispatch), \
-            tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly():
+            tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly(), \
+            torch_hop_limits_refused(), tc.hop_capture_static():
         yield

@@ -11,7 +11,26 @@ grad/autocast markers ``regions.py`` outlines like the top graph's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .. import _torch_compat as tc
+from ..errors import UnsupportedError, user_source_line
+
+TORCH_EXPORT_FAILS_TOO = "torch.export.export fails on it the same way"
+# HOPs whose programs torch cannot represent, with why: refused when met
+_REFUSED: dict[str, Callable[[tuple, dict], str | None]] = {
+    "local_map_hop": lambda args, kwargs: (
+        "local_map's traced call records a Python closure as the op, which no ExportedProgram "
+        f"accepts ({TORCH_EXPORT_FAILS_TOO})"),
+    "flex_attention_backward": lambda args, kwargs: (
+        "flex_attention_backward is flex_attention's internal backward; call flex_attention and "
+        f"let the program differentiate it ({TORCH_EXPORT_FAILS_TOO})"),
+    "invoke_quant_packed": lambda args, kwargs: (
+        "invoke_quant's options object (InvokeQuant) becomes a graph node without a value, which "
+        f"an ExportedProgram rejects ({TORCH_EXPORT_FAILS_TOO}); call invoke_quant_packed without "
+        "quant_options") if kwargs.get("quant_options") is not None else None,
+}
 
 
 def let_torch_hops_through(mode_type: type) -> None:
@@ -21,4 +40,14 @@ def let_torch_hops_through(mode_type: type) -> None:
     for hop in tc.all_higher_order_ops():
         rule = hop.python_key_table.get(tc.FunctionalTensorMode)
         if rule is not None and mode_type not in hop.python_key_table:
-            hop.python_key_table[mode_type] = rule
+            refusal = _REFUSED.get(hop.name())
+            hop.python_key_table[mode_type] = rule if refusal is None else _refusing(hop.name(), rule, refusal)
+
+
+def _refusing(name: str, rule: Callable[..., Any], why: Callable[[tuple, dict], str | None]):
+    def checked(mode: Any, *args: Any, **kwargs: Any) -> Any:
+        reason = why(args, kwargs)
+        if reason is not None:
+            raise UnsupportedError(reason, op=f"higher_order.{name}", source=user_source_line())
+        return rule(mode, *args, **kwargs)
+    return checked

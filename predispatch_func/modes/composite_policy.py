@@ -17,7 +17,8 @@ Steps 1-2 depend on the op alone and are decided once per op and export.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -68,8 +69,15 @@ HONEST_TWINS = _honest_twins()
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
-    __slots__ = ("audit_lookup", "overrides", "lowering", "_guard_cache", "_eager_cache", "_by_op",
-                 "decisions")
+    __slots__ = (
+        "_by_op",
+        "_eager_cache",
+        "_guard_cache",
+        "audit_lookup",
+        "decisions",
+        "lowering",
+        "overrides",
+    )
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
                  overrides: dict[str, Decision] | None = None, lowering: Any = None):

@@ -19,8 +19,12 @@ did not return is written the same way.
 Likewise an in-place op that functionalization has no kernel for
 (``polygamma_(self, n)``, whose functional form orders its arguments
 ``polygamma(n, self)``: "Found a custom (non-ATen) operator whose output has
-alias annotations") runs its functional form, matched by argument names,
-and writes the result into ``self``.
+alias annotations"), or an in-place composite, runs its functional form,
+matched by argument names, and writes the result into ``self``. Decomposing
+an in-place composite reaches torch's ``*_functional`` kernels, whose
+derivatives may read a written input's old value: ``rrelu_(x, training=True)``
+became ``rrelu_with_noise_functional``, whose gradient reads the noise
+tensor before it was filled (uninitialised memory), while ``rrelu`` is right.
 """
 
 from __future__ import annotations
@@ -95,15 +99,17 @@ def write_results_to_out(op: torch._ops.OpOverload, kwargs: dict, result: Any) -
 _INPLACE_TWINS: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
 
 
-def unfunctionalizable_inplace_twin(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """For an aten in-place op without a functionalization kernel, the functional
-    op of the same name without ``_`` taking the same arguments by name."""
+def inplace_twin(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """For an aten in-place composite or an in-place op without a functionalization
+    kernel, the functional op of the same name without ``_`` taking the same
+    arguments by name."""
     if op not in _INPLACE_TWINS:
         _INPLACE_TWINS[op] = None
         name = op._schema.name
         if (name.startswith("aten::") and name.endswith("_") and not name.endswith("__")
-                and op._schema.is_mutable and not tc.has_composite_implicit_kernel(op)
-                and not tc.has_functionalize_kernel(op)):
+                and op._schema.is_mutable and torch.Tag.inplace_view not in op.tags
+                and (tc.has_composite_implicit_kernel(op)
+                                               or not tc.has_functionalize_kernel(op))):
             packet = getattr(torch.ops.aten, name[len("aten::"):-1], None)
             wanted = sorted((a.name, str(a.type).replace("(a!)", "")) for a in op._schema.arguments)
             for overload in packet.overloads() if packet is not None else ():
@@ -122,3 +128,25 @@ def call_inplace_through_twin(op: torch._ops.OpOverload, twin: torch._ops.OpOver
     self_name = op._schema.arguments[0].name
     result = twin(**bound)
     return bound[self_name].copy_(result)
+
+
+def _random_fills() -> set:
+    aten = torch.ops.aten
+    return {aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
+            aten.exponential_.default, aten.geometric_.default, aten.cauchy_.default,
+            aten.log_normal_.default, aten.random_.default, getattr(aten.random_, "from"), aten.random_.to}
+
+
+# In-place random fills: the value ignores ``self``, eager's gradient to ``self`` is zero.
+RANDOM_FILLS = _random_fills()
+
+
+def fill_randomly_keeping_grad(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """``self.normal_()`` on a tensor that may require grad, as ``self.zero_().add_(fresh)``
+    with ``fresh`` filled by ``op``: functionalized, ``normal_`` becomes
+    ``normal_functional``, which has no derivative, so backward through the program
+    raised where eager's gives ``self`` a zero gradient and keeps it requiring grad.
+    Run under the functional mode."""
+    self_ = args[0]
+    fresh = op(torch.empty(self_.shape, dtype=self_.dtype, device=self_.device), *args[1:], **kwargs)
+    return self_.zero_().add_(fresh)

@@ -33,10 +33,12 @@ from .differentiable_copy import CopyTarget, copy_decompositions
 from .fast_paths import eager_fast_paths
 from .tensor_data import TensorDataMode
 from .out_variants import (
+    RANDOM_FILLS,
     call_composite_out,
     call_inplace_through_twin,
+    fill_randomly_keeping_grad,
+    inplace_twin,
     is_composite_out,
-    unfunctionalizable_inplace_twin,
 )
 from .view_grad_modes import ViewGradModes
 
@@ -57,6 +59,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.policy = policy
         self.copy_target = copy_target
         self.graph_input_ids: set[int] = set()
+        # id -> (graph input, its layout before, the first in-place view op on it, source line)
+        self.metadata_writes: dict[int, tuple[Any, tuple, Any, str | None]] = {}
         self.op_stack: list[Any] = []
         self.failed_op: Any = None
         # new-value node -> old-value node, for writes done while grad is off
@@ -117,6 +121,20 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         return [value for arg, value in values
                 if arg.alias_info is not None and arg.alias_info.is_write
                 and isinstance(value, tc.FunctionalTensor)]
+
+    def _note_metadata_write(self, func, t: Any) -> None:
+        """An in-place view op on a graph input (``t_``, ``unsqueeze_``): refused at the
+        end of the trace only if the input's metadata then differs (``t_()`` of a 1-D
+        tensor, or ``unsqueeze_(0)`` undone by ``squeeze_(0)``, changes nothing)."""
+        if id(t) not in self.metadata_writes:
+            self.metadata_writes[id(t)] = (t, _layout(t), func, user_source_line())
+
+    def refuse_changed_input_metadata(self) -> None:
+        for t, layout, func, source in self.metadata_writes.values():
+            if _layout(t) != layout:
+                raise UnsupportedError(
+                    "in-place metadata change (shape/stride) of a graph input cannot be expressed "
+                    "in a functional program; use the out-of-place op instead", op=func, source=source)
 
     def _refuse_overlapping_writes(self, func, written: list[Any]) -> None:
         """One tensor passed as two mutable arguments (``batch_norm(x, None, None, s, s,
@@ -212,10 +230,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 "cannot be recorded, so its gradients would silently differ from eager; "
                 "export with pre_dispatch=True", op=func, source=user_source_line())
         if torch.Tag.inplace_view in getattr(func, "tags", ()) and args and id(args[0]) in self.graph_input_ids:
-            raise UnsupportedError(
-                "in-place metadata change (shape/stride) of a graph input cannot be expressed "
-                "in a functional program; use the out-of-place op instead",
-                op=func, source=user_source_line())
+            self._note_metadata_write(func, args[0])
         twin = HONEST_TWINS.get(func)
         if twin is not None:
             with self:
@@ -234,9 +249,12 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             if self.pre_dispatch and is_composite_out(func):
                 with self:
                     return call_composite_out(func, args, kwargs)
-            if (inplace_twin := unfunctionalizable_inplace_twin(func)) is not None:
+            if func in RANDOM_FILLS and self.pre_dispatch and self._may_need_grad(args[0]):
                 with self:
-                    return call_inplace_through_twin(func, inplace_twin, args, kwargs)
+                    return fill_randomly_keeping_grad(func, args, kwargs)
+            if (twin_op := inplace_twin(func)) is not None:
+                with self:
+                    return call_inplace_through_twin(func, twin_op, args, kwargs)
             lowered = self.policy.lowering.functional_decomposition(func) if self.policy.lowering else None
             if lowered is not None:  # outside the target op set: lower it, functionalized
                 with self:
@@ -259,6 +277,10 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             raise
         finally:
             self.op_stack.pop()
+
+
+def _layout(t: Any) -> tuple:
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
 
 
 Body = Callable[[list[Any], PolicyFunctionalMode], list[Any]]
@@ -304,6 +326,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                     policy, decompositions, pre_dispatch=pre_dispatch):
             with ambient.entered(), eager_fast_paths(), TensorDataMode():  # caller's modes: outer regions
                 outs = body(wrapped, mode)
+                mode.refuse_changed_input_metadata()
                 mode.view_modes.rebuild_stale(outs)
             _refuse_leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()

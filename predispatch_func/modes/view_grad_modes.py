@@ -37,7 +37,8 @@ ended and reopened
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -55,7 +56,7 @@ class ViewGradModes:
     grad when the program runs; views of other storages need nothing.
     """
 
-    __slots__ = ("_may_need_grad", "_cut", "_written_in_stretch", "_made_in_stretch")
+    __slots__ = ("_cut", "_made_in_stretch", "_may_need_grad", "_written_in_stretch")
 
     def __init__(self, may_need_grad: Callable[[Any], bool]):
         self._may_need_grad = may_need_grad

@@ -39,7 +39,7 @@ def case_names(suite: str) -> list[str]:
 TEST_SAMPLE = {"exportdb": 6, "modules": 8, "opinfo": 20, "hop": 4}
 
 
-def test_sample() -> list[str]:
+def sampled_cases() -> list[str]:
     """The cases ``tests/test_conformance.py`` judges in the default run."""
     import random
 
@@ -57,4 +57,4 @@ def build(name: str) -> Case:
     return _suite(name.split("/", 1)[0]).build(name)
 
 
-__all__ = ["SUITES", "TEST_SAMPLE", "Case", "NotApplicable", "build", "case_names", "test_sample"]
+__all__ = ["SUITES", "TEST_SAMPLE", "Case", "NotApplicable", "build", "case_names", "sampled_cases"]

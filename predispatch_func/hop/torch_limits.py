@@ -1,0 +1,47 @@
+"""Where torch itself cannot trace a higher-order op, a clear refusal instead of its assert.
+
+Each entry: the exception type, text in torch's message, and our explanation
+with what to write instead. torch's own functional pre-dispatch path
+(``aot_export_module(pre_dispatch=True)``) fails on the same programs;
+``torch.export.export``, which does not functionalize, traces them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from .. import _torch_compat as tc
+from ..errors import UnsupportedError, user_source_line
+
+_LIMITS = (
+    (tc.UNCAPTURED_HOP_ERROR, "",
+     "torch cannot capture this higher-order op: {first}. torch refuses a HOP body that writes "
+     "its operands or a closed-over tensor (cond, while_loop, map, scan): return the new value "
+     "instead and write it outside the call"),
+    (RuntimeError, "Attempting to use FunctionalTensor on its own",
+     "torch's functionalization cannot trace torch.vmap over the program's tensors at "
+     "pre-dispatch (create_block_mask in forward, associative_scan(combine_mode='generic') "
+     "use it): build the BlockMask outside forward and pass it in, or scan with torch's "
+     "scan HOP"),
+    (AssertionError, "Tensor dtype mismatch",
+     "torch's functionalization of a HOP body re-runs it without the autocast region inside "
+     "it, so dtypes disagree ({first}); put the autocast region around the HOP call instead of "
+     "inside its body"),
+)
+
+
+@contextlib.contextmanager
+def torch_hop_limits_refused() -> Iterator[None]:
+    try:
+        yield
+    except UnsupportedError:
+        raise
+    except Exception as exc:
+        for kind, text, explanation in _LIMITS:
+            if isinstance(exc, kind) and text in str(exc):
+                first = next((line.strip() for line in str(exc).splitlines()
+                              if line.strip() and "doesn't work unless" not in line), "")
+                raise UnsupportedError(explanation.format(first=first),
+                                       source=user_source_line(exc.__traceback__)) from exc
+        raise

@@ -1,0 +1,295 @@
+"""torch's higher-order ops in the IR: each stays one HOP call whose bodies obey the
+contract (no mutable node, regions outlined inside), nested with our regions in
+both directions, replayed against eager with gradients (``export_checked``)."""
+
+import pytest
+import torch
+from expecttest import TestCase
+from oracle import export_checked, graph_code
+
+import predispatch_func as pf
+from predispatch_func.errors import UnsupportedError
+
+TORCH_VMAP = ("torch's functional pre-dispatch tracing (ours and aot_export_module(pre_dispatch=True)) "
+              "fails on torch.vmap over functional tensors; torch.export, which does not functionalize, "
+              "traces it")
+TORCH_AUTOCAST_IN_BODY = ("torch's functionalization of a HOP body loses an autocast region inside it "
+                          "(aot_export_module(pre_dispatch=True) fails the same way)")
+
+
+def hop_names(ep):
+    from predispatch_func.graphs import all_graph_modules
+    return sorted({"higher_order." + n.target.name() for _, gm in all_graph_modules(ep.graph_module) for n in gm.graph.nodes
+                   if n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator)})
+
+
+class CondWithParameters(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: self.lin(t).relu(), lambda t: t.cos() * 2, (x,))
+
+
+class CondInsideNoGrad(torch.nn.Module):
+    """torch.export drops the region here and gets gradients eager does not have."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        with torch.no_grad():
+            y = torch.cond(x.sum() > 0, lambda t: self.lin(t), lambda t: t * 2, (x,))
+        return y * x + self.lin(x)
+
+
+class NoGradInsideCondBranch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        def true_fn(t):
+            with torch.no_grad():
+                frozen = self.lin(t)
+            return frozen * t + self.lin(t)
+
+        return torch.cond(x.mean() > -10, true_fn, lambda t: t.sin(), (x,))
+
+
+class RegionsInsideCondBranches(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        def true_fn(t):
+            with torch.no_grad():
+                frozen = self.lin(t)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                mixed = self.lin(t)
+            return frozen * t + mixed.float()
+
+        def false_fn(t):
+            return t.sin()
+
+        return torch.cond(x.mean() > -10, true_fn, false_fn, (x,))
+
+
+class CondInsideAutocast(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.cond(x.sum() > 0, lambda t: self.lin(t), lambda t: self.lin(t * 2), (x,))
+        return y.float()
+
+
+class CondWithInPlaceOnIntermediate(torch.nn.Module):
+    def forward(self, x):
+        def true_fn(t):
+            u = t.clone()
+            u.add_(1)  # in-place on a branch-local tensor: functionalized
+            return u
+
+        return torch.cond(x.sum() > 0, true_fn, lambda t: t - 1, (x,))
+
+
+class CondWritesOperand(torch.nn.Module):
+    def forward(self, x):
+        def true_fn(t):
+            t.add_(1)
+            return t.clone()
+
+        return torch.cond(x.sum() > 0, true_fn, lambda t: t.clone(), (x,))
+
+
+class NestedCond(torch.nn.Module):
+    def forward(self, x, y):
+        def outer_true(a, b):
+            return torch.cond(b.sum() > 0, lambda p, q: p * q, lambda p, q: p + q, (a, b))
+
+        return torch.cond(x.sum() > 0, outer_true, lambda a, b: a - b, (x, y))
+
+
+class WhileLoop(torch.nn.Module):
+    def forward(self, x):
+        from torch._higher_order_ops.while_loop import while_loop
+
+        def cond_fn(i, v):
+            return i < 3
+
+        def body_fn(i, v):
+            return i + 1, v.sin() * 2
+
+        return while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+
+
+class Map(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, xs):
+        from torch._higher_order_ops.map import map as hop_map
+
+        return hop_map(lambda x: self.lin(x).tanh(), xs)
+
+
+class Scan(torch.nn.Module):
+    def forward(self, init, xs):
+        from torch._higher_order_ops.scan import scan
+
+        def combine(carry, x):
+            new = carry * 0.5 + x.sin()
+            return new, new * 2
+
+        return scan(combine, init, xs)
+
+
+class RegionInsideScan(torch.nn.Module):
+    def forward(self, init, xs):
+        from torch._higher_order_ops.scan import scan
+
+        def combine(carry, x):
+            with torch.no_grad():
+                scale = x.abs().mean()
+            new = carry + x * scale
+            return new, new.clone()
+
+        return scan(combine, init, xs)
+
+
+class AssociativeScan(torch.nn.Module):
+    def forward(self, xs):
+        from torch._higher_order_ops.associative_scan import associative_scan
+
+        return associative_scan(lambda a, b: a + b, xs, dim=0, combine_mode="generic")
+
+
+class FlexAttention(torch.nn.Module):
+    def forward(self, q, k, v):
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        def causal(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+
+        mask = create_block_mask(causal, None, None, q.shape[-2], k.shape[-2], device="cpu")
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s * 0.5, block_mask=mask)
+
+
+class OutDtype(torch.nn.Module):
+    def forward(self, a, b):
+        from torch._higher_order_ops.out_dtype import out_dtype
+
+        return out_dtype(torch.ops.aten.mm.default, torch.int32, a, b)
+
+
+class InvokeSubgraph(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        from torch._higher_order_ops.invoke_subgraph import mark_compile_region
+
+        @mark_compile_region
+        def block(t):
+            return self.lin(t).sin()
+
+        return block(block(x))
+
+
+class HopsTest(TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+        self.x = torch.randn(2, 3)
+
+    def test_cond_is_one_call_with_both_branches(self):
+        for x in (self.x.abs(), -self.x.abs()):
+            ep = export_checked(CondWithParameters(), (x,))
+            self.assertEqual(hop_names(ep), ["higher_order.cond"])
+
+    def test_cond_inside_no_grad_gets_eagers_gradients(self):
+        ep = export_checked(CondInsideNoGrad(), (self.x,))
+        self.assertIn("pf_grad_region(False", graph_code(ep))
+
+    @pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_AUTOCAST_IN_BODY)
+    def test_regions_inside_cond_branches(self):
+        ep = export_checked(RegionsInsideCondBranches(), (self.x,))
+        code = graph_code(ep)
+        self.assertIn("pf_grad_region(False", code)
+        self.assertIn("pf_autocast_region('cpu', torch.bfloat16", code)
+
+    def test_no_grad_inside_cond_branch(self):
+        ep = export_checked(NoGradInsideCondBranch(), (self.x,))
+        self.assertIn("pf_grad_region(False", graph_code(ep))
+
+    def test_cond_inside_autocast(self):
+        export_checked(CondInsideAutocast(), (self.x,))
+
+    def test_cond_branch_in_place_on_its_own_tensor(self):
+        export_checked(CondWithInPlaceOnIntermediate(), (self.x,))
+
+    def test_cond_writing_its_operand_is_refused(self):
+        with self.assertRaises(UnsupportedError) as caught:
+            pf.export(CondWritesOperand(), (self.x,))
+        self.assertIn("torch refuses a HOP body that writes its operands", str(caught.exception))
+        self.assertIn("test_torch_hops.py", str(caught.exception))
+
+    def test_nested_cond(self):
+        export_checked(NestedCond(), (self.x, torch.randn(2, 3)))
+
+    def test_while_loop(self):
+        ep = export_checked(WhileLoop(), (self.x,), check_grads=False)
+        self.assertEqual(hop_names(ep), ["higher_order.while_loop"])
+
+    def test_map(self):
+        export_checked(Map(), (torch.randn(4, 2, 3),))
+
+    def test_scan(self):
+        export_checked(Scan(), (torch.randn(3), torch.randn(5, 3)))
+
+    def test_region_inside_scan(self):
+        ep = export_checked(RegionInsideScan(), (torch.randn(3), torch.randn(5, 3)))
+        self.assertIn("pf_grad_region(False", graph_code(ep))
+
+    @pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_VMAP)
+    def test_associative_scan(self):
+        export_checked(AssociativeScan(), (torch.randn(5, 3),))
+
+    def test_flex_attention_with_block_mask_made_outside_forward(self):
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        class Flex(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, 128, 128,
+                                              device="cpu")
+
+            def forward(self, q, k, v):
+                return flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s * 0.5,
+                                      block_mask=self.mask)
+
+        q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+        ep = export_checked(Flex(), (q, k, v), check_grads=False)
+        self.assertIn("higher_order.flex_attention", hop_names(ep))
+
+    @pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_VMAP)
+    def test_flex_attention_with_block_mask_made_in_forward(self):
+        q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+        ep = export_checked(FlexAttention(), (q, k, v), check_grads=False)
+        self.assertIn("higher_order.flex_attention", hop_names(ep))
+
+    def test_out_dtype(self):
+        a = torch.randint(-8, 8, (3, 4), dtype=torch.int8)
+        b = torch.randint(-8, 8, (4, 2), dtype=torch.int8)
+        ep = export_checked(OutDtype(), (a, b))
+        self.assertEqual(hop_names(ep), ["higher_order.out_dtype"])
+
+    def test_invoke_subgraph(self):
+        export_checked(InvokeSubgraph(), (self.x,))
