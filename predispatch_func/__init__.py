@@ -5,7 +5,7 @@ and ``verify`` (contract checks and replay against eager).
 """
 
 from .aot import AotSignature, aot_export_module
-from .errors import ExportError, UnsupportedError, VerificationError
+from .errors import ExportError, Refusal, UnsupportedError, VerificationError
 from .input_check import InputError
 from .opsets import OpSet
 from .export import FunctionalExportedProgram, export, functionalize, load
@@ -15,6 +15,7 @@ __all__ = [
     "AotSignature",
     "ExportError",
     "InputError",
+    "Refusal",
     "UnsupportedError",
     "VerificationError",
     "VerifyReport",

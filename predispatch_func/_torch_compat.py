@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.utils._pytree as pytree
+from torch._ops import HigherOrderOperator, OpOverload
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._subclasses.functional_tensor import (
     FunctionalTensor,
@@ -28,6 +29,8 @@ __all__ = [
     "FakeTensorMode",
     "FunctionalTensor",
     "FunctionalTensorMode",
+    "HigherOrderOperator",
+    "OpOverload",
     "ShapeEnv",
     "StorageWeakRef",
     "disable_proxy_modes_tracing",
@@ -82,6 +85,47 @@ def below_pre_dispatch() -> Iterator[None]:
         yield
 
 
+def schema_of(op: Any) -> Any:
+    """``op``'s FunctionSchema (None for a higher-order op or a Python callable)."""
+    return getattr(op, "_schema", None)
+
+
+def version_of(t: torch.Tensor) -> int:
+    """The tensor's in-place write counter (autograd's saved-tensor check reads it)."""
+    return int(t._version)
+
+
+def overload_name(op: OpOverload) -> str:
+    return str(op._overloadname)
+
+
+def check(cond: Any) -> None:
+    """``torch._check``: assert a (symbolic) condition, recording it as a shape guard."""
+    torch._check(cond)
+
+
+def module_parameters(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's own parameters by local name, as it holds them now (no recursion)."""
+    return module._parameters
+
+
+def module_buffers(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's own buffers by local name, as it holds them now (no recursion)."""
+    return module._buffers
+
+
+def non_persistent_buffer_names(module: torch.nn.Module) -> set[str]:
+    """Local names of the module's own buffers registered with ``persistent=False``."""
+    return set(getattr(module, "_non_persistent_buffers_set", ()))
+
+
+def opinfo_db() -> list[Any]:
+    """torch's OpInfo database (``torch.testing._internal``; slow to import)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return list(op_db)
+
+
 # --- functional tensors -----------------------------------------------------
 
 
@@ -99,11 +143,7 @@ def inner_of_functional(t: Any) -> Any:
 
 def has_data_mutation(t: FunctionalTensor) -> bool:
     torch._sync(t)
-    return bool(torch._functionalize_has_data_mutation(t.elem))
-
-
-def has_metadata_mutation(t: FunctionalTensor) -> bool:
-    return bool(torch._functionalize_has_metadata_mutation(t.elem))
+    return bool(torch._functionalize_has_data_mutation(t.elem))  # type: ignore[attr-defined]
 
 
 def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:
@@ -319,7 +359,7 @@ def grad_mode_untraced(enabled: bool) -> Iterator[None]:
 
 
 def torch_aot_export_module(mod: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
-                            pre_dispatch: bool = True) -> tuple[torch.fx.GraphModule, Any]:
+                            pre_dispatch: bool = True) -> tuple[Any, Any]:
     """torch's ``aot_export_module`` (forward only): (graph module, torch's GraphSignature)."""
     from torch._functorch.aot_autograd import aot_export_module as torch_aot
 
@@ -398,17 +438,17 @@ def patched_function_apply(apply: Callable[..., Any]) -> Iterator[None]:
     def routed(cls, *args, **kwargs):
         return apply(cls, lambda *a, **k: bound(cls, *a, **k), *args, **kwargs)
 
-    owner.apply = classmethod(routed)
+    owner.apply = classmethod(routed)  # type: ignore[assignment, method-assign]
     try:
         yield
     finally:
-        owner.apply = original
+        owner.apply = original  # type: ignore[method-assign]
 
 
 def function_has_setup_context(cls: type) -> bool:
     from torch.autograd.function import _is_setup_context_defined
 
-    return bool(_is_setup_context_defined(cls.setup_context))
+    return bool(_is_setup_context_defined(cls.setup_context))  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
@@ -518,11 +558,11 @@ def inference_mode_as_grad_mode() -> Iterator[None]:
     def exited(self, *exc):
         torch.set_grad_enabled(self._pf_previous)
 
-    cls.__enter__, cls.__exit__ = entered, exited
+    cls.__enter__, cls.__exit__ = entered, exited  # type: ignore[method-assign]
     try:
         yield
     finally:
-        cls.__enter__, cls.__exit__ = enter, exit_
+        cls.__enter__, cls.__exit__ = enter, exit_  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -538,14 +578,14 @@ def compiled_modules_run_eagerly() -> Iterator[None]:
     def call(self, *args, **kwargs):
         return self._orig_mod(*args, **kwargs)
 
-    OptimizedModule.__call__ = call
+    OptimizedModule.__call__ = call  # type: ignore[method-assign]
     try:
         yield
     finally:
         if original is None:
             del OptimizedModule.__call__
         else:
-            OptimizedModule.__call__ = original
+            OptimizedModule.__call__ = original  # type: ignore[method-assign]
 
 
 def all_higher_order_ops() -> list[Any]:
@@ -577,7 +617,7 @@ def aten_decomposition_table() -> dict[torch._ops.OpOverload, Any]:
     the refs (``torch._refs``) lower to prims, which no ATen op set holds."""
     from torch._decomp import decomposition_table
 
-    return {op: fn for op, fn in decomposition_table.items()
+    return {op: fn for op, fn in decomposition_table.items()  # type: ignore[misc]
             if getattr(fn, "__module__", None) == "torch._decomp.decompositions"}
 
 
@@ -585,7 +625,7 @@ def prims_decomposition_ops() -> frozenset[torch._ops.OpOverload]:
     """Ops whose only registered decomposition is a ref into prims (``torch._refs``)."""
     from torch._decomp import decomposition_table
 
-    return frozenset(op for op, fn in decomposition_table.items()
+    return frozenset(op for op, fn in decomposition_table.items()  # type: ignore[misc]
                      if str(getattr(fn, "__module__", "")).startswith("torch._refs"))
 
 

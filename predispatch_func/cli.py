@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from .export import export
+from .export import export, load
 from .render import render_program, render_report
 from .verify import verify
 
@@ -58,8 +58,11 @@ def cmd_export(ns: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_verify(ns: argparse.Namespace, console: Console) -> int:
+    if ns.program and ns.post_dispatch:
+        raise SystemExit("--post-dispatch chooses how to export; a saved --program is already exported")
     model, args, kwargs = _load_factory(ns.factory)
-    ep = torch.export.load(ns.program) if ns.program else export(model, args, kwargs)
+    # pf.load keeps module()'s write-back of a no_grad update to a parameter or input
+    ep = load(ns.program) if ns.program else export(model, args, kwargs, pre_dispatch=not ns.post_dispatch)
     report = verify(ep, model, args, kwargs)
     render_report(report, console)
     return 0 if report.ok else 1
@@ -89,13 +92,10 @@ def _parser() -> argparse.ArgumentParser:
 def _register_optional(sub: Any) -> None:
     """Subcommands that live in their own packages register themselves here."""
     from .opsets.cli import register as register_ops
+    from .schema_audit.cli import register as register_audit
 
     register_ops(sub)
-    try:
-        from .schema_audit.cli import register
-    except ImportError:
-        return
-    register(sub)
+    register_audit(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

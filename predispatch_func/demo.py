@@ -18,6 +18,8 @@ class DemoBlock(torch.nn.Module):
         self.norm = torch.nn.LayerNorm(4)
         self.register_buffer("calls", torch.zeros((), dtype=torch.long))
 
+    calls: torch.Tensor
+
     def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         x[:, 0].mul_(2)                     # input mutated through a view
         self.calls.add_(1)                  # buffer mutation

@@ -7,6 +7,7 @@ model made it, found by walking the stack past torch's and our own frames.
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
 import traceback
@@ -15,7 +16,7 @@ from types import TracebackType
 import torch
 
 _SKIP_DIRS = tuple(
-    os.path.dirname(m.__file__) + os.sep
+    os.path.dirname(m.__file__) + os.sep  # type: ignore[operator, type-var]
     for m in (torch, sys.modules[__name__.rsplit(".", 1)[0]])
     if getattr(m, "__file__", None)
 )
@@ -56,8 +57,56 @@ class ExportError(RuntimeError):
         super().__init__("\n".join(parts))
 
 
+class Refusal(enum.Enum):
+    """Why a model was refused: one kind per limit, each listed in the README's known limits.
+
+    Tests, the fuzz harness and callers match on the kind, never on message text,
+    so a reworded message cannot change what counts as a known refusal. ``torch_limit``
+    marks the kinds torch 2.13 itself blocks (each has a strict-xfail test that
+    turns green when torch is fixed); the others the IR cannot express.
+    """
+
+    GRAD_MODE_AFTER_AUTOGRAD = ("a grad-mode change with pre_dispatch=False", False)
+    MODE_LEFT_CHANGED = ("autocast (or a mode region) left enabled when forward returns", False)
+    INPUT_METADATA_MUTATION = ("an in-place shape/stride change of a graph input", False)
+    WRITE_TO_ALIASED_INPUTS = ("a write to an input that shares memory with another input", False)
+    WRITE_TO_TENSOR_ATTRIBUTE = ("a write to a tensor attribute that is not a buffer", False)
+    STATE_REPLACED = ("a parameter, or a buffer of another shape/dtype, replaced by assignment", False)
+    OVERLAPPING_WRITES = ("one tensor passed as two arguments an op writes", False)
+    GRAD_VALUE_THROUGH_DETACH = ("a value that requires grad written through a detach()-ed alias", False)
+    GRAD_VALUE_INTO_INTEGER = ("a value that requires grad written into an integer tensor", True)
+    VIEW_REPLAY_AFTER_STRIDED_WRITE = (".view() of a tensor written through a non-contiguous alias", True)
+    WRITE_THROUGH_AS_STRIDED_OF_VIEW = ("a write through as_strided() of another view", True)
+    VIEW_DTYPE_REBUILD = ("a view(dtype) made under no_grad of a tensor written before", True)
+    PYTHON_STATE_CHANGED = ("a Python attribute, buffer, parameter or submodule set in forward", False)
+    DATA_ASSIGN_NEW_METADATA = ("tensor.data = value with another shape, dtype or device", False)
+    DYNAMIC_SHAPES_SPEC = ("a dynamic_shapes spec that does not fit the call or its example", False)
+    DIM_NOT_DYNAMIC = ("a declared Dim that the model specialises, derives or narrows", False)
+    AUTOGRAD_FUNCTION_AFTER_AUTOGRAD = ("a custom autograd.Function with pre_dispatch=False", False)
+    AUTOGRAD_FUNCTION_NOT_TRACEABLE = ("an autograd.Function whose forward/backward cannot be traced", False)
+    TENSOR_HOOK_NOT_EXPRESSIBLE = ("a tensor hook removed inside forward, or one returning None", False)
+    REQUIRES_GRAD_OFF_ON_INPUT = ("requires_grad_(False) on a parameter, buffer or input in forward", False)
+    HOP_BODY_WRITES_OPERANDS = ("a torch HOP body that writes its operands or a closed-over tensor", True)
+    VMAP_AT_PRE_DISPATCH = ("torch.vmap over the program's tensors (create_block_mask in forward)", True)
+    AUTOCAST_IN_HOP_BODY = ("an autocast region inside a torch HOP's body", True)
+    HOP_NOT_REPRESENTABLE = ("a torch HOP whose traced call no ExportedProgram accepts", True)
+    OP_NOT_IN_TARGET = ("an op that cannot be lowered into the export's target op set", False)
+    REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
+
+    def __init__(self, summary: str, torch_limit: bool):
+        self.summary = summary
+        self.torch_limit = torch_limit
+
+
 class UnsupportedError(ExportError):
-    """The model does something the exporter cannot honour (never silently changed)."""
+    """The model does something the exporter cannot honour (never silently changed).
+
+    ``kind`` says which limit, as data (see :class:`Refusal`).
+    """
+
+    def __init__(self, message: str, *, kind: Refusal, op: object = None, source: str | None = None):
+        self.kind = kind
+        super().__init__(message, op=op, source=source)
 
 
 class VerificationError(AssertionError):

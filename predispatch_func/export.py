@@ -59,7 +59,7 @@ class FunctionalExportedProgram(ExportedProgram):
     torch's own. A forward that leaves grad mode off leaves it off here too.
     """
 
-    def module(self, *args: Any, **kwargs: Any) -> torch.nn.Module:
+    def module(self, *args: Any, **kwargs: Any) -> torch.nn.Module:  # type: ignore[override]
         mod = super().module(*args, **kwargs)
         # Our graphs hold no copy_ (contract point 2): every copy_ here is a write-back.
         for node in mod.graph.nodes:
@@ -107,7 +107,7 @@ def load(f: Any) -> FunctionalExportedProgram:
     """
     ep = torch.export.load(f)
     ep.__class__ = FunctionalExportedProgram
-    return ep
+    return ep  # type: ignore[return-value]
 
 
 def functionalize(ep: ExportedProgram, args: tuple | None = None,
@@ -135,7 +135,7 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
         root=gm, graph=gm.graph, graph_signature=sig.graph_signature,
         state_dict=sig.state_dict, range_constraints=sig.range_constraints,
         module_call_graph=[ModuleCallEntry(fqn="", signature=call_signature)],
-        example_inputs=example_inputs, constants=sig.constants,
+        example_inputs=example_inputs, constants=sig.constants,  # type: ignore[arg-type]
     )
     ep.graph_module.meta["composite_decisions"] = sig.composite_decisions
     ep.graph_module.meta[GRAD_ON_RETURN] = sig.grad_enabled_on_return

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from . import _torch_compat as tc
-from .errors import UnsupportedError
+from .errors import Refusal, UnsupportedError
 
 
 @dataclasses.dataclass
@@ -37,7 +37,8 @@ class Fakeifier:
     """One fake mode per export; remembers which user dims are dynamic."""
 
     def __init__(self, dynamic_shapes: Any, mod: torch.nn.Module, args: tuple, kwargs: dict):
-        self.mode = tc.FakeTensorMode(shape_env=tc.ShapeEnv(), allow_non_fake_inputs=True)
+        self.shape_env = tc.ShapeEnv()
+        self.mode = tc.FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         self._dims_per_leaf = _dynamic_dims_per_leaf(dynamic_shapes, mod, args, kwargs)
         self._user_index = 0
         self._declared: dict[str, _DeclaredDim] = {}
@@ -45,7 +46,7 @@ class Fakeifier:
     def state(self, t: Any) -> Any:
         return self.mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
 
-    def user(self, slot_index: int, value: Any) -> Any:
+    def user(self, value: Any) -> Any:
         leaf = self._user_index
         self._user_index += 1
         if not isinstance(value, torch.Tensor):
@@ -56,7 +57,7 @@ class Fakeifier:
             return self.mode.from_tensor(value, static_shapes=True)
         fake = tc.fake_with_dynamic_dims(self.mode, value, set(dims), leaf)
         for i, dim in dims.items():
-            self._declare(dim, fake.shape[i], f"user input {leaf}, dim {i}", value.shape[i])
+            self._declare(dim, fake.shape[i], f"user input {leaf}, dim {i}", value.shape[i])  # type: ignore[arg-type]
         return fake
 
     def _declare(self, dim: Any, size: torch.SymInt, where: str, example: int) -> None:
@@ -66,18 +67,18 @@ class Fakeifier:
         upper = getattr(dim, "max", tc.INT_OO) if named else tc.INT_OO
         if named and not lower <= example <= upper:
             raise UnsupportedError(f"{where}: example size {example} is outside Dim {name!r} "
-                                   f"range [{lower}, {upper}]")
+                                   f"range [{lower}, {upper}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
         if name in self._declared:  # same Dim name: same symbol
-            torch._check(size == self._declared[name].size)
+            tc.check(size == self._declared[name].size)
             return
         # tracing assumes sizes >= 2 (0/1 are generalised, as torch.export does)
-        tc.narrow_symbol_range(self.mode.shape_env, size.node.expr, max(2, lower), upper)
+        tc.narrow_symbol_range(self.shape_env, size.node.expr, max(2, lower), upper)
         auto = str(getattr(dim, "type", "")).endswith("AUTO")
         self._declared[name] = _DeclaredDim(name, lower, upper, named, auto, size, where)
 
     def range_constraints(self, gm: torch.fx.GraphModule) -> dict[Any, Any]:
         """Symbol -> ValueRanges of the program; refuses a trace that narrowed a named Dim."""
-        env = self.mode.shape_env
+        env = self.shape_env
         out: dict[Any, Any] = {}
         for d in self._declared.values():
             expr = d.size.node.expr
@@ -86,16 +87,17 @@ class Fakeifier:
             if expr.is_number:
                 raise UnsupportedError(
                     f"Dim {d.name!r} ({d.where}) was declared dynamic but the model specialised it "
-                    f"to {int(expr)}; make it static or remove the code that fixes it")
+                    f"to {int(expr)}; make it static or remove the code that fixes it", kind=Refusal.DIM_NOT_DYNAMIC)
             if len(expr.free_symbols) != 1 or expr not in expr.free_symbols:
                 raise UnsupportedError(f"Dim {d.name!r} ({d.where}) became the expression {expr}; "
-                                       "derived dims are not supported")
+                                       "derived dims are not supported", kind=Refusal.DIM_NOT_DYNAMIC)
             traced = tc.symbol_range(env, expr)
             if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
                 raise UnsupportedError(
                     f"Dim {d.name!r} ({d.where}) was declared [{d.lower}, {d.upper}] but the model "
                     f"only supports [{traced.lower}, {traced.upper}]; declare "
-                    f"Dim({d.name!r}, min={max(d.lower, int(traced.lower))}, max={traced.upper})")
+                    f"Dim({d.name!r}, min={max(d.lower, int(traced.lower))}, max={traced.upper})",
+                    kind=Refusal.DIM_NOT_DYNAMIC)
             lower = d.lower if traced.lower <= 2 else traced.lower
             out[expr] = tc.value_range(lower, traced.upper if not d.strict else d.upper)
         for node in gm.graph.nodes:  # any other symbol a placeholder carries
@@ -130,7 +132,8 @@ def _dynamic_dims_per_leaf(dynamic_shapes: Any, mod: torch.nn.Module, args: tupl
         unknown = set(dynamic_shapes) - set(bound)
         if unknown:
             raise UnsupportedError(f"dynamic_shapes names {sorted(unknown)}, which are not "
-                                   f"arguments of this call (arguments: {list(bound)})")
+                                   f"arguments of this call (arguments: {list(bound)})",
+                                   kind=Refusal.DYNAMIC_SHAPES_SPEC)
         names = list(bound)
         positional = tuple(dynamic_shapes.get(n) for n in names[: len(args)])
         keyword = {k: dynamic_shapes.get(k) for k in kwargs}

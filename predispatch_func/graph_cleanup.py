@@ -4,25 +4,27 @@ code, and copy outputs that the write-back would otherwise change."""
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
 import torch
-from torch.export.graph_signature import ExportGraphSignature
 
 from . import _torch_compat as tc
-from .graphs import all_graph_modules, calls_view_op
+from .graphs import all_graph_modules, calls_view_op, graph_pass
 from .hop.ops import region_body_and_operands
 from .lift import placeholder_name
-from .signature import InputSlot, written_placeholders
+from .mutations import Mutations
+from .signature import Inputs, InputSlot, SlotKind, written_placeholders
 
 
+@graph_pass
 def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
     """Drop unused view replays (in every body too); keep random ops so the RNG
     stream matches eager, also inside a region whose results are unused, and drop
     the bodies of regions no longer called."""
     for _, sub in reversed(list(all_graph_modules(gm))):
-        sub.graph.eliminate_dead_code(is_impure_node=lambda node, sub=sub: _impure(node, sub))
+        sub.graph.eliminate_dead_code(is_impure_node=functools.partial(_impure, owner=sub))
         called = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
         for name, child in list(sub.named_children()):
             if isinstance(child, torch.fx.GraphModule) and name not in called:
@@ -31,21 +33,21 @@ def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
 
 def _impure(node: torch.fx.Node, owner: torch.fx.GraphModule) -> bool:
     target = node.target
-    if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+    if isinstance(target, tc.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
         return True
     parts = region_body_and_operands(node)
     if parts is not None:
-        body = getattr(owner, parts[0].target)
+        body = getattr(owner, str(parts[0].target))
         return any(_impure(n, body) for n in body.graph.nodes if n.op == "call_function")
     return node.is_impure()
 
 
-def lift_traced_constants(gm: torch.fx.GraphModule, slots: list[InputSlot],
-                           n_state: int) -> list[InputSlot]:
+@graph_pass
+def lift_traced_constants(gm: torch.fx.GraphModule, inputs: Inputs) -> Inputs:
     """Tensors created while tracing (``torch.tensor(...)``) become constant inputs."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    anchor = placeholders[n_state - 1] if n_state else None
-    new_slots = []
+    anchor = placeholders[inputs.n_state - 1] if inputs.n_state else None
+    new_slots: list[InputSlot] = []
     for node in list(gm.graph.nodes):
         if node.op != "get_attr" or not isinstance(getattr(gm, node.target, None), torch.Tensor):
             continue
@@ -60,18 +62,18 @@ def lift_traced_constants(gm: torch.fx.GraphModule, slots: list[InputSlot],
         gm.graph.erase_node(node)
         delattr(gm, node.target)
         anchor = ph
-        new_slots.append(InputSlot("constant", fqn, value))
-    return slots[:n_state] + new_slots + slots[n_state:]
+        new_slots.append(InputSlot(SlotKind.CONSTANT, fqn, value))
+    return inputs.with_constants(new_slots)
 
 
-def name_placeholders(gm: torch.fx.GraphModule, slots: list[InputSlot]) -> None:
+@graph_pass
+def name_placeholders(gm: torch.fx.GraphModule, inputs: Inputs) -> None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    assert len(placeholders) == len(slots), (len(placeholders), len(slots))
-    for node, slot in zip(placeholders, slots):
-        wanted = slot.target if slot.kind == "user" else placeholder_name(slot.kind, slot.target)
-        tc.rename_node(node, wanted)
+    assert len(placeholders) == len(inputs.slots), (len(placeholders), len(inputs.slots))
+    for node, slot in zip(placeholders, inputs.slots):
+        tc.rename_node(node, placeholder_name(slot))
         node.target = node.name
-        if slot.kind == "user" and not isinstance(slot.value, (torch.Tensor, torch.SymInt)):
+        if slot.kind is SlotKind.USER and not isinstance(slot.value, (torch.Tensor, torch.SymInt)):
             node.meta.setdefault("val", slot.value)  # a constant input, as torch.export records it
 
 
@@ -99,7 +101,7 @@ def _operand_viewed_by_region_result(node: torch.fx.Node, gm: torch.fx.GraphModu
     if parts is None:
         return None
     body_attr, operands = parts
-    body = getattr(gm, body_attr.target)
+    body = getattr(gm, str(body_attr.target))
     returned = next(n for n in reversed(body.graph.nodes) if n.op == "output").args[0][node.args[1]]
     root = _view_root(returned, body)
     if getattr(root, "op", None) != "placeholder":
@@ -108,8 +110,8 @@ def _operand_viewed_by_region_result(node: torch.fx.Node, gm: torch.fx.GraphModu
     return operands[placeholders.index(root)]
 
 
-def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: ExportGraphSignature,
-                                         output_is_input: list[int | None]) -> bool:
+@graph_pass
+def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mutations) -> None:
     """Give an output its own copy where module()'s write-back would change what it returns.
 
     module() writes each mutated input back with ``copy_``, then returns the outputs,
@@ -122,13 +124,12 @@ def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: Exp
     * a user output that shares its node with a mutation although eager returned another
       tensor (``y.copy_(w); return w``) would come back as the written input.
     Two mutations never share a node either: torch's signature keys them by output name.
-    ``output_is_input[k]`` is the mutation position user output ``k`` really is, if any.
-    Returns whether the graph changed."""
-    written = written_placeholders(gm, signature)
+    ``mutations.output_is_input[k]`` is the mutation position user output ``k`` really is, if any."""
+    written = written_placeholders(gm, inputs, mutations)
     rewritten = {p for p, v in written.items() if v is not p}
-    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    outputs = list(out_node.args[0])
-    n_mut = len(signature.output_specs) - len(output_is_input)
+    out_node = gm.graph.output_node()
+    outputs = list(out_node.args[0])  # type: ignore[arg-type]
+    n_mut = len(mutations.mutated)
     targets = list(written)  # one placeholder per mutation, in output order
     copies: dict[tuple[str, torch.fx.Node], torch.fx.Node] = {}
 
@@ -147,7 +148,7 @@ def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: Exp
         elif node in outputs[:j]:
             outputs[j] = copy_of(f"mutation {j}", node)
     mutation_nodes = set(outputs[:n_mut])
-    for k, real in enumerate(output_is_input):
+    for k, real in enumerate(mutations.output_is_input):
         node = outputs[n_mut + k]
         if real is not None:  # eager returned the written input itself
             outputs[n_mut + k] = outputs[real]
@@ -155,4 +156,3 @@ def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, signature: Exp
             outputs[n_mut + k] = copy_of("output", node)
     if copies:
         out_node.args = (tuple(outputs),)
-    return bool(copies)

@@ -33,10 +33,10 @@ import warnings
 import torch
 from torch.export.graph_signature import ExportGraphSignature, OutputSpec, TensorArgument
 
-from .errors import UnsupportedError
+from .errors import Refusal, UnsupportedError
 from .hop.ops import pf_autocast_region, pf_grad_region
 
-_GRAD_OFF = "_pf_inlined_grad_enabled"  # meta key: grad mode the node ran under
+_GRAD_ENABLED = "_pf_inlined_grad_enabled"  # meta key: grad mode the node ran under
 
 
 def inline_regions(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
@@ -64,7 +64,8 @@ def _inline_in(gm: torch.fx.GraphModule) -> None:
         if node.target is pf_autocast_region:
             raise UnsupportedError(
                 "inline_regions cannot drop an autocast region without changing numerics; "
-                "use ep.run_decompositions() to materialise its casts", op="pf_autocast_region",
+                "use ep.run_decompositions() to materialise its casts", kind=Refusal.REGION_NOT_INLINABLE,
+                op="pf_autocast_region",
                 source=(node.meta.get("stack_trace") or "").strip() or None)
         if node.target is pf_grad_region:
             _splice(gm, node)
@@ -75,36 +76,38 @@ def _inline_in(gm: torch.fx.GraphModule) -> None:
 
 def _splice(gm: torch.fx.GraphModule, call: torch.fx.Node) -> None:
     enabled, _identity_of, body_attr, *operands = call.args
-    body = getattr(gm, body_attr.target)
+    body = getattr(gm, str(body_attr.target))
     _inline_in(body)  # nested regions first, so their nodes carry their own mode
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     placeholders = iter(operands)
     with gm.graph.inserting_before(call):
         for node in body.graph.nodes:
             if node.op == "placeholder":
-                env[node] = next(placeholders)
+                env[node] = next(placeholders)  # type: ignore[assignment]
             elif node.op == "output":
                 results = torch.fx.node.map_arg(node.args[0], env.__getitem__)
             else:
                 if node.op == "get_attr":
-                    raise UnsupportedError(f"region body reads attribute {node.target!r}")
+                    raise UnsupportedError(f"region body reads attribute {node.target!r}",
+                                           kind=Refusal.REGION_NOT_INLINABLE)
                 copied = gm.graph.node_copy(node, env.__getitem__)
-                copied.meta.setdefault(_GRAD_OFF, bool(enabled))
+                copied.meta.setdefault(_GRAD_ENABLED, bool(enabled))
                 env[node] = copied
     for user in list(call.users):
         if user.target is not operator.getitem:
-            raise UnsupportedError(f"region result used directly by {user.format_node()}")
+            raise UnsupportedError(f"region result used directly by {user.format_node()}",
+                                   kind=Refusal.REGION_NOT_INLINABLE)
         user.replace_all_uses_with(results[user.args[1]])
         gm.graph.erase_node(user)
     gm.graph.erase_node(call)
     if not body_attr.users:
-        gm.graph.erase_node(body_attr)
+        gm.graph.erase_node(body_attr)  # type: ignore[arg-type]
 
 
 def _detach_grad_off_values(graph: torch.fx.Graph) -> None:
     """Follow every floating tensor computed with grad disabled by ``aten.detach``."""
     for node in list(graph.nodes):
-        if node.meta.pop(_GRAD_OFF, True):
+        if node.meta.pop(_GRAD_ENABLED, True):
             continue
         val = node.meta.get("val")
         if not (isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex())):

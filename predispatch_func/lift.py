@@ -7,7 +7,6 @@ module is never written to.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import re
 from typing import Any
@@ -15,40 +14,34 @@ from typing import Any
 import torch
 
 from . import _torch_compat as tc
+from .signature import Inputs, InputSlot, SlotKind
 
 
-@dataclasses.dataclass
-class LiftedState:
-    """Named state of a module, in the order it becomes graph inputs."""
-
-    parameters: dict[str, torch.Tensor]
-    buffers: dict[str, torch.Tensor]
-    non_persistent: set[str]
-    constants: dict[str, torch.Tensor]
-
-    def items(self) -> list[tuple[str, str, torch.Tensor]]:
-        """(kind, fqn, tensor) for every lifted tensor, in graph-input order."""
-        return ([("parameter", k, v) for k, v in self.parameters.items()]
-                + [("buffer", k, v) for k, v in self.buffers.items()]
-                + [("constant", k, v) for k, v in self.constants.items()])
+def collect_inputs(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Inputs:
+    """The graph inputs of ``mod(*args, **kwargs)``: its parameters, buffers and
+    tensor attributes, then the flattened user inputs, each named."""
+    flat_user, in_spec = tc.pytree.tree_flatten((args, kwargs))
+    user_names, arg_names = user_input_names(mod, args, kwargs)
+    state = _state_slots(mod)
+    slots = (*state, *(InputSlot(SlotKind.USER, n, v) for n, v in zip(user_names, flat_user)))
+    return Inputs(slots, len(state), in_spec, tuple(arg_names))
 
 
-def lift_state(mod: torch.nn.Module) -> LiftedState:
-    parameters = dict(mod.named_parameters())
-    buffers = dict(mod.named_buffers())
+def _state_slots(mod: torch.nn.Module) -> list[InputSlot]:
     non_persistent = {
         f"{prefix}.{name}" if prefix else name
         for prefix, sub in mod.named_modules()
-        for name in getattr(sub, "_non_persistent_buffers_set", ())
+        for name in tc.non_persistent_buffer_names(sub)
     }
-    known = {id(t) for t in (*parameters.values(), *buffers.values())}
-    constants = {}
+    slots = [InputSlot(SlotKind.PARAMETER, k, v) for k, v in mod.named_parameters()]
+    slots += [InputSlot(SlotKind.BUFFER, k, v, k not in non_persistent) for k, v in mod.named_buffers()]
+    known = {id(s.value) for s in slots}
     for prefix, sub in mod.named_modules():
         for name, value in vars(sub).items():
             if isinstance(value, torch.Tensor) and id(value) not in known:
-                constants[f"{prefix}.{name}" if prefix else name] = value
+                slots.append(InputSlot(SlotKind.CONSTANT, f"{prefix}.{name}" if prefix else name, value))
                 known.add(id(value))
-    return LiftedState(parameters, buffers, non_persistent & buffers.keys(), constants)
+    return slots
 
 
 def _sanitize(name: str) -> str:
@@ -56,9 +49,9 @@ def _sanitize(name: str) -> str:
     return name if name and not name[0].isdigit() else f"_{name}"
 
 
-def placeholder_name(kind: str, fqn: str) -> str:
-    prefix = {"parameter": "p", "buffer": "b", "constant": "c"}[kind]
-    return f"{prefix}_{_sanitize(fqn)}"
+def placeholder_name(slot: InputSlot) -> str:
+    """torch.export's placeholder names: the user's argument names, p_/b_/c_<fqn> for state."""
+    return slot.target if slot.kind is SlotKind.USER else f"{slot.kind.prefix}_{_sanitize(slot.target)}"
 
 
 def user_input_names(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[list[str], list[str]]:
@@ -79,7 +72,7 @@ def user_input_names(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[l
         top, rest = path[0], path[1:]
         first = path[1] if len(path) > 1 else None
         if getattr(top, "idx", None) == 0 and first is not None:  # positional
-            idx = first.idx
+            idx = first.idx  # type: ignore[attr-defined]
             base = arg_names[idx] if idx < len(arg_names) else f"arg{idx}"
             rest = path[2:]
         else:

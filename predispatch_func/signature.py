@@ -1,10 +1,17 @@
-"""The graph signature: which placeholder is which input, which output is which
-mutation. Built last, from the finished graph and the input slots of the lift."""
+"""The program's inputs and its graph signature.
+
+:class:`Inputs` (built by ``lift.collect_inputs``) says what each placeholder
+is, in order: lifted state, then the flat user inputs. Tracing adds what the
+model wrote (``mutations.Mutations``). From both and the finished graph,
+:func:`build_signature` builds the ``ExportGraphSignature`` once, at the end;
+the passes before it read the same two artifacts, never a signature.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import enum
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.export.graph_signature import (
@@ -20,47 +27,86 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-_MUTATION_KIND = {
-    "parameter": OutputKind.PARAMETER_MUTATION,
-    "buffer": OutputKind.BUFFER_MUTATION,
-    "user": OutputKind.USER_INPUT_MUTATION,
-}
-_INPUT_KIND = {
-    "parameter": InputKind.PARAMETER,
-    "buffer": InputKind.BUFFER,
-    "constant": InputKind.CONSTANT_TENSOR,
-}
+from . import _torch_compat as tc
+
+if TYPE_CHECKING:
+    from .mutations import Mutations
 
 
-@dataclasses.dataclass
+class SlotKind(enum.Enum):
+    """What a graph input is, and how torch's signature names it and a write to it."""
+
+    PARAMETER = ("p", InputKind.PARAMETER, OutputKind.PARAMETER_MUTATION)
+    BUFFER = ("b", InputKind.BUFFER, OutputKind.BUFFER_MUTATION)
+    CONSTANT = ("c", InputKind.CONSTANT_TENSOR, None)
+    USER = ("", InputKind.USER_INPUT, OutputKind.USER_INPUT_MUTATION)
+
+    def __init__(self, prefix: str, input_kind: InputKind, mutation_kind: OutputKind | None):
+        self.prefix = prefix  # placeholder names: p_<fqn>, b_<fqn>, c_<fqn>
+        self.input_kind = input_kind
+        self.mutation_kind = mutation_kind
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # one slot per input: compared by identity
 class InputSlot:
-    """One graph input in the making: what it is and where its value came from."""
+    """One graph input: what it is, its name (fqn, or the user input's name), its value."""
 
-    kind: str  # parameter | buffer | constant | user
-    target: str  # fqn, or the user input's name
+    kind: SlotKind
+    target: str
     value: Any
-    persistent: bool | None = None
+    persistent: bool | None = None  # buffers only
 
 
-def written_placeholders(gm: torch.fx.GraphModule,
-                          signature: ExportGraphSignature) -> dict[torch.fx.Node, torch.fx.Node]:
-    by_name = {n.name: n for n in gm.graph.nodes}
-    input_name = {(s.target or s.arg.name): s.arg.name for s in signature.input_specs
-                  if s.kind != InputKind.USER_INPUT}
-    input_name.update({s.arg.name: s.arg.name for s in signature.input_specs
-                       if s.kind == InputKind.USER_INPUT})
-    return {by_name[input_name[s.target]]: by_name[s.arg.name] for s in signature.output_specs
-            if s.kind != OutputKind.USER_OUTPUT and s.arg.name in by_name}
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """Every graph input in placeholder order: lifted state (parameters, buffers,
+    constants), then the flat user inputs; and how to rebuild the user's call."""
+
+    slots: tuple[InputSlot, ...]
+    n_state: int
+    in_spec: tc.pytree.TreeSpec
+    forward_arg_names: tuple[str, ...]
+
+    def with_constants(self, lifted: list[InputSlot]) -> Inputs:
+        """These inputs with constants created while tracing, placed after the state."""
+        slots = (*self.slots[:self.n_state], *lifted, *self.slots[self.n_state:])
+        return dataclasses.replace(self, slots=slots, n_state=self.n_state + len(lifted))
+
+    def positions(self) -> dict[InputSlot, int]:
+        """Each slot's placeholder position."""
+        return {s: i for i, s in enumerate(self.slots)}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {s.target: s.value for s in self.slots
+                if s.kind is SlotKind.PARAMETER or (s.kind is SlotKind.BUFFER and s.persistent)}
+
+    def constants(self) -> dict[str, torch.Tensor]:
+        return {s.target: s.value for s in self.slots
+                if s.kind is SlotKind.CONSTANT or (s.kind is SlotKind.BUFFER and not s.persistent)}
 
 
-def grad_sources(gm: torch.fx.GraphModule, signature: ExportGraphSignature) -> set[torch.fx.Node]:
-    by_name = {n.name: n for n in gm.graph.nodes}
+def _placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _returned(gm: torch.fx.GraphModule) -> list[Any]:
+    return list(gm.graph.output_node().args[0])  # type: ignore[arg-type]
+
+
+def written_placeholders(gm: torch.fx.GraphModule, inputs: Inputs,
+                         mutations: Mutations) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Each written input's placeholder -> the node holding its final value."""
+    placeholders, returned, position = _placeholders(gm), _returned(gm), inputs.positions()
+    return {placeholders[position[slot]]: returned[k] for k, slot in enumerate(mutations.mutated)}
+
+
+def grad_sources(gm: torch.fx.GraphModule, inputs: Inputs) -> set[torch.fx.Node]:
+    """The placeholders that may require grad: parameters and float user inputs."""
     sources = set()
-    for spec in signature.input_specs:
-        node = by_name[spec.arg.name]
+    for node, slot in zip(_placeholders(gm), inputs.slots):
         val = node.meta.get("val")
         floating = isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex())
-        if spec.kind == InputKind.PARAMETER or (spec.kind == InputKind.USER_INPUT and floating):
+        if slot.kind is SlotKind.PARAMETER or (slot.kind is SlotKind.USER and floating):
             sources.add(node)
     return sources
 
@@ -80,26 +126,23 @@ def argument(node: Any) -> Any:
     return ConstantArgument(name="", value=node)
 
 
-def build_signature(gm: torch.fx.GraphModule, slots: list[InputSlot],
-                     mutated: list[InputSlot]) -> ExportGraphSignature:
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+def build_signature(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mutations) -> ExportGraphSignature:
     input_specs = []
-    for node, slot in zip(placeholders, slots):
-        if slot.kind == "user":
+    for node, slot in zip(_placeholders(gm), inputs.slots):
+        if slot.kind is SlotKind.USER:
             arg = (argument(node) if isinstance(slot.value, (torch.Tensor, torch.SymInt))
                    else ConstantArgument(name=node.name, value=slot.value))
             input_specs.append(InputSpec(InputKind.USER_INPUT, arg, target=None))
         else:
-            input_specs.append(InputSpec(_INPUT_KIND[slot.kind], TensorArgument(node.name),
+            input_specs.append(InputSpec(slot.kind.input_kind, TensorArgument(node.name),
                                          target=slot.target, persistent=slot.persistent))
-    outputs = list(next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0])
-    output_specs = []
+    returned, placeholders, position = _returned(gm), _placeholders(gm), inputs.positions()
+    n_mut = len(mutations.mutated)
     # a user input mutation names its placeholder, which fx may have renamed
     # (a forward argument called ``input`` shadows a builtin: ``input_1``)
-    user_placeholder = {id(slot): node.name for node, slot in zip(placeholders, slots) if slot.kind == "user"}
-    for slot, out in zip(mutated, outputs):
-        target = user_placeholder.get(id(slot), slot.target) if slot.kind == "user" else slot.target
-        output_specs.append(OutputSpec(_MUTATION_KIND[slot.kind], argument(out), target=target))
-    for out in outputs[len(mutated):]:
-        output_specs.append(OutputSpec(OutputKind.USER_OUTPUT, argument(out), target=None))
+    output_specs = [OutputSpec(slot.kind.mutation_kind, argument(out),  # type: ignore[arg-type]
+                               target=placeholders[position[slot]].name if slot.kind is SlotKind.USER
+                               else slot.target)
+                    for slot, out in zip(mutations.mutated, returned)]
+    output_specs += [OutputSpec(OutputKind.USER_OUTPUT, argument(out), target=None) for out in returned[n_mut:]]
     return ExportGraphSignature(input_specs, output_specs)

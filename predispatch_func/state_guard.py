@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from . import _torch_compat as tc
-from .errors import UnsupportedError, _is_user_frame
+from .errors import Refusal, UnsupportedError, _is_user_frame
 
 # the Module methods through which model code changes what a module holds
 _RECORDED = ("__setattr__", "__delattr__", "register_buffer", "register_parameter",
@@ -188,7 +188,7 @@ class StateGuard:
                           "tracing and the model is left as it was", stacklevel=3)
             return
         raise UnsupportedError(
-            "\n".join(found) + f"\n{why}. Register state the model updates as a buffer in "
+            kind=Refusal.PYTHON_STATE_CHANGED, message="\n".join(found) + f"\n{why}. Register state the model updates as a buffer in "
             "__init__ and update it in place (self.buf.add_(1)), or export with "
             "python_state='warn' to keep the values seen while tracing")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .graphs import calls_view_op
+from .graphs import calls_view_op, graph_pass
 from .hop.ops import pf_grad_region
 
 
@@ -91,6 +91,7 @@ def _view_chain(placeholder: torch.fx.Node) -> list[torch.fx.Node]:
     return chain
 
 
+@graph_pass
 def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
                                written: dict[torch.fx.Node, torch.fx.Node],
                                grad_sources: set[torch.fx.Node]) -> None:

@@ -29,7 +29,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 warnings.simplefilter("ignore")
 
-import predispatch_func as pf  # noqa: E402
 import test_regions  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))

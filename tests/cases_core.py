@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from predispatch_func.errors import Refusal
+
 Built = tuple[nn.Module, tuple, dict]
 
 
@@ -28,6 +30,7 @@ class Case:
     build: Callable[[], Built]
     # False where the program draws random numbers differently from eager (dropout)
     check_values: bool = True
+    refused: Refusal | None = None  # the kind of UnsupportedError the exporter must raise
 
 
 CASES: dict[str, Case] = {}
@@ -35,15 +38,15 @@ CASES: dict[str, Case] = {}
 REFUSED: dict[str, Case] = {}
 
 
-def case(*, check_values: bool = True, refused: bool = False
+def case(*, check_values: bool = True, refused: Refusal | None = None
          ) -> Callable[[Callable[[], Built]], Callable[[], Built]]:
     def register(factory: Callable[[], Built]) -> Callable[[], Built]:
         def seeded() -> Built:
             torch.manual_seed(0)
             return factory()
-        table = REFUSED if refused else CASES
+        table = REFUSED if refused is not None else CASES
         assert factory.__name__ not in CASES and factory.__name__ not in REFUSED, factory.__name__
-        table[factory.__name__] = Case(factory.__name__, seeded, check_values)
+        table[factory.__name__] = Case(factory.__name__, seeded, check_values, refused)
         return seeded
     return register
 
@@ -723,7 +726,7 @@ def tensor_constant_created_in_forward() -> Built:
 # --- refused: no functional program can say this; eager-equal or a clear error ------------------
 
 
-@case(refused=True)
+@case(refused=Refusal.INPUT_METADATA_MUTATION)
 def t_inplace_on_input() -> Built:
     class M(nn.Module):
         def forward(self, x):
@@ -732,7 +735,7 @@ def t_inplace_on_input() -> Built:
     return M(), (_r(2, 3),), {}
 
 
-@case(refused=True)
+@case(refused=Refusal.INPUT_METADATA_MUTATION)
 def unsqueeze_inplace_on_input() -> Built:
     class M(nn.Module):
         def forward(self, x):
@@ -742,7 +745,7 @@ def unsqueeze_inplace_on_input() -> Built:
     return M(), (_r(3),), {}
 
 
-@case(refused=True)
+@case(refused=Refusal.WRITE_TO_ALIASED_INPUTS)
 def write_to_input_passed_twice() -> Built:
     class M(nn.Module):
         def forward(self, x, y):

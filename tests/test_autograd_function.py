@@ -247,6 +247,7 @@ def forward(self, arg0_1):
         with self.assertRaises(UnsupportedError) as caught:
             pf.export(Apply(DataDependentBackward), (self.x,))
         self.assertIn("backward of autograd.Function DataDependentBackward", str(caught.exception))
+        self.assertIs(caught.exception.kind, pf.Refusal.AUTOGRAD_FUNCTION_NOT_TRACEABLE)
 
     def test_reexport_keeps_the_backward(self):
         model = Apply(DoubleGrad)
@@ -318,6 +319,7 @@ def forward(self, arg0_1):
         with self.assertRaises(UnsupportedError) as caught:
             pf.export(Apply(DoubleGrad), (self.x,), pre_dispatch=False)
         self.assertIn("autograd.Function DoubleGrad with pre_dispatch=False", str(caught.exception))
+        self.assertIs(caught.exception.kind, pf.Refusal.AUTOGRAD_FUNCTION_AFTER_AUTOGRAD)
 
     def test_non_tensor_output_and_needs_input_grad(self):
         class Fn(torch.autograd.Function):

@@ -189,6 +189,7 @@ def test_one_tensor_as_two_written_arguments_is_refused():
     with pytest.raises(pf.UnsupportedError, match="two arguments the op writes") as info:
         pf.export(StatsTwice(), (torch.randn(4, 3), torch.ones(3)))
     assert "batch_norm" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
+    assert info.value.kind is pf.Refusal.OVERLAPPING_WRITES
 
 
 def test_disjoint_views_as_two_written_arguments_export():

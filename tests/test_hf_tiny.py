@@ -7,8 +7,19 @@ exporting state set while tracing it takes data-dependent branches.
 import unittest
 
 import predispatch_func as pf
+from models.corpus import build
 from oracle import call_targets, export_checked
-from tiny_hf import bert, gpt2
+
+
+def bert():
+    """The corpus BERT with padding on the second row (exercises the mask path)."""
+    model, args, kwargs = build("bert")
+    kwargs["attention_mask"][1, -2:] = 0
+    return model, args, kwargs
+
+
+def gpt2():
+    return build("gpt2")
 
 
 class TestTinyTransformers(unittest.TestCase):

@@ -121,10 +121,12 @@ class HooksTest(TestCase):
         with self.assertRaises(UnsupportedError) as caught:
             pf.export(LoggingHook(), (self.x,))
         self.assertIn("hook that returns None", str(caught.exception))
+        self.assertIs(caught.exception.kind, pf.Refusal.TENSOR_HOOK_NOT_EXPRESSIBLE)
 
     def test_hook_removed_in_forward_is_refused(self):
-        with self.assertRaises(UnsupportedError):
+        with self.assertRaises(UnsupportedError) as caught:
             pf.export(RemovedHook(), (self.x,))
+        self.assertIs(caught.exception.kind, pf.Refusal.TENSOR_HOOK_NOT_EXPRESSIBLE)
 
     def test_hook_program_reexports(self):
         model = HookOnIntermediateSeesWholeGradient()
@@ -144,8 +146,9 @@ class HooksTest(TestCase):
 
     def test_requires_grad_false_on_parameter_is_refused(self):
         model = RequiresGradFalseOnParameter()
-        with self.assertRaises(UnsupportedError):
+        with self.assertRaises(UnsupportedError) as caught:
             pf.export(model, (self.x,))
+        self.assertIs(caught.exception.kind, pf.Refusal.REQUIRES_GRAD_OFF_ON_INPUT)
         self.assertTrue(model.lin.weight.requires_grad)
 
     def test_requires_grad_false_on_intermediate(self):

@@ -125,6 +125,7 @@ def test_unreachable_target_names_each_op_and_the_users_line():
     target = pf.OpSet.core_aten() - pf.OpSet.from_names(["aten.sigmoid.default", "aten.tanh.default"])
     with pytest.raises(pf.UnsupportedError) as info:
         pf.export(Gate(), (torch.randn(3),), target=target)
+    assert info.value.kind is pf.Refusal.OP_NOT_IN_TARGET
     message = str(info.value)
     assert re.search(r"aten\.sigmoid\.default: .*\n.*test_opsets\.py\", line \d+.*torch\.sigmoid\(x\)",
                      message), message

@@ -239,6 +239,7 @@ class HopsTest(TestCase):
         with self.assertRaises(UnsupportedError) as caught:
             pf.export(CondWritesOperand(), (self.x,))
         self.assertIn("torch refuses a HOP body that writes its operands", str(caught.exception))
+        self.assertIs(caught.exception.kind, pf.Refusal.HOP_BODY_WRITES_OPERANDS)
         self.assertIn("test_torch_hops.py", str(caught.exception))
 
     def test_nested_cond(self):

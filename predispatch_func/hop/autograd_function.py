@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch._ops import HigherOrderOperator
+
+from .. import _torch_compat as tc
 
 
 class _Apply(torch.autograd.Function):
@@ -51,7 +52,7 @@ class _Apply(torch.autograd.Function):
         return (None,) * 6 + tuple(per_operand)
 
 
-class AutogradFunctionHOP(HigherOrderOperator):
+class AutogradFunctionHOP(tc.HigherOrderOperator):
     def __init__(self) -> None:
         super().__init__("pf_autograd_function")
 

@@ -12,36 +12,59 @@ frame covers one contiguous run of nodes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import UnsupportedError
+from ..errors import Refusal, UnsupportedError
+from .ops import pf_autocast_region, pf_grad_region
 
 
 @dataclasses.dataclass(eq=False)
 class GradFrame:
+    """A stretch run with grad mode set to ``enabled``: a ``pf_grad_region`` call."""
+
     enabled: bool
     stack_trace: str | None = None
     # the caller's mode around the whole forward (modes/ambient.py): "no_grad" holds
     # the model's own toggles nested inside it; "inference" ignores them (as eager:
     # under inference_mode nothing requires grad, enable_grad or not)
     ambient: str | None = None
+    hop: ClassVar[Any] = pf_grad_region
+    name: ClassVar[str] = "grad_region"  # the body's attribute: grad_region_<i>
+    sets_grad: ClassVar[bool] = True
 
-    def reopened(self) -> "GradFrame":
-        return GradFrame(self.enabled, self.stack_trace, self.ambient)
+    def mode_args(self) -> tuple:
+        return (self.enabled,)
+
+    def grad_inside(self, outer: bool) -> bool:
+        return self.enabled
+
+    def reopened(self) -> GradFrame:
+        return dataclasses.replace(self)
 
 
 @dataclasses.dataclass(eq=False)
 class AutocastFrame:
+    """A stretch run under one autocast state: a ``pf_autocast_region`` call."""
+
     device_type: str
     dtype: Any
     enabled: bool
     cache_enabled: Any
     stack_trace: str | None = None
+    hop: ClassVar[Any] = pf_autocast_region
+    name: ClassVar[str] = "autocast_region"
+    sets_grad: ClassVar[bool] = False
 
-    def reopened(self) -> "AutocastFrame":
+    def mode_args(self) -> tuple:
+        return (self.device_type, self.dtype, self.enabled, self.cache_enabled)
+
+    def grad_inside(self, outer: bool) -> bool:
+        return outer
+
+    def reopened(self) -> AutocastFrame:
         return dataclasses.replace(self)
 
 
@@ -91,16 +114,16 @@ def assign_frames(graph: torch.fx.Graph, grad_enabled: bool = True
             if frame is not None:
                 stack.append(frame)
         elif node.target is tc.EXIT_AUTOCAST:
-            frame = _current(autocast_by_enter.get(node.args[0]), reopened)
+            closed = _current(autocast_by_enter.get(node.args[0]), reopened)
             autocast_state.pop()
-            if frame is not None:
-                _close(stack, frame, reopened)
+            if closed is not None:
+                _close(stack, closed, reopened)
         elif node.op not in ("placeholder", "output"):
             frames_of[node] = tuple(stack)
     if stack:
         raise UnsupportedError(
             "the model leaves grad mode or autocast changed when forward returns; a functional "
-            "program cannot change the caller's global state",
+            "program cannot change the caller's global state", kind=Refusal.MODE_LEFT_CHANGED,
             op=getattr(getattr(last_marker, "target", None), "__name__", None),
             source=(stack[-1].stack_trace or "").strip() or None)
     return frames_of
@@ -126,8 +149,8 @@ def _ambient_marker(stack: list[Frame], node: torch.fx.Node, where: str | None,
 
 def _toggle_grad(stack: list[Frame], wanted: bool, where: str | None,
                  reopened: dict[Frame, Frame]) -> None:
-    open_grad = next((f for f in reversed(stack) if isinstance(f, GradFrame)), None)
-    if open_grad is None or open_grad.ambient:
+    open_grad = next((f for f in reversed(stack) if f.sets_grad), None)
+    if open_grad is None or getattr(open_grad, "ambient", None):
         stack.append(GradFrame(wanted, where))
     else:
         _close(stack, open_grad, reopened)

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import UnsupportedError, user_source_line
+from ..errors import Refusal, UnsupportedError, user_source_line
 from .autograd_function import pf_autograd_function
 
 
@@ -73,7 +73,8 @@ def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -
         raise UnsupportedError(
             f"autograd.Function {cls.__name__} with pre_dispatch=False: a program after autograd "
             "has no backward of its own, so the Function's backward would be replaced by autograd "
-            "of its forward; export with pre_dispatch=True", op=f"{cls.__name__}.apply",
+            "of its forward; export with pre_dispatch=True", kind=Refusal.AUTOGRAD_FUNCTION_AFTER_AUTOGRAD,
+            op=f"{cls.__name__}.apply",
             source=user_source_line())
     if not _active or tc.current_proxy_tracer() is None:
         return original(*args, **kwargs)
@@ -133,7 +134,7 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
     has_setup = tc.function_has_setup_context(cls)
     if has_setup:
         import inspect
-        bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+        bound = inspect.signature(cls.forward).bind(*args, **kwargs)  # type: ignore[attr-defined]
         bound.apply_defaults()
         args, kwargs = tuple(bound.args), dict(bound.kwargs)
     flat, spec = tc.pytree.tree_flatten((args, kwargs))
@@ -155,7 +156,7 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); a backward "
             "that reads tensor data (.item(), data-dependent branches) or state the program "
             "cannot carry is refused rather than replaced by autograd of the forward",
-            op=f"{name}.{stage}", source=getattr(exc, "source", None) or source)
+            kind=Refusal.AUTOGRAD_FUNCTION_NOT_TRACEABLE, op=f"{name}.{stage}", source=getattr(exc, "source", None) or source)
 
     inner = [tc.inner_of_functional(t) for t in operands]
     # --- forward -------------------------------------------------------------------
@@ -169,10 +170,10 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
         ctx = TracingCtx(needs)
         with tc.grad_mode_untraced(False):
             if has_setup:
-                out = cls.forward(*a, **k)
-                cls.setup_context(ctx, a, out)
+                out = cls.forward(*a, **k)  # type: ignore[attr-defined]
+                cls.setup_context(ctx, a, out)  # type: ignore[attr-defined]
             else:
-                out = cls.forward(ctx, *a, **k)
+                out = cls.forward(ctx, *a, **k)  # type: ignore[attr-defined]
         out_flat, out_spec = tc.pytree.tree_flatten(out)
         outs = [o for o in out_flat if isinstance(o, torch.Tensor)]
         dirty = {i: next(j for j, w in enumerate(wrapped) if w is o)
@@ -214,7 +215,7 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
         saved, grads = wrapped[:len(saved_vals)], list(wrapped[len(saved_vals):])
         ctx = TracingCtx(needs)
         it = iter(saved)
-        ctx._pf_saved = tuple(next(it) if is_tensor else value
+        ctx._pf_saved = tuple(next(it) if is_tensor else value  # noqa: SLF001 (our own tracing ctx)
                               for is_tensor, value in zip(fwd_info["to_save"], fwd_info["to_save_values"]))
         attr_flat = [next(it) if v is None else v for v in fwd_info["attr_flat"]]
         for key, value in tc.pytree.tree_unflatten(attr_flat, fwd_info["attr_spec"]).items():
@@ -222,12 +223,13 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
         ctx.set_materialize_grads(fwd_info["materialize"])
         g = iter(grads)
         grad_args = [next(g) if isinstance(o, torch.Tensor) else None for o in fwd_info["out_flat"]]
-        result = cls.backward(ctx, *grad_args)
+        result = cls.backward(ctx, *grad_args)  # type: ignore[attr-defined]
         result = result if isinstance(result, tuple) else (result,)
         if len(result) < len(args):
             raise UnsupportedError(
                 f"autograd.Function {name}.backward returned {len(result)} gradients for "
-                f"{len(args)} inputs", op=f"{name}.backward", source=source)
+                f"{len(args)} inputs", kind=Refusal.AUTOGRAD_FUNCTION_NOT_TRACEABLE,
+                op=f"{name}.backward", source=source)
         returned = []
         for i, j in top_level.items():
             grad = result[i]
@@ -341,7 +343,8 @@ def _refuse_symbolic_state(name: str, leaves: list[Any], source: str | None) -> 
             raise UnsupportedError(
                 f"autograd.Function {name} stores a symbolic value ({v}) on ctx; its backward "
                 "would read a value the program does not carry: save it as a tensor with "
-                "ctx.save_for_backward", op=f"{name}.forward", source=source)
+                "ctx.save_for_backward", kind=Refusal.AUTOGRAD_FUNCTION_NOT_TRACEABLE,
+                op=f"{name}.forward", source=source)
 
 
 __all__ = ["trace_call", "tracing_autograd_functions"]

@@ -20,10 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch._ops import HigherOrderOperator
 
 from .. import _torch_compat as tc
-from ..errors import UnsupportedError, user_source_line
+from ..errors import Refusal, UnsupportedError, user_source_line
 
 
 def _traced(t: Any) -> bool:
@@ -34,7 +33,8 @@ class _HookHandle:
     def remove(self) -> None:
         raise UnsupportedError(
             "a tensor hook registered and removed inside forward never runs in eager; the "
-            "program cannot express a hook removed before backward", op="RemovableHandle.remove",
+            "program cannot express a hook removed before backward", kind=Refusal.TENSOR_HOOK_NOT_EXPRESSIBLE,
+            op="RemovableHandle.remove",
             source=user_source_line())
 
 
@@ -58,7 +58,7 @@ def route_register_hook(original, tensor, hook, *args, trace_call=None, settings
                     "a tensor hook that returns None only has side effects (logging, storing "
                     "gradients), which a program cannot carry; return the gradient to keep "
                     "the hook, or register it on the exported module's output instead",
-                    op="Tensor.register_hook", source=source)
+                    kind=Refusal.TENSOR_HOOK_NOT_EXPRESSIBLE, op="Tensor.register_hook", source=source)
             return result
 
     TensorHook.__name__ = f"hook_{getattr(hook, '__name__', 'fn')}".replace("<", "").replace(">", "")
@@ -99,7 +99,7 @@ def _inner_for(node: torch.fx.Node) -> Any:
     return None
 
 
-class RequireGrad(HigherOrderOperator):
+class RequireGrad(tc.HigherOrderOperator):
     """``v`` if it requires grad, else a new leaf of its value that does."""
 
     def __init__(self) -> None:
@@ -136,9 +136,9 @@ def route_requires_grad_(original, tensor, requires_grad: bool = True):
             raise UnsupportedError(
                 "requires_grad_(False) on a parameter, buffer or input inside forward changes "
                 "the caller's tensor, which a program cannot do; use .detach()",
-                op="Tensor.requires_grad_", source=user_source_line())
+                kind=Refusal.REQUIRES_GRAD_OFF_ON_INPUT, op="Tensor.requires_grad_", source=user_source_line())
         detached = tensor.detach()
-        tc.redirect_traced_tensor(inner, tc.proxy_node_of(tc.inner_of_functional(detached)))
+        tc.redirect_traced_tensor(inner, tc.proxy_node_of(tc.inner_of_functional(detached)))  # type: ignore[arg-type]
         return tensor
     if not (tensor.is_floating_point() or tensor.is_complex()):
         return original(tensor, requires_grad)  # eager raises: only float tensors can

@@ -15,31 +15,25 @@ with no history would silently drop them.
 Calling a region HOP inlines its body, as torch's ``wrap_with_set_grad_enabled``
 does. Re-tracing a program (``export(ep.module())``) therefore records the
 body's ops between grad/autocast markers again, and the region pass outlines
-the same regions again; identities are re-recorded through
-:func:`note_identity_hook`, so nothing is lost or duplicated.
+the same regions again. The identities are handed to the functional mode doing
+the tracing, when it records them (an :class:`IdentityRecorder`: it turns them
+into the identity edges the region pass reads), so nothing is lost or duplicated.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
-from torch._ops import HigherOrderOperator
 
 from .. import _torch_compat as tc
 
-# Set by the tracer while our mode stack is active: (source, value) -> None.
-_identity_hook: list[Callable[[Any, Any], None]] = []
 
+@runtime_checkable
+class IdentityRecorder(Protocol):
+    """A tracing mode that records "``value`` keeps ``source``'s autograd identity"."""
 
-@contextlib.contextmanager
-def note_identity_hook(hook: Callable[[Any, Any], None]):
-    _identity_hook.append(hook)
-    try:
-        yield
-    finally:
-        _identity_hook.pop()
+    def note_identity(self, source: Any, value: Any) -> None: ...
 
 
 class _CarryIdentity(torch.autograd.Function):
@@ -62,19 +56,21 @@ class _CarryIdentity(torch.autograd.Function):
 def _carry(operands: tuple, outs: tuple, identity_of: tuple[int, ...]) -> tuple:
     if not identity_of:
         return outs
+    mode = tc.active_functional_mode()
+    recorder = mode if isinstance(mode, IdentityRecorder) else None
     carried = []
     for out, j in zip(outs, identity_of):
         if j < 0:
             carried.append(out)
-        elif _identity_hook:
-            _identity_hook[-1](operands[j], out)
+        elif recorder is not None:
+            recorder.note_identity(operands[j], out)
             carried.append(out)
         else:
             carried.append(_CarryIdentity.apply(operands[j], out))
     return tuple(carried)
 
 
-class GradRegion(HigherOrderOperator):
+class GradRegion(tc.HigherOrderOperator):
     def __init__(self) -> None:
         super().__init__("pf_grad_region")
 
@@ -84,7 +80,7 @@ class GradRegion(HigherOrderOperator):
         return _carry(operands, outs, tuple(identity_of))
 
 
-class AutocastRegion(HigherOrderOperator):
+class AutocastRegion(tc.HigherOrderOperator):
     def __init__(self) -> None:
         super().__init__("pf_autocast_region")
 
@@ -108,7 +104,7 @@ _BODY_INDEX = {pf_grad_region: 2, pf_autocast_region: 5}  # (mode args..., ident
 
 def region_body_and_operands(call: torch.fx.Node) -> tuple[torch.fx.Node, tuple] | None:
     """``(body get_attr node, operands)`` of a region HOP call; None for any other node."""
-    index = _BODY_INDEX.get(call.target) if call.op == "call_function" else None
+    index = _BODY_INDEX.get(call.target) if call.op == "call_function" else None  # type: ignore[call-overload]
     if index is None:
         return None
     return call.args[index], tuple(call.args[index + 1:])

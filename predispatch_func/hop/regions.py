@@ -1,6 +1,6 @@
 """The region stage of the pipeline: markers in, region HOP calls out.
 
-``assign_frames`` (frames.py) reads the markers; ``outline_level``
+``assign_frames`` (frames.py) reads the markers; an ``Outliner``
 (outline.py) turns each frame into a HOP call and recurses into its body.
 The bodies of torch's HOPs (``cond`` branches, ``while_loop`` bodies, ...)
 are outlined the same way first, each under the grad mode of its call.
@@ -9,14 +9,15 @@ are outlined the same way first, each under the grad mode of its call.
 from __future__ import annotations
 
 import torch
-from torch._ops import HigherOrderOperator
 
-from ..graphs import all_graph_modules
-from .frames import GradFrame, assign_frames, is_marker
+from .. import _torch_compat as tc
+from ..graphs import graph_pass
+from .frames import assign_frames, is_marker
 from .ops import REGION_HOPS
-from .outline import FLAT, FLAT_ORDER, outline_level
+from .outline import Outliner
 
 
+@graph_pass
 def outline_regions(gm: torch.fx.GraphModule,
                     identity_edges: dict[torch.fx.Node, torch.fx.Node] | None = None,
                     *, grad_enabled: bool = True) -> torch.fx.GraphModule:
@@ -28,29 +29,23 @@ def outline_regions(gm: torch.fx.GraphModule,
     """
     frames_of = assign_frames(gm.graph, grad_enabled)
     _outline_hop_bodies(gm, frames_of, identity_edges or {}, grad_enabled)
-    order = {node: i for i, node in enumerate(gm.graph.nodes)}
-    for node in gm.graph.nodes:
-        node.meta[FLAT] = node
-        node.meta[FLAT_ORDER] = order
+    outliner = Outliner(gm, frames_of, identity_edges or {})
     markers = [n for n in gm.graph.nodes if is_marker(n)]
     for node in reversed(markers):  # exits before the enters they read
         gm.graph.erase_node(node)
-    outline_level(gm, frames_of, identity_edges or {}, grad_enabled=grad_enabled)
-    for _, sub in all_graph_modules(gm):
-        for node in sub.graph.nodes:
-            node.meta.pop(FLAT, None)
-            node.meta.pop(FLAT_ORDER, None)
+    outliner.outline(gm, grad_enabled=grad_enabled)
     return gm
 
 
 def _outline_hop_bodies(gm: torch.fx.GraphModule, frames_of, identity_edges, grad_enabled: bool) -> None:
     """Outline the regions inside the subgraphs that torch's HOP calls of ``gm`` take."""
     for node in gm.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, HigherOrderOperator) \
+        if node.op != "call_function" or not isinstance(node.target, tc.HigherOrderOperator) \
                 or node.target in REGION_HOPS:
             continue
-        grads = [f.enabled for f in frames_of.get(node, ()) if isinstance(f, GradFrame)]
-        grad_here = grads[-1] if grads else grad_enabled
+        grad_here = grad_enabled
+        for frame in frames_of.get(node, ()):
+            grad_here = frame.grad_inside(grad_here)
         for ref in node.all_input_nodes:
             body = getattr(gm, str(ref.target), None) if ref.op == "get_attr" else None
             if isinstance(body, torch.fx.GraphModule) and any(is_marker(n) for n in body.graph.nodes):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _torch_compat as tc
-from ..errors import UnsupportedError, user_source_line
+from ..errors import Refusal, UnsupportedError, user_source_line
 
 TORCH_EXPORT_FAILS_TOO = "torch.export.export fails on it the same way"
 # HOPs whose programs torch cannot represent, with why: refused when met
@@ -48,6 +48,7 @@ def _refusing(name: str, rule: Callable[..., Any], why: Callable[[tuple, dict], 
     def checked(mode: Any, *args: Any, **kwargs: Any) -> Any:
         reason = why(args, kwargs)
         if reason is not None:
-            raise UnsupportedError(reason, op=f"higher_order.{name}", source=user_source_line())
+            raise UnsupportedError(reason, kind=Refusal.HOP_NOT_REPRESENTABLE, op=f"higher_order.{name}",
+                                   source=user_source_line())
         return rule(mode, *args, **kwargs)
     return checked

@@ -12,19 +12,19 @@ import contextlib
 from collections.abc import Iterator
 
 from .. import _torch_compat as tc
-from ..errors import UnsupportedError, user_source_line
+from ..errors import Refusal, UnsupportedError, user_source_line
 
 _LIMITS = (
-    (tc.UNCAPTURED_HOP_ERROR, "",
+    (tc.UNCAPTURED_HOP_ERROR, "", Refusal.HOP_BODY_WRITES_OPERANDS,
      "torch cannot capture this higher-order op: {first}. torch refuses a HOP body that writes "
      "its operands or a closed-over tensor (cond, while_loop, map, scan): return the new value "
      "instead and write it outside the call"),
-    (RuntimeError, "Attempting to use FunctionalTensor on its own",
+    (RuntimeError, "Attempting to use FunctionalTensor on its own", Refusal.VMAP_AT_PRE_DISPATCH,
      "torch's functionalization cannot trace torch.vmap over the program's tensors at "
      "pre-dispatch (create_block_mask in forward, associative_scan(combine_mode='generic') "
      "use it): build the BlockMask outside forward and pass it in, or scan with torch's "
      "scan HOP"),
-    (AssertionError, "Tensor dtype mismatch",
+    (AssertionError, "Tensor dtype mismatch", Refusal.AUTOCAST_IN_HOP_BODY,
      "torch's functionalization of a HOP body re-runs it without the autocast region inside "
      "it, so dtypes disagree ({first}); put the autocast region around the HOP call instead of "
      "inside its body"),
@@ -38,10 +38,10 @@ def torch_hop_limits_refused() -> Iterator[None]:
     except UnsupportedError:
         raise
     except Exception as exc:
-        for kind, text, explanation in _LIMITS:
-            if isinstance(exc, kind) and text in str(exc):
+        for exc_type, text, kind, explanation in _LIMITS:
+            if isinstance(exc, exc_type) and text in str(exc):
                 first = next((line.strip() for line in str(exc).splitlines()
                               if line.strip() and "doesn't work unless" not in line), "")
-                raise UnsupportedError(explanation.format(first=first),
+                raise UnsupportedError(explanation.format(first=first), kind=kind,
                                        source=user_source_line(exc.__traceback__)) from exc
         raise

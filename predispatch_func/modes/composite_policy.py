@@ -6,26 +6,38 @@ dtype, ``einsum("ij->ji")``) makes functionalization drop every later in-place
 op on it. The decision, in order:
 
 1. ops with alias or mutation annotations, or tagged unsafe by torch: decompose;
-2. the schema audit's shipped table (``schema_audit``), if it has the op;
-3. a trace-time guard: run the op's decomposition on fresh fake tensors with
+2. the user's per-op override (``export(..., composite_overrides=)``);
+3. the schema audit's shipped table (``schema_audit``), if it has the op;
+4. a trace-time guard: run the op's decomposition on fresh fake tensors with
    the same metadata, and keep the op only if no result shares storage with an
    input and no input's version moved. Cached per op and input metadata: for
    the whole process when no size is symbolic, per export otherwise.
 
-Steps 1-2 depend on the op alone and are decided once per op and export.
+Steps 1-3 depend on the op alone and are decided once per op and export.
+Before any of this, :meth:`CompositePolicy.rerouted` may replace the op: by
+its honest twin (an op whose schema declares the alias it makes), or by the
+C++ composite kernel eager runs where torch's Python one differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import enum
+import functools
+from typing import Any, Callable
 
 import torch
 
 from .. import _torch_compat as tc
+from .out_variants import call_composite_out, call_inplace_through_twin, inplace_twin, is_composite_out
 
-Decision = str  # "keep" | "decompose"
-AuditLookup = Callable[[torch._ops.OpOverload], "Decision | None"]
+class Decision(str, enum.Enum):
+    """Keep a composite as one node, or decompose it (equal to its string, as users write it)."""
+
+    KEEP = "keep"
+    DECOMPOSE = "decompose"
+
+
+AuditLookup = Callable[[tc.OpOverload], "str | None"]  # the audit's "keep" / "decompose"
 
 
 def _meta_key(value: Any) -> Any:
@@ -69,30 +81,23 @@ HONEST_TWINS = _honest_twins()
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
-    __slots__ = (
-        "_by_op",
-        "_eager_cache",
-        "_guard_cache",
-        "audit_lookup",
-        "decisions",
-        "lowering",
-        "overrides",
-    )
+    __slots__ = ("audit_lookup", "overrides", "lowering", "_guard_cache", "_eager_cache", "_by_op",
+                 "decisions")
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
-                 overrides: dict[str, Decision] | None = None, lowering: Any = None):
+                 overrides: dict[str, str] | None = None, lowering: Any = None):
         self.audit_lookup = audit_lookup
-        self.overrides = dict(overrides or {})
+        self.overrides = {name: Decision(d) for name, d in (overrides or {}).items()}
         # an ``opsets.Lowering`` when exporting to a target op set: its composites
         # outside the target are decomposed whatever the audit says
         self.lowering = lowering
         self._guard_cache: dict[Any, str | None] = {}
         self._eager_cache: dict[Any, bool] = {}
-        self._by_op: dict[torch._ops.OpOverload, bool | str | None] = {}
+        self._by_op: dict[tc.OpOverload, bool | str | None] = {}
         # op name -> (decision, why); read by the CLI and tests
         self.decisions: dict[str, tuple[Decision, str]] = {}
 
-    def should_decompose(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    def should_decompose(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> bool:
         if op not in self._by_op:  # everything that depends on the op alone, once per op
             self._by_op[op] = self._decide_by_op(op)
         fixed = self._by_op[op]
@@ -100,27 +105,55 @@ class CompositePolicy:
             return fixed
         lie = self._trace_time_lie(op, args, kwargs)
         if lie is not None:
-            return self._record(op, "decompose", lie)
-        return self._record(op, "keep", "audit" if fixed == "keep" else "trace-time guard")
+            return self._record(op, Decision.DECOMPOSE, lie)
+        return self._record(op, Decision.KEEP, "audit" if fixed == Decision.KEEP else "trace-time guard")
 
-    def _decide_by_op(self, op: torch._ops.OpOverload) -> bool | str | None:
+    def _decide_by_op(self, op: tc.OpOverload) -> bool | str | None:
         """True/False when the op alone decides; else the audit's answer, for the guard."""
         if not tc.has_composite_implicit_kernel(op):
             return bool(tc.torch_would_decompose(op, pre_dispatch=True))
         if self.lowering is not None and self.lowering.forces_decomposition(op):
-            return self._record(op, "decompose", "not in the target op set")
-        schema = op._schema
+            return self._record(op, Decision.DECOMPOSE, "not in the target op set")
+        schema = tc.schema_of(op)
         if schema.is_mutable or any(a.alias_info for a in schema.arguments) or tc.torch_tags_unsafe(op):
-            return self._record(op, "decompose", "schema declares aliasing or mutation")
+            return self._record(op, Decision.DECOMPOSE, "schema declares aliasing or mutation")
         name = str(op)
         if name in self.overrides:
             return self._record(op, self.overrides[name], "user override")
         audited = self.audit_lookup(op) if self.audit_lookup is not None else None
-        if audited == "decompose":
-            return self._record(op, "decompose", "schema audit")
+        if audited == Decision.DECOMPOSE:
+            return self._record(op, Decision.DECOMPOSE, "schema audit")
         return audited
 
-    def needs_eager_kernel(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    def rerouted(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
+        """What to trace instead of ``op`` (None: ``op`` itself): eager's C++ composite kernel
+        when that is what eager runs and ``op`` is decomposed, its honest twin, or its lowering
+        to the target op set."""
+        twin = HONEST_TWINS.get(op)
+        if twin is not None:
+            return twin
+        if self.needs_eager_kernel(op, args, kwargs) and self.should_decompose(op, args, kwargs):
+            return functools.partial(tc.decompose_like_eager, op)
+        if is_composite_out(op):
+            return lambda *a, **k: call_composite_out(op, a, k)
+        return self._through_inplace_twin(op) or self._lowered(op)
+
+    def rerouted_after_autograd(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
+        """The same with ``pre_dispatch=False``, where autograd already chose the kernels."""
+        return HONEST_TWINS.get(op) or self._through_inplace_twin(op) or self._lowered(op)
+
+    @staticmethod
+    def _through_inplace_twin(op: Any) -> Callable[..., Any] | None:
+        """An in-place composite, or an in-place op functionalization has no kernel for, as its
+        functional twin plus a write into ``self``."""
+        twin = inplace_twin(op)
+        return None if twin is None else (lambda *a, **k: call_inplace_through_twin(op, twin, a, k))
+
+    def _lowered(self, op: Any) -> Callable[..., Any] | None:
+        """The lowering of an op outside the target op set, traced in this mode."""
+        return self.lowering.functional_decomposition(op) if self.lowering is not None else None
+
+    def needs_eager_kernel(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> bool:
         """Decompose with the C++ kernel eager runs, not torch's Python one?
 
         torch's Python composite for ``dropout`` clones where eager returns the
@@ -138,11 +171,11 @@ class CompositePolicy:
                 op, inner_args, inner_kwargs, kernel=tc.decompose_like_eager) is not None
         return self._eager_cache[key]
 
-    def _record(self, op: torch._ops.OpOverload, decision: Decision, why: str) -> bool:
+    def _record(self, op: tc.OpOverload, decision: Decision, why: str) -> bool:
         self.decisions.setdefault(str(op), (decision, why))
-        return decision == "decompose"
+        return decision is Decision.DECOMPOSE
 
-    def _trace_time_lie(self, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str | None:
+    def _trace_time_lie(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> str | None:
         inner_args, inner_kwargs = tc.pytree.tree_map_only(
             tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
         key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
@@ -167,7 +200,7 @@ def _has_symbols(value: Any) -> bool:
     return False
 
 
-def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs: dict,
+def _run_decomposition_and_watch(op: tc.OpOverload, args: tuple, kwargs: dict,
                                  kernel: Callable[..., Any] | None = None) -> str | None:
     """Run ``op``'s decomposition (or ``kernel``) on fresh fakes; describe any alias or mutation."""
     tensors = [t for t in tc.pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
@@ -177,13 +210,13 @@ def _run_decomposition_and_watch(op: torch._ops.OpOverload, args: tuple, kwargs:
     with tc.below_pre_dispatch(), fake_mode, tc.discarding_unbacked_symbols(fake_mode):
         fresh_args, fresh_kwargs = tc.pytree.tree_map_only(torch.Tensor, _fresh_like, (args, kwargs))
         fresh = [t for t in tc.pytree.tree_leaves((fresh_args, fresh_kwargs)) if isinstance(t, torch.Tensor)]
-        versions = [t._version for t in fresh]
+        versions = [tc.version_of(t) for t in fresh]
         storages = {tc.StorageWeakRef(t.untyped_storage()): i for i, t in enumerate(fresh)}
         out = (kernel or type(op).decompose)(op, *fresh_args, **fresh_kwargs)
         if out is NotImplemented:
             return None
         for i, t in enumerate(fresh):
-            if t._version != versions[i]:
+            if tc.version_of(t) != versions[i]:
                 return f"decomposition writes input {i}"
         for j, o in enumerate(tc.pytree.tree_leaves(out)):
             if isinstance(o, torch.Tensor):

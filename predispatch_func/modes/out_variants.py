@@ -34,32 +34,32 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import UnsupportedError, user_source_line
+from ..errors import Refusal, UnsupportedError, user_source_line
 
 
-def out_argument_names(op: torch._ops.OpOverload) -> list[str]:
+def out_argument_names(op: tc.OpOverload) -> list[str]:
     """Names of ``op``'s ``out=`` arguments (mutable keyword-only tensors)."""
-    return [a.name for a in op._schema.arguments if a.is_out]
+    return [a.name for a in tc.schema_of(op).arguments if a.is_out]
 
 
-def is_composite_out(op: torch._ops.OpOverload) -> bool:
+def is_composite_out(op: tc.OpOverload) -> bool:
     return bool(out_argument_names(op)) and tc.has_composite_implicit_kernel(op)
 
 
-_TWINS: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
+_TWINS: dict[tc.OpOverload, tc.OpOverload | None] = {}
 
 
-def functional_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+def functional_overload(op: tc.OpOverload) -> tc.OpOverload | None:
     """The overload of ``op``'s packet taking the same arguments without ``out``
     and returning as many tensors, or None."""
     if op not in _TWINS:
-        wanted = [(a.name, str(a.type)) for a in op._schema.arguments if not a.is_out]
+        wanted = [(a.name, str(a.type)) for a in tc.schema_of(op).arguments if not a.is_out]
         n_out = len(out_argument_names(op))
         packet = op.overloadpacket
         _TWINS[op] = None
         for name in packet.overloads():
             twin = getattr(packet, name)
-            schema = twin._schema
+            schema = tc.schema_of(twin)
             if (not schema.is_mutable and len(schema.returns) == n_out
                     and [(a.name, str(a.type)) for a in schema.arguments] == wanted):
                 _TWINS[op] = twin
@@ -67,7 +67,7 @@ def functional_overload(op: torch._ops.OpOverload) -> torch._ops.OpOverload | No
     return _TWINS[op]
 
 
-def call_composite_out(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+def call_composite_out(op: tc.OpOverload, args: tuple, kwargs: dict) -> Any:
     """``op(*args, **kwargs)`` for a composite ``out=`` overload; run under the functional mode."""
     twin = functional_overload(op)
     if twin is None:
@@ -77,7 +77,7 @@ def call_composite_out(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> 
     return write_results_to_out(op, kwargs, result)
 
 
-def write_results_to_out(op: torch._ops.OpOverload, kwargs: dict, result: Any) -> Any:
+def write_results_to_out(op: tc.OpOverload, kwargs: dict, result: Any) -> Any:
     """Write each result the kernel returned fresh into its ``out`` tensor; return
     what eager returns (the ``out`` tensors). Run under the functional mode."""
     outs = [kwargs[name] for name in out_argument_names(op)]
@@ -91,41 +91,42 @@ def write_results_to_out(op: torch._ops.OpOverload, kwargs: dict, result: Any) -
             raise UnsupportedError(
                 f"out= tensor of shape {list(out.shape)} would be resized to {list(res.shape)}: "
                 "an in-place metadata change a functional program cannot express; pass an out "
-                "tensor of the result's shape", op=op, source=user_source_line())
+                "tensor of the result's shape", kind=Refusal.INPUT_METADATA_MUTATION, op=op,
+                source=user_source_line())
         out.copy_(res)
     return outs[0] if len(outs) == 1 and not isinstance(result, (tuple, list)) else tuple(outs)
 
 
-_INPLACE_TWINS: dict[torch._ops.OpOverload, torch._ops.OpOverload | None] = {}
+_INPLACE_TWINS: dict[tc.OpOverload, tc.OpOverload | None] = {}
 
 
-def inplace_twin(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+def inplace_twin(op: tc.OpOverload) -> tc.OpOverload | None:
     """For an aten in-place composite or an in-place op without a functionalization
     kernel, the functional op of the same name without ``_`` taking the same
     arguments by name."""
     if op not in _INPLACE_TWINS:
         _INPLACE_TWINS[op] = None
-        name = op._schema.name
+        name = tc.schema_of(op).name
         if (name.startswith("aten::") and name.endswith("_") and not name.endswith("__")
-                and op._schema.is_mutable and torch.Tag.inplace_view not in op.tags
+                and tc.schema_of(op).is_mutable and torch.Tag.inplace_view not in op.tags
                 and (tc.has_composite_implicit_kernel(op)
                                                or not tc.has_functionalize_kernel(op))):
             packet = getattr(torch.ops.aten, name[len("aten::"):-1], None)
-            wanted = sorted((a.name, str(a.type).replace("(a!)", "")) for a in op._schema.arguments)
+            wanted = sorted((a.name, str(a.type).replace("(a!)", "")) for a in tc.schema_of(op).arguments)
             for overload in packet.overloads() if packet is not None else ():
                 twin = getattr(packet, overload)
-                if not twin._schema.is_mutable and sorted(
-                        (a.name, str(a.type)) for a in twin._schema.arguments) == wanted:
+                if not tc.schema_of(twin).is_mutable and sorted(
+                        (a.name, str(a.type)) for a in tc.schema_of(twin).arguments) == wanted:
                     _INPLACE_TWINS[op] = twin
                     break
     return _INPLACE_TWINS[op]
 
 
-def call_inplace_through_twin(op: torch._ops.OpOverload, twin: torch._ops.OpOverload,
+def call_inplace_through_twin(op: tc.OpOverload, twin: tc.OpOverload,
                               args: tuple, kwargs: dict) -> Any:
     """``self.copy_(twin(**arguments by name))``; run under the functional mode."""
-    bound = dict(zip((a.name for a in op._schema.arguments), args), **kwargs)
-    self_name = op._schema.arguments[0].name
+    bound = dict(zip((a.name for a in tc.schema_of(op).arguments), args), **kwargs)
+    self_name = tc.schema_of(op).arguments[0].name
     result = twin(**bound)
     return bound[self_name].copy_(result)
 
@@ -141,7 +142,7 @@ def _random_fills() -> set:
 RANDOM_FILLS = _random_fills()
 
 
-def fill_randomly_keeping_grad(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+def fill_randomly_keeping_grad(op: tc.OpOverload, args: tuple, kwargs: dict) -> Any:
     """``self.normal_()`` on a tensor that may require grad, as ``self.zero_().add_(fresh)``
     with ``fresh`` filled by ``op``: functionalized, ``normal_`` becomes
     ``normal_functional``, which has no derivative, so backward through the program

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..errors import UnsupportedError, user_source_line
+from ..errors import Refusal, UnsupportedError, user_source_line
 
 
 def _is_data(func: Any, accessor: str) -> bool:
@@ -44,7 +44,7 @@ class TensorDataMode(TorchFunctionMode):
                     f"{getattr(value, 'dtype', type(value).__name__)}{list(getattr(value, 'shape', []))}: "
                     "a program's state keeps its shape and dtype; assign a value of the same shape and "
                     "dtype (or register a buffer of the new shape in __init__)",
-                    op="Tensor.data.__set__", source=user_source_line())
+                    kind=Refusal.DATA_ASSIGN_NEW_METADATA, op="Tensor.data.__set__", source=user_source_line())
             with torch.no_grad():
                 target.copy_(value)
             return None

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from .observers import OpCall
 
 
 def _is_view_op(func: Any) -> bool:
@@ -50,7 +51,8 @@ def _is_view_op(func: Any) -> bool:
 
 
 class ViewGradModes:
-    """Per-trace record of each view's chain, and the rebuilds and boundaries it needs.
+    """Per-trace record of each view's chain, and the rebuilds and boundaries it needs
+    (an observer of the tracing mode, see observers.py).
 
     ``may_need_grad(t)`` says whether the base of ``t``'s storage may require
     grad when the program runs; views of other storages need nothing.
@@ -68,22 +70,22 @@ class ViewGradModes:
 
     # --- the mode calls these around every op ------------------------------------
 
-    def before(self, func: Any, args: tuple, kwargs: dict, written: list[Any]) -> None:
-        grad = torch.is_grad_enabled()
+    def before(self, call: OpCall) -> None:
+        func, args, grad = call.func, call.args, call.grad
         if grad:
             self._end_stretch()
         if not _is_view_op(func):  # view ops do not read (sync) their input
-            self.rebuild_stale((args, kwargs))
+            self.rebuild_stale((args, call.kwargs))
         if not grad and (self._views_a_storage_written_in_stretch(func, args)
-                         or self._writes_a_view_made_in_stretch(written)):
+                         or self._writes_a_view_made_in_stretch(call.written)):
             tc.record_grad_marker(True)
             tc.record_grad_marker(False)
             self._end_stretch()
 
-    def after(self, func: Any, args: tuple, out: Any, written: list[Any]) -> None:
-        grad = torch.is_grad_enabled()
+    def after(self, call: OpCall, out: Any) -> None:
+        func, args, grad = call.func, call.args, call.grad
         if not grad:
-            for w in written:
+            for w in call.written:
                 if self._may_need_grad(w):
                     self._written_in_stretch.add(tc.storage_key(w))
         if _is_view_op(func) and args:
@@ -125,10 +127,12 @@ class ViewGradModes:
 
     def _needs_mode(self, t: Any) -> bool | None:
         """The grad mode a rebuild of ``t`` must run in; None if any mode will do."""
-        entry = self._cut.get(id(t)) if isinstance(t, tc.FunctionalTensor) else None
+        if not isinstance(t, tc.FunctionalTensor):
+            return None
+        entry = self._cut.get(id(t))
         if entry is None or entry[0]() is not t:
             return None
-        if tc.storage_mutation_count(t) == 0 or not self._may_need_grad(t):
+        if tc.storage_mutation_count(t) == 0 or not self._may_need_grad(t):  # type: ignore[arg-type]
             return None  # never written: never stale; or no gradient either way
         return not entry[1]
 

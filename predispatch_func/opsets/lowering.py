@@ -28,13 +28,13 @@ import dataclasses
 import functools
 import operator
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import UnsupportedError
+from ..errors import Refusal, UnsupportedError
 from ..graphs import all_graph_modules
 from .opset import OpSet
 
@@ -53,9 +53,9 @@ _NEVER_DECOMPOSED_BY_US = frozenset({aten.copy.default})
 
 def is_infrastructure(target: Any) -> bool:
     """Not an operator a backend implements: getitem, symbolic arithmetic, HOPs, asserts."""
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    if isinstance(target, tc.HigherOrderOperator):
         return True
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, tc.OpOverload):
         return target in _INFRASTRUCTURE
     return callable(target) and getattr(target, "__module__", None) in (
         operator.__name__, "_operator", "builtins", "math", "torch", "torch.fx.experimental.sym_node")
@@ -69,12 +69,12 @@ class Lowering:
     def __init__(self, target: OpSet):
         self.target = target
         self._core = core_decompositions()
-        self._functional_cache: dict[torch._ops.OpOverload, Callable | None] = {}
+        self._functional_cache: dict[tc.OpOverload, Callable | None] = {}
 
     def allows(self, op: Any) -> bool:
         return op in self.target or is_infrastructure(op)
 
-    def decomposition(self, op: torch._ops.OpOverload) -> Callable | None:
+    def decomposition(self, op: tc.OpOverload) -> Callable | None:
         """The decomposition lowering uses for ``op`` (None: in the target, or none exists)."""
         if self.allows(op) or op in _NEVER_DECOMPOSED_BY_US:
             return None
@@ -86,7 +86,7 @@ class Lowering:
 
     # --- the functional-mode level ---------------------------------------------
 
-    def forces_decomposition(self, op: torch._ops.OpOverload) -> bool:
+    def forces_decomposition(self, op: tc.OpOverload) -> bool:
         """A composite outside the target: decompose it whatever the audit says."""
         return not self.allows(op) and tc.has_composite_implicit_kernel(op)
 
@@ -100,10 +100,10 @@ class Lowering:
         keeps the aliasing eager has), and so are ops torch tags unsafe
         (``native_batch_norm`` lies about writing its running stats).
         """
-        if not isinstance(op, torch._ops.OpOverload):
+        if not isinstance(op, tc.OpOverload):
             return None
         if op not in self._functional_cache:
-            schema = op._schema
+            schema = tc.schema_of(op)
             plain = not (schema.is_mutable or op.is_view or tc.torch_tags_unsafe(op)
                          or any(a.alias_info for a in (*schema.arguments, *schema.returns)))
             self._functional_cache[op] = (
@@ -112,13 +112,13 @@ class Lowering:
 
     # --- the proxy-mode level ---------------------------------------------------
 
-    def proxy_table(self) -> dict[torch._ops.OpOverload, Callable]:
+    def proxy_table(self) -> dict[tc.OpOverload, Callable]:
         """make_fx's decomposition table: every known op outside the target that decomposes."""
         return _proxy_table(self.target)
 
     # --- after tracing ------------------------------------------------------------
 
-    def warn_decomposed_members(self, decisions: dict[str, tuple[str, str]]) -> None:
+    def warn_decomposed_members(self, decisions: Mapping[str, tuple[str, str]]) -> None:
         """Name each composite of the target that the policy decomposed anyway."""
         for name, (decision, why) in sorted(decisions.items()):
             if decision == "decompose" and name in _names(self.target):
@@ -188,14 +188,14 @@ class TargetUnreachableError(UnsupportedError):
             if len(op.lines) > 3:
                 parts.append(f"      ... and {len(op.lines) - 3} more")
         parts.append("add these ops to the target, or rewrite the code that calls them")
-        super().__init__("\n".join(parts))
+        super().__init__("\n".join(parts), kind=Refusal.OP_NOT_IN_TARGET)
 
 
 class TargetMemberDecomposed(UserWarning):
     """A composite in the target op set was decomposed because it lies about its schema."""
 
 
-def _decompose_composite(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+def _decompose_composite(op: tc.OpOverload, *args: Any, **kwargs: Any) -> Any:
     return op.decompose(*args, **kwargs)
 
 
@@ -224,14 +224,14 @@ def _is_user_file(frame_line: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def core_decompositions() -> dict[torch._ops.OpOverload, Callable]:
+def core_decompositions() -> dict[tc.OpOverload, Callable]:
     """torch's core ATen decompositions, then any other ATen-level one torch registers
     for an op that table lacks."""
     return {**tc.aten_decomposition_table(), **tc.core_aten_decomposition_table()}
 
 
 @functools.lru_cache(maxsize=1)
-def _composite_aten_ops() -> tuple[torch._ops.OpOverload, ...]:
+def _composite_aten_ops() -> tuple[tc.OpOverload, ...]:
     ops = []
     for full in tc.all_op_names():
         namespace, _, rest = full.partition("::")
@@ -243,9 +243,9 @@ def _composite_aten_ops() -> tuple[torch._ops.OpOverload, ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def _proxy_table(target: OpSet) -> dict[torch._ops.OpOverload, Callable]:
+def _proxy_table(target: OpSet) -> dict[tc.OpOverload, Callable]:
     lowering = Lowering.__new__(Lowering)
-    lowering.target, lowering._core, lowering._functional_cache = target, core_decompositions(), {}
+    lowering.target, lowering._core, lowering._functional_cache = target, core_decompositions(), {}  # noqa: SLF001
     table = {}
     for op in (*core_decompositions(), *_composite_aten_ops()):
         decomposition = lowering.decomposition(op)

@@ -23,7 +23,7 @@ import torch
 
 from .. import _torch_compat as tc
 
-OpOverload = torch._ops.OpOverload
+OpOverload = tc.OpOverload
 
 
 class OpSet:
@@ -170,9 +170,9 @@ def _core_aten_ops() -> frozenset[OpOverload]:
         op = tc.resolve_overload(namespace, rest)
         if op is not None and torch.Tag.core in op.tags:
             ops.add(op)
-            if op._schema.is_mutable:
-                twin = tc.resolve_overload(namespace, f"{op._schema.name.split('::')[1]}_functional."
-                                                      f"{op._overloadname}")
+            if tc.schema_of(op).is_mutable:
+                twin = tc.resolve_overload(namespace, f"{tc.schema_of(op).name.split('::')[1]}_functional."
+                                                      f"{tc.overload_name(op)}")
                 if twin is not None:
                     ops.add(twin)
     return frozenset(ops)

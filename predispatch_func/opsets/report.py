@@ -52,7 +52,7 @@ def ops_report(ep: torch.export.ExportedProgram, target: OpSet | None = None,
     places: dict[Any, list[str]] = {}
     for _, gm in all_graph_modules(ep.graph_module):
         for node in gm.graph.nodes:
-            if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
+            if node.op != "call_function" or not isinstance(node.target, tc.OpOverload) \
                     or is_infrastructure(node.target):
                 continue
             counts[node.target] = counts.get(node.target, 0) + 1
@@ -82,7 +82,7 @@ def ops_report(ep: torch.export.ExportedProgram, target: OpSet | None = None,
     return uses
 
 
-def _composite(op: torch._ops.OpOverload, decision: tuple[str, str] | None) -> str:
+def _composite(op: tc.OpOverload, decision: tuple[str, str] | None) -> str:
     if not tc.has_composite_implicit_kernel(op):
         return ""
     if decision is None:
@@ -91,7 +91,7 @@ def _composite(op: torch._ops.OpOverload, decision: tuple[str, str] | None) -> s
     return f"{'kept' if verdict == 'keep' else 'decomposed'} ({why})"
 
 
-def _why(lowering: Lowering, op: torch._ops.OpOverload) -> str:
+def _why(lowering: Lowering, op: tc.OpOverload) -> str:
     if lowering.decomposition(op) is not None:
         return "decomposes: export(..., target=) lowers it"
     return lowering.why_missing(str(op))

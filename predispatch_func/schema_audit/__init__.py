@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import threading
 
-import torch
-
 from .. import _torch_compat as tc
 
 _lock = threading.Lock()
@@ -36,7 +34,7 @@ def _shipped_decisions() -> dict[str, str]:
     return _shipped
 
 
-def shipped_decision(op: torch._ops.OpOverload) -> str | None:
+def shipped_decision(op: tc.OpOverload) -> str | None:
     """``"keep"``, ``"decompose"`` or None (not audited) for ``op``."""
     if op.namespace == "aten":
         return _shipped_decisions().get(str(op))
@@ -45,7 +43,7 @@ def shipped_decision(op: torch._ops.OpOverload) -> str | None:
     return audit_custom_op(op).decision
 
 
-def audit_custom_op(op: torch._ops.OpOverload) -> "Entry":
+def audit_custom_op(op: tc.OpOverload) -> "Entry":
     """Audit a non-aten composite now (once per process), even from inside a trace."""
     name = str(op)
     if name not in _custom:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
+
+from .. import _torch_compat as tc
 
 from .samples import Sample
 
@@ -91,15 +93,15 @@ class _Snapshot:
     __slots__ = ("version", "meta", "bits")
 
     def __init__(self, t: torch.Tensor):
-        self.version = t._version
+        self.version = tc.version_of(t)
         self.meta = _meta(t)
         bits = _bits(t)
         self.bits = bits.clone() if bits is not None else None
 
     def changes(self, t: torch.Tensor) -> list[str]:
         found = []
-        if t._version != self.version:
-            found.append(f"version {self.version}->{t._version}")
+        if tc.version_of(t) != self.version:
+            found.append(f"version {self.version}->{tc.version_of(t)}")
         if _meta(t) != self.meta:
             found.append("shape/stride changed")
         elif self.bits is not None:
@@ -156,9 +158,9 @@ class _Run:
     declared_alias_outcomes: dict[str, bool]  # output label -> aliased?
 
 
-def run_sample(op: torch._ops.OpOverload, sample: Sample) -> _Run:
+def run_sample(op: tc.OpOverload, sample: Sample) -> _Run:
     """Call ``op`` once on fresh copies of ``sample``; raises what the op raises."""
-    schema = op._schema
+    schema = tc.schema_of(op)
     args, kwargs = sample.materialize()
     inputs = _inputs_of(schema, args, kwargs)
     before = [_Snapshot(i.tensor) for i in inputs]
@@ -181,7 +183,7 @@ def run_sample(op: torch._ops.OpOverload, sample: Sample) -> _Run:
     return run
 
 
-def check(op: torch._ops.OpOverload, samples: list[Sample], no_sample_reasons: list[str] = (), *,
+def check(op: tc.OpOverload, samples: list[Sample], no_sample_reasons: Sequence[str] = (), *,
           skip: dict[int, str] | None = None,
           on_sample: Callable[[int, Sample], None] | None = None) -> CheckResult:
     """Run every sample, then give the overload one verdict with its evidence.

@@ -16,7 +16,6 @@ import sys
 import time
 from typing import Any
 
-import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -43,7 +42,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=cmd_audit)
 
 
-def _select_ops(ns: argparse.Namespace) -> list[torch._ops.OpOverload]:
+def _select_ops(ns: argparse.Namespace) -> list[tc.OpOverload]:
     from .runner import audit_scope, overloads_in
 
     if not ns.op:
@@ -58,7 +57,7 @@ def _select_ops(ns: argparse.Namespace) -> list[torch._ops.OpOverload]:
             op = tc.resolve_overload(namespace, rest)
             found = [op] if op is not None else []
         else:
-            found = [op for op in overloads_in(namespace) if op._schema.name.split("::")[1] == name]
+            found = [op for op in overloads_in(namespace) if tc.schema_of(op).name.split("::")[1] == name]
         if not found:
             raise SystemExit(f"no operator {spec!r}")
         chosen += found

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from .. import _torch_compat as tc
+
 from .samples import Sample
 
 MAX_OPINFO_SAMPLES = 6
@@ -46,10 +48,8 @@ def _packet_name_of(opinfo: Any) -> str:
 @functools.lru_cache(maxsize=1)
 def _opinfos_by_packet() -> dict[str, list[Any]]:
     """op_db grouped by the aten packet each OpInfo most likely calls (imports op_db)."""
-    from torch.testing._internal.common_methods_invocations import op_db
-
     index: dict[str, list[Any]] = {}
-    for info in op_db:
+    for info in tc.opinfo_db():
         names = {_packet_name_of(info), info.name.split(".")[-1]}
         names |= {a.name.replace(".", "_") for a in info.aliases}
         for n in names:
@@ -127,30 +127,30 @@ def _samples_for_packet(packet: str) -> tuple[Sample, ...]:
     path = cache / f"{packet}.pt" if cache is not None else None
     if path is not None and path.exists():
         try:
-            return tuple(torch.load(path, weights_only=False))
+            # stored as plain data and read back with weights_only=True: the cache
+            # folder may hold anything, and nothing in it may run code when loaded
+            return tuple(Sample(source, tuple(args), dict(kwargs))
+                         for source, args, kwargs in torch.load(path, weights_only=True))
         except Exception:
-            pass  # unreadable: rebuild below
+            pass  # unreadable, or not plain data: rebuild below
     samples = _build(packet)
     if path is not None:
         try:
             import io
 
             buf = io.BytesIO()
-            torch.save(list(samples), buf)
+            torch.save([(s.source, tuple(s.args), dict(s.kwargs)) for s in samples], buf)
             _write_atomic(path, buf.getvalue())
         except Exception:
             pass  # a sample holding something unpicklable is simply not cached
     return samples
 
 
-def _packet(op: torch._ops.OpOverload) -> str:
-    return op._schema.name.split("::")[-1]
+def _packet(op: tc.OpOverload) -> str:
+    return tc.schema_of(op).name.split("::")[-1]
 
 
-def opinfo_samples(op: torch._ops.OpOverload) -> list[Sample]:
+def opinfo_samples(op: tc.OpOverload) -> list[Sample]:
     """OpInfo samples for ``op``'s packet; the checker drops those that do not bind."""
     return list(_samples_for_packet(_packet(op)))
 
-
-def has_opinfo(op: torch._ops.OpOverload) -> bool:
-    return _packet(op) in _packets_with_opinfo()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .. import _torch_compat as tc
+
 from .samples import Sample
 
 
@@ -42,16 +44,16 @@ def _embedding_bag_samples(overload: str) -> list[Sample]:
     return [Sample("recipe:embedding-bag", (weight, indices, offsets, False, mode), {}) for mode in (0, 1, 2)]
 
 
-def recipe_samples(op: torch._ops.OpOverload) -> list[Sample]:
+def recipe_samples(op: tc.OpOverload) -> list[Sample]:
     """Hand-written samples for ops models use but schemas cannot describe."""
     if op.namespace != "aten":
         return []
-    packet = op._schema.name.split("::")[-1]
+    packet = tc.schema_of(op).name.split("::")[-1]
     if packet in ("lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell",
                   "rnn_relu_cell"):
-        return _rnn_samples(packet, op._overloadname)
+        return _rnn_samples(packet, tc.overload_name(op))
     if packet == "embedding_bag":
-        return _embedding_bag_samples(op._overloadname)
+        return _embedding_bag_samples(tc.overload_name(op))
     if packet == "cosine_embedding_loss":  # target: one +-1 per row
         return [Sample("recipe:pairs", (torch.randn(2, 3), torch.randn(2, 3), torch.tensor([1.0, -1.0])), {})]
     return []

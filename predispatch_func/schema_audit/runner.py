@@ -26,7 +26,7 @@ OP_TIMEOUT_S = 30.0
 Progress = Callable[[str], None]
 
 
-def overloads_in(namespace: str) -> list[torch._ops.OpOverload]:
+def overloads_in(namespace: str) -> list[tc.OpOverload]:
     """Every registered overload of ``namespace``, sorted by name."""
     found = []
     for qualified in tc.all_op_names():
@@ -39,7 +39,7 @@ def overloads_in(namespace: str) -> list[torch._ops.OpOverload]:
     return sorted(found, key=str)
 
 
-def audit_scope(namespace: str = "aten") -> list[torch._ops.OpOverload]:
+def audit_scope(namespace: str = "aten") -> list[tc.OpOverload]:
     """What a full audit covers.
 
     aten: every overload, composite or not: kernels can lie too
@@ -54,7 +54,7 @@ def audit_scope(namespace: str = "aten") -> list[torch._ops.OpOverload]:
     return ops
 
 
-def audit_op(op: torch._ops.OpOverload, *, use_opinfo: bool = True,
+def audit_op(op: tc.OpOverload, *, use_opinfo: bool = True,
              skip: dict[int, str] | None = None,
              on_sample: Callable[[int, Sample], None] | None = None) -> CheckResult:
     """Audit one overload in this process (seeded, caller's RNG untouched).
@@ -67,7 +67,7 @@ def audit_op(op: torch._ops.OpOverload, *, use_opinfo: bool = True,
         return check(op, samples, reasons, skip=skip or {}, on_sample=on_sample)
 
 
-def audit_many(ops: Iterable[torch._ops.OpOverload], *, isolate: bool = True,
+def audit_many(ops: Iterable[tc.OpOverload], *, isolate: bool = True,
                use_opinfo: bool = True, progress: Progress | None = None) -> list[CheckResult]:
     """Audit each op; with ``isolate`` a crash or hang costs only that op."""
     ops = list(ops)
@@ -91,7 +91,7 @@ def audit_many(ops: Iterable[torch._ops.OpOverload], *, isolate: bool = True,
 MAX_CRASHES_PER_OP = 10
 
 
-def _child(ops: list[torch._ops.OpOverload], start: int, skip: dict[int, dict[int, str]],
+def _child(ops: list[tc.OpOverload], start: int, skip: dict[int, dict[int, str]],
            use_opinfo: bool, conn) -> None:
     faulthandler.disable()  # a crash here is expected and reported by the parent
     for i in range(start, len(ops)):
@@ -107,7 +107,7 @@ def _child(ops: list[torch._ops.OpOverload], start: int, skip: dict[int, dict[in
     os._exit(0)
 
 
-def _run_child(ops: list[torch._ops.OpOverload], start: int, skip: dict[int, dict[int, str]],
+def _run_child(ops: list[tc.OpOverload], start: int, skip: dict[int, dict[int, str]],
                use_opinfo: bool, results: dict[int, CheckResult],
                progress: Progress | None) -> tuple[int, int | None, str, str] | None:
     """Run ops[start:] in one forked child; return (op, sample, description, why) if it died."""
@@ -142,7 +142,7 @@ def _run_child(ops: list[torch._ops.OpOverload], start: int, skip: dict[int, dic
         parent_end.close()
 
 
-def _audit_in_children(ops: list[torch._ops.OpOverload], use_opinfo: bool,
+def _audit_in_children(ops: list[tc.OpOverload], use_opinfo: bool,
                        progress: Progress | None) -> list[CheckResult]:
     if use_opinfo:
         for op in ops:  # load OpInfo samples once, before forking, so children share them

@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import torch
 
+from .. import _torch_compat as tc
+
 # --- samples -----------------------------------------------------------------
 
 
@@ -151,7 +153,7 @@ _CLASS_TARGET_OPS = ("nll", "cross_entropy", "ctc", "multilabel", "multi_margin"
 _CHANNEL_NAMES = {"running_mean", "running_var", "weight", "bias", "save_mean", "save_invstd"}
 
 
-def schema_samples(op: torch._ops.OpOverload) -> tuple[list[Sample], list[str]]:
+def schema_samples(op: tc.OpOverload) -> tuple[list[Sample], list[str]]:
     """One sample per profile that can fill ``op``'s schema; reasons for the others."""
     samples, reasons = [], []
     for profile in PROFILES:
@@ -211,15 +213,15 @@ def _is_out(arg: Any) -> bool:
                 and str(arg.real_type) == "Tensor")
 
 
-def _functional_sibling(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+def _functional_sibling(op: tc.OpOverload) -> tc.OpOverload | None:
     """``add.out`` -> ``add.Tensor``: the overload with the same inputs and no out args."""
-    inputs = [(a.name, str(a.real_type)) for a in op._schema.arguments if not _is_out(a)]
-    packet = getattr(getattr(torch.ops, op.namespace), op._schema.name.split("::")[-1])
+    inputs = [(a.name, str(a.real_type)) for a in tc.schema_of(op).arguments if not _is_out(a)]
+    packet = getattr(getattr(torch.ops, op.namespace), tc.schema_of(op).name.split("::")[-1])
     for name in packet.overloads():
         other = getattr(packet, name)
-        if other is op or other._schema.is_mutable:
+        if other is op or tc.schema_of(other).is_mutable:
             continue
-        if [(a.name, str(a.real_type)) for a in other._schema.arguments] == inputs:
+        if [(a.name, str(a.real_type)) for a in tc.schema_of(other).arguments] == inputs:
             return other
     return None
 
@@ -232,9 +234,9 @@ class _Filler:
     that mean indices, masks, targets or quantiles get values of that kind.
     """
 
-    def __init__(self, op: torch._ops.OpOverload, profile: Profile):
+    def __init__(self, op: tc.OpOverload, profile: Profile):
         self.op = op
-        self.schema = op._schema
+        self.schema = tc.schema_of(op)
         self.profile = profile
         self.ndim = len(profile.shape)
         self.tensors_made = 0
@@ -325,7 +327,7 @@ class _Filler:
 
     def _str(self, arg: Any, optional: bool) -> str | None:
         if arg.name == "equation":
-            return _EQUATION  # needs the tensor list's length, filled in sample()
+            return _EQUATION  # type: ignore[return-value]  # the tensor list's length fills it in sample()
         if arg.has_default_value():
             return arg.default_value
         if arg.name in _STR_VALUES:
@@ -356,7 +358,7 @@ _BY_KIND: dict[str, Callable[[_Filler, Any, bool], Any]] = {
 }
 
 
-def _fill(op: torch._ops.OpOverload, profile: Profile) -> Sample:
+def _fill(op: tc.OpOverload, profile: Profile) -> Sample:
     return _Filler(op, profile).sample()
 
 
@@ -408,8 +410,9 @@ def _float_for(name: str, arg: Any, profile: Profile) -> float | None:
     return 1.0
 
 
-def samples_for(op: torch._ops.OpOverload, *, use_opinfo: bool = True) -> tuple[list[Sample], list[str]]:
-    """All samples for ``op`` (schema profiles first: they are the likeliest to expose lies)."""
+def samples_for(op: tc.OpOverload, *, use_opinfo: bool = True) -> tuple[list[Sample], list[str]]:
+    """All samples for ``op``: hand-written recipes first (inputs a schema cannot guess), then
+    the schema profiles (aimed at identity fast paths), then OpInfo's."""
     from .recipes import recipe_samples
 
     samples, reasons = schema_samples(op)

@@ -41,7 +41,7 @@ class AuditTable:
         return cls(data["torch_version"], data["torch_git"], entries)
 
 
-def audit_entries(ops: Iterable[torch._ops.OpOverload], *, isolate: bool = True,
+def audit_entries(ops: Iterable[tc.OpOverload], *, isolate: bool = True,
                   use_opinfo: bool = True,
                   progress: Callable[[str], None] | None = None) -> list[Entry]:
     ops = list(ops)
@@ -82,8 +82,8 @@ def staleness(table: AuditTable) -> list[str]:
         problems.append(f"{name} is in the table but no longer registered")
     for name, entry in sorted(table.entries.items()):
         op = current.get(name)
-        if op is not None and str(op._schema) != entry.schema:
-            problems.append(f"{name} changed schema: {entry.schema} -> {op._schema}")
+        if op is not None and str(tc.schema_of(op)) != entry.schema:
+            problems.append(f"{name} changed schema: {entry.schema} -> {tc.schema_of(op)}")
     missing = sorted(set(current) - set(table.entries))
     problems += [f"{'composite' if tc.has_composite_implicit_kernel(current[n]) else 'kernel'} "
                  f"{n} is not in the table" for n in missing]

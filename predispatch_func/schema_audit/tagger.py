@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
 
 from .. import _torch_compat as tc
 from .checker import HONEST, LIES_ALIAS, LIES_MUTATION, MAYBE_ALIAS, UNTESTED, CheckResult
@@ -51,7 +50,7 @@ class Entry:
         return cls(**data)
 
 
-def decide(op: torch._ops.OpOverload, verdict: str) -> tuple[str, str]:
+def decide(op: tc.OpOverload, verdict: str) -> tuple[str, str]:
     """(decision, why) for ``op`` given the audit's verdict."""
     if verdict in LIES:
         return DECOMPOSE, "its behaviour contradicts its schema"
@@ -59,7 +58,7 @@ def decide(op: torch._ops.OpOverload, verdict: str) -> tuple[str, str]:
         return DECOMPOSE, "its result aliases its input on some inputs only"
     if verdict == UNTESTED:
         return DECOMPOSE, "no sample ran, so nothing vouches for it"
-    schema = op._schema
+    schema = tc.schema_of(op)
     if schema.is_mutable or any(a.alias_info for a in schema.arguments):
         return DECOMPOSE, "its schema declares aliasing or mutation"
     if tc.torch_tags_unsafe(op):
@@ -68,14 +67,14 @@ def decide(op: torch._ops.OpOverload, verdict: str) -> tuple[str, str]:
     return KEEP, "honest with a functional schema"
 
 
-def tag(op: torch._ops.OpOverload, result: CheckResult) -> Entry:
+def tag(op: tc.OpOverload, result: CheckResult) -> Entry:
     decision, why = decide(op, result.verdict)
     evidence = result.evidence if decision == KEEP or result.verdict != HONEST else f"{why}; {result.evidence}"
     return Entry(
         op=str(op), verdict=result.verdict, decision=decision, evidence=evidence,
         composite=bool(tc.has_composite_implicit_kernel(op)),
         torch_tagged=tc.torch_tag_maybe_aliasing(op), torch_keeps=tc.torch_export_keeps(op),
-        schema=str(op._schema), runs=result.runs, crashes=list(result.crashes),
+        schema=str(tc.schema_of(op)), runs=result.runs, crashes=list(result.crashes),
     )
 
 

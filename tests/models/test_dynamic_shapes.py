@@ -12,6 +12,7 @@ import torch
 from torch.export import Dim
 
 import predispatch_func as pf
+from expect_refusal import refused
 from corpus import CASES, _ids, build
 from oracle import export_checked
 
@@ -67,7 +68,7 @@ def test_declared_dim_that_the_model_specialises_is_refused():
         def forward(self, x):
             return x.view(2, 3) * 2
 
-    with pytest.raises(pf.UnsupportedError, match="Dim 'b'.*specialised it to 2"):
+    with refused(pf.Refusal.DIM_NOT_DYNAMIC, "Dim 'b'.*specialised it to 2"):
         pf.export(FixedView(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: Dim("b")}})
 
 
@@ -78,7 +79,7 @@ def test_dim_auto_may_be_specialised_but_dim_dynamic_may_not():
 
     ep = export_checked(FixedView(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: Dim.AUTO}})
     assert not ep.range_constraints
-    with pytest.raises(pf.UnsupportedError, match="specialised it to 2"):
+    with refused(pf.Refusal.DIM_NOT_DYNAMIC, "specialised it to 2"):
         pf.export(FixedView(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: Dim.DYNAMIC}})
 
 
@@ -88,11 +89,11 @@ def test_declared_range_wider_than_the_model_allows_is_refused():
             torch._check(x.shape[0] <= 4)
             return x * 2
 
-    with pytest.raises(pf.UnsupportedError, match=r"Dim 'b'.*only supports \[2, 4\]"):
+    with refused(pf.Refusal.DIM_NOT_DYNAMIC, r"Dim 'b'.*only supports \[2, 4\]"):
         pf.export(AtMostFour(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: Dim("b", max=16)}})
 
 
 def test_example_outside_declared_range_is_refused():
-    with pytest.raises(pf.UnsupportedError, match="outside Dim 'b'"):
+    with refused(pf.Refusal.DYNAMIC_SHAPES_SPEC, "outside Dim 'b'"):
         pf.export(Add(), (torch.randn(9, 3), torch.randn(9, 3)),
                   dynamic_shapes={"x": {0: Dim("b", max=8)}, "y": {0: Dim("b", max=8)}})

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import predispatch_func as pf
+from expect_refusal import refused
 from corpus import CASES, build
 from oracle import export_checked, graph_code
 from predispatch_func.interop import inline_regions
@@ -132,7 +133,7 @@ def test_inline_regions_refuses_autocast_regions():
                 return x @ y
 
     ep = export_checked(Autocast(), (torch.randn(4, 4), torch.randn(4, 4)))
-    with pytest.raises(pf.UnsupportedError, match="run_decompositions"):
+    with refused(pf.Refusal.REGION_NOT_INLINABLE, "run_decompositions"):
         inline_regions(ep)
 
 

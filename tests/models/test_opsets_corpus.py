@@ -38,6 +38,7 @@ def _check(name: str, train: bool) -> None:
     if name in TORCH_CANNOT_LOWER:
         with pytest.raises(pf.UnsupportedError) as info:
             pf.export(model, args, kwargs, target=target)
+        assert info.value.kind is pf.Refusal.OP_NOT_IN_TARGET
         named = {line.split(":")[0].strip() for line in str(info.value).splitlines()
                  if line.startswith("  ") and not line.startswith("      ")}
         assert named == TORCH_CANNOT_LOWER[name], str(info.value)

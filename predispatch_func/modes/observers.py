@@ -1,0 +1,277 @@
+"""What the tracing mode records about each op, one small class per fact.
+
+:class:`~predispatch_func.modes.stack.PolicyFunctionalMode` dispatches every
+op the same way: refuse, reroute (policy), dispatch, and around the dispatch
+call each observer's ``before(call)`` and ``after(call, out)`` in order. An
+observer reads the :class:`OpCall` (the op, its arguments, the tensors it
+writes, the user's grad mode) and keeps what a later observer, a later op or
+a later stage needs::
+
+    bases = Bases(); reach = GradReach(); detached = DetachedAliases()
+    observers = [ViewGradModes(...), CopyTargetFlag(...),
+                 IdentityEdges(bases, reach, detached), detached, reach, bases]
+
+``after`` runs while the op's dispatch context is still active (grad off for a
+write done without autograd, see :class:`IdentityEdges`); observers read the
+user's mode from ``call.grad``, never from torch's global state. With
+``pre_dispatch=False`` there is nothing to observe: autograd already ran.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Protocol
+
+import torch
+
+from .. import _torch_compat as tc
+from ..errors import Refusal, UnsupportedError, user_source_line
+from .differentiable_copy import CopyTarget
+
+_DETACH = torch.ops.aten.detach.default
+_COPY_ = torch.ops.aten.copy_.default
+
+
+_UNSEEN_ALIASES = (_DETACH, torch.ops.aten.view.dtype)
+# ops whose results never require grad, whatever their inputs (a *_like factory reads only
+# its input's metadata)
+_NEVER_DIFFERENTIABLE = frozenset({
+    _DETACH, torch.ops.aten.zeros_like.default, torch.ops.aten.ones_like.default,
+    torch.ops.aten.empty_like.default, torch.ops.aten.full_like.default, torch.ops.aten.rand_like.default,
+    torch.ops.aten.randn_like.default, torch.ops.aten.randint_like.default,
+})
+
+
+class OpCall:
+    """One op being dispatched: what every observer reads."""
+
+    __slots__ = ("func", "args", "kwargs", "written", "grad", "without_autograd")
+
+    def __init__(self, func: Any, args: tuple, kwargs: dict, written: list[Any]):
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+        self.written = written  # the FunctionalTensors the op writes in place
+        self.grad = torch.is_grad_enabled()  # the user's grad mode for this op
+        self.without_autograd = False  # set by IdentityEdges: dispatch with grad off
+
+    def tensors_read(self) -> list[Any]:
+        return [t for t in tc.pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
+
+
+class Observer(Protocol):
+    def before(self, call: OpCall) -> None: ...
+
+    def after(self, call: OpCall, out: Any) -> None: ...
+
+
+def written_tensors(func: Any, args: tuple, kwargs: dict) -> list[Any]:
+    """The tensors ``func`` writes, positional or keyword (``out=`` is keyword-only)."""
+    schema = tc.schema_of(func)
+    if schema is None or not schema.is_mutable:
+        return []
+    values = [*zip(schema.arguments, args),
+              *((arg, kwargs[arg.name]) for arg in schema.arguments if arg.kwarg_only and arg.name in kwargs)]
+    return [value for arg, value in values
+            if arg.alias_info is not None and arg.alias_info.is_write
+            and isinstance(value, tc.FunctionalTensor)]
+
+
+def _may_carry_grad(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+
+
+class Bases:
+    """The base FunctionalTensor of each storage, and which bases are graph inputs.
+
+    A write through a view changes its base: identity edges, the ``copy_``
+    lowering and view rebuilds all need the base a written view belongs to.
+    """
+
+    __slots__ = ("_by_storage", "input_ids")
+
+    def __init__(self) -> None:
+        self._by_storage: dict[Any, Any] = {}
+        self.input_ids: set[int] = set()
+
+    def add_inputs(self, inputs: list[Any]) -> None:
+        self.input_ids = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
+        for t in inputs:
+            self._track(t)
+
+    def base_of(self, t: Any) -> Any:
+        return self._by_storage.get(tc.storage_key(t))
+
+    def bases_of(self, tensors: list[Any]) -> list[Any]:
+        """The distinct bases of ``tensors``, in order."""
+        found: list[Any] = []
+        for t in tensors:
+            base = self.base_of(t)
+            if base is not None and all(base is not b for b in found):
+                found.append(base)
+        return found
+
+    def is_unwritten_input(self, written: list[Any]) -> bool:
+        """``written`` is one graph input (or a view of one) that nothing wrote before."""
+        if len(written) != 1 or tc.storage_mutation_count(written[0]) != 0:
+            return False
+        base = self.base_of(written[0])
+        return base is not None and id(base) in self.input_ids
+
+    def _track(self, t: Any) -> None:
+        if isinstance(t, tc.FunctionalTensor) and tc.is_functional_base(t):
+            self._by_storage.setdefault(tc.storage_key(t), t)
+
+    def before(self, call: OpCall) -> None:
+        pass
+
+    def after(self, call: OpCall, out: Any) -> None:
+        for t in tc.pytree.tree_leaves(out):
+            self._track(t)
+
+
+class GradReach:
+    """Tensors that may require grad when the program runs.
+
+    Autograd does not run while tracing, so we track it: a float tensor computed
+    with grad on from one that may require grad (a float graph input, a
+    parameter) may too. A view rebuild, and a write through a detached alias,
+    behave differently for such tensors.
+    """
+
+    __slots__ = ("_reached",)
+
+    def __init__(self) -> None:
+        self._reached: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+    def add_inputs(self, inputs: list[Any]) -> None:
+        for t in inputs:
+            if _may_carry_grad(t):
+                self._reached[id(t)] = t
+
+    def may_need_grad(self, t: Any) -> bool:
+        return self._reached.get(id(t)) is t
+
+    def before(self, call: OpCall) -> None:
+        pass
+
+    def after(self, call: OpCall, out: Any) -> None:
+        if not call.grad or call.func in _NEVER_DIFFERENTIABLE:
+            return
+        if any(self.may_need_grad(t) for t in tc.pytree.tree_leaves((call.args, call.kwargs))):
+            for t in [*tc.pytree.tree_leaves(out), *call.written]:
+                if _may_carry_grad(t):
+                    self._reached[id(t)] = t
+
+
+class DetachedAliases:
+    """``detach()``-ed aliases and their views: a write through one is done without
+    autograd although grad is on (eager: the data changes, the history does not)."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[int, Any] = {}  # by id; held, so ids stay unique while tracing
+
+    def holds_any(self, tensors: list[Any]) -> bool:
+        return any(id(t) in self._held for t in tensors)
+
+    def before(self, call: OpCall) -> None:
+        pass
+
+    def after(self, call: OpCall, out: Any) -> None:
+        func, args = call.func, call.args
+        # view(dtype) is a view autograd does not see (not differentiable): like detach()
+        if func in _UNSEEN_ALIASES or (getattr(func, "is_view", False) and args and id(args[0]) in self._held):
+            for t in tc.pytree.tree_leaves(out):
+                # an op that *may* alias (``to``) but copied is no detached alias
+                if isinstance(t, tc.FunctionalTensor) and (
+                        func in _UNSEEN_ALIASES or tc.storage_key(t) == tc.storage_key(args[0])):
+                    self._held[id(t)] = t
+
+
+class CopyTargetFlag:
+    """Tells the ``copy_`` lowering (differentiable_copy.py), which runs below this
+    mode on plain tensors, whether its destination is an unwritten graph input."""
+
+    __slots__ = ("_target", "_bases")
+
+    def __init__(self, target: CopyTarget, bases: Bases):
+        self._target = target
+        self._bases = bases
+
+    def before(self, call: OpCall) -> None:
+        self._target.unwritten_input = call.func is _COPY_ and self._bases.is_unwritten_input(call.written)
+
+    def after(self, call: OpCall, out: Any) -> None:
+        self._target.unwritten_input = False
+
+
+class IdentityEdges:
+    """New-value node -> old-value node, for each write done without autograd.
+
+    Eager keeps a tensor's autograd identity across an in-place write under
+    ``no_grad`` or through a detached alias; functionalization makes a new
+    value. The region pass (hop/outline.py) reads these edges to carry the old
+    identity to the new value (``identity_of``). Such a write is dispatched
+    with grad off (``call.without_autograd``); one through a detached alias with
+    grad on also gets grad markers around it, so it becomes a no_grad region.
+    """
+
+    __slots__ = ("edges", "_bases", "_reach", "_detached", "_pending")
+
+    def __init__(self, bases: Bases, reach: GradReach, detached: DetachedAliases):
+        self.edges: dict[torch.fx.Node, torch.fx.Node] = {}
+        self._bases = bases
+        self._reach = reach
+        self._detached = detached
+        self._pending: dict[int, tuple[list[Any], list[Any], bool]] = {}  # by id(call)
+
+    def note(self, source: Any, value: Any) -> None:
+        """``value`` keeps ``source``'s autograd identity (a re-traced region HOP says so)."""
+        new = tc.proxy_node_of(tc.inner_of_functional(value))
+        old = tc.proxy_node_of(tc.inner_of_functional(source))
+        if new is not None and old is not None and new is not old:
+            self.edges[new] = old
+
+    def before(self, call: OpCall) -> None:
+        through_detach = call.grad and self._detached.holds_any(call.written)
+        call.without_autograd = bool(call.written) and (not call.grad or through_detach)
+        if not call.without_autograd:
+            return
+        if through_detach:
+            self._refuse_grad_value(call)
+        # the bases written, and the written views themselves: after a write under
+        # no_grad, eager's view keeps its own autograd identity too
+        bases = self._bases.bases_of(call.written)
+        if not through_detach:  # a detached alias has no autograd identity to keep
+            bases += [w for w in call.written if all(w is not b for b in bases)]
+        before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
+        if through_detach:  # eager: same as writing under no_grad
+            tc.record_grad_marker(False)
+        self._pending[id(call)] = (bases, before, through_detach)
+
+    def after(self, call: OpCall, out: Any) -> None:
+        if not call.without_autograd:
+            return
+        bases, before, through_detach = self._pending.pop(id(call))
+        after = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
+        if through_detach:
+            tc.record_grad_marker(True)
+        for old, new in zip(before, after):  # bases first: a base's identity wins
+            if old is not None and new is not None and new is not old:
+                self.edges.setdefault(new, old)
+
+    def _refuse_grad_value(self, call: OpCall) -> None:
+        """Writing a value that requires grad through a detached alias gives, in eager,
+        the alias its own autograd history while the tensor it aliases keeps its old
+        one: two histories for one storage, which a no_grad region cannot express."""
+        operands = [t for t in call.tensors_read() if all(t is not w for w in call.written)]
+        if any(self._reach.may_need_grad(t) for t in operands):
+            raise UnsupportedError(
+                "a value that may require grad (computed under grad mode from a float input or "
+                "parameter) is written through a detach()-ed alias: eager gives the alias its own "
+                "autograd history while the tensor it aliases keeps its old one; write to a "
+                "clone, or detach the value written", kind=Refusal.GRAD_VALUE_THROUGH_DETACH,
+                op=call.func, source=user_source_line())
+

@@ -1,0 +1,126 @@
+"""What the tracing mode refuses, each with its :class:`~predispatch_func.errors.Refusal` kind.
+
+Checks run first in every dispatch (before any state is recorded), chosen once
+per trace by :func:`checks`. Failures torch itself
+raises while tracing are translated into refusals by :func:`known_torch_limit`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .. import _torch_compat as tc
+from ..errors import Refusal, UnsupportedError, user_source_line
+from .observers import OpCall
+
+Check = Callable[[OpCall, "set[int]"], None]  # (the op call, ids of the graph inputs)
+
+
+def _refuse(kind: Refusal, message: str, op: Any) -> UnsupportedError:
+    return UnsupportedError(message, kind=kind, op=op, source=user_source_line())
+
+
+def grad_mode_after_autograd(call: OpCall, input_ids: set[int]) -> None:
+    if not call.grad:
+        raise _refuse(Refusal.GRAD_MODE_AFTER_AUTOGRAD,
+                      "the model disables grad mode; after autograd (pre_dispatch=False) a region "
+                      "cannot be recorded, so its gradients would silently differ from eager; "
+                      "export with pre_dispatch=True", call.func)
+
+
+class InputMetadataWrites:
+    """In-place view ops on graph inputs (``t_``, ``unsqueeze_``): refused at the end of
+    the trace (:meth:`refuse_changed`) only if the input's layout then differs
+    (``t_()`` of a 1-D tensor, or ``unsqueeze_(0)`` undone by ``squeeze_(0)``, changes nothing)."""
+
+    __slots__ = ("_first",)
+
+    def __init__(self) -> None:
+        self._first: dict[int, tuple[Any, tuple, Any, str | None]] = {}  # id -> (input, layout, op, line)
+
+    def __call__(self, call: OpCall, input_ids: set[int]) -> None:
+        t = call.args[0] if call.args else None
+        if (id(t) in input_ids and id(t) not in self._first
+                and torch.Tag.inplace_view in getattr(call.func, "tags", ())):
+            self._first[id(t)] = (t, _layout(t), call.func, user_source_line())
+
+    def refuse_changed(self) -> None:
+        for t, layout, func, source in self._first.values():
+            if _layout(t) != layout:
+                raise UnsupportedError(
+                    "in-place metadata change (shape/stride) of a graph input cannot be expressed "
+                    "in a functional program; use the out-of-place op instead",
+                    kind=Refusal.INPUT_METADATA_MUTATION, op=func, source=source)
+
+
+def _layout(t: Any) -> tuple:
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+
+
+def overlapping_writes(call: OpCall, input_ids: set[int]) -> None:
+    """One tensor passed as two mutable arguments (``batch_norm(x, None, None, s, s,
+    True, ...)``): eager applies the kernel's writes one after the other, a
+    functional program computes each from the old value."""
+    if len(call.written) < 2:
+        return
+    spans = []
+    for t in call.written:
+        start = t.storage_offset()
+        extent = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0) if t.numel() else -1
+        spans.append((tc.storage_key(t), start, start + extent))
+    for i, (key, lo, hi) in enumerate(spans):
+        for key2, lo2, hi2 in spans[:i]:
+            if key == key2 and lo <= hi2 and lo2 <= hi:
+                raise _refuse(Refusal.OVERLAPPING_WRITES,
+                              "one tensor (or overlapping views of it) is passed as two arguments the op "
+                              "writes; eager applies the writes one after the other, which a functional "
+                              "program cannot express: pass separate tensors", call.func)
+
+
+def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites) -> tuple[Check, ...]:
+    """The checks every op passes first, for one trace."""
+    if pre_dispatch:
+        return (metadata_writes, overlapping_writes)
+    return (grad_mode_after_autograd, metadata_writes)
+
+
+def leaked_autocast() -> None:
+    """Autocast left enabled when forward returns has no functional form (grad mode
+    left off does: the program's module() sets it, see export.FunctionalExportedProgram)."""
+    if tc.autocast_enabled_anywhere():
+        raise UnsupportedError(
+            "the model leaves autocast enabled when forward returns; a functional program "
+            "cannot change the caller's autocast state", kind=Refusal.MODE_LEFT_CHANGED,
+            op=tc.ENTER_AUTOCAST.__name__, source=tc.last_recorded_call_source(tc.ENTER_AUTOCAST))
+
+
+# torch 2.13 failures a model can run into while traced, each with what to write instead:
+# (exception type, text in its message, kind, our explanation; {exc} is torch's message)
+_KNOWN_TORCH_LIMITS = (
+    (RuntimeError, "Attempted to set the storage of a tensor on device", Refusal.VIEW_DTYPE_REBUILD,
+     "torch's functionalization cannot rebuild a view(dtype) of a tensor written before the "
+     "view was made, under no_grad ({exc}); take the view before the write, or outside no_grad"),
+    (ValueError, "Cannot view a tensor", Refusal.VIEW_REPLAY_AFTER_STRIDED_WRITE,
+     "torch's functionalization cannot replay a .view() of a tensor written through a "
+     "non-contiguous alias ({exc}); use .reshape() for that view, or write through a "
+     "contiguous alias"),
+    (RuntimeError, "where view 1 was an as_strided() call", Refusal.WRITE_THROUGH_AS_STRIDED_OF_VIEW,
+     "torch's functionalization cannot write through an as_strided() view taken of another "
+     "view (as_strided is not compositional, pytorch/pytorch#104505); take the as_strided() "
+     "view of the base tensor itself, or write through ordinary views"),
+    (RuntimeError, "Autograd not support dtype", Refusal.GRAD_VALUE_INTO_INTEGER,
+     "a value that requires grad is written into an integer tensor: torch's functional form "
+     "of this op cannot run under autograd ({exc}), and eager's in-place op attaches autograd "
+     "history to the integer tensor or not depending on how it is called; an integer tensor "
+     "carries no gradient, so detach the value written (x[i] = v.detach())"),
+)
+
+
+def known_torch_limit(exc: BaseException, op: Any, source: str | None) -> UnsupportedError | None:
+    """Our refusal for ``exc`` if it is one of :data:`_KNOWN_TORCH_LIMITS`."""
+    for exc_type, text, kind, explanation in _KNOWN_TORCH_LIMITS:
+        if isinstance(exc, exc_type) and text in str(exc):
+            return UnsupportedError(explanation.format(exc=exc), kind=kind, op=op, source=source)
+    return None

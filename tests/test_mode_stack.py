@@ -1,0 +1,47 @@
+"""The tracing mode stack: torch's higher-order ops dispatch through our functional mode.
+
+HOP dispatch finds the active mode's rule by its exact type; our mode shares
+FunctionalTensorMode's rules, so ``torch.cond`` reaches torch's
+functionalization rule for cond. (Full HOP coverage: issue 12.)
+"""
+
+import torch
+from expecttest import TestCase
+
+from oracle import export_checked, graph_code
+
+
+class CondOnTensorPredicate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: self.lin(x).sin(), lambda x: x.cos() * 2, (x,))
+
+
+class TestTorchHopsDispatchThroughOurMode(TestCase):
+    def test_cond_with_tensor_predicate_replays_against_eager_on_both_branches(self):
+        for x in (torch.ones(3), -torch.ones(3)):
+            ep = export_checked(CondOnTensorPredicate(), (x,))
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_lin_weight, p_lin_bias, x):
+    sum_1 = torch.ops.aten.sum.default(x)
+    gt = torch.ops.aten.gt.Scalar(sum_1, 0);  sum_1 = None
+    true_graph_0 = self.true_graph_0
+    false_graph_0 = self.false_graph_0
+    cond = torch.ops.higher_order.cond(gt, true_graph_0, false_graph_0, (x, p_lin_bias, p_lin_weight));  gt = true_graph_0 = false_graph_0 = x = p_lin_bias = p_lin_weight = None
+    getitem = cond[0];  cond = None
+    return (getitem,)
+
+# true_graph_0
+def forward(self, arg0_1, arg1_1, arg2_1):
+    linear = torch.ops.aten.linear.default(arg0_1, arg2_1, arg1_1);  arg0_1 = arg2_1 = arg1_1 = None
+    sin = torch.ops.aten.sin.default(linear);  linear = None
+    return (sin,)
+
+# false_graph_0
+def forward(self, arg0_1, arg1_1, arg2_1):
+    cos = torch.ops.aten.cos.default(arg0_1);  arg0_1 = None
+    mul = torch.ops.aten.mul.Tensor(cos, 2);  cos = None
+    return (mul,)""")
