@@ -305,8 +305,10 @@ def canonical_key_padding_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.
     """A key padding mask as nn.TransformerEncoder reads it (bool -> 0 / -inf floats)."""
     import torch.nn.functional as F
 
-    return F._canonical_mask(mask=mask, mask_name="src_key_padding_mask", other_type=None,
-                             other_name="mask", target_type=dtype)
+    canonical = F._canonical_mask(mask=mask, mask_name="src_key_padding_mask", other_type=None,
+                                  other_name="mask", target_type=dtype)
+    assert canonical is not None  # only None for a None mask
+    return canonical
 
 
 def set_version(t: torch.Tensor, version: int) -> None:

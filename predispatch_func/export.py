@@ -84,7 +84,7 @@ def write_back(destination: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             destination.resize_(value.shape)
     if destination.is_leaf and destination.requires_grad:
-        version = destination._version
+        version = tc.version_of(destination)
         with torch.no_grad():
             out = destination.copy_(value)
         if type(destination) in (torch.Tensor, torch.nn.Parameter):  # not while re-traced

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import linecache
-import sys
+import inspect
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -57,7 +57,7 @@ class _TensorSnapshot:
 
 
 def _version(t: torch.Tensor) -> int | None:
-    return None if t.is_inference() else t._version  # inference tensors keep no version
+    return None if t.is_inference() else tc.version_of(t)  # inference tensors keep no version
 
 
 def _contents(value: Any) -> Any:
@@ -128,15 +128,14 @@ class StateGuard:
         self._recording.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
-            self._recording.__exit__(*exc)
+            self._recording.__exit__(exc_type, exc, tb)
         finally:
             self._restore()
         written = [t for t in self.tensors if _version(t.tensor) != t.version]
-        if written and exc[0] is None:  # never: every real tensor was swapped for a fake
+        if written and exc_type is None:  # never: every real tensor was swapped for a fake
             raise RuntimeError(f"internal error: exporting wrote {len(written)} of the caller's tensors")
-        return False
 
     # --- what changed ----------------------------------------------------------------
 
@@ -147,9 +146,9 @@ class StateGuard:
         for snap in self.modules:
             where = names.get(id(snap.module), "")
             now = vars(snap.module)
-            for key in ("_parameters", "_buffers", "_modules"):
-                before, after = snap.contents.get(key, {}), now.get(key, {})
-                kind = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "submodule"}[key]
+            for table in ("_parameters", "_buffers", "_modules"):
+                before, after = snap.contents.get(table, {}), now.get(table, {})
+                kind = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "submodule"}[table]
                 for name in after.keys() - before.keys():
                     found.append(self._describe(snap, where, name, f"registers {kind}"))
                 for name in before.keys() - after.keys():
@@ -194,7 +193,8 @@ class StateGuard:
 
 def _user_line_of_caller() -> str | None:
     """The user's line that called into torch, or None when our own code did (lifting)."""
-    frame = sys._getframe(2)
+    frame = inspect.currentframe()
+    frame = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith(_OUR_DIR):
@@ -223,7 +223,9 @@ def _recording_attribute_writes(writes: dict[tuple[int, str], str | None],
 
         def recorded(self: Any, name: Any, *rest: Any, **kw: Any) -> Any:
             if isinstance(name, str):
-                if sys._getframe(1).f_code.co_filename.startswith(_TORCH_DIR):
+                caller = inspect.currentframe()
+                caller = caller.f_back if caller is not None else None
+                if caller is not None and caller.f_code.co_filename.startswith(_TORCH_DIR):
                     by_torch.add((id(self), name))  # torch's own bookkeeping (LSTM's flat weights)
                 elif (id(self), name) not in writes:
                     writes[(id(self), name)] = _user_line_of_caller()

@@ -486,7 +486,7 @@ def gen_view(b: _Builder):
     if t.numel() > 0:
         choices += ["split", "chunk", "unbind", "split_with_sizes", "as_strided"]
     kind = b.one_of(choices)
-    dim = lambda: b.draw(st.integers(-nd, nd - 1))
+    dim = lambda: b.draw(st.integers(-nd, nd - 1))  # noqa: E731
     if kind == "unsqueeze":
         return f"{a}.unsqueeze({b.draw(st.integers(-nd - 1, nd))})"
     if kind == "select":
