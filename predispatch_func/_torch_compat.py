@@ -645,3 +645,27 @@ def hop_capture_static() -> Any:
     after a first capture in the process makes changed Python ints (pytree spec
     sizes) graph inputs without values; keep them constants, as on a first capture."""
     return torch._dynamo.config.patch(automatic_dynamic_shapes=False)
+
+
+def dynamo_is_capturing() -> bool:
+    """True while dynamo captures code symbolically (torch's HOPs capture their bodies so)."""
+    return bool(torch.compiler.is_dynamo_compiling())
+
+
+@contextlib.contextmanager
+def dynamo_function_capture_refused(refuse: Callable[[type], None]) -> Iterator[None]:
+    """Call ``refuse(cls)`` when dynamo captures ``cls.apply`` (a custom autograd.Function
+    inside a torch HOP body): dynamo inlines its forward when nothing requires grad."""
+    from torch._dynamo.variables.misc import AutogradFunctionVariable
+
+    original = AutogradFunctionVariable.call_apply
+
+    def call_apply(self, *args, **kwargs):
+        refuse(self.fn_cls)
+        return original(self, *args, **kwargs)
+
+    AutogradFunctionVariable.call_apply = call_apply
+    try:
+        yield
+    finally:
+        AutogradFunctionVariable.call_apply = original

@@ -36,3 +36,17 @@ def test_generated_programs_match_eager(program):
 @given(programs(FuzzConfig(regions=REGIONS, max_statements=20)))
 def test_generated_programs_match_eager_long(program):
     _check(program)
+
+
+@settings(max_examples=12, derandomize=True, **_SETTINGS)
+@given(programs(FuzzConfig(regions=REGIONS, hops=True, max_statements=8)))
+def test_generated_programs_with_hops_match_eager(program):
+    """torch.cond, while_loop, scan and custom autograd Functions among the statements."""
+    _check(program)
+
+
+@pytest.mark.fuzz_long
+@settings(max_examples=150, derandomize=True, **_SETTINGS)
+@given(programs(FuzzConfig(regions=REGIONS, hops=True, max_statements=16)))
+def test_generated_programs_with_hops_match_eager_long(program):
+    _check(program)

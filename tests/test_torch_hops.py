@@ -204,6 +204,31 @@ class InvokeSubgraph(torch.nn.Module):
         return block(block(x))
 
 
+class DoubleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+class FunctionInsideCond(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: DoubleGrad.apply(t), lambda t: t.sin(), (x,))
+
+
+class CondInsideFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: t * 3, (x,))
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 10
+
+
 class HopsTest(TestCase):
     def setUp(self):
         torch.manual_seed(0)
@@ -294,3 +319,16 @@ class HopsTest(TestCase):
 
     def test_invoke_subgraph(self):
         export_checked(InvokeSubgraph(), (self.x,))
+
+    def test_function_inside_cond_branch_is_refused(self):
+        """torch's dynamo capture of the branch inlines the Function's forward (no operand
+        requires grad at capture): its backward would be silently lost."""
+        with self.assertRaises(UnsupportedError) as caught:
+            pf.export(FunctionInsideCond(), (self.x,))
+        self.assertIn("autograd.Function DoubleGrad is called inside the body", str(caught.exception))
+
+    def test_cond_inside_function_forward(self):
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return CondInsideFunction.apply(x)
+        export_checked(M(), (self.x,))

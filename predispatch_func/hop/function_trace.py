@@ -61,7 +61,8 @@ def tracing_autograd_functions(policy: Any, decompositions: dict | None = None, 
             return route_register_hook(original, tensor, hook, *args, trace_call=trace_call,
                                        settings=_active[-1] if _active else None)
 
-        with tc.patched_function_apply(_route), tc.patched_tensor_methods(
+        with tc.patched_function_apply(_route), tc.dynamo_function_capture_refused(_refuse_in_hop_body), \
+                tc.patched_tensor_methods(
                 register_hook=register_hook, requires_grad_=route_requires_grad_):
             yield
     finally:
@@ -79,6 +80,15 @@ def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -
     if not _active or tc.current_proxy_tracer() is None:
         return original(*args, **kwargs)
     return trace_call(cls, args, kwargs, _active[-1])
+
+
+def _refuse_in_hop_body(cls: type) -> None:
+    raise UnsupportedError(
+        f"autograd.Function {cls.__name__} is called inside the body of one of torch's "
+        "higher-order ops (cond, map, scan, while_loop): torch captures such bodies with "
+        "dynamo, which replaces the Function by its forward when no operand requires grad "
+        "at capture, so its backward would be lost; call it outside the HOP and pass the "
+        "result in", kind=Refusal.AUTOGRAD_FUNCTION_IN_HOP_BODY, op=f"{cls.__name__}.apply")
 
 
 class TracingCtx:

@@ -38,6 +38,9 @@ def torch_hop_limits_refused() -> Iterator[None]:
     except UnsupportedError:
         raise
     except Exception as exc:
+        ours = _our_refusal_inside(exc)
+        if ours is not None:  # raised inside dynamo's capture of a HOP body, which wraps it
+            raise ours from exc
         for exc_type, text, kind, explanation in _LIMITS:
             if isinstance(exc, exc_type) and text in str(exc):
                 first = next((line.strip() for line in str(exc).splitlines()
@@ -45,3 +48,14 @@ def torch_hop_limits_refused() -> Iterator[None]:
                 raise UnsupportedError(explanation.format(first=first), kind=kind,
                                        source=user_source_line(exc.__traceback__)) from exc
         raise
+
+
+def _our_refusal_inside(exc: BaseException) -> UnsupportedError | None:
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, UnsupportedError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None

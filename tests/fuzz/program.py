@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import linecache
+import sys
+import types
 from typing import Any
 
 import torch
@@ -107,6 +109,7 @@ def exec_source(source: str) -> dict[str, Any]:
     """Exec ``source`` under a file name that tracebacks and error messages can show."""
     filename = f"fuzz_program_{hashlib.sha1(source.encode()).hexdigest()[:12]}.py"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: dict[str, Any] = {"__name__": "fuzz_program"}
-    exec(compile(source, filename, "exec"), namespace)
-    return namespace
+    module = types.ModuleType(filename[:-3])  # importable: dynamo (torch.cond) looks modules up
+    sys.modules[module.__name__] = module
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return module.__dict__

@@ -47,6 +47,7 @@ class FuzzConfig:
     max_size: int = 4
     regions: bool = False
     max_region_depth: int = 2
+    hops: bool = False  # torch.cond / while_loop / scan and custom autograd Functions
 
 
 def programs(config: FuzzConfig = FuzzConfig()) -> st.SearchStrategy[Program]:
@@ -178,8 +179,13 @@ class _Builder:
                 actions.append("grad_call")
             if self.open_contexts:
                 actions.append("close_region")
+        if self.config.hops:
+            actions.append("hop")
         action = self.one_of(actions)
-        if action == "open_region":
+        if action == "hop":
+            from .hop_strategies import HOP_GENERATORS
+            self.one_of(HOP_GENERATORS)(self)
+        elif action == "open_region":
             self.open_region()
         elif action == "close_region":
             self.close_region()
