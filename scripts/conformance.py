@@ -125,7 +125,7 @@ def write_known_gaps(results: dict[tuple[str, str], dict], suites: list[str]) ->
     for (case, exporter), ours in sorted(results.items()):
         theirs = results.get((case, "torch"))
         if exporter == "ours" and theirs and case.split("/", 1)[0] in suites and kg.is_gap(ours, theirs):
-            gaps[case] = kg.reason(ours)
+            gaps[case] = kg.reason(ours, case)
     with open(kg.PATH, "w") as f:
         json.dump(gaps, f, indent=0, sort_keys=True)
         f.write("\n")
@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="the first N cases")
     p.add_argument("--sample", type=int, help="a seeded random N cases per suite")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--test-sample", action="store_true", help="the cases tests/test_conformance.py samples")
+    p.add_argument("--test-sample", action="store_true",
+                   help="the cases tests/test_conformance.py samples (with --rerun-gaps: those too)")
     p.add_argument("--write-known-gaps", action="store_true",
                    help="rewrite tests/conformance/known_gaps.json from every result of the selected suites")
     p.add_argument("--workers", type=int, default=2)
@@ -206,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", default=os.path.join(_ROOT, "docs", "conformance.md"))
     p.add_argument("--fresh", action="store_true", help="ignore earlier results for the selected cases")
     p.add_argument("--retry", action="store_true", help="run again the pairs that timed out or crashed")
+    p.add_argument("--rerun-gaps", action="store_true",
+                   help="run again, with this checkout, the selected cases where ours falls short of torch.export")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--baseline", help="an earlier results file, summarised in the report too")
     p.add_argument("--baseline-label", default="before the fixes", help="what the earlier run was")
@@ -215,7 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     n_run = 0
     if not a.report_only:
-        names = conformance.sampled_cases() if a.test_sample else select(suites, a.k, a.limit, a.sample, a.seed)
+        names = [] if a.test_sample and not a.rerun_gaps else select(suites, a.k, a.limit, a.sample, a.seed)
+        if a.rerun_gaps:
+            from conformance.known_gaps import is_gap
+
+            names = [n for n in names if (n, "ours") in results and (n, "torch") in results
+                     and is_gap(results[(n, "ours")], results[(n, "torch")])]
+        if a.test_sample:
+            names += [n for n in conformance.sampled_cases() if n not in names]
+        a.fresh = a.fresh or a.rerun_gaps
         again = ("timeout", "worker crashed") if a.retry else ()
         tasks = [(n, e) for n in names for e in ("ours", "torch")
                  if a.fresh or (n, e) not in results or results[(n, e)]["signature"] in again]

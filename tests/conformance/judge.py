@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import os
 import re
 import time
@@ -133,6 +134,9 @@ def judge_case(case: Case, exporter: str) -> Outcome:
     if (why := _eager_runs(case)) is not None:
         return Outcome("n/a", why)
     before = _snapshot(case)
+    # torch's OpInfo sample iterators sit in reference cycles; a collection during the
+    # trace would run their no_grad exits inside it (a stray _set_grad_enabled node)
+    gc.collect()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -15,14 +15,28 @@ import os
 
 PATH = os.path.join(os.path.dirname(__file__), "known_gaps.json")
 
-# A signature (or its start) -> why; the rest fall back to the signature itself.
+# A phrase of our outcome's detail -> why; the rest fall back to the outcome itself.
 _REASONS = {
-    "ExportError @ stack.py:trace_functional: tracing failed: AssertionError: Current active mode":
-        "torch HOPs (cond, map, while_loop, scan, ...) do not yet dispatch through our functional mode "
-        "(issues 12 and 13)",
-    "program's backward raised where eager's did not: derivative for aten::":
-        "the functional form of an in-place random fill (normal_, uniform_, ...) has no derivative, "
-        "so the program cannot train through it",
+    "in-place metadata change (shape/stride) of a graph input":
+        "an in-place metadata change of an input (squeeze_, resize_, as_strided_ that changes its "
+        "layout): a functional program cannot express it; refused (README, known limits)",
+    "output: requires_grad is True in eager, False in program":
+        "eager marks the result of an in-place comparison (eq_, gt_, ...) written into a float "
+        "tensor as requiring grad (with a zero gradient) when another operand does; ours does not",
+    "requires_grad is False in eager, True in program":
+        "resize_as_ of a buffer to an operand that requires grad: eager's buffer does not require grad",
+    "Cannot access data pointer of Tensor":
+        "the forward reassigns a Python attribute to new tensors; export leaves tracing tensors "
+        "there (issue 15: the Python-state guard)",
+    "silu does not support automatic differentiation for outputs with complex dtype":
+        "silu_ of a complex input is decomposed to silu, whose autograd refuses complex outputs",
+    "derivative for aten::":
+        "a functional kernel without a derivative, so the program cannot train through it",
+    "_native_batch_norm_legit_functional' is not differentiable":
+        "running stats that require grad, written by an out= batch norm: its functional kernel "
+        "refuses them under autograd",
+    "its data is not allocated yet":
+        "tensor_split with a tensor of indices reads its data while tracing",
 }
 
 
@@ -33,12 +47,15 @@ def is_gap(ours: dict, torch_: dict) -> bool:
         ours["status"] == "wrong" and torch_["status"] != "wrong")
 
 
-def reason(ours: dict) -> str:
-    sig = ours.get("signature") or ours.get("detail", "")
-    for start, why in _REASONS.items():
-        if sig.startswith(start):
+def reason(ours: dict, case: str = "") -> str:
+    detail = ours.get("detail", "")
+    if "/inplace_view/" in case and "input grads" in detail and "logical_" in case:
+        return ("eager passes a gradient of 1 through logical_not_/and_/or_/xor_ written into a view "
+                "(an autograd quirk: the ops are not differentiable); ours passes 0")
+    for phrase, why in _REASONS.items():
+        if phrase in detail:
             return why
-    return f"ours: {ours['status']}: {sig}"
+    return f"ours {ours['status']}: {ours.get('signature') or detail}"
 
 
 @functools.cache

@@ -50,7 +50,9 @@ def _core_aten(name, train):
     model, args, kwargs = build(name, train=train)
     core = export_checked(model, args, kwargs).run_decompositions()
     assert _region_count(core) == 0
-    pf.verify(core, model, args, kwargs, raise_on_failure=True)
+    # run_decompositions() lowers sdpa and friends to their math forms, whose float32
+    # gradients differ from eager's fused kernels by rounding (CLIP: 3e-5 on a weight)
+    pf.verify(core, model, args, kwargs, raise_on_failure=True, atol=1e-4)
 
 
 def _inlined(name, train):
