@@ -301,6 +301,32 @@ def record_grad_marker(enabled: bool) -> torch.fx.Node | None:
     return node
 
 
+def canonical_key_padding_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A key padding mask as nn.TransformerEncoder reads it (bool -> 0 / -inf floats)."""
+    import torch.nn.functional as F
+
+    canonical = F._canonical_mask(mask=mask, mask_name="src_key_padding_mask", other_type=None,
+                                  other_name="mask", target_type=dtype)
+    assert canonical is not None  # only None for a None mask
+    return canonical
+
+
+def set_version(t: torch.Tensor, version: int) -> None:
+    """Set ``t``'s autograd version counter (as a write through ``t.data`` leaves it)."""
+    torch._C._autograd._unsafe_set_version_counter((t,), (version,))
+
+
+def last_recorded_node() -> torch.fx.Node | None:
+    """The node the pre-dispatch tracer recorded last (None when not tracing)."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    last = mode.tracer.graph._root.prev
+    return last if last.op != "root" else None
+
+
 def keep_calls_in_torch_dead_code_elimination(fn: Any) -> None:
     """fx's dead-code elimination (``ep.module()`` runs it when unlifting) must not drop
     calls of ``fn`` whose results are unused."""

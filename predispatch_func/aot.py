@@ -13,7 +13,6 @@ reads the artifacts) -> the signature, built once (signature.py).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any
 
@@ -34,6 +33,7 @@ from .module_signatures import PreservedCalls
 from .mutations import ModelCall
 from .opsets.lowering import Lowering
 from .schema_audit import shipped_decision
+from .state_guard import StateGuard
 from .signature import SlotKind, build_signature, grad_sources, written_placeholders
 from .writeback_guard import guard_saved_mutated_inputs
 
@@ -59,10 +59,13 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
                       decompositions: dict | None = None, kwargs: dict | None = None,
                       dynamic_shapes: Any = None,
                       composite_overrides: dict[str, str] | None = None,
-                      target: Any = None,
+                      target: Any = None, python_state: str = "error",
                       preserve_module_call_signature: tuple[str, ...] = (),
                       ) -> tuple[torch.fx.GraphModule, AotSignature]:
     """Trace ``mod`` into a functional graph over lifted state and flat user inputs.
+
+    ``python_state="warn"`` turns the refusal of Python-level changes the program
+    cannot carry (see :mod:`predispatch_func.state_guard`) into a warning.
 
     ``args`` is a tuple of positional arguments (a single tensor is one argument,
     as in :func:`~predispatch_func.export`). ``target`` (an
@@ -79,10 +82,11 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides, lowering=lowering)
     preserved = PreservedCalls(mod, preserve_module_call_signature)
     call = ModelCall(mod, inputs, fakes, around=lambda: _observed(mod, preserved))
-    with _preserved_model_state(mod):
+    with StateGuard(mod, (args, kwargs), python_state=python_state) as guard:
         trace = trace_functional(call, fakes, policy=policy, pre_dispatch=pre_dispatch,
                                  decompositions={**(lowering.proxy_table() if lowering else {}),
                                                  **(decompositions or {})})
+        guard.refuse_uncarried_changes()
     gm, mutations = trace.graph_module, call.mutations
     inputs = lift_traced_constants(gm, inputs)
     name_placeholders(gm, inputs)
@@ -112,16 +116,3 @@ def _observed(mod: torch.nn.Module, preserved: PreservedCalls):
     """Around the model's call: node metadata (node_meta.py), preserved call brackets."""
     with node_meta.recording(mod), preserved.bracketing():
         yield
-
-
-@contextlib.contextmanager
-def _preserved_model_state(mod: torch.nn.Module):
-    """Exporting must not move the caller's RNG, nor its modules' training flags."""
-    rng = torch.get_rng_state()
-    training = [(m, m.training) for m in mod.modules()]
-    try:
-        yield
-    finally:
-        torch.set_rng_state(rng)
-        for m, flag in training:
-            m.training = flag

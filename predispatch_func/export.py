@@ -7,33 +7,44 @@ from typing import Any
 import torch
 from torch.export.exported_program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
 
+from . import _torch_compat as tc
 from .aot import AotSignature, aot_export_module
+from .input_check import checked_call
 
 
 def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
            pre_dispatch: bool = True, dynamic_shapes: Any = None,
            composite_overrides: dict[str, str] | None = None,
-           target: Any = None,
+           python_state: str = "error", target: Any = None,
            preserve_module_call_signature: tuple[str, ...] = ()) -> ExportedProgram:
     """Export ``model`` into the functional pre-dispatch IR (see design.md's contract).
 
     ``pre_dispatch=False`` gives the same contract one level lower: after
     autograd, plain ATen. ``composite_overrides`` maps an op name such as
-    ``"aten.linear.default"`` to ``"keep"`` or ``"decompose"``. ``target`` (an
+    ``"aten.linear.default"`` to ``"keep"`` or ``"decompose"``. A Python-level
+    change of the model (an attribute written in ``forward``) is refused unless
+    ``python_state="warn"``; the model is left as it was either way. ``target`` (an
     :class:`~predispatch_func.opsets.OpSet`, e.g. ``OpSet.core_aten()``) restricts
     every graph to that op set, decomposing what lies outside it while tracing.
     ``preserve_module_call_signature``: submodule paths whose calling convention
     ``torch.export.unflatten`` keeps (so they can be swapped), as in torch.export.
     """
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"export expects an nn.Module, got {type(model).__name__}")
-    if not isinstance(args, tuple):
-        args = (args,)
+    args, kwargs = checked_call(model, args, kwargs)
     gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
                                 dynamic_shapes=dynamic_shapes,
-                                composite_overrides=composite_overrides, target=target,
+                                composite_overrides=composite_overrides,
+                                python_state=python_state, target=target,
                                 preserve_module_call_signature=tuple(preserve_module_call_signature))
-    return to_exported_program(gm, sig, example_inputs=(args, dict(kwargs or {})))
+    return to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
+
+
+def _detached(inputs: Any) -> Any:
+    """The example inputs as the program keeps them: aliases without autograd history,
+    so the program can be deep-copied (torch refuses to deep-copy a non-leaf) and
+    keeps no activation graph alive; a leaf that required grad still does."""
+    def one(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().requires_grad_(t.requires_grad and (t.is_floating_point() or t.is_complex()))
+    return tc.pytree.tree_map_only(torch.Tensor, one, inputs)
 
 
 # graph_module.meta key: False when forward leaves grad mode off (set_grad_enabled(False)
@@ -60,17 +71,35 @@ class FunctionalExportedProgram(ExportedProgram):
                 node.target = write_back
         if self.graph_module.meta.get(GRAD_ON_RETURN) is False:
             with mod.graph.inserting_before(mod.graph.output_node()):
-                mod.graph.call_function(torch.set_grad_enabled, (False,))
+                mod.graph.call_function(tc.SET_GRAD_ENABLED, (False,))
         mod.recompile()
         return mod
 
 
 def write_back(destination: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """``destination.copy_(value)``, under no_grad when it is a leaf requiring grad."""
-    if destination.is_leaf and destination.requires_grad:
+    """``destination.copy_(value)``, under no_grad when it is a leaf requiring grad;
+    a destination of another shape (a buffer the model resized) is resized first.
+
+    Registered as a side effect, so fx's dead-code elimination (``recompile``
+    passes, PT2E's ``prepare_pt2e``/``convert_pt2e``) keeps it although its
+    result is unused, as it keeps torch's own ``aten.copy_`` write-backs.
+    """
+    if destination.shape != value.shape:  # a buffer the model resized in place (QAT observers)
         with torch.no_grad():
-            return destination.copy_(value)
+            destination.resize_(value.shape)
+    if destination.is_leaf and destination.requires_grad:
+        version = tc.version_of(destination)
+        with torch.no_grad():
+            out = destination.copy_(value)
+        if type(destination) in (torch.Tensor, torch.nn.Parameter):  # not while re-traced
+            # eager wrote it with grad off (no_grad, .data): an op of the forward that saved
+            # the old tensor still runs its backward, as in eager after a .data write
+            tc.set_version(destination, version)
+        return out
     return destination.copy_(value)
+
+
+tc.keep_calls_in_torch_dead_code_elimination(write_back)
 
 
 def load(f: Any) -> FunctionalExportedProgram:

@@ -104,13 +104,14 @@ def _reassigned_state(mod: torch.nn.Module, state_slots: tuple[InputSlot, ...],
         current = (tc.module_parameters(owner) if is_param else tc.module_buffers(owner)).get(name)
         if current is traced[i]:
             continue
-        if is_param or not (isinstance(current, torch.Tensor) and current.shape == traced[i].shape
-                            and current.dtype == traced[i].dtype):
+        # another shape is carried: ep.module() resizes the buffer before writing it back
+        if is_param or not (isinstance(current, torch.Tensor) and current.dtype == traced[i].dtype
+                            and current.device == traced[i].device):
             what = "parameter" if is_param else "buffer"
             raise UnsupportedError(
                 f"the model replaces {what} {slot.target!r} by assignment"
-                + ("" if is_param else " with a value of another shape, dtype or type")
-                + "; only buffers replaced by a tensor of the same shape and dtype can be carried "
+                + ("" if is_param else " with a value of another dtype, device or type")
+                + "; only buffers replaced by a tensor of the same dtype can be carried "
                 "as a mutation (or write in place: self.buf.copy_(new))", kind=Refusal.STATE_REPLACED)
         found[i] = current
     return found

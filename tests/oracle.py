@@ -71,3 +71,117 @@ def call_targets(ep: torch.export.ExportedProgram) -> set[str]:
     """The names of every op called anywhere in the program, e.g. ``aten.linear.default``."""
     return {str(n.target) for _, gm in all_graph_modules(ep.graph_module)
             for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def _fresh(value):
+    """Clones of every tensor leaf, keeping requires_grad (a tensor passed twice stays one)."""
+    memo = {}
+
+    def one(t):
+        if id(t) not in memo:
+            memo[id(t)] = t.detach().clone().requires_grad_(t.requires_grad)
+        return memo[id(t)]
+    return torch.utils._pytree.tree_map_only(torch.Tensor, one, value)
+
+
+def _assert_same(what, a, b, rtol=1e-4, atol=1e-5):
+    fa, sa = torch.utils._pytree.tree_flatten(a)
+    fb, sb = torch.utils._pytree.tree_flatten(b)
+    assert sa == sb, f"{what}: structure {sa} vs {sb}"
+    for i, (x, y) in enumerate(zip(fa, fb)):
+        if isinstance(x, torch.Tensor):
+            assert isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype, \
+                f"{what}[{i}]: eager {x!r:.80} vs program {y!r:.80}"
+            assert torch.allclose(x.detach(), y.detach(), rtol=rtol, atol=atol, equal_nan=True), \
+                f"{what}[{i}]: eager {x} vs program {y}"
+            assert x.requires_grad == y.requires_grad, f"{what}[{i}]: requires_grad differs"
+        else:
+            assert x == y, f"{what}[{i}]: eager {x!r} vs program {y!r}"
+
+
+def replay_calls(ep, model, args, kwargs=None, *, calls=2, grads=True):
+    """Run a copy of ``model`` and of ``ep.module()`` ``calls`` times in a row on fresh clones
+    of the inputs: outputs, written-back inputs, state and (with ``grads``) gradients must
+    equal eager's after every call, so state carried from one call to the next is checked."""
+    kwargs = kwargs or {}
+    eager = copy.deepcopy(model)
+    program = copy.deepcopy(ep).module()
+    for call in range(calls):
+        e_in, p_in = _fresh((args, kwargs)), _fresh((args, kwargs))
+        torch.manual_seed(call)
+        e_out = eager(*e_in[0], **e_in[1])
+        torch.manual_seed(call)
+        p_out = program(*p_in[0], **p_in[1])
+        _assert_same(f"call {call} output", e_out, p_out)
+        _assert_same(f"call {call} inputs after", e_in, p_in)
+        _assert_same(f"call {call} state", dict(eager.state_dict()), dict(program.state_dict()))
+        if not grads:
+            continue
+        outs = [(e, p) for e, p in zip(torch.utils._pytree.tree_leaves(e_out),
+                                       torch.utils._pytree.tree_leaves(p_out))
+                if isinstance(e, torch.Tensor) and e.requires_grad]
+        if not outs:
+            continue
+        weights = [torch.randn(e.shape, generator=torch.Generator().manual_seed(7)) for e, _ in outs]
+        sum((e * w).sum() for (e, _), w in zip(outs, weights)).backward()
+        sum((p * w).sum() for (_, p), w in zip(outs, weights)).backward()
+        e_params, p_params = dict(eager.named_parameters()), dict(program.named_parameters())
+        for name, param in e_params.items():
+            e_grad, p_grad = param.grad, p_params[name].grad
+            if e_grad is None or p_grad is None:
+                assert (e_grad is None or not e_grad.any()) and (p_grad is None or not p_grad.any()), \
+                    f"call {call}: grad of {name}: eager {e_grad} vs program {p_grad}"
+            else:
+                _assert_same(f"call {call} grad of {name}", e_grad, p_grad)
+        e_leaves = [t for t in torch.utils._pytree.tree_leaves(e_in) if isinstance(t, torch.Tensor)]
+        p_leaves = [t for t in torch.utils._pytree.tree_leaves(p_in) if isinstance(t, torch.Tensor)]
+        for i, (e, p) in enumerate(zip(e_leaves, p_leaves)):
+            if e.requires_grad and e.is_leaf:
+                _assert_same(f"call {call} grad of input {i}",
+                             e.grad if e.grad is not None else torch.zeros_like(e),
+                             p.grad if p.grad is not None else torch.zeros_like(p))
+        for module in (eager, program):
+            module.zero_grad(set_to_none=True)
+
+
+def caller_state(model, inputs):
+    """Everything of the caller's that exporting must leave as it was, in comparable form:
+    every module's attributes (tensors by value, version and grad), train flags, inputs,
+    RNG state, grad mode and autocast state."""
+    def tensor(t):
+        return ("tensor", t.detach().clone(), t._version, t.requires_grad,
+                None if not t.is_leaf or t.grad is None else t.grad.clone(), t.shape, t.dtype)
+
+    def value(v):
+        if isinstance(v, torch.Tensor):
+            return tensor(v)
+        if isinstance(v, dict):
+            return ("dict", id(v), {k: value(x) for k, x in v.items()})
+        if isinstance(v, (list, tuple, set)):
+            return (type(v).__name__, id(v) if not isinstance(v, tuple) else None,
+                    [value(x) for x in (sorted(v, key=repr) if isinstance(v, set) else v)])
+        return ("object", id(v), repr(v)[:200])
+    modules = {name: {k: value(v) for k, v in vars(m).items()} for name, m in model.named_modules()}
+    return {"modules": modules, "inputs": value(inputs),
+            "rng": torch.get_rng_state(), "grad": torch.is_grad_enabled(),
+            "autocast": (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+                         torch.is_autocast_cache_enabled())}
+
+
+def assert_same_caller_state(before, after, where=""):
+    def same(a, b, path):
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor), path
+            assert a.shape == b.shape and a.dtype == b.dtype and a.device == b.device, f"{where}: {path} changed"
+            assert a.device.type == "meta" or torch.equal(a, b), f"{where}: {path} changed"
+        elif isinstance(a, dict):
+            assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {path} keys {a.keys()} vs {b.keys()}"
+            for k in a:
+                same(a[k], b[k], f"{path}.{k}")
+        elif isinstance(a, (list, tuple)):
+            assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{where}: {path} changed"
+            for i, (x, y) in enumerate(zip(a, b)):
+                same(x, y, f"{path}[{i}]")
+        else:
+            assert a == b, f"{where}: {path}: {a!r:.100} became {b!r:.100}"
+    same(before, after, "")

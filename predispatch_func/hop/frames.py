@@ -27,6 +27,10 @@ class GradFrame:
 
     enabled: bool
     stack_trace: str | None = None
+    # the caller's mode around the whole forward (modes/ambient.py): "no_grad" holds
+    # the model's own toggles nested inside it; "inference" ignores them (as eager:
+    # under inference_mode nothing requires grad, enable_grad or not)
+    ambient: str | None = None
     hop: ClassVar[Any] = pf_grad_region
     name: ClassVar[str] = "grad_region"  # the body's attribute: grad_region_<i>
     sets_grad: ClassVar[bool] = True
@@ -67,6 +71,10 @@ class AutocastFrame:
 Frame = GradFrame | AutocastFrame
 
 
+# node.meta key of the grad markers that open and close the caller's mode (modes/ambient.py)
+AMBIENT = "pf_ambient_grad"
+
+
 def is_marker(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target in (
         tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
@@ -85,7 +93,12 @@ def assign_frames(graph: torch.fx.Graph, grad_enabled: bool = True
     last_marker = None
     for node in graph.nodes:
         where = node.meta.get("stack_trace")
-        if node.target is tc.SET_GRAD_ENABLED:
+        if node.target is tc.SET_GRAD_ENABLED and node.meta.get(AMBIENT):
+            grad = _ambient_marker(stack, node, where, reopened)
+        elif node.target is tc.SET_GRAD_ENABLED and any(
+                isinstance(f, GradFrame) and f.ambient == "inference" for f in stack):
+            grad = bool(node.args[0])
+        elif node.target is tc.SET_GRAD_ENABLED:
             wanted = bool(node.args[0])
             if wanted != grad:
                 _toggle_grad(stack, wanted, where, reopened)
@@ -123,10 +136,21 @@ def _current(frame: Frame | None, reopened: dict[Frame, Frame]) -> Frame | None:
     return frame
 
 
+def _ambient_marker(stack: list[Frame], node: torch.fx.Node, where: str | None,
+                    reopened: dict[Frame, Frame]) -> bool:
+    """Open or close the caller's grad frame; the grad mode after the marker."""
+    if not node.args[0]:
+        stack.append(GradFrame(False, where, ambient=node.meta[AMBIENT]))
+        return False
+    ambient = next(f for f in stack if isinstance(f, GradFrame) and f.ambient)
+    _close(stack, ambient, reopened)
+    return True
+
+
 def _toggle_grad(stack: list[Frame], wanted: bool, where: str | None,
                  reopened: dict[Frame, Frame]) -> None:
     open_grad = next((f for f in reversed(stack) if f.sets_grad), None)
-    if open_grad is None:
+    if open_grad is None or getattr(open_grad, "ambient", None):
         stack.append(GradFrame(wanted, where))
     else:
         _close(stack, open_grad, reopened)

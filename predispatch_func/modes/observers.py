@@ -32,6 +32,16 @@ _DETACH = torch.ops.aten.detach.default
 _COPY_ = torch.ops.aten.copy_.default
 
 
+_UNSEEN_ALIASES = (_DETACH, torch.ops.aten.view.dtype)
+# ops whose results never require grad, whatever their inputs (a *_like factory reads only
+# its input's metadata)
+_NEVER_DIFFERENTIABLE = frozenset({
+    _DETACH, torch.ops.aten.zeros_like.default, torch.ops.aten.ones_like.default,
+    torch.ops.aten.empty_like.default, torch.ops.aten.full_like.default, torch.ops.aten.rand_like.default,
+    torch.ops.aten.randn_like.default, torch.ops.aten.randint_like.default,
+})
+
+
 class OpCall:
     """One op being dispatched: what every observer reads."""
 
@@ -146,7 +156,7 @@ class GradReach:
         pass
 
     def after(self, call: OpCall, out: Any) -> None:
-        if not call.grad or call.func is _DETACH:
+        if not call.grad or call.func in _NEVER_DIFFERENTIABLE:
             return
         if any(self.may_need_grad(t) for t in tc.pytree.tree_leaves((call.args, call.kwargs))):
             for t in [*tc.pytree.tree_leaves(out), *call.written]:
@@ -171,11 +181,12 @@ class DetachedAliases:
 
     def after(self, call: OpCall, out: Any) -> None:
         func, args = call.func, call.args
-        if func is _DETACH or (getattr(func, "is_view", False) and args and id(args[0]) in self._held):
+        # view(dtype) is a view autograd does not see (not differentiable): like detach()
+        if func in _UNSEEN_ALIASES or (getattr(func, "is_view", False) and args and id(args[0]) in self._held):
             for t in tc.pytree.tree_leaves(out):
                 # an op that *may* alias (``to``) but copied is no detached alias
                 if isinstance(t, tc.FunctionalTensor) and (
-                        func is _DETACH or tc.storage_key(t) == tc.storage_key(args[0])):
+                        func in _UNSEEN_ALIASES or tc.storage_key(t) == tc.storage_key(args[0])):
                     self._held[id(t)] = t
 
 

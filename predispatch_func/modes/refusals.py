@@ -99,6 +99,9 @@ def leaked_autocast() -> None:
 # torch 2.13 failures a model can run into while traced, each with what to write instead:
 # (exception type, text in its message, kind, our explanation; {exc} is torch's message)
 _KNOWN_TORCH_LIMITS = (
+    (RuntimeError, "Attempted to set the storage of a tensor on device", Refusal.VIEW_DTYPE_REBUILD,
+     "torch's functionalization cannot rebuild a view(dtype) of a tensor written before the "
+     "view was made, under no_grad ({exc}); take the view before the write, or outside no_grad"),
     (ValueError, "Cannot view a tensor", Refusal.VIEW_REPLAY_AFTER_STRIDED_WRITE,
      "torch's functionalization cannot replay a .view() of a tensor written through a "
      "non-contiguous alias ({exc}); use .reshape() for that view, or write through a "

@@ -26,7 +26,10 @@ from .. import _torch_compat as tc
 from ..errors import ExportError, user_source_line
 from ..hop.extensions import traced_extensions
 from . import refusals
+from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
+from .fast_paths import eager_fast_paths
+from .tensor_data import TensorDataMode
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .out_variants import RANDOM_FILLS, fill_randomly_keeping_grad
 from .observers import (Bases, CopyTargetFlag, DetachedAliases, GradReach, IdentityEdges, Observer, OpCall,
@@ -132,6 +135,10 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
     copy_target = CopyTarget()
     autocast_cache = torch.is_autocast_cache_enabled()  # the caller's, as eager would use
 
+    ambient = AmbientModes.of_caller()
+    if not pre_dispatch:  # after autograd there are no grad regions: values do not depend on it
+        ambient = dataclasses.replace(ambient, grad_enabled=True, inference=False)
+
     def traced(*flat):
         mode = PolicyFunctionalMode(policy, pre_dispatch=pre_dispatch, copy_target=copy_target)
         state["mode"] = mode
@@ -140,9 +147,10 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         mode.add_graph_inputs(wrapped)
         with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
                 traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
-            outs = body(wrapped, mode)
-            mode.metadata_writes.refuse_changed()
-            mode.view_modes.rebuild_stale(outs)
+            with ambient.entered(), eager_fast_paths(), TensorDataMode():  # caller's modes: outer regions
+                outs = body(wrapped, mode)
+                mode.metadata_writes.refuse_changed()
+                mode.view_modes.rebuild_stale(outs)
             refusals.leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()
         return tuple(tc.inner_of_functional(o) for o in outs)
@@ -152,7 +160,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                         tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
-        with tc.exporting_state(), (fake_mode if fake_mode is not None else contextlib.nullcontext()):
+        with ambient.neutral(), tc.exporting_state(), \
+                (fake_mode if fake_mode is not None else contextlib.nullcontext()):
             gm = tracer(*flat_inputs)
         return Trace(gm, state["mode"].identity.edges, state["grad_enabled_on_return"])
     except ExportError:

@@ -39,6 +39,7 @@ KNOWN_REFUSALS = frozenset({
     pf.Refusal.GRAD_VALUE_THROUGH_DETACH,
     pf.Refusal.GRAD_VALUE_INTO_INTEGER,
     pf.Refusal.WRITE_THROUGH_AS_STRIDED_OF_VIEW,
+    pf.Refusal.VIEW_DTYPE_REBUILD,
 })
 
 

@@ -36,6 +36,8 @@ class TensorInput:
 
     def constructor(self, gen: str) -> str:
         shape = ", ".join(map(str, self.shape))
+        if self.dtype == "bool":
+            return f"torch.randint(0, 2, ({shape},), generator={gen}).bool()"
         if not self.dtype.startswith("float"):
             return f"torch.randint(-4, 5, ({shape},), generator={gen}, dtype=torch.{self.dtype})"
         dtype = "" if self.dtype == "float32" else f", dtype=torch.{self.dtype}"

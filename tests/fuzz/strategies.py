@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import types
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from hypothesis import strategies as st
@@ -132,7 +132,7 @@ class _Builder:
         for i in range(self.draw(st.integers(1, self.config.max_inputs))):
             shape = self.one_of([base, base[1:] or base, "fresh"])
             shape = self.draw_shape() if shape == "fresh" else shape
-            dtype = self.one_of(["float32", "float32", "float64", "int64"])
+            dtype = self.one_of(["float32", "float32", "float64", "int64", "int32", "bool"])
             grad = grad_inputs and dtype.startswith("float")
             inputs.append(TensorInput(f"x{i}", shape, dtype, requires_grad=grad))
         state = {}  # buffer and parameter, made in this order from one generator, as the source does
@@ -172,7 +172,7 @@ class _Builder:
         return returns
 
     def step(self) -> None:
-        actions = ["pure", "view", "composite", "inplace", "inplace"]
+        actions = ["pure", "view", "composite", "inplace", "inplace", "state", "state"]
         if self.config.regions:
             if len(self.open_contexts) < self.config.max_region_depth:
                 actions.append("open_region")
@@ -192,6 +192,14 @@ class _Builder:
         elif action == "grad_call":
             flag = self.draw(st.booleans())
             self.emit(f"torch.set_grad_enabled({flag})", ("region:set_grad_enabled_call",))
+        elif action == "state":
+            made = GENERATORS["state"][self.one_of(range(len(GENERATORS["state"])))](self)
+            if made is not None:
+                code, tags = made
+                if code.startswith("v = "):
+                    self.bind_named(code, tags)
+                else:
+                    self.emit(code, ("state",) + tags)
         elif action == "inplace":
             made = GENERATORS["inplace"][self.one_of(range(len(GENERATORS["inplace"])))](self)
             if made is not None:
@@ -207,7 +215,7 @@ class _Builder:
             if made is not None:
                 self.bind(action, made)
 
-    def bind(self, action: str, made: "str | Multi") -> None:
+    def bind(self, action: str, made: str | Multi) -> None:
         """Emit ``name = expr`` (or ``a, b = expr`` for a :class:`Multi`) and record the names."""
         expr, count = (made.expr, made.count) if isinstance(made, Multi) else (made, 1)
         names = [f"v{self.counter + i}" for i in range(count)]
@@ -227,13 +235,24 @@ class _Builder:
             if self.is_detached_alias(expr, self.value(name)):
                 self.detached.add(name)
 
+    def bind_named(self, code: str, tags: tuple[str, ...]) -> None:
+        """Emit ``vN = expr`` drawn by a state generator (``.data``, ``view(dtype)``)."""
+        name = f"v{self.counter}"
+        code = name + code[code.index(" = "):]
+        if not self.emit(code, ("state",) + tags):
+            return
+        self.counter += 1
+        self.names.append(name)
+        if self.is_detached_alias(code, self.value(name)):
+            self.detached.add(name)
+
     def aliases_earlier(self, name: str) -> bool:
         storage = self.value(name).untyped_storage().data_ptr()
         return any(self.value(n).untyped_storage().data_ptr() == storage for n in self.names if n != name)
 
     def is_detached_alias(self, expr: str, value: torch.Tensor) -> bool:
-        if ".detach()" in expr:
-            return True
+        if ".detach()" in expr or ".data" in expr or ".view(torch." in expr:
+            return True  # aliases autograd does not see
         storage = value.untyped_storage().data_ptr()
         return any(self.value(d).untyped_storage().data_ptr() == storage for d in self.detached)
 
@@ -330,7 +349,7 @@ def overlaps_itself(t: torch.Tensor) -> bool:
     return offsets.numel() != offsets.flatten().unique().numel()
 
 
-def writes_through_grad_alias(b: "_Builder", t: torch.Tensor) -> bool:
+def writes_through_grad_alias(b: _Builder, t: torch.Tensor) -> bool:
     """A write eager refuses: to a leaf that requires grad, or a view of one, under grad mode
     (a write through ``detach()`` is allowed, and stays in)."""
     if not torch.is_grad_enabled() or not t.requires_grad:
@@ -561,7 +580,8 @@ def gen_composite(b: _Builder):
     t = b.value(a)
     nd = t.dim()
     choices = ["type_as", "to_dtype", "to_other", "float", "double", "contiguous", "reshape",
-               "reshape_flat", "flatten", "sum_to_size", "expand_as", "reshape_as", "view_as"]
+               "reshape_flat", "flatten", "sum_to_size", "expand_as", "reshape_as", "view_as",
+               "cpu", "to_device", "to_same_dtype"]
     if 2 <= nd <= 3:
         choices.append("einsum")
     kind = b.one_of(choices)
@@ -571,8 +591,12 @@ def gen_composite(b: _Builder):
         return f"{a}.to(torch.{b.one_of(['float32', 'float64'])})"
     if kind == "to_other":
         return f"{a}.to({b.pick(is_float) or a})"
-    if kind in ("float", "double", "contiguous"):
+    if kind in ("float", "double", "contiguous", "cpu"):
         return f"{a}.{kind}()"
+    if kind == "to_device":
+        return f'{a}.to("cpu")'
+    if kind == "to_same_dtype":
+        return f"{a}.to({_dtype(t)})"
     if kind == "reshape":
         return f"{a}.reshape{shape_str(draw_shape_with_numel(b, t.numel()))}"
     if kind == "reshape_flat":
@@ -697,9 +721,86 @@ def gen_out(b: _Builder):
     return t, f"torch.{form}({a}, out={t})"
 
 
+# --- state outside the functional view: .data, augmented assignment, view(dtype) -------------
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return f"torch.{str(t.dtype).split('.')[1]}"
+
+
+def _roots_state(b: _Builder) -> list[str]:
+    return [n for n, kind in b.roots.items() if kind in ("buffer", "parameter")]
+
+
+def gen_augmented_state(b: _Builder):
+    """``self.buf += v`` / ``self.w *= s`` (rebinding the attribute to the same tensor): a
+    parameter only with grad off (eager refuses it otherwise), else ``self.w.data *= s``."""
+    names = [n for n in _roots_state(b) if writable(b.value(n))]
+    if not names:
+        return None
+    t = b.one_of(names)
+    op = b.one_of(["+=", "*=", "-="])
+    kind = b.roots[t]
+    if kind == "parameter" and torch.is_grad_enabled():
+        return f"{t}.data {op} {b.scalar_for(t)}", ("state:augmented_param_data",)
+    return f"{t} {op} {_operand(b, t)}", (f"state:augmented_{kind}",)
+
+
+def gen_data_read(b: _Builder):
+    a = b.pick(lambda t: True)
+    return None if a is None else (f"v = {a}.data", ("state:data_read",))
+
+
+def gen_data_write(b: _Builder):
+    """``t.data.copy_(src)`` (a write autograd does not see) or ``t.data = src`` (same shape
+    and dtype) on a root; the value written carries no grad."""
+    roots = [n for n in b.roots if writable(b.value(n))]
+    if not roots:
+        return None
+    t = b.one_of(roots)
+    tv = b.value(t)
+    src = b.pick(lambda o: o.shape == tv.shape and o.dtype == tv.dtype and not o.requires_grad
+                 and o.untyped_storage().data_ptr() != tv.untyped_storage().data_ptr())
+    if src is None:
+        return f"{t}.data.mul_({b.scalar_for(t)})", ("state:data_write",)
+    if b.draw(st.booleans()):
+        return f"{t}.data.copy_({src})", ("state:data_write",)
+    return f"{t}.data = {src}.clone()", ("state:data_assign",)
+
+
+def gen_view_dtype(b: _Builder):
+    a = b.pick(lambda t: t.dim() >= 1)
+    return None if a is None else (f"v = {a}.view({_dtype(b.value(a))})", ("state:view_dtype",))
+
+
+def gen_whole_copy_into_input(b: _Builder):
+    """``x.copy_(y)`` over the whole of an input; later writes through its aliases follow."""
+    inputs = [n for n, kind in b.roots.items() if kind == "input" and writable(b.value(n))
+              and not writes_through_grad_alias(b, b.value(n))]
+    if not inputs:
+        return None
+    t = b.one_of(inputs)
+    tv = b.value(t)
+    src = b.pick(lambda o: is_numeric(o) and o.shape == tv.shape
+                 and o.untyped_storage().data_ptr() != tv.untyped_storage().data_ptr())
+    return None if src is None else (f"{t}.copy_({src})", ("state:whole_copy_into_input",))
+
+
+def gen_buffer_new_shape(b: _Builder):
+    """``self.buf = ...`` with a value of another shape (the buffer grows or shrinks)."""
+    if "self.buf" not in b.roots:
+        return None
+    t = b.value("self.buf")
+    if t.dim() >= 1 and b.draw(st.booleans()):
+        return "self.buf = self.buf.sum(0)", ("state:buffer_new_shape",)
+    return "self.buf = torch.cat([self.buf.reshape(-1), self.buf.reshape(-1)])", ("state:buffer_new_shape",)
+
+
 GENERATORS = {
     "pure": [gen_unary, gen_binary, gen_reduction, gen_matmul, gen_cat, gen_factory, gen_compare],
     "view": [gen_view],
     "composite": [gen_composite],
     "inplace": [gen_binary_inplace, gen_unary_inplace, gen_copy, gen_masked_fill, gen_index_put, gen_out],
+    "state": [gen_augmented_state, gen_data_read, gen_data_write, gen_view_dtype, gen_whole_copy_into_input,
+              gen_buffer_new_shape],
 }
