@@ -13,6 +13,7 @@ reads the artifacts) -> the signature, built once (signature.py).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
