@@ -686,8 +686,8 @@ def dynamo_function_capture_refused(refuse: Callable[[type], None]) -> Iterator[
         refuse(self.fn_cls)
         return original(self, *args, **kwargs)
 
-    AutogradFunctionVariable.call_apply = call_apply
+    AutogradFunctionVariable.call_apply = call_apply  # type: ignore[method-assign]
     try:
         yield
     finally:
-        AutogradFunctionVariable.call_apply = original
+        AutogradFunctionVariable.call_apply = original  # type: ignore[method-assign]
