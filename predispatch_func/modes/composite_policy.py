@@ -36,6 +36,9 @@ class Decision(str, enum.Enum):
     KEEP = "keep"
     DECOMPOSE = "decompose"
 
+    def __str__(self) -> str:  # printed as users write it, not as ``Decision.KEEP``
+        return self.value
+
 
 AuditLookup = Callable[[tc.OpOverload], "str | None"]  # the audit's "keep" / "decompose"
 
