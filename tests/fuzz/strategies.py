@@ -48,6 +48,7 @@ class FuzzConfig:
     regions: bool = False
     max_region_depth: int = 2
     hops: bool = False  # torch.cond / while_loop / scan and custom autograd Functions
+    state: bool = True  # .data, augmented assignment on state, view(dtype), whole copies into inputs
 
 
 def programs(config: FuzzConfig = FuzzConfig()) -> st.SearchStrategy[Program]:
@@ -172,7 +173,9 @@ class _Builder:
         return returns
 
     def step(self) -> None:
-        actions = ["pure", "view", "composite", "inplace", "inplace", "state", "state"]
+        actions = ["pure", "view", "composite", "inplace", "inplace"]
+        if self.config.state:
+            actions += ["state", "state"]
         if self.config.regions:
             if len(self.open_contexts) < self.config.max_region_depth:
                 actions.append("open_region")
