@@ -195,6 +195,20 @@ def reparametrize(module: torch.nn.Module, tensors: dict[str, torch.Tensor]):
 # --- fx and symbolic shapes ------------------------------------------------------
 
 
+def stack_trace_filter() -> tuple[Callable[[str, str], bool], set[str]]:
+    """What fx's tracer keeps of a stack when only ``forward`` frames are recorded:
+    a (filename, function) -> kept test and the files it always drops."""
+    import torch.fx.proxy as fx_proxy
+    from torch.fx.experimental.symbolic_shapes import uninteresting_files
+
+    anchors = fx_proxy._STACK_TRACE_ANCHORS  # a set torch fills as it goes: read it live
+
+    def kept(filename: str, name: str) -> bool:
+        return name == "forward" or filename.endswith("torch/__init__.py") or (filename, name) in anchors
+
+    return kept, uninteresting_files()
+
+
 def rename_node(node: torch.fx.Node, wanted: str) -> None:
     """Rename an fx node, letting the graph's namespace resolve clashes."""
     node._rename(wanted)
