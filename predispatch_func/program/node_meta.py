@@ -27,6 +27,7 @@ import contextlib
 import linecache
 import sys
 import traceback
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -97,7 +98,7 @@ class _UserStack:
 
     def __call__(self) -> str:
         frames = []
-        frame = sys._getframe(2)  # noqa: SLF001  (CPython's frame walk; no torch API)
+X
         while frame is not None:
             code = frame.f_code
             if code.co_filename not in self.dropped and self.kept(code.co_filename, code.co_name):
