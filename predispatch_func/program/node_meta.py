@@ -98,7 +98,7 @@ class _UserStack:
 
     def __call__(self) -> str:
         frames = []
-X
+        frame: types.FrameType | None = sys._getframe(2)  # noqa: SLF001  (CPython's frame walk)
         while frame is not None:
             code = frame.f_code
             if code.co_filename not in self.dropped and self.kept(code.co_filename, code.co_name):
