@@ -195,18 +195,15 @@ def reparametrize(module: torch.nn.Module, tensors: dict[str, torch.Tensor]):
 # --- fx and symbolic shapes ------------------------------------------------------
 
 
-def stack_trace_filter() -> tuple[Callable[[str, str], bool], set[str]]:
+def stack_trace_filter() -> tuple[set[tuple[str, str]], set[str]]:
     """What fx's tracer keeps of a stack when only ``forward`` frames are recorded:
-    a (filename, function) -> kept test and the files it always drops."""
+    besides ``forward`` frames, the (filename, function) anchors torch registered (the
+    live set: torch adds to it as it goes), less the files torch always drops."""
     import torch.fx.proxy as fx_proxy
     from torch.fx.experimental.symbolic_shapes import uninteresting_files
 
-    anchors = fx_proxy._STACK_TRACE_ANCHORS  # a set torch fills as it goes: read it live
-
-    def kept(filename: str, name: str) -> bool:
-        return name == "forward" or filename.endswith("torch/__init__.py") or (filename, name) in anchors
-
-    return kept, uninteresting_files()
+    # fx also keeps frames of torch/__init__.py, which uninteresting_files() then drops
+    return fx_proxy._STACK_TRACE_ANCHORS, uninteresting_files()
 
 
 def rename_node(node: torch.fx.Node, wanted: str) -> None:

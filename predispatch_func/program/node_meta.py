@@ -91,23 +91,29 @@ class _ModuleCalls:
 class _UserStack:
     """The ``stack_trace`` fx's tracer would write for a node made now, read from
     the live frames: the ``forward`` frames (and torch's anchors), outermost
-    first, without torch's uninteresting files, formatted as fx formats them."""
+    first, without torch's uninteresting files, formatted as fx formats them.
+    Formatting is cached per chain of frames: a model repeats its few lines."""
 
     def __init__(self) -> None:
-        self.kept, self.dropped = tc.stack_trace_filter()
+        self.anchors, self.dropped = tc.stack_trace_filter()
+        self.formatted: dict[tuple, str] = {}
 
     def __call__(self) -> str:
-        frames = []
+        chain = []
         frame: types.FrameType | None = sys._getframe(2)  # noqa: SLF001  (CPython's frame walk)
         while frame is not None:
             code = frame.f_code
-            if code.co_filename not in self.dropped and self.kept(code.co_filename, code.co_name):
-                frames.append(traceback.FrameSummary(
-                    code.co_filename, frame.f_lineno, code.co_name,
-                    line=linecache.getline(code.co_filename, frame.f_lineno)))
+            if (code.co_name == "forward" or (code.co_filename, code.co_name) in self.anchors) \
+                    and code.co_filename not in self.dropped:
+                chain.append((code.co_filename, frame.f_lineno, code.co_name))
             frame = frame.f_back
-        frames.reverse()
-        return "".join(traceback.StackSummary.from_list(frames).format()).strip()
+        key = tuple(chain)
+        text = self.formatted.get(key)
+        if text is None:
+            frames = [traceback.FrameSummary(f, n, name, line=linecache.getline(f, n))
+                      for f, n, name in reversed(chain)]
+            text = self.formatted[key] = "".join(traceback.StackSummary.from_list(frames).format()).strip()
+        return text
 
 
 class _TorchFnMode(TorchFunctionMode):
