@@ -80,6 +80,7 @@ class Refusal(enum.Enum):
     VIEW_DTYPE_REBUILD = ("a view(dtype) made under no_grad of a tensor written before", True)
     PYTHON_STATE_CHANGED = ("a Python attribute, buffer, parameter or submodule set in forward", False)
     DATA_ASSIGN_NEW_METADATA = ("tensor.data = value with another shape, dtype or device", False)
+    DATA_ASSIGN_ALIASED = ("tensor.data = value while an alias tells the copy from eager's storage swap", False)
     DYNAMIC_SHAPES_SPEC = ("a dynamic_shapes spec that does not fit the call or its example", False)
     DIM_NOT_DYNAMIC = ("a declared Dim that the model specialises, derives or narrows", False)
     AUTOGRAD_FUNCTION_AFTER_AUTOGRAD = ("a custom autograd.Function with pre_dispatch=False", False)

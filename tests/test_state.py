@@ -516,9 +516,57 @@ class _DataAssignWhileViewed(nn.Module):
         return v * 1
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (README): `t.data = v` is carried as a no_grad copy, so a "
-                   "view of t taken before reads v, where eager's keeps the old storage; to be refused or carried")
-def test_data_assignment_keeps_earlier_views_on_the_old_storage():
-    x = torch.randn(2)
-    pf.verify(pf.export(_DataAssignWhileViewed(), (x.clone(),)), _DataAssignWhileViewed(), (x.clone(),),
-              raise_on_failure=True)
+def test_data_assignment_while_an_earlier_view_is_alive_is_refused():
+    """Eager's earlier view keeps the old storage; a copy would make it read the new value."""
+    with pytest.raises(pf.UnsupportedError, match=_line("x.data = x.sin().clone()")) as info:
+        pf.export(_DataAssignWhileViewed(), (torch.randn(2),))
+    assert info.value.kind is pf.Refusal.DATA_ASSIGN_ALIASED
+
+
+class _DataAssignThenValueWritten(nn.Module):
+    def forward(self, x):
+        v = x.cos()
+        with torch.no_grad():
+            x.data = v  # eager: x and v now share one storage
+        v.add_(1)  # ... so this write changes x too
+        return x * 2
+
+
+class _DataAssignKeptValueOnlyRead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        v = (x * 0.5).detach()
+        self.w.data = v  # w and v share a storage in eager; nothing writes either afterwards
+        return self.w * x + v
+
+
+class _TiesWeightsByDataAssignment(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(3))
+        self.b = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        self.a.data = self.b.data
+        return self.a * x
+
+
+def test_data_assignment_then_a_write_to_the_kept_value_is_refused():
+    with pytest.raises(pf.UnsupportedError, match=r"x.data = v[\s\S]*" + _line("v.add_(1)")) as info:
+        pf.export(_DataAssignThenValueWritten(), (torch.randn(3),))
+    assert info.value.kind is pf.Refusal.DATA_ASSIGN_ALIASED
+
+
+def test_data_assignment_of_a_kept_value_that_is_only_read_is_carried():
+    model, args = _DataAssignKeptValueOnlyRead(), (torch.randn(3),)
+    replay_calls(export_checked(model, args), model, args, calls=2)
+
+
+def test_data_assignment_between_two_parameters_is_refused():
+    """Eager leaves ``a`` and ``b`` sharing memory after the call: no signature says that."""
+    with pytest.raises(pf.UnsupportedError, match=_line("self.a.data = self.b.data")) as info:
+        pf.export(_TiesWeightsByDataAssignment(), (torch.randn(3),))
+    assert info.value.kind is pf.Refusal.DATA_ASSIGN_ALIASED

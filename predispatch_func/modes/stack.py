@@ -29,7 +29,7 @@ from . import refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
 from .fast_paths import eager_fast_paths
-from .tensor_data import TensorDataMode
+from .tensor_data import StorageAliases, TensorDataMode
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .out_variants import RANDOM_FILLS, fill_randomly_keeping_grad
 from .observers import (Bases, CopyTargetFlag, DetachedAliases, GradReach, IdentityEdges, Observer, OpCall,
@@ -60,13 +60,16 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.metadata_writes = refusals.InputMetadataWrites()
         self._refusals = refusals.checks(pre_dispatch, self.metadata_writes)
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
+        self.storage_aliases = StorageAliases()  # for `t.data = v` (tensor_data.py)
         self._observers: tuple[Observer, ...] = (
             self.view_modes, CopyTargetFlag(copy_target, self.bases), self.identity,
-            detached, self.grad_reach, self.bases) if pre_dispatch else ()
+            detached, self.grad_reach, self.bases, self.storage_aliases) if pre_dispatch else (
+            self.storage_aliases,)
 
     def add_graph_inputs(self, inputs: Sequence[Any]) -> None:
         self.bases.add_inputs(list(inputs))
         self.grad_reach.add_inputs(list(inputs))
+        self.storage_aliases.add_inputs(list(inputs))
 
     def note_identity(self, source: Any, value: Any) -> None:
         """``value`` keeps ``source``'s autograd identity (re-traced region HOPs call this)."""
@@ -147,7 +150,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         mode.add_graph_inputs(wrapped)
         with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
                 traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
-            with ambient.entered(), eager_fast_paths(), TensorDataMode():  # caller's modes: outer regions
+            # the caller's modes: outer regions
+            with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases):
                 outs = body(wrapped, mode)
                 mode.metadata_writes.refuse_changed()
                 mode.view_modes.rebuild_stale(outs)
