@@ -232,6 +232,19 @@ def test_export_under_modes_and_failing_restores_the_callers_modes():
         assert_same_caller_state(before, caller_state(model, ()))
 
 
+def test_fake_input_to_a_real_model_exports_a_program_eager_agrees_with():
+    """An input made under FakeTensorMode carries only shape and dtype: export needs no more."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model, real = DtypeMismatch(), torch.randn(2, 3)
+    with FakeTensorMode():
+        fake = torch.randn(2, 3)
+    before = caller_state(model, ())
+    ep = pf.export(model, (fake,))
+    assert_same_caller_state(before, caller_state(model, ()))
+    replay_calls(ep, model, (real,), calls=2)
+
+
 def test_plain_function_is_refused():
     with pytest.raises(pf.InputError, match="export expects an nn.Module, got function"):
         pf.export(lambda x: x + 1, (torch.randn(3),))
@@ -295,6 +308,16 @@ def test_write_backs_survive_reexport_by_torch_and_by_us():
     ep, x, expected = _fresh_program()
     ours = pf.export(ep.module(), (x,))
     assert torch.allclose(_seen_after(ours.module(), x, 3), expected)
+
+
+def test_write_backs_survive_inline_regions():
+    """The issue's row: after inline_regions the buffer was folded into a constant."""
+    from predispatch_func.interop import inline_regions
+
+    ep, x, expected = _fresh_program()
+    gm = inline_regions(ep).module()
+    assert "seen" in dict(gm.named_buffers())
+    assert torch.allclose(_seen_after(gm, x, 3), expected)
 
 
 def _pt2e():
@@ -421,6 +444,32 @@ def test_write_through_view_dtype_keeps_eagers_grad():
     model, args = WritesThroughViewDtype(), (torch.randn(5, 1),)
     ep = export_checked(model, args)
     replay_calls(ep, model, args)
+
+
+class CopiesIntoInputThenWritesItsAliases(nn.Module):
+    """The issue's row: a whole-tensor copy_ of a grad-requiring value into an input, then
+    aliases of it that return the input itself or a view (``.cpu()``, ``.to("cpu")``,
+    ``.view(dtype)``) written under no_grad and autocast."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2, 3))
+
+    def forward(self, x, y):
+        x.copy_(y * self.w)
+        a, b, c = x.cpu(), x.to("cpu"), x.view(torch.float32)
+        with torch.no_grad():
+            a.mul_(2)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            b.add_(1)
+        with torch.no_grad():
+            c.sub_(0.5)
+        return x * 3, a.sum()
+
+
+def test_whole_copy_into_an_input_then_writes_through_its_aliases_keep_eagers_grad():
+    model, args = CopiesIntoInputThenWritesItsAliases(), (torch.randn(2, 3), torch.randn(2, 3))
+    replay_calls(export_checked(model, args), model, args, calls=2)
 
 
 # --- buffers resized in place ----------------------------------------------------------------
@@ -570,3 +619,65 @@ def test_data_assignment_between_two_parameters_is_refused():
     with pytest.raises(pf.UnsupportedError, match=_line("self.a.data = self.b.data")) as info:
         pf.export(_TiesWeightsByDataAssignment(), (torch.randn(3),))
     assert info.value.kind is pf.Refusal.DATA_ASSIGN_ALIASED
+
+
+# --- writes through .data after an op read the tensor for backward ----------------------------
+# eager's .data write bumps no version, so that op's backward reads the new value
+
+
+class _ScalesByBufferThenHalvesIt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(3))
+
+    def forward(self, x):
+        y = x * self.buf  # saves buf for x's gradient
+        self.buf.data.mul_(0.5)
+        return y
+
+
+class _ScalesByInputThenHalvesIt(nn.Module):
+    def forward(self, x, s):
+        y = x * s
+        s.data.mul_(0.5)
+        return y
+
+
+class _WeightSetFromItsOwnSine(nn.Module):
+    """The write's value comes from the op that saved w (the write-back guard must not clone w)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        y = self.w.sin()
+        self.w.data.copy_(y.detach())
+        return y * x
+
+
+class _InputMaxAfterAnEarlierDataWrite(nn.Module):
+    """amax reads x0 after a write: its saved value is an intermediate of the program."""
+
+    def forward(self, x0):
+        x0.data.mul_(0.5)
+        v0 = x0.amax(0)
+        x0.data.mul_(0.5)
+        return v0
+
+
+@pytest.mark.parametrize("model_cls,args", [
+    (_ScalesByBufferThenHalvesIt, lambda: (torch.randn(3, requires_grad=True),)),
+    (_ScalesByInputThenHalvesIt, lambda: (torch.randn(3, requires_grad=True), torch.randn(3))),
+    (_WeightSetFromItsOwnSine, lambda: (torch.randn(3),)),
+    (ReadsWeightThenShiftsItThroughData, lambda: (torch.randn(3),)),
+])
+def test_data_write_after_a_saved_read_of_the_input_itself_backprops_as_eager(model_cls, args):
+    model, args = model_cls(), args()
+    replay_calls(export_checked(model, args), model, args, calls=2)
+
+
+def test_data_write_after_a_saved_read_of_an_intermediate_value_is_refused():
+    with pytest.raises(pf.UnsupportedError, match=r"amax[\s\S]*" + _line("x0.data.mul_(0.5)")) as info:
+        pf.export(_InputMaxAfterAnEarlierDataWrite(), (torch.randn(3, requires_grad=True),))
+    assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ

@@ -29,7 +29,7 @@ state has fixed metadata, so that is refused, as is a change of device.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -37,6 +37,16 @@ from torch.overrides import TorchFunctionMode
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
 from .observers import OpCall
+
+
+# ops whose derivative reads none of their inputs' values (adding, copying, viewing)
+_aten = torch.ops.aten
+_SAVES_NO_INPUT = frozenset({
+    _aten.add.Tensor, _aten.sub.Tensor, _aten.add.Scalar, _aten.sub.Scalar, _aten.neg.default,
+    _aten.clone.default, _aten.detach.default, _aten._to_copy.default, _aten.expand.default,
+    _aten.view.default, _aten.reshape.default, _aten.slice.Tensor, _aten.select.int, _aten.t.default,
+    _aten.permute.default, _aten.unsqueeze.default, _aten.squeeze.dim, _aten.alias.default,
+})
 
 
 def _is_data(func: Any, accessor: str) -> bool:
@@ -115,16 +125,91 @@ class StorageAliases:
         self._joined.append((tc.storage_key(target), tc.storage_key(value), user_source_line()))
 
 
+class HiddenWrites:
+    """Writes through ``.data`` after an op recorded with grad read the tensor written.
+
+    ``.data`` bumps no version, so eager's backward of that op reads the written
+    storage, silently. A program's backward reads the value the op was given.
+    The two agree only when that value is a graph input itself, unwritten
+    before the op: ``ep.module()`` then writes the new value back into the very
+    tensor autograd saved, keeping its version (``export.write_back``), and the
+    write-back guard must not hand the op a clone (:meth:`hidden_only_inputs`).
+    Any other such write is refused.
+    """
+
+    __slots__ = ("_may_need_grad", "_inputs", "_data", "_read_stale", "_hidden", "_visible")
+
+    def __init__(self, may_need_grad: Callable[[Any], bool]):
+        self._may_need_grad = may_need_grad
+        self._inputs: dict[Any, int] = {}  # storage of each graph input -> its position
+        self._data: dict[int, weakref.ref] = {}  # `.data` aliases and views of them, by id
+        self._read_stale: dict[Any, tuple[Any, str | None]] = {}  # storage -> (op, line) of such a read
+        self._hidden: set[Any] = set()  # storages written through `.data`
+        self._visible: set[Any] = set()  # storages written otherwise
+
+    def add_inputs(self, inputs: list[Any]) -> None:
+        for i, t in enumerate(inputs):
+            if isinstance(t, tc.FunctionalTensor):
+                self._inputs.setdefault(tc.storage_key(t), i)
+
+    def mark_data(self, t: Any) -> Any:
+        self._data[id(t)] = weakref.ref(t)
+        return t
+
+    def _is_data(self, t: Any) -> bool:
+        ref = self._data.get(id(t))
+        return ref is not None and ref() is t
+
+    def hidden_only_inputs(self) -> frozenset[int]:
+        """Positions of the graph inputs written through ``.data`` and never otherwise."""
+        return frozenset(i for key, i in self._inputs.items() if key in self._hidden and key not in self._visible)
+
+    def before(self, call: OpCall) -> None:
+        for w in call.written:
+            key = tc.storage_key(w)
+            if not self._is_data(w):
+                self._visible.add(key)
+                continue
+            self._hidden.add(key)
+            if key in self._read_stale:
+                op, line = self._read_stale[key]
+                raise UnsupportedError(
+                    f"a write through `.data` (by {call.func}) to a tensor that {op} (at {line}) read with "
+                    "grad on, at a value that is not a graph input's own: eager's backward of that op reads "
+                    "the storage `.data` changed (no version bump), a program's reads the value it was "
+                    "given; write through `.data` before that read, or under `torch.no_grad()` without "
+                    "`.data` (eager then refuses the backward too)",
+                    kind=Refusal.DATA_WRITE_AFTER_SAVED_READ, op=call.func, source=user_source_line())
+        if not call.grad or call.func in _SAVES_NO_INPUT:
+            return
+        read = [t for t in call.tensors_read() if isinstance(t, tc.FunctionalTensor)
+                and all(t is not w for w in call.written)]
+        if not any(self._may_need_grad(t) for t in read):
+            return  # no autograd history: nothing saved
+        for t in read:
+            key = tc.storage_key(t)
+            if key not in self._inputs or tc.storage_mutation_count(t) != 0:
+                self._read_stale.setdefault(key, (call.func, user_source_line()))
+
+    def after(self, call: OpCall, out: Any) -> None:
+        if getattr(call.func, "is_view", False) and call.args and self._is_data(call.args[0]):
+            for t in tc.pytree.tree_leaves(out):
+                if isinstance(t, tc.FunctionalTensor):
+                    self.mark_data(t)
+
+
 class TensorDataMode(TorchFunctionMode):
     """Turns ``.data`` reads into ``detach()`` and ``.data = v`` into a no_grad ``copy_``."""
 
-    def __init__(self, aliases: StorageAliases):
+    def __init__(self, aliases: StorageAliases, hidden_writes: HiddenWrites | None):
         super().__init__()
         self._aliases = aliases
+        self._hidden_writes = hidden_writes
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
         if _is_data(func, "__get__"):
-            return args[0].detach()
+            alias = args[0].detach()
+            return self._hidden_writes.mark_data(alias) if self._hidden_writes is not None else alias
         if _is_data(func, "__set__"):
             target, value = args
             if not isinstance(value, torch.Tensor) or (target.shape, target.dtype, target.device) != (
