@@ -518,6 +518,24 @@ def test_buffer_reassigned_with_another_shape_is_a_buffer_mutation():
     replay_calls(ep, model, args, calls=3)
 
 
+class ReturnsTheBufferItReplaces(nn.Module):
+    """fuzz_long: ``.float()`` returns the buffer itself; eager's output keeps the old tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(1))
+
+    def forward(self, x):
+        v0 = self.buf.float()
+        self.buf = torch.cat([self.buf.reshape(-1), self.buf.reshape(-1)])
+        return v0, x * 2
+
+
+def test_returning_a_buffer_then_replacing_it_returns_the_old_tensor():
+    model, args = ReturnsTheBufferItReplaces(), (torch.randn(1),)
+    replay_calls(export_checked(model, args), model, args, calls=3)
+
+
 class ViewDtypeOfWrittenInputUnderNoGrad(nn.Module):
     def forward(self, x):
         x.add_(0.5)
