@@ -473,7 +473,7 @@ def current_proxy_tracer() -> Any:
 
 def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]], constants: tuple,
                     operands: list[torch.Tensor], results: list[torch.Tensor], *,
-                    single: bool = False) -> torch.fx.Node:
+                    single: bool = False, tracer: Any = None) -> torch.fx.Node:
     """Record ``hop(*subgraphs, *constants, *operands)`` in the graph being traced;
     ``results`` (fresh fake tensors) become its tracked outputs (a tuple of them, or
     the one result itself when ``single``).
@@ -482,7 +482,7 @@ def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]],
     """
     from torch.fx.experimental.proxy_tensor import track_tensor_tree
 
-    tracer = current_proxy_tracer()
+    tracer = tracer if tracer is not None else current_proxy_tracer()
     refs = []
     for hint, gm in subgraphs:
         i = 0
@@ -691,3 +691,34 @@ def dynamo_function_capture_refused(refuse: Callable[[type], None]) -> Iterator[
         yield
     finally:
         AutogradFunctionVariable.call_apply = original  # type: ignore[method-assign]
+
+
+# --- the rules of our HOPs under torch's own tracers ------------------------
+
+
+class HopRules:
+    """Where a HOP of ours registers how torch's tracers (``run_decompositions``,
+    ``torch.export.export``) handle it, so a call stays one node through them."""
+
+    AUTOGRAD = torch._C.DispatchKey.Autograd
+    DENSE = torch._C.DispatchKey.CompositeExplicitAutograd
+
+    @staticmethod
+    def proxy_mode_type() -> type:
+        from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
+
+        return ProxyTorchDispatchMode
+
+    @staticmethod
+    def trace_nested(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
+        """``fn`` traced into a graph by the torch tracer in progress (its decompositions apply)."""
+        from torch._higher_order_ops.utils import reenter_make_fx
+
+        return reenter_make_fx(fn)(*args)
+
+
+@contextlib.contextmanager
+def below_autograd() -> Iterator[None]:
+    """Dispatch below the Autograd key (a HOP's autograd rule calling the HOP again)."""
+    with torch._C._AutoDispatchBelowAutograd():
+        yield

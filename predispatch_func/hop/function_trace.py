@@ -267,12 +267,35 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
     # --- the call in the caller's graph -------------------------------------------------
     non_diff = tuple(fwd_info["non_diff"]) + tuple(range(n_out, n_results))
     with tc.outside_trace():
-        results = [_fresh(v) for v in fwd_vals[:n_results]]
+        results = [_fresh(v) for v in fwd_vals]
     tc.record_hop_call(pf_autograd_function,
                        [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
                        (name, n_out, n_results, non_diff, tuple(grads_for)), inner, results)
-    wrapped_results = [tc.to_functional(r) for r in results]
+    wrapped_results = [tc.to_functional(r) for r in results[:n_results]]
     return _reassemble(wrapped_results, operands, fwd_info)
+
+
+def retrace_call(fwd: Callable[..., Any], bwd: Callable[..., Any], constants: tuple,
+                 operands: list[Any]) -> tuple | None:
+    """A ``pf_autograd_function`` call met while our trace runs (re-exporting a program
+    that holds one): both bodies traced again by our pipeline, recorded as the same
+    call. None when no trace of ours is running (torch's rules then apply)."""
+    if not _active or tc.current_proxy_tracer() is None:
+        return None
+    settings = _active[-1]
+    _, n_outputs, n_results, _, _ = constants
+    inner = [tc.inner_of_functional(t) for t in operands]
+    fwd_gm = _trace_body(lambda wrapped, mode: list(fwd(*wrapped)), inner, settings, grad_enabled=False)
+    vals = _output_vals(fwd_gm)
+    grads = [_fresh(v, contiguous=True) for v in vals[:n_outputs]]
+    bwd_gm = _trace_body(lambda wrapped, mode: list(bwd(*wrapped)),
+                         [_fresh(v) for v in vals[n_results:]] + grads, settings, grad_enabled=True)
+    with tc.outside_trace():
+        results = [_fresh(v) for v in vals]
+    tc.record_hop_call(pf_autograd_function,
+                       [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
+                       constants, inner, results)
+    return tuple(tc.to_functional(r) for r in results)
 
 
 def _reassemble(results: list[Any], operands: list[Any], info: dict[str, Any]) -> Any:
@@ -357,4 +380,4 @@ def _refuse_symbolic_state(name: str, leaves: list[Any], source: str | None) -> 
                 op=f"{name}.forward", source=source)
 
 
-__all__ = ["trace_call", "tracing_autograd_functions"]
+__all__ = ["retrace_call", "trace_call", "tracing_autograd_functions"]
