@@ -571,6 +571,8 @@ def inference_mode_as_grad_mode() -> Iterator[None]:
 def compiled_modules_run_eagerly() -> Iterator[None]:
     """A ``torch.compile``-d submodule (``OptimizedModule``) calls the module it wraps,
     so the trace sees its ops (as torch.export does), not dynamo's generated code.
+    A compiled plain function runs what it wraps too: its wrapper does so while
+    exporting inside a ``TracingContext`` (torch.export's non-strict trace holds one).
     Not a global ``set_stance("force_eager")``: torch's own HOPs (``cond``, ``map``)
     compile their bodies with dynamo to lift closed-over tensors."""
     from torch._dynamo.eval_frame import OptimizedModule
@@ -581,8 +583,12 @@ def compiled_modules_run_eagerly() -> Iterator[None]:
         return self._orig_mod(*args, **kwargs)
 
     OptimizedModule.__call__ = call  # type: ignore[method-assign]
+    context: Any = contextlib.nullcontext()
+    if torch._guards.TracingContext.try_get() is None:
+        context = torch._guards.tracing(torch._guards.TracingContext(torch._guards.detect_fake_mode()))
     try:
-        yield
+        with context:
+            yield
     finally:
         if original is None:
             del OptimizedModule.__call__
