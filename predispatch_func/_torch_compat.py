@@ -728,3 +728,17 @@ def below_autograd() -> Iterator[None]:
     """Dispatch below the Autograd key (a HOP's autograd rule calling the HOP again)."""
     with torch._C._AutoDispatchBelowAutograd():
         yield
+
+
+def flex_attention_joint_graph(score_mod: Callable[..., Any], query: torch.Tensor,
+                               other_buffers: tuple) -> Any:
+    """The joint (forward + backward) graph of a flex_attention ``score_mod``, as
+    ``flex_attention_backward``'s eager kernel (and dynamo) derive it when none is given."""
+    from torch._higher_order_ops.flex_attention import create_fw_bw_graph
+
+    inner = inner_of_functional(query)
+    with outside_trace(), (fake_mode_of([inner]) or contextlib.nullcontext()):
+        example = (inner.new_zeros((), requires_grad=True),
+                   *(inner.new_zeros((), dtype=torch.int) for _ in range(4)))
+        buffers = tuple(inner_of_functional(b) for b in other_buffers)
+        return create_fw_bw_graph(score_mod, example, buffers)[1]
