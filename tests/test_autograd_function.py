@@ -468,3 +468,13 @@ def forward(self, arg0_1):
             pf.export(M(), (self.x,))
         self.assertIs(caught.exception.kind, pf.Refusal.UNMATERIALIZED_GRADS)
         self.assertIn("return Two.apply(x)[0]", str(caught.exception))
+
+    def test_exported_under_callers_no_grad(self):
+        """Under the caller's no_grad eager runs forward only; the program's outer region is no_grad."""
+        model = Apply(DoubleGrad)
+        with torch.no_grad():
+            ep = pf.export(model, (self.x,))
+            expected, got = model(self.x), ep.module()(self.x)
+        torch.testing.assert_close(got, expected)
+        self.assertFalse(got.requires_grad)
+        self.assertEqual(len(hop_calls(ep)), 1)

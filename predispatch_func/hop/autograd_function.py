@@ -113,10 +113,10 @@ def _proxy_rule(mode, fwd, bwd, *rest):
     _, n_outputs, n_results, _, _ = constants
     fwd_gm = tc.HopRules.trace_nested(fwd, *operands)
     vals = output_values(fwd_gm)
-    saved = [_like(v) for v in vals[n_results:]]
-    grads = [_like(v, contiguous=True) for v in vals[:n_outputs]]
+    saved = [fresh_like(v) for v in vals[n_results:]]
+    grads = [fresh_like(v, contiguous=True) for v in vals[:n_outputs]]
     bwd_gm = tc.HopRules.trace_nested(bwd, *saved, *grads)
-    results = [_like(v) for v in vals]
+    results = [fresh_like(v) for v in vals]
     tc.record_hop_call(pf_autograd_function,
                        [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
                        constants, operands, results, tracer=mode.tracer)
@@ -129,7 +129,7 @@ def output_values(gm: torch.fx.GraphModule) -> list[Any]:
     return [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in out.args[0]]
 
 
-def _like(t: torch.Tensor, contiguous: bool = False) -> torch.Tensor:
+def fresh_like(t: torch.Tensor, contiguous: bool = False) -> torch.Tensor:
     """A new (fake) tensor with ``t``'s metadata, never an alias of an operand."""
     mode = tc.fake_mode_of([t])
     with tc.outside_trace(), (mode if mode is not None else torch.no_grad()):
