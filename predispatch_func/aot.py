@@ -66,7 +66,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     """Trace ``mod`` into a functional graph over lifted state and flat user inputs.
 
     ``python_state="warn"`` turns the refusal of Python-level changes the program
-    cannot carry (see :mod:`predispatch_func.state_guard`) into a warning.
+    cannot carry (see :mod:`predispatch_func.program.state_guard`) into a warning.
 
     ``args`` is a tuple of positional arguments (a single tensor is one argument,
     as in :func:`~predispatch_func.export`). ``target`` (an
