@@ -115,6 +115,8 @@ class Refusal(enum.Enum):
     AUTOGRAD_FUNCTION_AFTER_AUTOGRAD = ("a custom autograd.Function with pre_dispatch=False", False)
     AUTOGRAD_FUNCTION_NOT_TRACEABLE = ("an autograd.Function whose forward/backward cannot be traced", False)
     AUTOGRAD_FUNCTION_IN_HOP_BODY = ("a custom autograd.Function inside a torch HOP's body", True)
+    UNMATERIALIZED_GRADS = ("set_materialize_grads(False) in a Function with several differentiable outputs",
+                            False)
     TENSOR_HOOK_NOT_EXPRESSIBLE = ("a tensor hook removed inside forward, or one returning None", False)
     REQUIRES_GRAD_OFF_ON_INPUT = ("requires_grad_(False) on a parameter, buffer or input in forward", False)
     HOP_BODY_WRITES_OPERANDS = ("a torch HOP body that writes its operands or a closed-over tensor", True)
