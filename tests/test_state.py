@@ -536,6 +536,25 @@ def test_returning_a_buffer_then_replacing_it_returns_the_old_tensor():
     replay_calls(export_checked(model, args), model, args, calls=3)
 
 
+class ReturnsASplitPieceOfTheBufferItReplaces(nn.Module):
+    """The 10,000-program fuzz run: a split piece of the old buffer is returned; ep.module()'s
+    write-back resizes the buffer in place, so the piece needs its own copy."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(2, 4))
+
+    def forward(self, x):
+        _, v1 = torch.split(self.buf, [3, 1], 1)
+        self.buf = self.buf.sum(0)
+        return v1, x * 2
+
+
+def test_returning_a_split_piece_of_a_buffer_then_replacing_it_returns_the_old_values():
+    model, args = ReturnsASplitPieceOfTheBufferItReplaces(), (torch.randn(1),)
+    replay_calls(export_checked(model, args), model, args, calls=3)
+
+
 class ViewDtypeOfWrittenInputUnderNoGrad(nn.Module):
     def forward(self, x):
         x.add_(0.5)

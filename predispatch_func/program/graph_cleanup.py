@@ -87,6 +87,10 @@ def _view_root(node: Any, gm: torch.fx.GraphModule) -> Any:
         if calls_view_op(node):
             node = node.args[0]
             continue
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) \
+                and calls_view_op(node.args[0]):  # a piece of split / chunk / unbind
+            node = node.args[0].args[0]
+            continue
         operand = _operand_viewed_by_region_result(node, gm)
         if operand is None:
             return node
