@@ -552,7 +552,7 @@ class ReturnsASplitPieceOfTheBufferItReplaces(nn.Module):
 
 def test_returning_a_split_piece_of_a_buffer_then_replacing_it_returns_the_old_values():
     model, args = ReturnsASplitPieceOfTheBufferItReplaces(), (torch.randn(1),)
-    replay_calls(export_checked(model, args), model, args, calls=3)
+    replay_calls(export_checked(model, args), model, args, calls=1)  # eager's 2nd call fails to split
 
 
 class ViewDtypeOfWrittenInputUnderNoGrad(nn.Module):
