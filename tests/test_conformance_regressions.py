@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conformance import Case
+from conformance.case import Call
 from conformance.judge import judge_case
 
 
@@ -292,3 +293,128 @@ def test_random_fill_of_an_input_that_requires_grad_trains(name):
     """``normal_functional`` has no derivative: backward through the program raised,
     where eager gives the input a zero gradient (and it keeps requiring grad)."""
     assert_ok(InPlaceOnInput(_RANDOM_FILLS[name]), (torch.randn(3, 4),))
+
+
+class BranchesOnRequiresGrad(torch.nn.Module):
+    def forward(self, x, w):
+        y = x.unsqueeze(0) * 2
+        z = y.sin() if y.requires_grad else y.cos()  # eager: sin when x requires grad
+        with torch.no_grad():
+            n = (x * 2).requires_grad  # False in eager
+        d = w.detach().requires_grad  # False in eager
+        return z * (3.0 if n or d else 1.0) + (w @ x if (w @ x).requires_grad else 0.0)
+
+
+def test_python_reads_requires_grad_of_intermediates_as_eager():
+    """Autograd does not run while tracing; traced intermediates reported
+    ``requires_grad=False``, so code branching on it took the branch eager does
+    not (``linear_cross_entropy`` baked ``compute_input_grad=False``: silently
+    wrong input gradients)."""
+    assert_ok(BranchesOnRequiresGrad(), (torch.randn(3, requires_grad=True), torch.randn(3, 3, requires_grad=True)))
+
+
+def test_linear_cross_entropy_on_an_intermediate_trains():
+    x, w, t = torch.randn(3, requires_grad=True), torch.randn(4, 3, requires_grad=True), torch.tensor(1)
+    model = Call(lambda x, w, t: F.linear_cross_entropy(x.unsqueeze(0), w, t.unsqueeze(0)), (x, w, t), {})
+    assert_ok(model, (x, w, t))
+
+
+class CompareIntoBuffer(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+        self.register_buffer("buf", torch.randn(2, 3).round())
+
+    def forward(self, other, x):
+        self.op(self.buf, other)
+        y = x * 1
+        self.op(y[1], other[0])  # into a view of an intermediate
+        return self.buf.clone(), y
+
+
+@pytest.mark.parametrize("name", ["eq_", "ne_", "lt_", "le_", "gt_", "ge_"])
+def test_in_place_comparison_with_an_operand_that_requires_grad(name):
+    """Eager's ``buf.eq_(other)`` records a node with zero gradients, so ``buf``
+    requires grad when ``other`` does; the functional ``eq`` gave a bool value
+    without autograd link (the program's result did not require grad)."""
+    other = torch.randn(2, 3).round()
+    other[0, 0] = 0.0
+    assert_ok(CompareIntoBuffer(getattr(torch.Tensor, name)), (other, torch.randn(2, 3).round()))
+
+
+class LogicalInPlace(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x, other):
+        self.op(x[1], other)  # a view of an input
+        y = x * 2
+        self.op(y, other)  # an intermediate
+        return y * x
+
+
+_LOGICAL = {
+    "logical_not_": lambda t, other: t.logical_not_(),
+    "logical_and_": torch.Tensor.logical_and_,
+    "logical_or_": torch.Tensor.logical_or_,
+    "logical_xor_": torch.Tensor.logical_xor_,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LOGICAL))
+def test_logical_in_place_ops_keep_autograd_history(name):
+    """Eager's autograd does not record ``logical_*_`` (like a write under no_grad: the
+    data changes, the history and its gradient of 1 stay); ours gave 0."""
+    x = torch.randn(2, 3)
+    x[0, 1] = 0.0
+    assert_ok(LogicalInPlace(_LOGICAL[name]), (x, (torch.randn(3) > 0).float()))
+
+
+def test_autograd_transparent_writes_match_eager_over_op_db():
+    """The in-place ops whose eager write autograd does not record are exactly
+    :data:`AUTOGRAD_TRANSPARENT_WRITES` (among OpInfo's in-place variants)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from predispatch_func.modes.observers import AUTOGRAD_TRANSPARENT_WRITES
+
+    found = set()
+    for op in op_db:
+        if op.inplace_variant is None or torch.float32 not in op.supported_dtypes("cpu"):
+            continue
+        for s in list(op.sample_inputs("cpu", torch.float32))[:2]:
+            if not isinstance(s.input, torch.Tensor):
+                continue
+            y = s.input.detach().clone().requires_grad_(True) * 1
+            before = y.grad_fn
+            try:
+                result = op.inplace_variant(y, *s.args, **s.kwargs)
+            except (RuntimeError, TypeError, ValueError):
+                continue
+            if y.grad_fn is before and result is y and s.input.numel():
+                found.add(op.name)
+    dropouts = {n for n in found if "dropout" in n}  # p=0 / eval: eager returns the input untouched
+    assert found - dropouts == {op.overloadpacket.__name__[:-1] for op in AUTOGRAD_TRANSPARENT_WRITES}, found
+
+
+class ResizeAsBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(2, 3))
+
+    def forward(self, template):
+        self.buf.resize_as_(template)
+        return self.buf * 2
+
+
+def test_resize_as_of_a_buffer_to_a_template_that_requires_grad():
+    """Only the template's shape is read: eager's buffer does not require grad;
+    torch's functional ``resize_as`` made it (the program's output required grad)."""
+    assert_ok(ResizeAsBuffer(), (torch.randn(2, 3),))
+
+
+def test_tensor_split_with_a_tensor_of_indices():
+    """Eager's C++ composite reads the indices' data, so the keep-or-decompose
+    guard crashed running it on fakes; torch's Python composite traces."""
+    model = Call(torch.tensor_split, (torch.randn(6, 2), torch.tensor([1, 4])), {})
+    assert_ok(model, (torch.randn(6, 2), torch.tensor([1, 4])))

@@ -170,8 +170,12 @@ class CompositePolicy:
             tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
         key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
         if key not in self._eager_cache:
-            self._eager_cache[key] = _run_decomposition_and_watch(
-                op, inner_args, inner_kwargs, kernel=tc.decompose_like_eager) is not None
+            try:
+                self._eager_cache[key] = _run_decomposition_and_watch(
+                    op, inner_args, inner_kwargs, kernel=tc.decompose_like_eager) is not None
+            except RuntimeError:  # eager's kernel reads an input's data (tensor_split with a
+                # tensor of indices): it cannot be traced at all, torch's Python composite can
+                self._eager_cache[key] = False
         return self._eager_cache[key]
 
     def _record(self, op: tc.OpOverload, decision: Decision, why: str) -> bool:

@@ -29,7 +29,9 @@ _REASONS = {
         "the forward reassigns a Python attribute to new tensors; export leaves tracing tensors "
         "there (issue 15: the Python-state guard)",
     "silu does not support automatic differentiation for outputs with complex dtype":
-        "silu_ of a complex input is decomposed to silu, whose autograd refuses complex outputs",
+        "torch bug: eager's silu_ differentiates a complex input without conjugation (its gradient is "
+        "grad * f'(z), PyTorch's convention is grad * conj(f'(z))) while silu refuses complex autograd; "
+        "the functional program runs silu, which raises torch's clear error",
     "derivative for aten::":
         "a functional kernel without a derivative, so the program cannot train through it",
     "_native_batch_norm_legit_functional' is not differentiable":
