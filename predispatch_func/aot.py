@@ -4,7 +4,7 @@ It owns lifting (parameters, buffers, tensor constants become placeholders),
 functionalization (one trace through the mode stack) and the mutation
 metadata (which inputs the model wrote, and their final values as outputs).
 
-Pipeline, one artifact per stage: ``Inputs`` (lift.py: the graph inputs,
+Pipeline, one artifact per stage (the stages live in ``program/``): ``Inputs`` (lift.py: the graph inputs,
 named) -> fakes (fakeify.py) -> ``Trace`` and ``Mutations`` (modes/, mutations.py:
 the flat functional graph with region markers, what the model wrote) -> graph
 passes (graph_cleanup.py, hop/, writeback_guard.py; each edits the graph and
@@ -21,22 +21,22 @@ import torch
 from torch.export.graph_signature import ExportGraphSignature
 
 from . import _torch_compat as tc
-from . import node_meta
-from .fakeify import Fakeifier
-from .graph_cleanup import (copy_outputs_reading_written_inputs, eliminate_dead_code,
+from .program import node_meta
+from .program.fakeify import Fakeifier
+from .program.graph_cleanup import (copy_outputs_reading_written_inputs, eliminate_dead_code,
                             lift_traced_constants, name_placeholders)
 from .graphs import all_graph_modules
 from .hop import outline_regions
-from .lift import collect_inputs
+from .program.lift import collect_inputs
 from .modes import CompositePolicy, trace_functional
 from .modes.composite_policy import Decision
-from .module_signatures import PreservedCalls
-from .mutations import ModelCall
+from .program.module_signatures import PreservedCalls
+from .program.mutations import ModelCall
 from .opsets.lowering import Lowering
 from .schema_audit import shipped_decision
-from .state_guard import StateGuard
-from .signature import SlotKind, build_signature, grad_sources, written_placeholders
-from .writeback_guard import guard_saved_mutated_inputs
+from .program.state_guard import StateGuard
+from .program.signature import SlotKind, build_signature, grad_sources, written_placeholders
+from .program.writeback_guard import guard_saved_mutated_inputs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ from torch.export.exported_program import ExportedProgram, ModuleCallEntry, Modu
 
 from . import _torch_compat as tc
 from .aot import AotSignature, aot_export_module
-from .input_check import checked_call
+from .program.input_check import checked_call
 
 
 def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,

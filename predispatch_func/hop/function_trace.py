@@ -295,7 +295,7 @@ def _trace_body(body: Callable[[list[Any], Any], list[Any]], inputs: list[Any], 
                 *, grad_enabled: bool) -> torch.fx.GraphModule:
     """A functional subgraph of ``body`` over fresh fakes like ``inputs``: our whole
     pipeline's trace and region outlining, outside the trace in progress."""
-    from ..graph_cleanup import eliminate_dead_code
+    from ..program.graph_cleanup import eliminate_dead_code
     from ..graphs import all_graph_modules
     from ..modes import trace_functional
     from .regions import outline_regions

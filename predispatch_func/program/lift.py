@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from . import _torch_compat as tc
+from .. import _torch_compat as tc
 from .signature import Inputs, InputSlot, SlotKind
 
 

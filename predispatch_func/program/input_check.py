@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from . import _torch_compat as tc
-from .errors import ExportError
+from .. import _torch_compat as tc
+from ..errors import ExportError
 
 # leaves a program can take: tensors, and constants it specialises on (as torch.export)
 _CONSTANT_LEAVES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device,

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from . import _torch_compat as tc
-from .graphs import all_graph_modules, calls_view_op, graph_pass
-from .hop.ops import region_body_and_operands
+from .. import _torch_compat as tc
+from ..graphs import all_graph_modules, calls_view_op, graph_pass
+from ..hop.ops import region_body_and_operands
 from .lift import placeholder_name
 from .mutations import Mutations
 from .signature import Inputs, InputSlot, SlotKind, written_placeholders

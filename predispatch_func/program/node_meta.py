@@ -28,8 +28,8 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch.overrides import TorchFunctionMode
 
-from . import _torch_compat as tc
-from .graphs import all_graph_modules
+from .. import _torch_compat as tc
+from ..graphs import all_graph_modules
 
 NN_MODULE_STACK = "nn_module_stack"
 TORCH_FN = "torch_fn"

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch.export.exported_program import ModuleCallSignature
 
-from . import _torch_compat as tc
-from .graphs import all_graph_modules
+from .. import _torch_compat as tc
+from ..graphs import all_graph_modules
 from .node_meta import NN_MODULE_STACK
 
 

@@ -29,14 +29,14 @@ from typing import Any
 
 import torch
 
-from . import _torch_compat as tc
-from .errors import Refusal, UnsupportedError, _is_user_frame
+from .. import _torch_compat as tc
+from ..errors import Refusal, UnsupportedError, _is_user_frame
 
 # the Module methods through which model code changes what a module holds
 _RECORDED = ("__setattr__", "__delattr__", "register_buffer", "register_parameter",
              "register_module", "add_module")
 _CONTAINERS = (list, dict, set)
-_OUR_DIR = __file__.rsplit("/", 1)[0] + "/"
+_OUR_DIR = __file__.rsplit("/", 2)[0] + "/"  # the package, not program/
 _TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
 
 

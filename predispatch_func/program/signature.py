@@ -27,7 +27,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from . import _torch_compat as tc
+from .. import _torch_compat as tc
 
 if TYPE_CHECKING:
     from .mutations import Mutations

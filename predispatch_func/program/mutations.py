@@ -15,8 +15,8 @@ from typing import Any, ContextManager
 
 import torch
 
-from . import _torch_compat as tc
-from .errors import Refusal, UnsupportedError
+from .. import _torch_compat as tc
+from ..errors import Refusal, UnsupportedError
 from .signature import Inputs, InputSlot, SlotKind
 
 

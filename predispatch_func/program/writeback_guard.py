@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .graphs import calls_view_op, graph_pass
-from .hop.ops import pf_grad_region
+from ..graphs import calls_view_op, graph_pass
+from ..hop.ops import pf_grad_region
 
 
 def _may_need_grad(gm: torch.fx.GraphModule, grad_sources: set[torch.fx.Node]) -> set[torch.fx.Node]:
