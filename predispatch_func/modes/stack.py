@@ -161,7 +161,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                 traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
             with ambient.entered(), eager_fast_paths(), TensorDataMode():  # caller's modes: outer regions
                 outs = body(wrapped, mode)
-                mode.metadata_writes.refuse_changed()
+                mode.metadata_writes.refuse_symbolic()
                 mode.view_modes.rebuild_stale(outs)
             refusals.leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()

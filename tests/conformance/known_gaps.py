@@ -18,8 +18,8 @@ PATH = os.path.join(os.path.dirname(__file__), "known_gaps.json")
 # A phrase of our outcome's detail -> why; the rest fall back to the outcome itself.
 _REASONS = {
     "in-place metadata change (shape/stride) of a graph input":
-        "an in-place metadata change of an input (squeeze_, resize_, as_strided_ that changes its "
-        "layout): a functional program cannot express it; refused (README, known limits)",
+        "an in-place metadata change of an input to a symbolic layout, or of a parameter: refused "
+        "(README, known limits)",
     "output: requires_grad is True in eager, False in program":
         "eager marks the result of an in-place comparison (eq_, gt_, ...) written into a float "
         "tensor as requiring grad (with a zero gradient) when another operand does; ours does not",
