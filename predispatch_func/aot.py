@@ -33,7 +33,7 @@ from .modes.composite_policy import Decision
 from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
 from .opsets.lowering import Lowering
-from .schema_audit import shipped_decision
+from .schema_audit import shipped_decision, shipped_untested_layouts
 from .program.state_guard import StateGuard
 from .program.signature import SlotKind, build_signature, grad_sources, written_placeholders
 from .program.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
@@ -83,7 +83,8 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     fakeify = Fakeifier(dynamic_shapes, mod, args, kwargs)
     fakes = [fakeify.user(s.value) if s.kind is SlotKind.USER else fakeify.state(s.value) for s in inputs.slots]
     lowering = Lowering(target) if target is not None else None
-    policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides, lowering=lowering)
+    policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides, lowering=lowering,
+                             untested_layouts=shipped_untested_layouts)
     preserved = PreservedCalls(mod, preserve_module_call_signature)
     call = ModelCall(mod, inputs, fakes, around=lambda: _observed(mod, preserved))
     with StateGuard(mod, (args, kwargs), python_state=python_state) as guard:
