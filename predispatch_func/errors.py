@@ -73,6 +73,7 @@ class Refusal(enum.Enum):
     WRITE_TO_TENSOR_ATTRIBUTE = ("a write to a tensor attribute that is not a buffer", False)
     STATE_REPLACED = ("a parameter, or a buffer of another shape/dtype, replaced by assignment", False)
     OVERLAPPING_WRITES = ("one tensor passed as two arguments an op writes", False)
+    WRITE_TO_SPARSE = ("an in-place write to a sparse tensor", False)
     GRAD_VALUE_THROUGH_DETACH = ("a value that requires grad written through a detach()-ed alias", False)
     GRAD_VALUE_INTO_INTEGER = ("a value that requires grad written into an integer tensor", True)
     VIEW_REPLAY_AFTER_STRIDED_WRITE = (".view() of a tensor written through a non-contiguous alias", True)

@@ -510,3 +510,20 @@ def test_growing_an_input_with_resize_is_refused():
     with pytest.raises(pf.UnsupportedError, match="cannot grow") as info:
         pf.export(GrowInput(), (torch.randn(2, 3),))
     assert "resize_" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
+
+
+class WriteSparseGrad(torch.nn.Module):
+    def forward(self, g, index):
+        r = torch.ops.aten.gather_backward(g, g, 0, index, True)  # values view g in eager
+        r.mul_(3)
+        return r.to_dense()
+
+
+def test_write_to_a_sparse_result_is_refused():
+    """Eager's write reaches ``g`` through the sparse result's values; a functional
+    program would drop it (torch.export keeps the op and drops it too)."""
+    import predispatch_func as pf
+
+    with pytest.raises(pf.UnsupportedError, match="sparse tensor") as info:
+        pf.export(WriteSparseGrad(), (torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.long)))
+    assert info.value.kind is pf.Refusal.WRITE_TO_SPARSE and "test_conformance_regressions.py" in str(info.value)

@@ -92,11 +92,24 @@ def overlapping_writes(call: OpCall, input_ids: set[int]) -> None:
                               "program cannot express: pass separate tensors", call.func)
 
 
+def sparse_writes(call: OpCall, input_ids: set[int]) -> None:
+    """A sparse kernel may return indices or values that alias its inputs under a schema
+    that says fresh (``gather_backward(..., sparse_grad=True)``: values view ``grad``;
+    the schema audit finds it), so a write to a sparse result may reach an input that
+    functionalization cannot see."""
+    if any(t.layout != torch.strided for t in call.written):
+        raise _refuse(Refusal.WRITE_TO_SPARSE,
+                      "in-place write to a sparse tensor: sparse kernels may return indices or values "
+                      "that alias their inputs without their schema saying so, so the write could "
+                      "reach an input the program would not update; write to a dense tensor or "
+                      "use the out-of-place op", call.func)
+
+
 def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites) -> tuple[Check, ...]:
     """The checks every op passes first, for one trace."""
     if pre_dispatch:
-        return (metadata_writes, overlapping_writes)
-    return (grad_mode_after_autograd, metadata_writes)
+        return (metadata_writes, overlapping_writes, sparse_writes)
+    return (grad_mode_after_autograd, metadata_writes, sparse_writes)
 
 
 def leaked_autocast() -> None:
