@@ -220,6 +220,17 @@ def reparametrize(module: torch.nn.Module, tensors: dict[str, torch.Tensor]):
 # --- fx and symbolic shapes ------------------------------------------------------
 
 
+def stack_trace_filter() -> tuple[set[tuple[str, str]], set[str]]:
+    """What fx's tracer keeps of a stack when only ``forward`` frames are recorded:
+    besides ``forward`` frames, the (filename, function) anchors torch registered (the
+    live set: torch adds to it as it goes), less the files torch always drops."""
+    import torch.fx.proxy as fx_proxy
+    from torch.fx.experimental.symbolic_shapes import uninteresting_files
+
+    # fx also keeps frames of torch/__init__.py, which uninteresting_files() then drops
+    return fx_proxy._STACK_TRACE_ANCHORS, uninteresting_files()
+
+
 def rename_node(node: torch.fx.Node, wanted: str) -> None:
     """Rename an fx node, letting the graph's namespace resolve clashes."""
     node._rename(wanted)

@@ -69,7 +69,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     """Trace ``mod`` into a functional graph over lifted state and flat user inputs.
 
     ``python_state="warn"`` turns the refusal of Python-level changes the program
-    cannot carry (see :mod:`predispatch_func.state_guard`) into a warning.
+    cannot carry (see :mod:`predispatch_func.program.state_guard`) into a warning.
 
     ``args`` is a tuple of positional arguments (a single tensor is one argument,
     as in :func:`~predispatch_func.export`). ``target`` (an
@@ -93,16 +93,18 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
                                                  **(decompositions or {})})
         guard.refuse_uncarried_changes()
     gm, mutations = trace.graph_module, call.mutations
+    written_through_data = {inputs.slots[i] for i in trace.hidden_written}
     inputs = lift_traced_constants(gm, inputs)
     name_placeholders(gm, inputs)
-    outline_regions(gm, trace.identity_edges)
+    outline_regions(gm, trace.identity_edges, grad_sources=grad_sources(gm, inputs))
     eliminate_dead_code(gm)
     if lowering is not None:
         lowering.check(gm)
         lowering.warn_decomposed_members(policy.decisions)
     copy_outputs_reading_written_inputs(gm, inputs, mutations)
     written = written_placeholders(gm, inputs, mutations)
-    guard_saved_mutated_inputs(gm, written, grad_sources(gm, inputs))
+    guard_saved_mutated_inputs(gm, written_placeholders(gm, inputs, mutations, skip=written_through_data),
+                               grad_sources(gm, inputs))
     clone_relaid_inputs(gm, [p for p, layout in zip(written, mutations.layouts) if layout is not None])
     signature = build_signature(gm, inputs, mutations)
     node_meta.fill_missing(gm, type(mod))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import sys
 import traceback
 from types import TracebackType
@@ -43,6 +44,18 @@ def user_source_line(tb: TracebackType | None = None) -> str | None:
     return None
 
 
+_RECORDED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+
+
+def user_line_of_recorded(stack_trace: str | None) -> str | None:
+    """The innermost user frame of a node's recorded ``stack_trace``, as :func:`user_source_line`."""
+    frames = _RECORDED_FRAME.findall(stack_trace or "")
+    for filename, lineno, name, code in reversed(frames):
+        if _is_user_frame(filename):
+            return f"{filename}:{lineno} in {name}\n    {code.strip()}"
+    return None
+
+
 class ExportError(RuntimeError):
     """Exporting failed; the message names the op and the user's source line."""
 
@@ -72,6 +85,8 @@ class Refusal(enum.Enum):
     WRITE_TO_ALIASED_INPUTS = ("a write to an input that shares memory with another input", False)
     WRITE_TO_TENSOR_ATTRIBUTE = ("a write to a tensor attribute that is not a buffer", False)
     STATE_REPLACED = ("a parameter, or a buffer of another shape/dtype, replaced by assignment", False)
+    IDENTITY_IN_NESTED_GRAD_REGION = ("a tensor written under no_grad read in a grad-on region nested in it",
+                                      False)
     OVERLAPPING_WRITES = ("one tensor passed as two arguments an op writes", False)
     WRITE_TO_SPARSE = ("an in-place write to a sparse tensor", False)
     GRAD_VALUE_THROUGH_DETACH = ("a value that requires grad written through a detach()-ed alias", False)
@@ -81,6 +96,9 @@ class Refusal(enum.Enum):
     VIEW_DTYPE_REBUILD = ("a view(dtype) made under no_grad of a tensor written before", True)
     PYTHON_STATE_CHANGED = ("a Python attribute, buffer, parameter or submodule set in forward", False)
     DATA_ASSIGN_NEW_METADATA = ("tensor.data = value with another shape, dtype or device", False)
+    DATA_ASSIGN_ALIASED = ("tensor.data = value while an alias tells the copy from eager's storage swap", False)
+    DATA_WRITE_AFTER_SAVED_READ = ("a .data write to a tensor an op read for backward at an intermediate value",
+                                   False)
     DYNAMIC_SHAPES_SPEC = ("a dynamic_shapes spec that does not fit the call or its example", False)
     DIM_NOT_DYNAMIC = ("a declared Dim that the model specialises, derives or narrows", False)
     AUTOGRAD_FUNCTION_AFTER_AUTOGRAD = ("a custom autograd.Function with pre_dispatch=False", False)

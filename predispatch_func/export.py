@@ -104,13 +104,13 @@ def write_back(destination: torch.Tensor, value: torch.Tensor, before: Layout | 
     elif destination.shape != value.shape:  # a buffer the model resized in place (QAT observers)
         with torch.no_grad():
             destination.resize_(value.shape)
-    if destination.is_leaf and destination.requires_grad:
+    if destination.is_leaf:
         version = tc.version_of(destination)
-        with torch.no_grad():
+        with torch.no_grad() if destination.requires_grad else contextlib.nullcontext():
             out = destination.copy_(value)
         if type(destination) in (torch.Tensor, torch.nn.Parameter):  # not while re-traced
             # eager wrote it with grad off (no_grad, .data): an op of the forward that saved
-            # the old tensor still runs its backward, as in eager after a .data write
+            # the tensor (``x * buf``) still runs its backward, as in eager after a .data write
             tc.set_version(destination, version)
         return out
     return destination.copy_(value)

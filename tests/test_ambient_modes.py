@@ -152,15 +152,14 @@ def test_inputs_made_under_inference_mode_export():
     assert torch.allclose(ep.module()(x.clone()), expected)
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: under the caller's no_grad, a parameter updated in "
-                   "place and then read in the model's own enable_grad region gets no gradient (the "
-                   "in-place update's identity does not cross into a grad-on region nested in the "
-                   "outer no_grad region)")
-def test_parameter_clipped_then_read_with_grad_on_under_callers_no_grad():
+def test_parameter_clipped_then_read_with_grad_on_under_callers_no_grad_is_refused():
+    """The clipped weight's identity is carried where the grad-off region ends; a grad-on
+    region nested in it (here in the caller's no_grad) would lose eager's gradient."""
     model, args = ClipsThenReEnablesGrad(), (torch.randn(3, 4),)
-    with torch.no_grad():
-        ep = pf.export(model, args)
-    _run_both(ep, model, args, torch.no_grad)
+    with torch.no_grad(), pytest.raises(pf.UnsupportedError, match=r"test_ambient_modes\.py:\d+ in forward\n\s+return self.lin\(x\)") as info:
+        pf.export(model, args)
+    assert info.value.kind is pf.Refusal.IDENTITY_IN_NESTED_GRAD_REGION
+    _run_both(pf.export(model, args), model, args, contextlib.nullcontext)  # outside no_grad: carried
 
 
 @pytest.mark.parametrize("model_cls", [UpdatesState, ReEnablesGrad])

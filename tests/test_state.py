@@ -232,6 +232,19 @@ def test_export_under_modes_and_failing_restores_the_callers_modes():
         assert_same_caller_state(before, caller_state(model, ()))
 
 
+def test_fake_input_to_a_real_model_exports_a_program_eager_agrees_with():
+    """An input made under FakeTensorMode carries only shape and dtype: export needs no more."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model, real = DtypeMismatch(), torch.randn(2, 3)
+    with FakeTensorMode():
+        fake = torch.randn(2, 3)
+    before = caller_state(model, ())
+    ep = pf.export(model, (fake,))
+    assert_same_caller_state(before, caller_state(model, ()))
+    replay_calls(ep, model, (real,), calls=2)
+
+
 def test_plain_function_is_refused():
     with pytest.raises(pf.InputError, match="export expects an nn.Module, got function"):
         pf.export(lambda x: x + 1, (torch.randn(3),))
@@ -295,6 +308,16 @@ def test_write_backs_survive_reexport_by_torch_and_by_us():
     ep, x, expected = _fresh_program()
     ours = pf.export(ep.module(), (x,))
     assert torch.allclose(_seen_after(ours.module(), x, 3), expected)
+
+
+def test_write_backs_survive_inline_regions():
+    """The issue's row: after inline_regions the buffer was folded into a constant."""
+    from predispatch_func.interop import inline_regions
+
+    ep, x, expected = _fresh_program()
+    gm = inline_regions(ep).module()
+    assert "seen" in dict(gm.named_buffers())
+    assert torch.allclose(_seen_after(gm, x, 3), expected)
 
 
 def _pt2e():
@@ -423,6 +446,32 @@ def test_write_through_view_dtype_keeps_eagers_grad():
     replay_calls(ep, model, args)
 
 
+class CopiesIntoInputThenWritesItsAliases(nn.Module):
+    """The issue's row: a whole-tensor copy_ of a grad-requiring value into an input, then
+    aliases of it that return the input itself or a view (``.cpu()``, ``.to("cpu")``,
+    ``.view(dtype)``) written under no_grad and autocast."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2, 3))
+
+    def forward(self, x, y):
+        x.copy_(y * self.w)
+        a, b, c = x.cpu(), x.to("cpu"), x.view(torch.float32)
+        with torch.no_grad():
+            a.mul_(2)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            b.add_(1)
+        with torch.no_grad():
+            c.sub_(0.5)
+        return x * 3, a.sum()
+
+
+def test_whole_copy_into_an_input_then_writes_through_its_aliases_keep_eagers_grad():
+    model, args = CopiesIntoInputThenWritesItsAliases(), (torch.randn(2, 3), torch.randn(2, 3))
+    replay_calls(export_checked(model, args), model, args, calls=2)
+
+
 # --- buffers resized in place ----------------------------------------------------------------
 
 
@@ -467,6 +516,24 @@ def test_buffer_reassigned_with_another_shape_is_a_buffer_mutation():
     ep = export_checked(model, args)
     assert [(s.kind.name, s.target) for s in ep.graph_signature.output_specs][0] == ("BUFFER_MUTATION", "seen")
     replay_calls(ep, model, args, calls=3)
+
+
+class ReturnsTheBufferItReplaces(nn.Module):
+    """fuzz_long: ``.float()`` returns the buffer itself; eager's output keeps the old tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(1))
+
+    def forward(self, x):
+        v0 = self.buf.float()
+        self.buf = torch.cat([self.buf.reshape(-1), self.buf.reshape(-1)])
+        return v0, x * 2
+
+
+def test_returning_a_buffer_then_replacing_it_returns_the_old_tensor():
+    model, args = ReturnsTheBufferItReplaces(), (torch.randn(1),)
+    replay_calls(export_checked(model, args), model, args, calls=3)
 
 
 class ViewDtypeOfWrittenInputUnderNoGrad(nn.Module):
@@ -516,9 +583,119 @@ class _DataAssignWhileViewed(nn.Module):
         return v * 1
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (README): `t.data = v` is carried as a no_grad copy, so a "
-                   "view of t taken before reads v, where eager's keeps the old storage; to be refused or carried")
-def test_data_assignment_keeps_earlier_views_on_the_old_storage():
-    x = torch.randn(2)
-    pf.verify(pf.export(_DataAssignWhileViewed(), (x.clone(),)), _DataAssignWhileViewed(), (x.clone(),),
-              raise_on_failure=True)
+def test_data_assignment_while_an_earlier_view_is_alive_is_refused():
+    """Eager's earlier view keeps the old storage; a copy would make it read the new value."""
+    with pytest.raises(pf.UnsupportedError, match=_line("x.data = x.sin().clone()")) as info:
+        pf.export(_DataAssignWhileViewed(), (torch.randn(2),))
+    assert info.value.kind is pf.Refusal.DATA_ASSIGN_ALIASED
+
+
+class _DataAssignThenValueWritten(nn.Module):
+    def forward(self, x):
+        v = x.cos()
+        with torch.no_grad():
+            x.data = v  # eager: x and v now share one storage
+        v.add_(1)  # ... so this write changes x too
+        return x * 2
+
+
+class _DataAssignKeptValueOnlyRead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        v = (x * 0.5).detach()
+        self.w.data = v  # w and v share a storage in eager; nothing writes either afterwards
+        return self.w * x + v
+
+
+class _TiesWeightsByDataAssignment(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(3))
+        self.b = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        self.a.data = self.b.data
+        return self.a * x
+
+
+def test_data_assignment_then_a_write_to_the_kept_value_is_refused():
+    with pytest.raises(pf.UnsupportedError, match=r"x.data = v[\s\S]*" + _line("v.add_(1)")) as info:
+        pf.export(_DataAssignThenValueWritten(), (torch.randn(3),))
+    assert info.value.kind is pf.Refusal.DATA_ASSIGN_ALIASED
+
+
+def test_data_assignment_of_a_kept_value_that_is_only_read_is_carried():
+    model, args = _DataAssignKeptValueOnlyRead(), (torch.randn(3),)
+    replay_calls(export_checked(model, args), model, args, calls=2)
+
+
+def test_data_assignment_between_two_parameters_is_refused():
+    """Eager leaves ``a`` and ``b`` sharing memory after the call: no signature says that."""
+    with pytest.raises(pf.UnsupportedError, match=_line("self.a.data = self.b.data")) as info:
+        pf.export(_TiesWeightsByDataAssignment(), (torch.randn(3),))
+    assert info.value.kind is pf.Refusal.DATA_ASSIGN_ALIASED
+
+
+# --- writes through .data after an op read the tensor for backward ----------------------------
+# eager's .data write bumps no version, so that op's backward reads the new value
+
+
+class _ScalesByBufferThenHalvesIt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(3))
+
+    def forward(self, x):
+        y = x * self.buf  # saves buf for x's gradient
+        self.buf.data.mul_(0.5)
+        return y
+
+
+class _ScalesByInputThenHalvesIt(nn.Module):
+    def forward(self, x, s):
+        y = x * s
+        s.data.mul_(0.5)
+        return y
+
+
+class _WeightSetFromItsOwnSine(nn.Module):
+    """The write's value comes from the op that saved w (the write-back guard must not clone w)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        y = self.w.sin()
+        self.w.data.copy_(y.detach())
+        return y * x
+
+
+class _InputMaxAfterAnEarlierDataWrite(nn.Module):
+    """amax reads x0 after a write: its saved value is an intermediate of the program."""
+
+    def forward(self, x0):
+        x0.data.mul_(0.5)
+        v0 = x0.amax(0)
+        x0.data.mul_(0.5)
+        return v0
+
+
+@pytest.mark.parametrize("model_cls,args", [
+    (_ScalesByBufferThenHalvesIt, lambda: (torch.randn(3, requires_grad=True),)),
+    (_ScalesByInputThenHalvesIt, lambda: (torch.randn(3, requires_grad=True), torch.randn(3))),
+    (_WeightSetFromItsOwnSine, lambda: (torch.randn(3),)),
+    (ReadsWeightThenShiftsItThroughData, lambda: (torch.randn(3),)),
+])
+def test_data_write_after_a_saved_read_of_the_input_itself_backprops_as_eager(model_cls, args):
+    model, args = model_cls(), args()
+    replay_calls(export_checked(model, args), model, args, calls=2)
+
+
+def test_data_write_after_a_saved_read_of_an_intermediate_value_is_refused():
+    with pytest.raises(pf.UnsupportedError, match=r"amax[\s\S]*" + _line("x0.data.mul_(0.5)")) as info:
+        pf.export(_InputMaxAfterAnEarlierDataWrite(), (torch.randn(3, requires_grad=True),))
+    assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ

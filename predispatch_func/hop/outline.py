@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..errors import Refusal, UnsupportedError, user_line_of_recorded
 from .frames import Frame
 
 Node = torch.fx.Node
@@ -29,12 +30,15 @@ Node = torch.fx.Node
 class Outliner:
     """One outlining of a flat graph: its frames, its identity edges, and the node maps."""
 
-    __slots__ = ("_frames_of", "_edges", "_flat_of", "_in_graph", "_order", "_last_write_over")
+    __slots__ = ("_frames_of", "_edges", "_flat_of", "_in_graph", "_order", "_last_write_over", "_carried",
+                 "_needs_grad")
 
     def __init__(self, gm: torch.fx.GraphModule, frames_of: dict[Node, tuple[Frame, ...]],
-                 edges: dict[Node, Node]):
+                 edges: dict[Node, Node], grad_sources: set[Node] | None = None):
         self._frames_of: dict[Any, tuple[Frame, ...]] = dict(frames_of)
         self._edges = edges  # new value -> the value whose autograd identity it keeps (flat nodes)
+        self._carried: set[Node] = set()  # nodes that are such a new value with its identity carried
+        self._needs_grad = _reached(gm, grad_sources) if grad_sources is not None else None
         self._flat_of: dict[Node, Node] = {n: n for n in gm.graph.nodes}  # any node -> its flat node
         self._in_graph: dict[torch.fx.Graph, dict[Any, Node]] = {gm.graph: dict(self._flat_of)}
         self._order: dict[Any, int] = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -81,6 +85,8 @@ class Outliner:
             inputs += [s for s in self._identity_sources(gm.graph, outputs, members) if s not in inputs]
         carries = grad_enabled and not frame.grad_inside(grad_enabled)
         identity_of = self._identity_of(inputs, outputs) if carries else ()
+        if not grad_enabled and frame.grad_inside(grad_enabled):
+            self._refuse_uncarried_identity(inputs, members, frame)
 
         body = torch.fx.Graph()
         env: dict[Node, Node] = {}
@@ -93,6 +99,8 @@ class Outliner:
         self._in_graph[body] = {}
         for old, new in env.items():
             self._note(new, self._flat(old))
+            if old in self._carried:
+                self._carried.add(new)
         body_gm = torch.fx.GraphModule(gm, body)  # copies the subgraphs its get_attr nodes name
 
         name = _free_attr(gm, frame.name)
@@ -108,6 +116,8 @@ class Outliner:
                 item = gm.graph.call_function(operator.getitem, (hop, i))
                 item.meta.update({k: v for k, v in out.meta.items() if k in ("val", "stack_trace")})
                 results.append(item)
+                if identity_of and identity_of[i] >= 0:
+                    self._carried.add(item)
         for out, item in zip(outputs, results):
             out.replace_all_uses_with(item, delete_user_cb=lambda user: user not in members)
             self._note(item, self._flat(out))
@@ -148,6 +158,32 @@ class Outliner:
                     sources.append(node)
         return sources
 
+    def _refuse_uncarried_identity(self, inputs: list[Node], members: set[Node], frame: Frame) -> None:
+        """A grad-on region nested in a grad-off one reads a tensor written in place under that
+        grad-off region: its identity is carried only where the grad-off region ends (a region's
+        results carry identities, its operands do not), so inside, eager's gradient to the
+        written tensor would be lost. Refused where that tensor may need grad."""
+        if self._needs_grad is None:
+            return
+        for inp in inputs:
+            flat, seen = self._flat(inp), set()
+            if flat not in self._edges or inp in self._carried:
+                continue
+            while flat in self._edges and flat not in seen:
+                seen.add(flat)
+                flat = self._edges[flat]
+            if flat not in self._needs_grad:
+                continue
+            user = next((u for u in inp.users if u in members), None)
+            trace = (user.meta.get("stack_trace") if user is not None else None) or frame.stack_trace
+            raise UnsupportedError(
+                f"a tensor written in place with grad off ({inp.name}) is read by "
+                f"{getattr(user, 'target', 'an op')} inside a grad-on region that is nested in a grad-off "
+                "region (or in the caller's torch.no_grad()): eager's gradient reaches the written "
+                "tensor, a program carries its identity only where the grad-off region ends; read it "
+                "after that region, or write it outside", kind=Refusal.IDENTITY_IN_NESTED_GRAD_REGION,
+                op=getattr(user, "target", None), source=user_line_of_recorded(trace))
+
     def _identity_of(self, inputs: list[Node], outputs: list[Node]) -> tuple[int, ...]:
         position: dict[Any, int] = {self._flat(inp): i for i, inp in enumerate(inputs)}
         result = []
@@ -159,6 +195,15 @@ class Outliner:
                 flat = self._edges[flat]
             result.append(position.get(flat, -1) if flat is not start else -1)
         return tuple(result) if any(j >= 0 for j in result) else ()
+
+
+def _reached(gm: torch.fx.GraphModule, sources: set[Node]) -> set[Node]:
+    """Nodes of the flat graph whose value may carry autograd history from ``sources``."""
+    reached = set(sources)
+    for node in gm.graph.nodes:
+        if node.target is not torch.ops.aten.detach.default and any(i in reached for i in node.all_input_nodes):
+            reached.add(node)
+    return reached
 
 
 def _with_subgraph_refs(gm: torch.fx.GraphModule, nodes: list[Node]) -> list[Node]:

@@ -20,16 +20,19 @@ from .outline import Outliner
 @graph_pass
 def outline_regions(gm: torch.fx.GraphModule,
                     identity_edges: dict[torch.fx.Node, torch.fx.Node] | None = None,
-                    *, grad_enabled: bool = True) -> torch.fx.GraphModule:
+                    *, grad_enabled: bool = True,
+                    grad_sources: set[torch.fx.Node] | None = None) -> torch.fx.GraphModule:
     """Replace grad/autocast markers in ``gm`` by nested region HOP calls.
 
     ``identity_edges`` maps a node to the node whose autograd identity it
     keeps (the tensor's value before an in-place op done with grad off).
-    ``grad_enabled`` is the grad mode ``gm`` runs under.
+    ``grad_enabled`` is the grad mode ``gm`` runs under. ``grad_sources`` (the
+    placeholders that may require grad) lets the outliner refuse an identity
+    it cannot carry (see ``Outliner``).
     """
     frames_of = assign_frames(gm.graph, grad_enabled)
     _outline_hop_bodies(gm, frames_of, identity_edges or {}, grad_enabled)
-    outliner = Outliner(gm, frames_of, identity_edges or {})
+    outliner = Outliner(gm, frames_of, identity_edges or {}, grad_sources)
     markers = [n for n in gm.graph.nodes if is_marker(n)]
     for node in reversed(markers):  # exits before the enters they read
         gm.graph.erase_node(node)

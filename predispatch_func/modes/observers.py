@@ -224,10 +224,14 @@ class DetachedAliases:
     __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._held: dict[int, Any] = {}  # by id; held, so ids stay unique while tracing
+        # by id, weakly (a dropped alias is no alias: `w.data = w.data * s` keeps none alive)
+        self._held: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+    def _holds(self, t: Any) -> bool:
+        return self._held.get(id(t)) is t
 
     def holds_any(self, tensors: list[Any]) -> bool:
-        return any(id(t) in self._held for t in tensors)
+        return any(self._holds(t) for t in tensors)
 
     def before(self, call: OpCall) -> None:
         pass
@@ -235,7 +239,7 @@ class DetachedAliases:
     def after(self, call: OpCall, out: Any) -> None:
         func, args = call.func, call.args
         # view(dtype) is a view autograd does not see (not differentiable): like detach()
-        if func in _UNSEEN_ALIASES or (getattr(func, "is_view", False) and args and id(args[0]) in self._held):
+        if func in _UNSEEN_ALIASES or (getattr(func, "is_view", False) and args and self._holds(args[0])):
             for t in tc.pytree.tree_leaves(out):
                 # an op that *may* alias (``to``) but copied is no detached alias
                 if isinstance(t, tc.FunctionalTensor) and (

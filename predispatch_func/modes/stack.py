@@ -29,7 +29,7 @@ from . import refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
 from .fast_paths import eager_fast_paths
-from .tensor_data import TensorDataMode
+from .tensor_data import HiddenWrites, StorageAliases, TensorDataMode
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .out_variants import COMPARISONS_IN_PLACE, RANDOM_FILLS, compare_in_place_keeping_grad, fill_randomly_keeping_grad
 from .observers import (Bases, CopyTargetFlag, DetachedAliases, GradReach, IdentityEdges, Observer, OpCall,
@@ -63,13 +63,20 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.metadata_writes = refusals.InputMetadataWrites()
         self._refusals = refusals.checks(pre_dispatch, self.metadata_writes)
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
+        # `.data` (tensor_data.py): `t.data = v` against live aliases; writes after a saved read
+        self.storage_aliases = StorageAliases()
+        self.hidden_writes = HiddenWrites(self.grad_reach.may_need_grad) if pre_dispatch else None
         self._observers: tuple[Observer, ...] = (
             self.view_modes, CopyTargetFlag(copy_target, self.bases), self.identity,
-            detached, self.grad_reach, RequiresGradFlags(), self.bases) if pre_dispatch else ()
+            detached, self.grad_reach, RequiresGradFlags(), self.bases, self.storage_aliases,
+            self.hidden_writes) if self.hidden_writes is not None else (self.storage_aliases,)
 
     def add_graph_inputs(self, inputs: Sequence[Any]) -> None:
         self.bases.add_inputs(list(inputs))
         self.grad_reach.add_inputs(list(inputs))
+        self.storage_aliases.add_inputs(list(inputs))
+        if self.hidden_writes is not None:
+            self.hidden_writes.add_inputs(list(inputs))
 
     def note_identity(self, source: Any, value: Any) -> None:
         """``value`` keeps ``source``'s autograd identity (re-traced region HOPs call this)."""
@@ -131,6 +138,8 @@ class Trace:
     graph_module: torch.fx.GraphModule
     identity_edges: dict[torch.fx.Node, torch.fx.Node]  # new value -> value it keeps identity of
     grad_enabled_on_return: bool  # False: forward called set_grad_enabled(False) and never restored
+    # positions of the inputs written only through `.data` (their saved reads must see the write)
+    hidden_written: frozenset[int] = frozenset()
 
 
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
@@ -159,7 +168,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         mode.add_graph_inputs(wrapped)
         with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
                 traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
-            with ambient.entered(), eager_fast_paths(), TensorDataMode():  # caller's modes: outer regions
+            # the caller's modes: outer regions
+            with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes):
                 outs = body(wrapped, mode)
                 mode.metadata_writes.refuse_symbolic()
                 mode.view_modes.rebuild_stale(outs)
@@ -175,7 +185,9 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         with ambient.neutral(), tc.exporting_state(), \
                 (fake_mode if fake_mode is not None else contextlib.nullcontext()):
             gm = tracer(*flat_inputs)
-        return Trace(gm, state["mode"].identity.edges, state["grad_enabled_on_return"])
+        hidden = state["mode"].hidden_writes
+        return Trace(gm, state["mode"].identity.edges, state["grad_enabled_on_return"],
+                     hidden.hidden_only_inputs() if hidden is not None else frozenset())
     except ExportError:
         raise
     except Exception as exc:  # enrich with the op and the user's line

@@ -71,7 +71,9 @@ class ModelCall:
             self._refuse_write(i)
         assert self._mutations is None, "one trace per call"
         self._mutations = Mutations(
-            tuple(slots[i] for i in mutated), tuple(next((j for j, i in enumerate(mutated) if o is traced[i]), None)
+            # a buffer replaced by assignment: eager's returned tensor is the old one, not the new value
+            tuple(slots[i] for i in mutated), tuple(next((j for j, i in enumerate(mutated)
+                                                          if o is traced[i] and i not in reassigned), None)
                                   for o in flat_out), out_spec, tuple(relaid.get(i) for i in mutated))
         return [final[i] for i in mutated] + flat_out
 

@@ -9,7 +9,10 @@ into every node fx creates, ``torch.fx.traceback.preserve_node_meta``):
   submodules being called, as ``{key: (fqn, "pkg.Class")}`` with torch's keys
   (``L__self__`` for the root, ``L__self__<fqn>``, ``@n`` for the n-th repeat call);
 * :class:`_TorchFnMode`: a torch-function mode names the user-level torch call
-  being traced (``("linear_1", "builtin_function_or_method.linear")``).
+  being traced (``("linear_1", "builtin_function_or_method.linear")``) and
+  writes its ``stack_trace`` once (:class:`_UserStack`), where fx would capture
+  and symbolize the whole Python stack again for every node the call makes (a
+  tenth of the export time of a transformer).
 
 Nodes made after the model returns (region HOP calls, their results, clones
 made by later passes) get their stack from :func:`fill_missing`. Inside a
@@ -21,6 +24,10 @@ module that called the HOP.
 from __future__ import annotations
 
 import contextlib
+import linecache
+import sys
+import traceback
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,12 +88,41 @@ class _ModuleCalls:
             _current()[NN_MODULE_STACK] = dict(self.stack)
 
 
+class _UserStack:
+    """The ``stack_trace`` fx's tracer would write for a node made now, read from
+    the live frames: the ``forward`` frames (and torch's anchors), outermost
+    first, without torch's uninteresting files, formatted as fx formats them.
+    Formatting is cached per chain of frames: a model repeats its few lines."""
+
+    def __init__(self) -> None:
+        self.anchors, self.dropped = tc.stack_trace_filter()
+        self.formatted: dict[tuple, str] = {}
+
+    def __call__(self) -> str:
+        chain = []
+        frame: types.FrameType | None = sys._getframe(2)  # noqa: SLF001  (CPython's frame walk)
+        while frame is not None:
+            code = frame.f_code
+            if (code.co_name == "forward" or (code.co_filename, code.co_name) in self.anchors) \
+                    and code.co_filename not in self.dropped:
+                chain.append((code.co_filename, frame.f_lineno, code.co_name))
+            frame = frame.f_back
+        key = tuple(chain)
+        text = self.formatted.get(key)
+        if text is None:
+            frames = [traceback.FrameSummary(f, n, name, line=linecache.getline(f, n))
+                      for f, n, name in reversed(chain)]
+            text = self.formatted[key] = "".join(traceback.StackSummary.from_list(frames).format()).strip()
+        return text
+
+
 class _TorchFnMode(TorchFunctionMode):
     """Names the outermost torch call (nested ones run with this mode popped, as in torch)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.counts: dict[Any, int] = {}
+        self.user_stack = _UserStack()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -95,15 +131,17 @@ class _TorchFnMode(TorchFunctionMode):
             return func(*args, **kwargs)
         self.counts[func] = self.counts.get(func, 0) + 1
         meta = _current()
-        before = meta.get(TORCH_FN)
+        before = meta.get(TORCH_FN), meta.get(STACK_TRACE)
         meta[TORCH_FN] = (f"{name}_{self.counts[func]}", f"{type(func).__name__}.{name}")
+        meta[STACK_TRACE] = self.user_stack() or None
         try:
             return func(*args, **kwargs)
         finally:
-            if before is None:
-                meta.pop(TORCH_FN, None)
-            else:
-                meta[TORCH_FN] = before
+            for key, value in zip((TORCH_FN, STACK_TRACE), before):
+                if value is None:
+                    meta.pop(key, None)
+                else:
+                    meta[key] = value
 
 
 def _current() -> dict[str, Any]:

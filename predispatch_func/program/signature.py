@@ -93,11 +93,13 @@ def _returned(gm: torch.fx.GraphModule) -> list[Any]:
     return list(gm.graph.output_node().args[0])  # type: ignore[arg-type]
 
 
-def written_placeholders(gm: torch.fx.GraphModule, inputs: Inputs,
-                         mutations: Mutations) -> dict[torch.fx.Node, torch.fx.Node]:
-    """Each written input's placeholder -> the node holding its final value."""
+def written_placeholders(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mutations,
+                         skip: set[InputSlot] | frozenset[InputSlot] = frozenset()
+                         ) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Each written input's placeholder (but those of ``skip``) -> the node holding its final value."""
     placeholders, returned, position = _placeholders(gm), _returned(gm), inputs.positions()
-    return {placeholders[position[slot]]: returned[k] for k, slot in enumerate(mutations.mutated)}
+    return {placeholders[position[slot]]: returned[k] for k, slot in enumerate(mutations.mutated)
+            if slot not in skip}
 
 
 def grad_sources(gm: torch.fx.GraphModule, inputs: Inputs) -> set[torch.fx.Node]:

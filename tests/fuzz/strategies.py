@@ -766,13 +766,17 @@ def gen_data_write(b: _Builder):
                  and o.untyped_storage().data_ptr() != tv.untyped_storage().data_ptr())
     if src is None:
         return f"{t}.data.mul_({b.scalar_for(t)})", ("state:data_write",)
+    how = b.one_of(["copy", "assign_clone", "assign"])
+    if how == "copy":
+        return f"{t}.data.copy_({src})", ("state:data_write",)
+    # `t.data = v` while aliases of t are live, or with v kept and written later, is refused
+    # (DATA_ASSIGN_ALIASED): eager's aliases keep the old storage, and t then shares v's
     aliased = any(n != t and b.value(n).untyped_storage().data_ptr() == tv.untyped_storage().data_ptr()
                   for n in b.names)
-    # `t.data = v` while views of t are live is the README's known limit (our program's
-    # views see v, eager's keep the old storage): not generated until it is refused or carried
-    if b.draw(st.booleans()) or aliased:
-        return f"{t}.data.copy_({src})", ("state:data_write",)
-    return f"{t}.data = {src}.clone()", ("state:data_assign",)
+    tags = ("state:data_assign",) + (("state:data_assign_aliased",) if aliased else ())
+    if how == "assign":
+        return f"{t}.data = {src}", tags + ("state:data_assign_shared",)
+    return f"{t}.data = {src}.clone()", tags
 
 
 def gen_view_dtype(b: _Builder):

@@ -66,6 +66,12 @@ def check_metadata_like_torch(model, args, kwargs):
         root = next(iter(node.meta["nn_module_stack"].values()))
         assert root == ("", f"{type(model).__module__}.{type(model).__qualname__}")
     assert _fqns(ours) == _fqns(theirs)
+    # the same user frames, formatted as torch's tracer formats them (our HOP calls
+    # have no torch twin: a region's trace is its `with` line)
+    traces = {n.meta.get("stack_trace") for _, n in _calls(theirs)}
+    for where, node in _calls(ours):
+        if not isinstance(node.target, torch._ops.HigherOrderOperator) and node.meta.get("stack_trace"):
+            assert node.meta["stack_trace"] in traces, f"{where}: {node.format_node()}: {node.meta['stack_trace']}"
     return ours
 
 
