@@ -509,7 +509,7 @@ def current_proxy_tracer() -> Any:
 
 def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]], constants: tuple,
                     operands: list[torch.Tensor], results: list[torch.Tensor], *,
-                    single: bool = False) -> torch.fx.Node:
+                    single: bool = False, tracer: Any = None) -> torch.fx.Node:
     """Record ``hop(*subgraphs, *constants, *operands)`` in the graph being traced;
     ``results`` (fresh fake tensors) become its tracked outputs (a tuple of them, or
     the one result itself when ``single``).
@@ -518,7 +518,7 @@ def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]],
     """
     from torch.fx.experimental.proxy_tensor import track_tensor_tree
 
-    tracer = current_proxy_tracer()
+    tracer = tracer if tracer is not None else current_proxy_tracer()
     refs = []
     for hint, gm in subgraphs:
         i = 0
@@ -607,6 +607,8 @@ def inference_mode_as_grad_mode() -> Iterator[None]:
 def compiled_modules_run_eagerly() -> Iterator[None]:
     """A ``torch.compile``-d submodule (``OptimizedModule``) calls the module it wraps,
     so the trace sees its ops (as torch.export does), not dynamo's generated code.
+    A compiled plain function runs what it wraps too: its wrapper does so while
+    exporting inside a ``TracingContext`` (torch.export's non-strict trace holds one).
     Not a global ``set_stance("force_eager")``: torch's own HOPs (``cond``, ``map``)
     compile their bodies with dynamo to lift closed-over tensors."""
     from torch._dynamo.eval_frame import OptimizedModule
@@ -617,8 +619,12 @@ def compiled_modules_run_eagerly() -> Iterator[None]:
         return self._orig_mod(*args, **kwargs)
 
     OptimizedModule.__call__ = call  # type: ignore[method-assign]
+    context: Any = contextlib.nullcontext()
+    if torch._guards.TracingContext.try_get() is None:
+        context = torch._guards.tracing(torch._guards.TracingContext(torch._guards.detect_fake_mode()))
     try:
-        yield
+        with context:
+            yield
     finally:
         if original is None:
             del OptimizedModule.__call__
@@ -727,3 +733,48 @@ def dynamo_function_capture_refused(refuse: Callable[[type], None]) -> Iterator[
         yield
     finally:
         AutogradFunctionVariable.call_apply = original  # type: ignore[method-assign]
+
+
+# --- the rules of our HOPs under torch's own tracers ------------------------
+
+
+class HopRules:
+    """Where a HOP of ours registers how torch's tracers (``run_decompositions``,
+    ``torch.export.export``) handle it, so a call stays one node through them."""
+
+    AUTOGRAD = torch._C.DispatchKey.Autograd
+    DENSE = torch._C.DispatchKey.CompositeExplicitAutograd
+
+    @staticmethod
+    def proxy_mode_type() -> type:
+        from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
+
+        return ProxyTorchDispatchMode
+
+    @staticmethod
+    def trace_nested(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
+        """``fn`` traced into a graph by the torch tracer in progress (its decompositions apply)."""
+        from torch._higher_order_ops.utils import reenter_make_fx
+
+        return reenter_make_fx(fn)(*args)
+
+
+@contextlib.contextmanager
+def below_autograd() -> Iterator[None]:
+    """Dispatch below the Autograd key (a HOP's autograd rule calling the HOP again)."""
+    with torch._C._AutoDispatchBelowAutograd():
+        yield
+
+
+def flex_attention_joint_graph(score_mod: Callable[..., Any], query: torch.Tensor,
+                               other_buffers: tuple) -> Any:
+    """The joint (forward + backward) graph of a flex_attention ``score_mod``, as
+    ``flex_attention_backward``'s eager kernel (and dynamo) derive it when none is given."""
+    from torch._higher_order_ops.flex_attention import create_fw_bw_graph
+
+    inner = inner_of_functional(query)
+    with outside_trace(), (fake_mode_of([inner]) or contextlib.nullcontext()):
+        example = (inner.new_zeros((), requires_grad=True),
+                   *(inner.new_zeros((), dtype=torch.int) for _ in range(4)))
+        buffers = tuple(inner_of_functional(b) for b in other_buffers)
+        return create_fw_bw_graph(score_mod, example, buffers)[1]

@@ -135,14 +135,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--regions", action=argparse.BooleanOptionalAction, default=False,
                         help="generate grad-mode / autocast regions")
+    parser.add_argument("--hops", action=argparse.BooleanOptionalAction, default=False,
+                        help="generate torch.cond, while_loop, scan and custom autograd Functions")
     parser.add_argument("--against", choices=["ours", "torch"], default="ours")
     parser.add_argument("--max-statements", type=int, default=FuzzConfig.max_statements)
     parser.add_argument("--no-source", action="store_true", help="do not print failing programs")
     parser.add_argument("--shrink", action="store_true", help="shrink the first failure (ours only)")
     ns = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    config = FuzzConfig(regions=ns.regions, max_statements=ns.max_statements)
-    print(f"fuzz: budget={ns.budget} seed={ns.seed} regions={ns.regions} against={ns.against}")
+    config = FuzzConfig(regions=ns.regions, hops=ns.hops, max_statements=ns.max_statements)
+    print(f"fuzz: budget={ns.budget} seed={ns.seed} regions={ns.regions} hops={ns.hops} against={ns.against}")
     start = time.time()
     results = fuzz(ns.budget, ns.seed, config, ns.against)
     failed = summarize(results, time.time() - start, show=not ns.no_source)

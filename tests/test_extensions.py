@@ -57,6 +57,30 @@ class CompiledParts(torch.nn.Module):
         return torch.sigmoid(self.block(x))
 
 
+@torch.compile
+def compiled_gelu_scale(x, w):
+    return torch.nn.functional.gelu(x @ w) * 2
+
+
+@torch.compile(backend="eager")
+def compiled_in_place(t):
+    return t.sin().add_(1)
+
+
+class CompiledFunctions(torch.nn.Module):
+    """Plain functions wrapped in torch.compile, called in forward (one under no_grad)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x):
+        y = compiled_gelu_scale(x, self.w)
+        with torch.no_grad():
+            z = compiled_in_place(x.clone())
+        return y * z
+
+
 class ExtensionsTest(TestCase):
     def setUp(self):
         torch.manual_seed(0)
@@ -79,3 +103,10 @@ class ExtensionsTest(TestCase):
     def test_compiled_submodule_is_traced_through(self):
         ep = export_checked(CompiledParts(), (self.x,))
         self.assertIn("aten.linear.default", graph_code(ep))
+
+    def test_compiled_function_is_traced_through(self):
+        ep = export_checked(CompiledFunctions(), (self.x,))
+        code = graph_code(ep)
+        self.assertIn("aten.gelu.default", code)
+        self.assertIn("pf_grad_region(False", code)
+        self.assertNotIn("CompiledFunction", code)

@@ -153,3 +153,20 @@ class HooksTest(TestCase):
 
     def test_requires_grad_false_on_intermediate(self):
         export_checked(RequiresGradFalseOnIntermediate(), (self.x,))
+
+    def test_hooks_and_requires_grad_survive_torchs_tracers(self):
+        """torch.export.export(ep.module()) keeps both calls (replayed with gradients);
+        run_decompositions keeps them too (its post-autograd IR turns detach into alias,
+        so only the calls are checked there)."""
+        import copy
+
+        from predispatch_func.verify import replay_against_eager
+
+        for model, target in ((HookOnIntermediateSeesWholeGradient(), pf_autograd_function),
+                              (RequiresGradOnDetached(), pf_require_grad)):
+            ep = export_checked(model, (self.x,))
+            with self.subTest(model=type(model).__name__):
+                again = torch.export.export(ep.module(), (self.x,))
+                self.assertIn(target, targets(again))
+                self.assertEqual(replay_against_eager(copy.deepcopy(again.module()), model, (self.x,)).problems, [])
+                self.assertIn(target, targets(ep.run_decompositions()))

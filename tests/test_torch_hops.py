@@ -332,3 +332,22 @@ class HopsTest(TestCase):
             def forward(self, x):
                 return CondInsideFunction.apply(x)
         export_checked(M(), (self.x,))
+
+    def test_hop_nodes_point_at_the_users_line(self):
+        """torch calls a HOP from the graph dynamo generated for it (``<eval_with_key>``);
+        the node's stack_trace ends at the user's line instead, as for every other node."""
+        from predispatch_func.graphs import all_graph_modules
+
+        cases = [(CondWithParameters(), (self.x,)), (WhileLoop(), (self.x,)),
+                 (Scan(), (torch.randn(3), torch.randn(5, 3)))]
+        for model, args in cases:
+            ep = pf.export(model, args)
+            for where, gm in all_graph_modules(ep.graph_module):
+                for node in gm.graph.nodes:
+                    if node.op != "call_function":
+                        continue
+                    with self.subTest(model=type(model).__name__, node=f"{where}.{node.name}"):
+                        trace = node.meta.get("stack_trace") or ""
+                        self.assertNotIn("<eval_with_key>", trace)
+                        innermost = [line for line in trace.splitlines() if line.strip().startswith("File")][-1]
+                        self.assertIn("test_torch_hops.py", innermost)

@@ -189,6 +189,8 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
         dirty = {i: next(j for j, w in enumerate(wrapped) if w is o)
                  for i, o in enumerate(outs) if _contains(ctx.dirty_tensors, o)
                  and any(w is o for w in wrapped)}
+        returned = {i: next(j for j, w in enumerate(wrapped) if w is o)
+                    for i, o in enumerate(outs) if i not in dirty and any(w is o for w in wrapped)}
         mutated = [j for j, w in enumerate(wrapped)
                    if isinstance(w, tc.FunctionalTensor) and tc.has_data_mutation(w)]
         extra = [j for j in mutated if j not in dirty.values()]
@@ -198,13 +200,15 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
         saved_slots = [s for s in ctx.to_save if isinstance(s, torch.Tensor)]
         saved_slots += [v for v in attr_flat if isinstance(v, torch.Tensor)]
         fwd_info.update(out_flat=out_flat, out_spec=out_spec, n_out=len(outs), dirty=dirty, extra=extra,
+                        returned=returned,
                         to_save=[isinstance(s, torch.Tensor) for s in ctx.to_save],
                         to_save_values=[None if isinstance(s, torch.Tensor) else s for s in ctx.to_save],
                         attr_flat=[None if isinstance(v, torch.Tensor) else v for v in attr_flat],
                         attr_spec=attr_spec, materialize=ctx.materialize_grads,
                         non_diff=[i for i, o in enumerate(outs) if _contains(ctx.non_differentiable, o)
                                   or not (o.is_floating_point() or o.is_complex())])
-        # an output that is an operand (not dirty) is a fresh value in a functional body
+        # an output that is an operand (not dirty) is a fresh value in a functional body;
+        # the caller's graph makes it a view of the operand again (_reassemble)
         return outs + [wrapped[j] for j in extra] + saved_slots
 
     try:
@@ -231,8 +235,7 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
         for key, value in tc.pytree.tree_unflatten(attr_flat, fwd_info["attr_spec"]).items():
             setattr(ctx, key, value)
         ctx.set_materialize_grads(fwd_info["materialize"])
-        g = iter(grads)
-        grad_args = [next(g) if isinstance(o, torch.Tensor) else None for o in fwd_info["out_flat"]]
+        grad_args = _grads_as_eager_passes(grads, fwd_info)
         result = cls.backward(ctx, *grad_args)  # type: ignore[attr-defined]
         result = result if isinstance(result, tuple) else (result,)
         if len(result) < len(args):
@@ -254,6 +257,7 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
             returned.append(grad)
         return returned
 
+    _refuse_unmaterialized_grads(name, fwd_info, source)
     wrapped_inputs = inner
     grad_vals = [_fresh(v, contiguous=True) for v in fwd_vals[:n_out]]
     try:
@@ -267,22 +271,84 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
     # --- the call in the caller's graph -------------------------------------------------
     non_diff = tuple(fwd_info["non_diff"]) + tuple(range(n_out, n_results))
     with tc.outside_trace():
-        results = [_fresh(v) for v in fwd_vals[:n_results]]
+        results = [_fresh(v) for v in fwd_vals]
     tc.record_hop_call(pf_autograd_function,
                        [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
                        (name, n_out, n_results, non_diff, tuple(grads_for)), inner, results)
-    wrapped_results = [tc.to_functional(r) for r in results]
+    wrapped_results = [tc.to_functional(r) for r in results[:n_results]]
     return _reassemble(wrapped_results, operands, fwd_info)
+
+
+def retrace_call(fwd: Callable[..., Any], bwd: Callable[..., Any], constants: tuple,
+                 operands: list[Any]) -> tuple | None:
+    """A ``pf_autograd_function`` call met while our trace runs (re-exporting a program
+    that holds one): both bodies traced again by our pipeline, recorded as the same
+    call. None when no trace of ours is running (torch's rules then apply)."""
+    if not _active or tc.current_proxy_tracer() is None:
+        return None
+    settings = _active[-1]
+    _, n_outputs, n_results, _, _ = constants
+    inner = [tc.inner_of_functional(t) for t in operands]
+    fwd_gm = _trace_body(lambda wrapped, mode: list(fwd(*wrapped)), inner, settings, grad_enabled=False)
+    vals = _output_vals(fwd_gm)
+    grads = [_fresh(v, contiguous=True) for v in vals[:n_outputs]]
+    bwd_gm = _trace_body(lambda wrapped, mode: list(bwd(*wrapped)),
+                         [_fresh(v) for v in vals[n_results:]] + grads, settings, grad_enabled=True)
+    with tc.outside_trace():
+        results = [_fresh(v) for v in vals]
+    tc.record_hop_call(pf_autograd_function,
+                       [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
+                       constants, inner, results)
+    return tuple(tc.to_functional(r) for r in results)
+
+
+def _grads_as_eager_passes(grads: list[Any], info: dict[str, Any]) -> list[Any]:
+    """One argument per forward output: a gradient per tensor output, ``None`` for the
+    others, and, after ``ctx.set_materialize_grads(False)``, ``None`` for the
+    non-differentiable outputs (eager never defines their gradient)."""
+    args: list[Any] = []
+    g, k = iter(grads), 0
+    for o in info["out_flat"]:
+        if not isinstance(o, torch.Tensor):
+            args.append(None)
+            continue
+        grad = next(g)
+        args.append(None if not info["materialize"] and k in info["non_diff"] else grad)
+        k += 1
+    return args
+
+
+def _refuse_unmaterialized_grads(name: str, info: dict[str, Any], source: str | None) -> None:
+    """With ``set_materialize_grads(False)`` eager passes ``None`` for each output whose
+    gradient the loss leaves undefined, which depends on code after the program: a
+    backward traced once cannot hold every pattern when two outputs are differentiable."""
+    differentiable = info["n_out"] - len(info["non_diff"])
+    if not info["materialize"] and differentiable > 1:
+        raise UnsupportedError(
+            f"autograd.Function {name} calls ctx.set_materialize_grads(False) and has "
+            f"{differentiable} differentiable outputs: its backward receives None for each "
+            "output the loss does not use, which only the caller's later code decides; "
+            "keep grads materialized (zeros), or mark all outputs but one non-differentiable",
+            kind=Refusal.UNMATERIALIZED_GRADS, op=f"{name}.backward", source=source)
 
 
 def _reassemble(results: list[Any], operands: list[Any], info: dict[str, Any]) -> Any:
     """The user's output structure over the HOP's results; operands written in forward take
-    their new values (a ``mark_dirty`` one is the output itself, as in eager)."""
+    their new values (a ``mark_dirty`` one is the output itself, as in eager).
+
+    An operand returned as-is is, in eager, a view of it whose gradient is the
+    Function's: here a view of the operand (writes through either reach the
+    other) whose reads, until one of them is written, are the HOP's result."""
     n_out = info["n_out"]
     outs = results[:n_out]
     for i, j in info["dirty"].items():
         operands[j].copy_(outs[i])
         outs[i] = operands[j]
+    for i, j in info["returned"].items():
+        view = operands[j].view_as(operands[j])
+        tc.redirect_traced_tensor(tc.inner_of_functional(view),
+                                  tc.proxy_node_of(tc.inner_of_functional(outs[i])))  # type: ignore[arg-type]
+        outs[i] = view
     with torch.no_grad():
         for value, j in zip(results[n_out:], info["extra"]):
             operands[j].copy_(value)
@@ -357,4 +423,4 @@ def _refuse_symbolic_state(name: str, leaves: list[Any], source: str | None) -> 
                 op=f"{name}.forward", source=source)
 
 
-__all__ = ["trace_call", "tracing_autograd_functions"]
+__all__ = ["retrace_call", "trace_call", "tracing_autograd_functions"]

@@ -108,12 +108,50 @@ class RequireGrad(tc.HigherOrderOperator):
     def __call__(self, value: torch.Tensor) -> torch.Tensor:
         if _traced(value):  # re-exporting a program that holds this call
             return tc.to_functional(_record_require_grad(value)[1])
-        if value.requires_grad:
-            return value
-        return value.detach().requires_grad_(True)
+        return super().__call__(value)
 
 
 pf_require_grad = RequireGrad()
+
+
+# torch's tracers (run_decompositions, torch.export.export of ep.module()) keep the call
+
+
+@pf_require_grad.py_impl(tc.HopRules.AUTOGRAD)
+def _require_grad_autograd(value: torch.Tensor) -> torch.Tensor:
+    if value.requires_grad:
+        return value
+    with tc.below_autograd():
+        leaf = pf_require_grad(value)
+    return leaf.requires_grad_(True)
+
+
+@pf_require_grad.py_impl(tc.HopRules.DENSE)
+def _require_grad_dense(value: torch.Tensor) -> torch.Tensor:
+    return value.detach()
+
+
+@pf_require_grad.py_impl(tc.FakeTensorMode)
+def _require_grad_fake(mode: Any, value: torch.Tensor) -> torch.Tensor:
+    with mode:
+        return value.detach()
+
+
+@pf_require_grad.py_functionalize_impl
+def _require_grad_functional(ctx: Any, value: torch.Tensor) -> torch.Tensor:
+    unwrapped = ctx.unwrap_tensors(value)
+    with ctx.redispatch_to_next():
+        out = pf_require_grad(unwrapped)
+    return ctx.wrap_tensors(out)
+
+
+@pf_require_grad.py_impl(tc.HopRules.proxy_mode_type())
+def _require_grad_proxy(mode: Any, value: torch.Tensor) -> torch.Tensor:
+    from .autograd_function import fresh_like
+
+    result = fresh_like(value)
+    tc.record_hop_call(pf_require_grad, [], (), [value], [result], single=True, tracer=mode.tracer)
+    return result
 
 
 def _record_require_grad(value: Any) -> Any:

@@ -17,19 +17,34 @@ from typing import Any
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
 
-TORCH_EXPORT_FAILS_TOO = "torch.export.export fails on it the same way"
+TORCH_EXPORT_FAILS_TOO = "torch.export.export fails on it too, strict and non-strict"
 # HOPs whose programs torch cannot represent, with why: refused when met
 _REFUSED: dict[str, Callable[[tuple, dict], str | None]] = {
     "local_map_hop": lambda args, kwargs: (
         "local_map's traced call records a Python closure as the op, which no ExportedProgram "
         f"accepts ({TORCH_EXPORT_FAILS_TOO})"),
-    "flex_attention_backward": lambda args, kwargs: (
-        "flex_attention_backward is flex_attention's internal backward; call flex_attention and "
-        f"let the program differentiate it ({TORCH_EXPORT_FAILS_TOO})"),
     "invoke_quant_packed": lambda args, kwargs: (
         "invoke_quant's options object (InvokeQuant) becomes a graph node without a value, which "
         f"an ExportedProgram rejects ({TORCH_EXPORT_FAILS_TOO}); call invoke_quant_packed without "
         "quant_options") if kwargs.get("quant_options") is not None else None,
+}
+
+
+
+
+def _joint_graph_as_eager_derives(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``flex_attention_backward`` called without a joint graph: eager's kernel derives it
+    from the score_mod; torch's tracing rule calls it unchecked (non-strict torch.export
+    fails there, dynamo derives it like eager). Derive it before tracing."""
+    if len(args) == 14 and args[8] is None:
+        joint = tc.flex_attention_joint_graph(args[7], args[0], tuple(args[12]))
+        args = (*args[:8], joint, *args[9:])
+    return args, kwargs
+
+
+# HOPs whose arguments are completed as eager completes them before torch's rule runs
+_PREPARED: dict[str, Callable[[tuple, dict], tuple[tuple, dict]]] = {
+    "flex_attention_backward": _joint_graph_as_eager_derives,
 }
 
 
@@ -40,8 +55,17 @@ def let_torch_hops_through(mode_type: type) -> None:
     for hop in tc.all_higher_order_ops():
         rule = hop.python_key_table.get(tc.FunctionalTensorMode)
         if rule is not None and mode_type not in hop.python_key_table:
-            refusal = _REFUSED.get(hop.name())
+            refusal, prepare = _REFUSED.get(hop.name()), _PREPARED.get(hop.name())
+            if prepare is not None:
+                rule = _preparing(rule, prepare)
             hop.python_key_table[mode_type] = rule if refusal is None else _refusing(hop.name(), rule, refusal)
+
+
+def _preparing(rule: Callable[..., Any], prepare: Callable[[tuple, dict], tuple[tuple, dict]]):
+    def prepared(mode: Any, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = prepare(args, kwargs)
+        return rule(mode, *args, **kwargs)
+    return prepared
 
 
 def _refusing(name: str, rule: Callable[..., Any], why: Callable[[tuple, dict], str | None]):

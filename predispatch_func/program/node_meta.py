@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import re
 import sys
 import traceback
 import types
@@ -198,6 +199,25 @@ def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
                 if source is not None:
                     node.meta[STACK_TRACE] = source.meta[STACK_TRACE]
     _bodies_inherit_torch_fn(gm)
+    for _, sub in all_graph_modules(gm):
+        for node in sub.graph.nodes:
+            if node.meta.get(STACK_TRACE):
+                node.meta[STACK_TRACE] = without_generated_frames(node.meta[STACK_TRACE])
+
+
+_FRAME = re.compile(r'^ *File "(?P<file>[^"]*)", line \d+, in ', re.MULTILINE)
+
+
+def without_generated_frames(stack_trace: str) -> str:
+    """``stack_trace`` up to the user's innermost line: a torch HOP (``torch.cond``) is
+    called by the graph dynamo generated for it (``<eval_with_key>.N``), whose frame
+    fx records as the innermost one. Drop such frames, keep the rest as written."""
+    starts = [(m.start(), m.group("file")) for m in _FRAME.finditer(stack_trace)]
+    if not any(f.startswith("<eval_with_key>") for _, f in starts):
+        return stack_trace
+    ends = [s for s, _ in starts[1:]] + [len(stack_trace)]
+    kept = [stack_trace[s:e] for (s, f), e in zip(starts, ends) if not f.startswith("<eval_with_key>")]
+    return "".join(kept) if kept else stack_trace
 
 
 def _bodies_inherit_torch_fn(gm: torch.fx.GraphModule) -> None:

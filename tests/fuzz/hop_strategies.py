@@ -6,7 +6,8 @@ predicate, a ``while_loop``, a ``scan``, or a custom ``torch.autograd.Function``
 (defined inside ``forward``) whose backward differs from autograd of its
 forward, so a lost backward shows as a gradient difference. Bodies may hold
 grad regions and in-place ops on their own tensors; Functions may write their
-operand in place under ``mark_dirty`` or save tensors for backward.
+operand in place under ``mark_dirty``, save tensors for backward, return their
+operand as-is (eager: a view of it) or turn ``set_materialize_grads`` off.
 """
 
 from __future__ import annotations
@@ -109,25 +110,34 @@ def gen_function(b) -> bool:
         return False
     (out,) = _fresh_names(b, 1)
     n = b.counter
-    kind = b.one_of(["saved", "dirty", "region"])
+    kind = b.one_of(["saved", "dirty", "region", "identity", "no_materialize"])
     scale = b.one_of([2.0, -1.0, 0.5])
+    grads, pick = "g", ""
     if kind == "saved":
         forward = ["        ctx.save_for_backward(a)", f"        return {_body_expr(b, 'a')}"]
         backward = ["        (a,) = ctx.saved_tensors", f"        return g * a.cos() * {scale}"]
     elif kind == "dirty":
         forward = ["        a.mul_(2)", "        ctx.mark_dirty(a)", "        return a"]
         backward = [f"        return g * {scale}"]
+    elif kind == "identity":  # eager returns a view of the operand, with this backward
+        forward = ["        return a"]
+        backward = [f"        return g * {scale}"]
+    elif kind == "no_materialize":  # eager passes None for the non-differentiable output
+        forward = ["        ctx.set_materialize_grads(False)", "        i = (a > 0).long()",
+                   "        ctx.mark_non_differentiable(i)", f"        return {_body_expr(b, 'a')}, i"]
+        backward = [f"        return g * ({scale} if g_i is None else 100.0)"]
+        grads, pick = "g, g_i", "[0]"
     else:
         forward = ["        with torch.enable_grad():", f"            b = {_body_expr(b, 'a')}", "        return b + a"]
         backward = [f"        return g * {scale}"]
-    operand = f"({a} * 1.0)" if kind == "dirty" else a  # an in-place Function needs a non-leaf
+    operand = f"({a} * 1.0)" if kind in ("dirty", "identity") else a  # a non-leaf, as eager needs
     code = "\n".join([
         f"class Fn{n}(torch.autograd.Function):",
         "    @staticmethod",
         "    def forward(ctx, a):", *forward,
         "    @staticmethod",
-        "    def backward(ctx, g):", *backward,
-        f"{out} = Fn{n}.apply({operand})",
+        f"    def backward(ctx, {grads}):", *backward,
+        f"{out} = Fn{n}.apply({operand}){pick}",
     ])
     if not emit_block(b, code, ("function", f"function:{kind}")):
         return False
