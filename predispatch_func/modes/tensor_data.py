@@ -143,7 +143,7 @@ class HiddenWrites:
         self._may_need_grad = may_need_grad
         self._inputs: dict[Any, int] = {}  # storage of each graph input -> its position
         self._data: dict[int, weakref.ref] = {}  # `.data` aliases and views of them, by id
-        self._read_stale: dict[Any, tuple[Any, str | None]] = {}  # storage -> (op, line) of such a read
+        self._read_stale: dict[Any, Any] = {}  # storage -> the op of such a read
         self._hidden: set[Any] = set()  # storages written through `.data`
         self._visible: set[Any] = set()  # storages written otherwise
 
@@ -172,9 +172,8 @@ class HiddenWrites:
                 continue
             self._hidden.add(key)
             if key in self._read_stale:
-                op, line = self._read_stale[key]
                 raise UnsupportedError(
-                    f"a write through `.data` (by {call.func}) to a tensor that {op} (at {line}) read with "
+                    f"a write through `.data` (by {call.func}) to a tensor that {self._read_stale[key]} read with "
                     "grad on, at a value that is not a graph input's own: eager's backward of that op reads "
                     "the storage `.data` changed (no version bump), a program's reads the value it was "
                     "given; write through `.data` before that read, or under `torch.no_grad()` without "
@@ -188,8 +187,8 @@ class HiddenWrites:
             return  # no autograd history: nothing saved
         for t in read:
             key = tc.storage_key(t)
-            if key not in self._inputs or tc.storage_mutation_count(t) != 0:
-                self._read_stale.setdefault(key, (call.func, user_source_line()))
+            if key not in self._read_stale and (key not in self._inputs or tc.storage_mutation_count(t) != 0):
+                self._read_stale[key] = call.func  # no source line here: this runs for most ops
 
     def after(self, call: OpCall, out: Any) -> None:
         if getattr(call.func, "is_view", False) and call.args and self._is_data(call.args[0]):
