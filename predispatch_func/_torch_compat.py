@@ -48,6 +48,31 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
     )
 
 
+# dispatch key of each sparse layout's CPU kernels
+_SPARSE_KEYS = {torch.sparse_coo: "SparseCPU", torch.sparse_csr: "SparseCsrCPU", torch.sparse_csc: "SparseCsrCPU",
+                torch.sparse_bsr: "SparseCsrCPU", torch.sparse_bsc: "SparseCsrCPU"}
+
+
+def has_sparse_kernel(op: torch._ops.OpOverload, layout: torch.layout) -> bool:
+    """True when ``op`` registers a CPU kernel for tensors of sparse ``layout``."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), getattr(torch._C.DispatchKey, _SPARSE_KEYS[layout]))
+
+
+def sparse_components(t: torch.Tensor) -> list[torch.Tensor]:
+    """The strided tensors that hold a tensor's data: itself when strided; indices and
+    values of a sparse COO tensor; compressed indices, plain indices and values of a
+    CSR/CSC/BSR/BSC one (without coalescing or copying)."""
+    if t.layout == torch.strided:
+        return [t]
+    if t.layout == torch.sparse_coo:
+        return [t._indices(), t._values()]
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    if t.layout in (torch.sparse_csc, torch.sparse_bsc):
+        return [t.ccol_indices(), t.row_indices(), t.values()]
+    return []
+
+
 def has_functionalize_kernel(op: torch._ops.OpOverload) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), torch._C.DispatchKey.Functionalize)
 

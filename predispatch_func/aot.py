@@ -33,10 +33,10 @@ from .modes.composite_policy import Decision
 from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
 from .opsets.lowering import Lowering
-from .schema_audit import shipped_decision
+from .schema_audit import shipped_decision, shipped_untested_layouts
 from .program.state_guard import StateGuard
 from .program.signature import SlotKind, build_signature, grad_sources, written_placeholders
-from .program.writeback_guard import guard_saved_mutated_inputs
+from .program.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +52,9 @@ class AotSignature:
     range_constraints: dict[Any, Any]
     composite_decisions: dict[str, tuple[Decision, str]]
     grad_enabled_on_return: bool = True
+    # input or buffer name -> its (sizes, strides, offset) before and after the call, for
+    # each one an in-place view op relaid (``x.t_()``); ep.module() restores the new layout
+    input_layouts: dict[str, tuple[tuple, tuple]] = dataclasses.field(default_factory=dict)
     # preserve_module_call_signature: fqn -> the call's signature (module_signatures.py)
     module_call_signatures: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -80,7 +83,8 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     fakeify = Fakeifier(dynamic_shapes, mod, args, kwargs)
     fakes = [fakeify.user(s.value) if s.kind is SlotKind.USER else fakeify.state(s.value) for s in inputs.slots]
     lowering = Lowering(target) if target is not None else None
-    policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides, lowering=lowering)
+    policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides, lowering=lowering,
+                             untested_layouts=shipped_untested_layouts)
     preserved = PreservedCalls(mod, preserve_module_call_signature)
     call = ModelCall(mod, inputs, fakes, around=lambda: _observed(mod, preserved))
     with StateGuard(mod, (args, kwargs), python_state=python_state) as guard:
@@ -98,8 +102,10 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         lowering.check(gm)
         lowering.warn_decomposed_members(policy.decisions)
     copy_outputs_reading_written_inputs(gm, inputs, mutations)
+    written = written_placeholders(gm, inputs, mutations)
     guard_saved_mutated_inputs(gm, written_placeholders(gm, inputs, mutations, skip=written_through_data),
                                grad_sources(gm, inputs))
+    clone_relaid_inputs(gm, [p for p, layout in zip(written, mutations.layouts) if layout is not None])
     signature = build_signature(gm, inputs, mutations)
     node_meta.fill_missing(gm, type(mod))
     module_call_signatures = preserved.collect(gm, signature)
@@ -111,6 +117,8 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         state_dict=inputs.state_dict(), constants=inputs.constants(),
         range_constraints=fakeify.range_constraints(gm), composite_decisions=dict(policy.decisions),
         grad_enabled_on_return=trace.grad_enabled_on_return,
+        input_layouts={str(spec.target): layout for spec, layout in zip(signature.output_specs, mutations.layouts)
+                       if layout is not None},
         module_call_signatures=module_call_signatures)
 
 

@@ -100,6 +100,7 @@ class Refusal(enum.Enum):
     IDENTITY_IN_NESTED_GRAD_REGION = ("a tensor written under no_grad read in a grad-on region nested in it",
                                       False)
     OVERLAPPING_WRITES = ("one tensor passed as two arguments an op writes", False)
+    WRITE_TO_SPARSE = ("an in-place write to a sparse tensor", False)
     GRAD_VALUE_THROUGH_DETACH = ("a value that requires grad written through a detach()-ed alias", False)
     GRAD_VALUE_INTO_INTEGER = ("a value that requires grad written into an integer tensor", True)
     VIEW_REPLAY_AFTER_STRIDED_WRITE = (".view() of a tensor written through a non-contiguous alias", True)

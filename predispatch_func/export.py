@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-
 from typing import Any
 
 import torch
@@ -52,6 +51,10 @@ def _detached(inputs: Any) -> Any:
 # graph_module.meta key: False when forward leaves grad mode off (set_grad_enabled(False)
 # called and never restored); the IR cannot hold that side effect, module() replays it.
 GRAD_ON_RETURN = "grad_enabled_on_return"
+# graph_module.meta key: input or buffer name -> (layout before, layout after) of each one
+# an in-place view op relaid (aot.AotSignature.input_layouts); module() restores them
+INPUT_LAYOUTS = "input_layouts"
+Layout = tuple  # (sizes, strides, storage offset)
 
 
 class FunctionalExportedProgram(ExportedProgram):
@@ -67,10 +70,16 @@ class FunctionalExportedProgram(ExportedProgram):
 
     def module(self, *args: Any, **kwargs: Any) -> torch.nn.Module:  # type: ignore[override]
         mod = super().module(*args, **kwargs)
+        layouts = self.graph_module.meta.get(INPUT_LAYOUTS, {})
         # Our graphs hold no copy_ (contract point 2): every copy_ here is a write-back.
         for node in mod.graph.nodes:
             if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
                 node.target = write_back
+                layout = layouts.get(node.args[0].target)  # placeholder name or buffer fqn
+                if layout is not None:
+                    node.args = (*node.args[:2], *layout)
+                    with mod.graph.inserting_before(_first_call(mod.graph)):
+                        mod.graph.call_function(expect_layout, (node.args[0], *layout))
         if self.graph_module.meta.get(GRAD_ON_RETURN) is False:
             with mod.graph.inserting_before(mod.graph.output_node()):
                 mod.graph.call_function(tc.SET_GRAD_ENABLED, (False,))
@@ -78,15 +87,21 @@ class FunctionalExportedProgram(ExportedProgram):
         return mod
 
 
-def write_back(destination: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+def write_back(destination: torch.Tensor, value: torch.Tensor, before: Layout | None = None,
+               after: Layout | None = None) -> torch.Tensor:
     """``destination.copy_(value)``, under no_grad when it is a leaf requiring grad;
     a destination of another shape (a buffer the model resized) is resized first.
+    With ``before``/``after`` (an in-place view op such as ``x.t_()`` relaid the input:
+    :data:`INPUT_LAYOUTS`), the destination, checked to have the exported layout,
+    is given eager's new one first.
 
     Registered as a side effect, so fx's dead-code elimination (``recompile``
     passes, PT2E's ``prepare_pt2e``/``convert_pt2e``) keeps it although its
     result is unused, as it keeps torch's own ``aten.copy_`` write-backs.
     """
-    if destination.shape != value.shape:  # a buffer the model resized in place (QAT observers)
+    if before is not None and after is not None:
+        relayout(destination, before, after)
+    elif destination.shape != value.shape:  # a buffer the model resized in place (QAT observers)
         with torch.no_grad():
             destination.resize_(value.shape)
     if destination.is_leaf:
@@ -102,6 +117,42 @@ def write_back(destination: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
 
 
 tc.keep_calls_in_torch_dead_code_elimination(write_back)
+
+
+def _layout_of(t: torch.Tensor) -> Layout:
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+
+
+def _first_call(graph: torch.fx.Graph) -> torch.fx.Node:
+    return next(n for n in graph.nodes if n.op not in ("placeholder", "get_attr"))
+
+
+def expect_layout(destination: torch.Tensor, before: Layout, after: Layout) -> None:
+    """Refuse to run a program that relays ``destination`` (``x.t_()``) on a layout
+    other than the exported one: its values and new layout were computed for that one
+    (a second call on the same tensor or buffer meets the layout the first one left)."""
+    if _layout_of(destination) != (tuple(before[0]), tuple(before[1]), before[2]):
+        raise RuntimeError(
+            f"this program changes the layout of an input or buffer in place (sizes, strides, offset "
+            f"{before} -> {after}), exported for {before}; it is called with {_layout_of(destination)} "
+            "(a second call on the same tensor?): export again for that layout")
+
+
+tc.keep_calls_in_torch_dead_code_elimination(expect_layout)
+
+
+def relayout(destination: torch.Tensor, before: Layout, after: Layout) -> None:
+    """Give ``destination`` the layout ``after`` over its own storage (grown, keeping its
+    data, where ``after`` reaches past it), as eager's in-place view op did."""
+    expect_layout(destination, before, after)
+    sizes, strides, offset = after
+    needed = (offset + sum((n - 1) * st for n, st in zip(sizes, strides)) + 1) if all(sizes) else 0
+    leaf_with_grad = destination.is_leaf and destination.requires_grad
+    with torch.no_grad() if leaf_with_grad else contextlib.nullcontext():
+        storage = destination.untyped_storage()
+        if storage.nbytes() < needed * destination.element_size():
+            storage.resize_(needed * destination.element_size())
+        destination.as_strided_(sizes, strides, offset)
 
 
 def load(f: Any) -> FunctionalExportedProgram:
@@ -147,4 +198,5 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
     )
     ep.graph_module.meta["composite_decisions"] = sig.composite_decisions
     ep.graph_module.meta[GRAD_ON_RETURN] = sig.grad_enabled_on_return
+    ep.graph_module.meta[INPUT_LAYOUTS] = dict(sig.input_layouts)
     return ep

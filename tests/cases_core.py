@@ -726,25 +726,6 @@ def tensor_constant_created_in_forward() -> Built:
 # --- refused: no functional program can say this; eager-equal or a clear error ------------------
 
 
-@case(refused=Refusal.INPUT_METADATA_MUTATION)
-def t_inplace_on_input() -> Built:
-    class M(nn.Module):
-        def forward(self, x):
-            x.t_()
-            return x + 1
-    return M(), (_r(2, 3),), {}
-
-
-@case(refused=Refusal.INPUT_METADATA_MUTATION)
-def unsqueeze_inplace_on_input() -> Built:
-    class M(nn.Module):
-        def forward(self, x):
-            y = x * 2
-            x.unsqueeze_(0)
-            return y
-    return M(), (_r(3),), {}
-
-
 @case(refused=Refusal.WRITE_TO_ALIASED_INPUTS)
 def write_to_input_passed_twice() -> Built:
     class M(nn.Module):

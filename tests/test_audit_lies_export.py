@@ -10,9 +10,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from oracle import export_checked
-from predispatch_func.errors import ExportError
+from predispatch_func.errors import ExportError, UnsupportedError
 from predispatch_func.modes.composite_policy import HONEST_TWINS
 from predispatch_func import _torch_compat as tc
+from predispatch_func.schema_audit.checker import _aliases as aliases  # sparse-aware: indices, values
 from predispatch_func.schema_audit.checker import run_sample
 from predispatch_func.schema_audit.samples import samples_for
 from predispatch_func.schema_audit.table import load
@@ -75,10 +76,8 @@ class CallThenMutate(torch.nn.Module):
         """Which result leaves alias an input, found eagerly (tracing hides storages)."""
         args, kwargs = sample.materialize()
         tensors = [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
-        ptrs = {x.untyped_storage().data_ptr() for x in tensors if x.numel()}
         return [i for i, o in enumerate(pytree.tree_leaves(self._call(tensors)))
-                if isinstance(o, torch.Tensor) and (any(o is x for x in tensors)
-                                                    or (o.numel() and o.untyped_storage().data_ptr() in ptrs))]
+                if isinstance(o, torch.Tensor) and any(aliases(o, x) for x in tensors)]
 
     def forward(self, tensors: list[torch.Tensor]):
         out = self._call(tensors)
@@ -100,6 +99,19 @@ TORCH_BLOCKS = {
                            "CPU equal/allclose for complex32, so no replay can compare the values"),
     "aten._saturate_weight_to_fp16.default": (ExportError, "its C++ composite reads raw tensor data, "
                                               "which fake tensors do not have; export names the op"),
+    # lies the audit finds only with sparse tensors (schema_audit/layouts.py)
+    "aten.to_sparse_csr.default": (ExportError, "it lies only on a sparse CSR input, which torch "
+                                   "2.13's functionalization cannot wrap ('Sparse CSR tensors do not "
+                                   "have strides'); export names the op"),
+    "aten.to_sparse_csc.default": (NotImplementedError, "it lies only on a sparse CSC input, which "
+                                   "torch 2.13 cannot deep-copy (the oracle copies the inputs: 'Cannot "
+                                   "access storage of SparseCsrTensorImpl'); its CSR twin above exports "
+                                   "to a clear error"),
+    "aten.gather_backward.default": (UnsupportedError, "its sparse_grad=True result's values view "
+                                     "grad (as _gather_sparse_backward's do); the write to that sparse "
+                                     "result is refused (Refusal.WRITE_TO_SPARSE), not dropped"),
+    "aten._gather_sparse_backward.default": (UnsupportedError, "a sparse result whose values view "
+                                             "grad; the write to it is refused (WRITE_TO_SPARSE)"),
     "aten.instance_norm.default": (ExportError, "torch's Python decomposition of "
                                    "_native_batch_norm_legit divides by n-1 = 0 for one element per "
                                    "channel (eager gives inf); see test_instance_norm_running_stats"),

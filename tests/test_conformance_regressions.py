@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conformance import Case
+from conformance.case import Call
 from conformance.judge import judge_case
 
 
@@ -242,14 +243,6 @@ def test_in_place_view_op_that_leaves_the_input_layout_exports(model, args):
     assert_ok(model, args)
 
 
-def test_in_place_view_op_that_changes_the_input_layout_is_refused():
-    import predispatch_func as pf
-
-    with pytest.raises(pf.UnsupportedError, match="in-place metadata change") as info:
-        pf.export(UnsqueezeInput(), (torch.randn(5),))
-    assert "unsqueeze_" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
-
-
 class WritesTwoInputs(torch.nn.Module):
     def forward(self, x, y):
         x.add_(1)
@@ -292,3 +285,245 @@ def test_random_fill_of_an_input_that_requires_grad_trains(name):
     """``normal_functional`` has no derivative: backward through the program raised,
     where eager gives the input a zero gradient (and it keeps requiring grad)."""
     assert_ok(InPlaceOnInput(_RANDOM_FILLS[name]), (torch.randn(3, 4),))
+
+
+class BranchesOnRequiresGrad(torch.nn.Module):
+    def forward(self, x, w):
+        y = x.unsqueeze(0) * 2
+        z = y.sin() if y.requires_grad else y.cos()  # eager: sin when x requires grad
+        with torch.no_grad():
+            n = (x * 2).requires_grad  # False in eager
+        d = w.detach().requires_grad  # False in eager
+        return z * (3.0 if n or d else 1.0) + (w @ x if (w @ x).requires_grad else 0.0)
+
+
+def test_python_reads_requires_grad_of_intermediates_as_eager():
+    """Autograd does not run while tracing; traced intermediates reported
+    ``requires_grad=False``, so code branching on it took the branch eager does
+    not (``linear_cross_entropy`` baked ``compute_input_grad=False``: silently
+    wrong input gradients)."""
+    assert_ok(BranchesOnRequiresGrad(), (torch.randn(3, requires_grad=True), torch.randn(3, 3, requires_grad=True)))
+
+
+def test_linear_cross_entropy_on_an_intermediate_trains():
+    x, w, t = torch.randn(3, requires_grad=True), torch.randn(4, 3, requires_grad=True), torch.tensor(1)
+    model = Call(lambda x, w, t: F.linear_cross_entropy(x.unsqueeze(0), w, t.unsqueeze(0)), (x, w, t), {})
+    assert_ok(model, (x, w, t))
+
+
+class CompareIntoBuffer(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+        self.register_buffer("buf", torch.randn(2, 3).round())
+
+    def forward(self, other, x):
+        self.op(self.buf, other)
+        y = x * 1
+        self.op(y[1], other[0])  # into a view of an intermediate
+        return self.buf.clone(), y
+
+
+@pytest.mark.parametrize("name", ["eq_", "ne_", "lt_", "le_", "gt_", "ge_"])
+def test_in_place_comparison_with_an_operand_that_requires_grad(name):
+    """Eager's ``buf.eq_(other)`` records a node with zero gradients, so ``buf``
+    requires grad when ``other`` does; the functional ``eq`` gave a bool value
+    without autograd link (the program's result did not require grad)."""
+    other = torch.randn(2, 3).round()
+    other[0, 0] = 0.0
+    assert_ok(CompareIntoBuffer(getattr(torch.Tensor, name)), (other, torch.randn(2, 3).round()))
+
+
+class LogicalInPlace(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x, other):
+        self.op(x[1], other)  # a view of an input
+        y = x * 2
+        self.op(y, other)  # an intermediate
+        return y * x
+
+
+_LOGICAL = {
+    "logical_not_": lambda t, other: t.logical_not_(),
+    "logical_and_": torch.Tensor.logical_and_,
+    "logical_or_": torch.Tensor.logical_or_,
+    "logical_xor_": torch.Tensor.logical_xor_,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LOGICAL))
+def test_logical_in_place_ops_keep_autograd_history(name):
+    """Eager's autograd does not record ``logical_*_`` (like a write under no_grad: the
+    data changes, the history and its gradient of 1 stay); ours gave 0."""
+    x = torch.randn(2, 3)
+    x[0, 1] = 0.0
+    assert_ok(LogicalInPlace(_LOGICAL[name]), (x, (torch.randn(3) > 0).float()))
+
+
+def test_autograd_transparent_writes_match_eager_over_op_db():
+    """The in-place ops whose eager write autograd does not record are exactly
+    :data:`AUTOGRAD_TRANSPARENT_WRITES` (among OpInfo's in-place variants)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from predispatch_func.modes.observers import AUTOGRAD_TRANSPARENT_WRITES
+
+    found = set()
+    for op in op_db:
+        if op.inplace_variant is None or torch.float32 not in op.supported_dtypes("cpu"):
+            continue
+        for s in list(op.sample_inputs("cpu", torch.float32))[:2]:
+            if not isinstance(s.input, torch.Tensor):
+                continue
+            y = s.input.detach().clone().requires_grad_(True) * 1
+            before = y.grad_fn
+            try:
+                result = op.inplace_variant(y, *s.args, **s.kwargs)
+            except (RuntimeError, TypeError, ValueError):
+                continue
+            if y.grad_fn is before and result is y and s.input.numel():
+                found.add(op.name)
+    dropouts = {n for n in found if "dropout" in n}  # p=0 / eval: eager returns the input untouched
+    assert found - dropouts == {op.overloadpacket.__name__[:-1] for op in AUTOGRAD_TRANSPARENT_WRITES}, found
+
+
+class ResizeAsBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(2, 3))
+
+    def forward(self, template):
+        self.buf.resize_as_(template)
+        return self.buf * 2
+
+
+def test_resize_as_of_a_buffer_to_a_template_that_requires_grad():
+    """Only the template's shape is read: eager's buffer does not require grad;
+    torch's functional ``resize_as`` made it (the program's output required grad)."""
+    assert_ok(ResizeAsBuffer(), (torch.randn(2, 3),))
+
+
+def test_tensor_split_with_a_tensor_of_indices():
+    """Eager's C++ composite reads the indices' data, so the keep-or-decompose
+    guard crashed running it on fakes; torch's Python composite traces."""
+    model = Call(torch.tensor_split, (torch.randn(6, 2), torch.tensor([1, 4])), {})
+    assert_ok(model, (torch.randn(6, 2), torch.tensor([1, 4])))
+
+
+_RELAYOUTS = {  # name -> (in-place view op and then a write, input)
+    "t_": (lambda x: x.t_().mul_(2), torch.randn(3, 4)),
+    "transpose_": (lambda x: x.transpose_(0, 2), torch.randn(2, 3, 4)),
+    "swapdims_": (lambda x: x.swapdims_(0, 1).add_(1), torch.randn(2, 3)),
+    "squeeze_": (lambda x: x.squeeze_(), torch.randn(1, 3, 1, 2)),
+    "unsqueeze_": (lambda x: x.unsqueeze_(1), torch.randn(3, 2)),
+    "as_strided_": (lambda x: x.as_strided_((2, 2), (1, 3), 1), torch.randn(3, 3)),
+    "resize_shrink": (lambda x: x.resize_(2, 3), torch.randn(4, 3)),
+    "t_twice_then_unsqueeze_": (lambda x: x.t_().t_().unsqueeze_(0), torch.randn(3, 4)),
+}
+
+
+class RelayoutInput(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x, y):
+        self.fn(x)
+        return x * 2, y + 1
+
+
+class RelayoutBuffer(RelayoutInput):
+    def __init__(self, fn, buf):
+        super().__init__(fn)
+        self.register_buffer("buf", buf)
+
+    def forward(self, y):
+        self.fn(self.buf)
+        return self.buf * y.sum()
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), t.stride(), t.storage_offset(), t.untyped_storage().nbytes()
+
+
+@pytest.mark.parametrize("name", sorted(_RELAYOUTS))
+def test_in_place_layout_change_of_an_input_is_carried(name):
+    """``x.t_()``, ``squeeze_``, ``as_strided_``, ``resize_`` ... on an input: the new value
+    is a mutation output and ``ep.module()`` gives the input eager's layout (sizes,
+    strides, offset, storage size) before writing it back (was refused)."""
+    import predispatch_func as pf
+
+    fn, x = _RELAYOUTS[name]
+    model = RelayoutInput(fn)
+    grad_ok = not name.startswith("resize")  # eager cannot resize a tensor that requires grad
+    assert_ok(model, (x, torch.randn(3)), check_grads=grad_ok)
+    eager_x, program_x = x.clone(), x.clone()
+    program = pf.export(model, (x, torch.randn(3))).module()
+    y = torch.randn(3)
+    expected = model(eager_x, y)
+    got = program(program_x, y)
+    assert _layout(program_x) == _layout(eager_x)
+    assert torch.equal(program_x, eager_x) and torch.equal(got[0], expected[0])
+    with pytest.raises((RuntimeError, AssertionError), match="changes the layout|Guard failed"):
+        program(program_x, y)  # the program was computed for the exported layout
+
+
+@pytest.mark.parametrize("name", sorted(_RELAYOUTS))
+def test_in_place_layout_change_of_a_buffer_is_carried(name):
+    import predispatch_func as pf
+
+    fn, x = _RELAYOUTS[name]
+    model = RelayoutBuffer(fn, x.clone())
+    assert_ok(model, (torch.randn(3),))
+    program = pf.export(model, (torch.randn(3),)).module()
+    y = torch.randn(3)
+    eager = RelayoutBuffer(fn, x.clone())
+    expected, got = eager(y), program(y)
+    assert _layout(program.buf) == _layout(eager.buf)
+    assert torch.equal(got, expected)
+    with pytest.raises(RuntimeError, match="changes the layout of an input or buffer in place"):
+        program(y)
+
+
+def test_in_place_layout_change_to_a_symbolic_layout_is_refused():
+    import predispatch_func as pf
+
+    x = torch.randn(5, 3)
+    with pytest.raises(pf.UnsupportedError, match="symbolic layout") as info:
+        pf.export(UnsqueezeInput(), (x,), dynamic_shapes=({0: torch.export.Dim("n")},))
+    assert "unsqueeze_" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
+    assert info.value.kind is pf.Refusal.INPUT_METADATA_MUTATION
+
+
+class GrowInput(torch.nn.Module):
+    def forward(self, x):
+        x.resize_(5, 3)
+        return x.fill_(1.5)
+
+
+def test_growing_an_input_with_resize_is_refused():
+    """torch's functionalization cannot grow an input's storage: a clear refusal."""
+    import predispatch_func as pf
+
+    with pytest.raises(pf.UnsupportedError, match="cannot grow") as info:
+        pf.export(GrowInput(), (torch.randn(2, 3),))
+    assert "resize_" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
+
+
+class WriteSparseGrad(torch.nn.Module):
+    def forward(self, g, index):
+        r = torch.ops.aten.gather_backward(g, g, 0, index, True)  # values view g in eager
+        r.mul_(3)
+        return r.to_dense()
+
+
+def test_write_to_a_sparse_result_is_refused():
+    """Eager's write reaches ``g`` through the sparse result's values; a functional
+    program would drop it (torch.export keeps the op and drops it too)."""
+    import predispatch_func as pf
+
+    with pytest.raises(pf.UnsupportedError, match="sparse tensor") as info:
+        pf.export(WriteSparseGrad(), (torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.long)))
+    assert info.value.kind is pf.Refusal.WRITE_TO_SPARSE and "test_conformance_regressions.py" in str(info.value)

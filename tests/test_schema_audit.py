@@ -336,3 +336,58 @@ def test_composites_audited_through_recipes_are_kept_and_replay():
     decisions = ep.graph_module.meta["composite_decisions"]
     for name in ("aten.lstm.input", "aten.gru.input", "aten.embedding_bag.padding_idx"):
         assert decisions[name] == ("keep", "audit"), decisions
+
+
+# --- layouts: what dense samples cannot show -----------------------------------------
+
+
+@pytest.mark.parametrize("op, found_on", [
+    (A.to_sparse_csr.default, "sparse_"), (A.to_sparse_csc.default, "sparse_csc"),
+    (A.gather_backward.default, "True"),  # sparse_grad=True: a COO result whose values view grad
+], ids=str)
+def test_composites_that_alias_only_on_sparse_tensors_are_caught(op, found_on):
+    """Dense runs alone called these honest (a sparse tensor has no plain storage, and
+    dense inputs take the fresh path); the audit now runs sparse layouts and compares
+    indices and values storages."""
+    entry = _audit(op)
+    assert entry.verdict == "lies_alias", entry
+    assert found_on in entry.evidence and entry.decision == DECOMPOSE
+    shipped = audit_table.load().entries[str(op)]
+    assert (shipped.verdict, shipped.decision) == ("lies_alias", DECOMPOSE)
+
+
+def test_an_accepted_layout_no_sample_ran_on_is_untested():
+    """``linear`` has sparse kernels; the samples ran it on COO, CSR, CSC and BSR
+    inputs but no BSC one: untested there, not honest."""
+    entry = _audit(A.linear.default)
+    assert entry.verdict == "honest" and entry.decision == KEEP
+    assert "sparse_bsc" in entry.untested_layouts and "sparse_coo" not in entry.untested_layouts
+    assert audit_table.load().entries["aten.linear.default"].untested_layouts == entry.untested_layouts
+    dense_only = _audit(A.to_sparse.sparse_dim)  # no sparse sample fits its sparse_dim
+    assert {"sparse_coo", "sparse_csr"} <= set(dense_only.untested_layouts)
+
+
+def test_sparse_samples_are_fresh_and_keep_their_layout():
+    from predispatch_func.schema_audit.samples import samples_for
+
+    samples, _ = samples_for(A.to_sparse_csr.default)
+    sparse = [s for s in samples if s.layout != "strided"]
+    assert {s.layout for s in sparse} >= {"sparse_coo", "sparse_csr", "sparse_csc"}
+    s = next(s for s in sparse if s.layout == "sparse_csr")
+    (a, *_), _ = s.materialize()
+    (b, *_), _ = s.materialize()
+    assert a.layout == torch.sparse_csr and a.values().data_ptr() != b.values().data_ptr()
+
+
+def test_kept_composite_on_an_untested_layout_is_decomposed():
+    """The exporter obeys the audit per layout: ``keep`` holds for the layouts it ran."""
+    from predispatch_func.modes.composite_policy import CompositePolicy
+
+    policy = CompositePolicy(audit_lookup=lambda op: KEEP, untested_layouts=lambda op: ["sparse_csr"])
+    dense = torch.randn(2, 3)
+    assert not policy.should_decompose(A.linear.default, (dense, torch.randn(4, 3)), {})
+    policy = CompositePolicy(audit_lookup=lambda op: KEEP, untested_layouts=lambda op: ["sparse_csr"])
+    assert policy.should_decompose(A.linear.default, (dense.to_sparse_csr(), torch.randn(4, 3)), {})
+    assert policy.decisions["aten.linear.default"] == ("decompose", "the schema audit never ran it on sparse_csr inputs")
+    policy = CompositePolicy(audit_lookup=lambda op: KEEP, untested_layouts=lambda op: ["sparse_csr"])
+    assert not policy.should_decompose(A.linear.default, (dense.to_sparse(), torch.randn(4, 3)), {})

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -41,6 +41,8 @@ class Decision(str, enum.Enum):
 
 
 AuditLookup = Callable[[tc.OpOverload], "str | None"]  # the audit's "keep" / "decompose"
+# the sparse layouts ("sparse_csr", ...) the op accepts but the audit never ran it on
+LayoutLookup = Callable[[tc.OpOverload], "Sequence[str]"]
 
 
 def _meta_key(value: Any) -> Any:
@@ -84,12 +86,14 @@ HONEST_TWINS = _honest_twins()
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
-    __slots__ = ("audit_lookup", "overrides", "lowering", "_guard_cache", "_eager_cache", "_by_op",
+    __slots__ = ("audit_lookup", "untested_layouts", "overrides", "lowering", "_guard_cache", "_eager_cache", "_by_op",
                  "decisions")
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
-                 overrides: dict[str, str] | None = None, lowering: Any = None):
+                 overrides: dict[str, str] | None = None, lowering: Any = None,
+                 untested_layouts: LayoutLookup | None = None):
         self.audit_lookup = audit_lookup
+        self.untested_layouts = untested_layouts
         self.overrides = {name: Decision(d) for name, d in (overrides or {}).items()}
         # an ``opsets.Lowering`` when exporting to a target op set: its composites
         # outside the target are decomposed whatever the audit says
@@ -106,6 +110,9 @@ class CompositePolicy:
         fixed = self._by_op[op]
         if isinstance(fixed, bool):
             return fixed
+        untested = self._untested_layout(op, args, kwargs)
+        if untested is not None:  # the audit's "keep" holds only for the layouts it ran
+            return self._record(op, Decision.DECOMPOSE, f"the schema audit never ran it on {untested} inputs")
         lie = self._trace_time_lie(op, args, kwargs)
         if lie is not None:
             return self._record(op, Decision.DECOMPOSE, lie)
@@ -170,9 +177,21 @@ class CompositePolicy:
             tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
         key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
         if key not in self._eager_cache:
-            self._eager_cache[key] = _run_decomposition_and_watch(
-                op, inner_args, inner_kwargs, kernel=tc.decompose_like_eager) is not None
+            try:
+                self._eager_cache[key] = _run_decomposition_and_watch(
+                    op, inner_args, inner_kwargs, kernel=tc.decompose_like_eager) is not None
+            except RuntimeError:  # eager's kernel reads an input's data (tensor_split with a
+                # tensor of indices): it cannot be traced at all, torch's Python composite can
+                self._eager_cache[key] = False
         return self._eager_cache[key]
+
+    def _untested_layout(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> str | None:
+        layouts = {t.layout for t in tc.pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        if self.untested_layouts is None or layouts <= {torch.strided}:
+            return None
+        untested = set(self.untested_layouts(op))
+        return next((name for name in sorted(str(lay).removeprefix("torch.") for lay in layouts)
+                     if name in untested), None)
 
     def _record(self, op: tc.OpOverload, decision: Decision, why: str) -> bool:
         self.decisions.setdefault(str(op), (decision, why))

@@ -30,6 +30,14 @@ from .differentiable_copy import CopyTarget
 
 _DETACH = torch.ops.aten.detach.default
 _COPY_ = torch.ops.aten.copy_.default
+_DETACH_ = torch.ops.aten.detach_.default
+# in-place ops eager's autograd does not record (their functional forms are not
+# differentiable): the data changes, the tensor's autograd history does not, as
+# for a write under no_grad
+AUTOGRAD_TRANSPARENT_WRITES = frozenset({
+    torch.ops.aten.logical_not_.default, torch.ops.aten.logical_and_.default,
+    torch.ops.aten.logical_or_.default, torch.ops.aten.logical_xor_.default,
+})
 
 
 _UNSEEN_ALIASES = (_DETACH, torch.ops.aten.view.dtype)
@@ -156,12 +164,57 @@ class GradReach:
         pass
 
     def after(self, call: OpCall, out: Any) -> None:
-        if not call.grad or call.func in _NEVER_DIFFERENTIABLE:
+        if not call.grad or call.without_autograd or call.func in _NEVER_DIFFERENTIABLE:
             return
         if any(self.may_need_grad(t) for t in tc.pytree.tree_leaves((call.args, call.kwargs))):
             for t in [*tc.pytree.tree_leaves(out), *call.written]:
                 if _may_carry_grad(t):
                     self._reached[id(t)] = t
+
+
+class RequiresGradFlags:
+    """Sets each traced tensor's ``requires_grad`` as eager's would read.
+
+    Autograd does not run while tracing, so a traced intermediate reported
+    ``requires_grad=False`` where eager's requires grad; Python code that
+    branches on it (the model's, or torch's: ``linear_cross_entropy`` baked
+    ``compute_input_grad=input.requires_grad`` into its op) traced the branch
+    eager does not take. Eager's rule, on the flags of the example inputs: a
+    result of an op run with autograd from a tensor that requires grad does.
+    """
+
+    __slots__ = ("_cleared",)
+
+    def __init__(self) -> None:
+        self._cleared: dict[int, list[Any]] = {}  # by id(call)
+
+    def before(self, call: OpCall) -> None:
+        # torch replays an in-place view op on the wrapper itself (to update its
+        # metadata); the wrapper is an autograd leaf, refused in-place while flagged
+        if torch.Tag.inplace_view in getattr(call.func, "tags", ()):
+            flagged = [t for t in call.written if t.requires_grad]
+            for t in flagged:
+                _set_requires_grad(t, False)
+            if flagged:
+                self._cleared[id(call)] = flagged
+
+    def after(self, call: OpCall, out: Any) -> None:
+        for t in self._cleared.pop(id(call), ()):
+            _set_requires_grad(t, True)
+        if call.func is _DETACH_:  # eager: the tensor no longer requires grad
+            _set_requires_grad(call.args[0], False)
+            return
+        if not call.grad or call.without_autograd or call.func in _NEVER_DIFFERENTIABLE:
+            return
+        if any(t.requires_grad for t in call.tensors_read()):
+            for t in [*tc.pytree.tree_leaves(out), *call.written]:
+                if _may_carry_grad(t):
+                    _set_requires_grad(t, True)
+
+
+def _set_requires_grad(t: Any, wanted: bool) -> None:
+    if isinstance(t, tc.FunctionalTensor) and t.requires_grad != wanted and t.is_leaf:
+        t.requires_grad = wanted  # the attribute: requires_grad_() is an op our mode would see
 
 
 class DetachedAliases:
@@ -219,7 +272,9 @@ class IdentityEdges:
     value. The region pass (hop/outline.py) reads these edges to carry the old
     identity to the new value (``identity_of``). Such a write is dispatched
     with grad off (``call.without_autograd``); one through a detached alias with
-    grad on also gets grad markers around it, so it becomes a no_grad region.
+    grad on, or by an op eager's autograd does not record
+    (:data:`AUTOGRAD_TRANSPARENT_WRITES`), also gets grad markers around it, so
+    it becomes a no_grad region.
     """
 
     __slots__ = ("edges", "_bases", "_reach", "_detached", "_pending")
@@ -240,7 +295,8 @@ class IdentityEdges:
 
     def before(self, call: OpCall) -> None:
         through_detach = call.grad and self._detached.holds_any(call.written)
-        call.without_autograd = bool(call.written) and (not call.grad or through_detach)
+        transparent = call.grad and call.func in AUTOGRAD_TRANSPARENT_WRITES
+        call.without_autograd = bool(call.written) and (not call.grad or through_detach or transparent)
         if not call.without_autograd:
             return
         if through_detach:
@@ -251,16 +307,17 @@ class IdentityEdges:
         if not through_detach:  # a detached alias has no autograd identity to keep
             bases += [w for w in call.written if all(w is not b for b in bases)]
         before = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
-        if through_detach:  # eager: same as writing under no_grad
+        marked = through_detach or transparent
+        if marked:  # eager: same as writing under no_grad
             tc.record_grad_marker(False)
-        self._pending[id(call)] = (bases, before, through_detach)
+        self._pending[id(call)] = (bases, before, marked)
 
     def after(self, call: OpCall, out: Any) -> None:
         if not call.without_autograd:
             return
-        bases, before, through_detach = self._pending.pop(id(call))
+        bases, before, marked = self._pending.pop(id(call))
         after = [tc.proxy_node_of(tc.inner_of_functional(b)) for b in bases]
-        if through_detach:
+        if marked:
             tc.record_grad_marker(True)
         for old, new in zip(before, after):  # bases first: a base's identity wins
             if old is not None and new is not None and new is not old:

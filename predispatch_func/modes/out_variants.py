@@ -151,3 +151,21 @@ def fill_randomly_keeping_grad(op: tc.OpOverload, args: tuple, kwargs: dict) -> 
     self_ = args[0]
     fresh = op(torch.empty(self_.shape, dtype=self_.dtype, device=self_.device), *args[1:], **kwargs)
     return self_.zero_().add_(fresh)
+
+
+# In-place comparisons: eager records a node whose gradients to ``self`` and ``other``
+# are zero, so the result requires grad when either does.
+COMPARISONS_IN_PLACE = frozenset(getattr(torch.ops.aten, f"{name}_").Tensor
+                                 for name in ("eq", "ne", "lt", "le", "gt", "ge"))
+
+
+def compare_in_place_keeping_grad(op: tc.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """``self.eq_(other)`` where ``other`` may require grad, as ``self.copy_(other)``
+    then ``self.copy_(eq(self, other))``: the functional comparison's bool result
+    has no autograd link, so eager's result required grad (with a zero gradient to
+    ``other``) and the program's did not. The first write links ``other``; the
+    second gives what it overwrote a zero gradient. Run under the functional mode."""
+    self_, other = args[0], args[1]
+    value = getattr(torch.ops.aten, op.overloadpacket.__name__[:-1]).Tensor(self_, other)
+    self_.copy_(other)
+    return self_.copy_(value)

@@ -30,15 +30,23 @@ def grad_mode_after_autograd(call: OpCall, input_ids: set[int]) -> None:
                       "export with pre_dispatch=True", call.func)
 
 
+Layout = tuple  # (sizes, strides, storage offset)
+
+
 class InputMetadataWrites:
-    """In-place view ops on graph inputs (``t_``, ``unsqueeze_``): refused at the end of
-    the trace (:meth:`refuse_changed`) only if the input's layout then differs
-    (``t_()`` of a 1-D tensor, or ``unsqueeze_(0)`` undone by ``squeeze_(0)``, changes nothing)."""
+    """In-place view ops on graph inputs (``t_``, ``unsqueeze_``, ``resize_``, ``as_strided_``).
+
+    An input whose layout differs at the end of the trace is carried: its new value
+    is a mutation output, and ``ep.module()`` gives the input eager's new layout
+    before writing the value back (:meth:`changed`; ``t_()`` of a 1-D tensor, or
+    ``unsqueeze_(0)`` undone by ``squeeze_(0)``, changes nothing). A symbolic new
+    layout (dynamic shapes) has no such write-back: refused (:meth:`refuse_symbolic`).
+    """
 
     __slots__ = ("_first",)
 
     def __init__(self) -> None:
-        self._first: dict[int, tuple[Any, tuple, Any, str | None]] = {}  # id -> (input, layout, op, line)
+        self._first: dict[int, tuple[Any, Layout, Any, str | None]] = {}  # id -> (input, layout, op, line)
 
     def __call__(self, call: OpCall, input_ids: set[int]) -> None:
         t = call.args[0] if call.args else None
@@ -46,13 +54,18 @@ class InputMetadataWrites:
                 and torch.Tag.inplace_view in getattr(call.func, "tags", ())):
             self._first[id(t)] = (t, _layout(t), call.func, user_source_line())
 
-    def refuse_changed(self) -> None:
+    def changed(self) -> dict[int, tuple[Layout, Layout]]:
+        """id of each input whose layout changed -> (layout before, layout after)."""
+        return {i: (layout, _layout(t)) for i, (t, layout, _, _) in self._first.items() if _layout(t) != layout}
+
+    def refuse_symbolic(self) -> None:
         for t, layout, func, source in self._first.values():
-            if _layout(t) != layout:
+            after = _layout(t)
+            if after != layout and not all(isinstance(v, int) for v in (*after[0], *after[1], after[2])):
                 raise UnsupportedError(
-                    "in-place metadata change (shape/stride) of a graph input cannot be expressed "
-                    "in a functional program; use the out-of-place op instead",
-                    kind=Refusal.INPUT_METADATA_MUTATION, op=func, source=source)
+                    "in-place metadata change (shape/stride) of a graph input to a symbolic layout "
+                    "(dynamic shapes): the program's write-back cannot restore it; use the "
+                    "out-of-place op instead", kind=Refusal.INPUT_METADATA_MUTATION, op=func, source=source)
 
 
 def _layout(t: Any) -> tuple:
@@ -79,11 +92,24 @@ def overlapping_writes(call: OpCall, input_ids: set[int]) -> None:
                               "program cannot express: pass separate tensors", call.func)
 
 
+def sparse_writes(call: OpCall, input_ids: set[int]) -> None:
+    """A sparse kernel may return indices or values that alias its inputs under a schema
+    that says fresh (``gather_backward(..., sparse_grad=True)``: values view ``grad``;
+    the schema audit finds it), so a write to a sparse result may reach an input that
+    functionalization cannot see."""
+    if any(t.layout != torch.strided for t in call.written):
+        raise _refuse(Refusal.WRITE_TO_SPARSE,
+                      "in-place write to a sparse tensor: sparse kernels may return indices or values "
+                      "that alias their inputs without their schema saying so, so the write could "
+                      "reach an input the program would not update; write to a dense tensor or "
+                      "use the out-of-place op", call.func)
+
+
 def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites) -> tuple[Check, ...]:
     """The checks every op passes first, for one trace."""
     if pre_dispatch:
-        return (metadata_writes, overlapping_writes)
-    return (grad_mode_after_autograd, metadata_writes)
+        return (metadata_writes, overlapping_writes, sparse_writes)
+    return (grad_mode_after_autograd, metadata_writes, sparse_writes)
 
 
 def leaked_autocast() -> None:
@@ -99,6 +125,9 @@ def leaked_autocast() -> None:
 # torch 2.13 failures a model can run into while traced, each with what to write instead:
 # (exception type, text in its message, kind, our explanation; {exc} is torch's message)
 _KNOWN_TORCH_LIMITS = (
+    (RuntimeError, "Attempted to resize a view tensor to a larger size", Refusal.INPUT_METADATA_MUTATION,
+     "torch's functionalization cannot grow a graph input or buffer with resize_() ({exc}); "
+     "resize a clone, or allocate the larger tensor outside the model"),
     (RuntimeError, "Attempted to set the storage of a tensor on device", Refusal.VIEW_DTYPE_REBUILD,
      "torch's functionalization cannot rebuild a view(dtype) of a tensor written before the "
      "view was made, under no_grad ({exc}); take the view before the write, or outside no_grad"),

@@ -31,10 +31,13 @@ from .composite_policy import CompositePolicy
 from .fast_paths import eager_fast_paths
 from .tensor_data import HiddenWrites, StorageAliases, TensorDataMode
 from .differentiable_copy import CopyTarget, copy_decompositions
-from .out_variants import RANDOM_FILLS, fill_randomly_keeping_grad
+from .out_variants import COMPARISONS_IN_PLACE, RANDOM_FILLS, compare_in_place_keeping_grad, fill_randomly_keeping_grad
 from .observers import (Bases, CopyTargetFlag, DetachedAliases, GradReach, IdentityEdges, Observer, OpCall,
-                        written_tensors)
+                        RequiresGradFlags, written_tensors)
 from .view_grad_modes import ViewGradModes
+
+
+_RESIZE_AS_ = torch.ops.aten.resize_as_.default
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
@@ -65,7 +68,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.hidden_writes = HiddenWrites(self.grad_reach.may_need_grad) if pre_dispatch else None
         self._observers: tuple[Observer, ...] = (
             self.view_modes, CopyTargetFlag(copy_target, self.bases), self.identity,
-            detached, self.grad_reach, self.bases, self.storage_aliases,
+            detached, self.grad_reach, RequiresGradFlags(), self.bases, self.storage_aliases,
             self.hidden_writes) if self.hidden_writes is not None else (self.storage_aliases,)
 
     def add_graph_inputs(self, inputs: Sequence[Any]) -> None:
@@ -81,9 +84,18 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 
     def _rerouted(self, func: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
         """The policy's reroute; and an in-place random fill of a tensor that may require
-        grad keeps its autograd identity (``zero_().add_(fresh fill)``)."""
+        grad keeps its autograd identity (``zero_().add_(fresh fill)``), an in-place
+        comparison with an operand that may require grad links it (zero gradient)."""
         if func in RANDOM_FILLS and self.grad_reach.may_need_grad(args[0]):
             return lambda *a, **k: fill_randomly_keeping_grad(func, a, k)
+        if func is _RESIZE_AS_ and isinstance(args[1], torch.Tensor) and self.grad_reach.may_need_grad(args[1]):
+            # only the template's shape is read; torch's functional resize_as makes its result
+            # require grad when the template does (eager's resize_as_ does not)
+            return lambda self_, template, *a, **k: func(self_, template.detach(), *a, **k)
+        if (func in COMPARISONS_IN_PLACE and torch.is_grad_enabled() and self.grad_reach.may_need_grad(args[1])
+                and (args[0].is_floating_point() or args[0].is_complex())
+                and torch.can_cast(args[1].dtype, args[0].dtype)):
+            return lambda *a, **k: compare_in_place_keeping_grad(func, a, k)
         return self.policy.rerouted(func, args, kwargs)
 
     def _base_may_need_grad(self, t: Any) -> bool:
@@ -159,7 +171,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             # the caller's modes: outer regions
             with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes):
                 outs = body(wrapped, mode)
-                mode.metadata_writes.refuse_changed()
+                mode.metadata_writes.refuse_symbolic()
                 mode.view_modes.rebuild_stale(outs)
             refusals.leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()

@@ -26,12 +26,15 @@ class Mutations:
 
     ``mutated`` lists the written inputs in graph-output order; ``output_is_input[k]``
     is the position in ``mutated`` of the input user output ``k`` is (eager
-    returned the written tensor itself), else None.
+    returned the written tensor itself), else None. ``layouts[k]``: for an input
+    whose layout an in-place view op changed (``x.t_()``), its (sizes, strides,
+    storage offset) before and after the call, which ``ep.module()`` restores.
     """
 
     mutated: tuple[InputSlot, ...]
     output_is_input: tuple[int | None, ...]
     out_spec: tc.pytree.TreeSpec
+    layouts: tuple[tuple[tuple, tuple] | None, ...] = ()
 
 
 class ModelCall:
@@ -61,7 +64,8 @@ class ModelCall:
             reassigned = _reassigned_state(self._mod, slots[:n_state], traced)
         flat_out, out_spec = tc.pytree.tree_flatten(out)
         final = [reassigned.get(i, t) for i, t in enumerate(traced)]
-        mutated = [i for i, t in enumerate(traced) if i in reassigned
+        relaid = self._relaid(traced, mode)
+        mutated = [i for i, t in enumerate(traced) if i in reassigned or i in relaid
                    or (isinstance(t, tc.FunctionalTensor) and tc.has_data_mutation(t))]
         for i in mutated:
             self._refuse_write(i)
@@ -70,8 +74,21 @@ class ModelCall:
             # a buffer replaced by assignment: eager's returned tensor is the old one, not the new value
             tuple(slots[i] for i in mutated), tuple(next((j for j, i in enumerate(mutated)
                                                           if o is traced[i] and i not in reassigned), None)
-                                  for o in flat_out), out_spec)
+                                  for o in flat_out), out_spec, tuple(relaid.get(i) for i in mutated))
         return [final[i] for i in mutated] + flat_out
+
+    def _relaid(self, traced: list[Any], mode: Any) -> dict[int, tuple[tuple, tuple]]:
+        """Inputs and buffers whose layout an in-place view op changed: index -> (before, after)."""
+        writes = getattr(mode, "metadata_writes", None)
+        changed = writes.changed() if writes is not None else {}
+        found = {i: changed[id(t)] for i, t in enumerate(traced) if id(t) in changed}
+        for i in found:
+            if self._inputs.slots[i].kind not in (SlotKind.USER, SlotKind.BUFFER):
+                raise UnsupportedError(
+                    f"in-place metadata change (shape/stride) of {self._inputs.slots[i].target!r}, which "
+                    "is neither a user input nor a buffer: its new layout cannot be written back; use "
+                    "the out-of-place op instead", kind=Refusal.INPUT_METADATA_MUTATION)
+        return found
 
     def _refuse_write(self, i: int) -> None:
         slots = self._inputs.slots

@@ -15,6 +15,8 @@ costs no copy.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..graphs import calls_view_op, graph_pass
@@ -116,3 +118,26 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
                     clone = gm.graph.call_function(torch.ops.aten.clone.default, (alias,))
                 clone.meta["val"] = alias.meta.get("val")
                 user.replace_input_with(alias, clone)
+
+
+@graph_pass
+def clone_relaid_inputs(gm: torch.fx.GraphModule, relaid: list[torch.fx.Node]) -> None:
+    """Every use of an input whose layout the program changes (``x.t_()``) reads a clone.
+
+    Its new value is a view of the input (``permute(x)``); ``ep.module()`` relays the
+    input out (``as_strided_``, which bumps its version) before writing that value
+    back, so any view of the input an op saved for backward would read as modified
+    (eager relaid it before the op saved it). One copy per relaid input.
+    """
+    if not relaid:
+        return
+    first_op = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    for placeholder in relaid:
+        with gm.graph.inserting_before(first_op):
+            clone = gm.graph.call_function(torch.ops.aten.clone.default, (placeholder,))
+        clone.meta["val"] = placeholder.meta.get("val")
+        placeholder.replace_all_uses_with(clone, delete_user_cb=functools.partial(_is_not, clone))
+
+
+def _is_not(node: torch.fx.Node, user: torch.fx.Node) -> bool:
+    return user is not node

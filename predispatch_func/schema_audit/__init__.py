@@ -19,6 +19,7 @@ from .. import _torch_compat as tc
 
 _lock = threading.Lock()
 _shipped: dict[str, str] | None = None
+_shipped_untested: dict[str, list[str]] = {}
 _custom: dict[str, "Entry"] = {}
 
 
@@ -29,8 +30,9 @@ def _shipped_decisions() -> dict[str, str]:
             if _shipped is None:
                 from .table import TABLE_PATH, load
 
-                _shipped = ({name: e.decision for name, e in load().entries.items()}
-                            if TABLE_PATH.exists() else {})
+                entries = load().entries if TABLE_PATH.exists() else {}
+                _shipped_untested.update({n: e.untested_layouts for n, e in entries.items() if e.untested_layouts})
+                _shipped = {name: e.decision for name, e in entries.items()}
     return _shipped
 
 
@@ -41,6 +43,16 @@ def shipped_decision(op: tc.OpOverload) -> str | None:
     if not tc.has_composite_implicit_kernel(op):
         return None
     return audit_custom_op(op).decision
+
+
+def shipped_untested_layouts(op: tc.OpOverload) -> list[str]:
+    """The sparse layouts ``op`` accepts that the audit never ran it on."""
+    if op.namespace == "aten":
+        _shipped_decisions()
+        return _shipped_untested.get(str(op), [])
+    if not tc.has_composite_implicit_kernel(op):
+        return []
+    return audit_custom_op(op).untested_layouts
 
 
 def audit_custom_op(op: tc.OpOverload) -> "Entry":
@@ -62,4 +74,4 @@ def forget_custom_audits() -> None:
 
 from .tagger import Entry  # noqa: E402  (re-exported; cheap, no op_db import)
 
-__all__ = ["Entry", "audit_custom_op", "forget_custom_audits", "shipped_decision"]
+__all__ = ["Entry", "audit_custom_op", "forget_custom_audits", "shipped_decision", "shipped_untested_layouts"]

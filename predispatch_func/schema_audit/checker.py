@@ -44,6 +44,8 @@ class CheckResult:
     mutation_findings: list[str] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
     crashes: list[str] = dataclasses.field(default_factory=list)  # samples that killed torch
+    # sparse layouts the op accepts (layouts.py) that no sample ran on: untested for them
+    untested_layouts: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,26 +67,30 @@ def _declared_alias(ret_info: Any, arg_info: Any) -> bool:
     return bool(ret_sets & arg_sets)
 
 
-def _storage_ptr(t: torch.Tensor) -> int | None:
-    try:
-        storage = t.untyped_storage()
-    except (RuntimeError, NotImplementedError, TypeError):
-        return None  # sparse, nested, quantized...: no plain storage to compare
-    return storage.data_ptr() if storage.nbytes() > 0 else None
+def _storage_ptrs(t: torch.Tensor) -> set[int]:
+    """Data pointers of the storages holding ``t``'s data (a sparse tensor's
+    indices and values too: ``to_sparse_csr`` of a CSR tensor returns it)."""
+    ptrs = set()
+    for part in tc.sparse_components(t):
+        try:
+            storage = part.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            continue  # nested, quantized...: no plain storage to compare
+        if storage.nbytes() > 0:
+            ptrs.add(storage.data_ptr())
+    return ptrs
 
 
 def _aliases(out: torch.Tensor, inp: torch.Tensor) -> bool:
-    if out is inp:
-        return True
-    ptr = _storage_ptr(out)
-    return ptr is not None and ptr == _storage_ptr(inp)
+    return out is inp or bool(_storage_ptrs(out) & _storage_ptrs(inp))
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor | None:
-    if t.layout != torch.strided or t.is_quantized or t.dtype in (torch.bits8,):
+def _bits(t: torch.Tensor) -> list[torch.Tensor] | None:
+    parts = tc.sparse_components(t)
+    if not parts or t.is_quantized or t.dtype in (torch.bits8,):
         return None
-    flat = t.detach().reshape(-1).contiguous()
-    return flat.view(torch.uint8) if flat.numel() else flat
+    flats = [p.detach().reshape(-1).contiguous() for p in parts]
+    return [f.view(torch.uint8) if f.numel() else f for f in flats]
 
 
 class _Snapshot:
@@ -96,7 +102,7 @@ class _Snapshot:
         self.version = tc.version_of(t)
         self.meta = _meta(t)
         bits = _bits(t)
-        self.bits = bits.clone() if bits is not None else None
+        self.bits = [b.clone() for b in bits] if bits is not None else None
 
     def changes(self, t: torch.Tensor) -> list[str]:
         found = []
@@ -106,16 +112,17 @@ class _Snapshot:
             found.append("shape/stride changed")
         elif self.bits is not None:
             now = _bits(t)
-            if now is not None and not torch.equal(now, self.bits):
+            if now is not None and (len(now) != len(self.bits)
+                                    or any(not torch.equal(a, b) for a, b in zip(now, self.bits))):
                 found.append("values changed")
         return found
 
 
 def _meta(t: torch.Tensor) -> tuple:
     try:
-        return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
+        return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype, t.layout)
     except RuntimeError:
-        return (tuple(t.shape), t.dtype)
+        return (tuple(t.shape), t.dtype, t.layout)
 
 
 def _inputs_of(schema: Any, args: tuple, kwargs: dict) -> list[_Input]:
@@ -196,6 +203,7 @@ def check(op: tc.OpOverload, samples: list[Sample], no_sample_reasons: Sequence[
     result = CheckResult(name, UNTESTED, "")
     outcomes: dict[str, set[bool]] = {}
     examples: dict[bool, str] = {}
+    ran_on: set[str] = set()
     result.crashes = sorted(skip.values())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -210,6 +218,7 @@ def check(op: tc.OpOverload, samples: list[Sample], no_sample_reasons: Sequence[
                 result.errors.append(f"{type(exc).__name__}: {_first_line(exc)}")
                 continue
             result.runs += 1
+            ran_on.add(sample.layout)
             where = sample.describe("on ")
             result.alias_findings += [f"{x} {where}" for x in run.alias_lies]
             result.mutation_findings += [f"{x} {where}" for x in run.mutation_lies]
@@ -217,6 +226,9 @@ def check(op: tc.OpOverload, samples: list[Sample], no_sample_reasons: Sequence[
                 outcomes.setdefault(label, set()).add(aliased)
                 examples.setdefault(aliased, where)
     result.verdict, result.evidence = _verdict(result, outcomes, examples, list(no_sample_reasons))
+    from .layouts import accepted_layouts
+
+    result.untested_layouts = [name for name in accepted_layouts(op) if name not in ran_on]
     return result
 
 

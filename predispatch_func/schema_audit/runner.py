@@ -88,7 +88,7 @@ def audit_many(ops: Iterable[tc.OpOverload], *, isolate: bool = True,
         torch.set_num_threads(threads)
 
 
-MAX_CRASHES_PER_OP = 10
+MAX_CRASHES_PER_OP = 30  # sparse samples (layouts.py) crash some composites one by one
 
 
 def _child(ops: list[tc.OpOverload], start: int, skip: dict[int, dict[int, str]],

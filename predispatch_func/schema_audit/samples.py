@@ -39,6 +39,7 @@ class Sample:
     kwargs: dict
     # for an out= overload: the functional overload whose results size the out tensors
     outs_from: Any = None
+    layout: str = "strided"  # the first tensor's layout (layouts.py converts it)
 
     def materialize(self) -> tuple[tuple, dict]:
         """Fresh copies of every tensor (strides kept), other values shared.
@@ -421,5 +422,8 @@ def samples_for(op: tc.OpOverload, *, use_opinfo: bool = True) -> tuple[list[Sam
         from .opinfo import opinfo_samples
 
         samples += opinfo_samples(op)
+    from .layouts import layout_samples
+
+    samples += layout_samples(op, samples)
     return samples, reasons
 

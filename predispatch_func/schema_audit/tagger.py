@@ -37,6 +37,9 @@ class Entry:
     crashes: list[str] = dataclasses.field(default_factory=list)
     override: str | None = None  # the user's decision, when it differs from ours
     audit_decision: str | None = None  # what the audit said under an override
+    # sparse layouts the op accepts but no sample ran on: a kept composite called with
+    # one of them is decomposed (nothing vouches for it there)
+    untested_layouts: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def lies(self) -> bool:
@@ -75,6 +78,7 @@ def tag(op: tc.OpOverload, result: CheckResult) -> Entry:
         composite=bool(tc.has_composite_implicit_kernel(op)),
         torch_tagged=tc.torch_tag_maybe_aliasing(op), torch_keeps=tc.torch_export_keeps(op),
         schema=str(tc.schema_of(op)), runs=result.runs, crashes=list(result.crashes),
+        untested_layouts=list(result.untested_layouts),
     )
 
 

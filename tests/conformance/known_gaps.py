@@ -18,8 +18,8 @@ PATH = os.path.join(os.path.dirname(__file__), "known_gaps.json")
 # A phrase of our outcome's detail -> why; the rest fall back to the outcome itself.
 _REASONS = {
     "in-place metadata change (shape/stride) of a graph input":
-        "an in-place metadata change of an input (squeeze_, resize_, as_strided_ that changes its "
-        "layout): a functional program cannot express it; refused (README, known limits)",
+        "an in-place metadata change of an input to a symbolic layout, or of a parameter: refused "
+        "(README, known limits)",
     "output: requires_grad is True in eager, False in program":
         "eager marks the result of an in-place comparison (eq_, gt_, ...) written into a float "
         "tensor as requiring grad (with a zero gradient) when another operand does; ours does not",
@@ -29,12 +29,15 @@ _REASONS = {
         "the forward reassigns a Python attribute to new tensors; export leaves tracing tensors "
         "there (issue 15: the Python-state guard)",
     "silu does not support automatic differentiation for outputs with complex dtype":
-        "silu_ of a complex input is decomposed to silu, whose autograd refuses complex outputs",
+        "torch bug: eager's silu_ differentiates a complex input without conjugation (its gradient is "
+        "grad * f'(z), PyTorch's convention is grad * conj(f'(z))) while silu refuses complex autograd; "
+        "the functional program runs silu, which raises torch's clear error",
     "derivative for aten::":
         "a functional kernel without a derivative, so the program cannot train through it",
     "_native_batch_norm_legit_functional' is not differentiable":
-        "running stats that require grad, written by an out= batch norm: its functional kernel "
-        "refuses them under autograd",
+        "torch quirk: the out= overload of _native_batch_norm_legit accepts running stats that "
+        "require grad, its default overload and its functional kernel refuse them under autograd "
+        "(the program runs the functional kernel, which raises torch's clear error)",
     "its data is not allocated yet":
         "tensor_split with a tensor of indices reads its data while tracing",
 }
