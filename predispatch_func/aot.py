@@ -52,6 +52,7 @@ class AotSignature:
     range_constraints: dict[Any, Any]
     composite_decisions: dict[str, tuple[Decision, str]]
     grad_enabled_on_return: bool = True
+    ambient: Any = None  # modes.ambient.AmbientModes: the caller's modes, the program's outer regions
     # input or buffer name -> its (sizes, strides, offset) before and after the call, for
     # each one an in-place view op relaid (``x.t_()``); ep.module() restores the new layout
     input_layouts: dict[str, tuple[tuple, tuple]] = dataclasses.field(default_factory=dict)
@@ -116,7 +117,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         out_spec=mutations.out_spec, forward_arg_names=list(inputs.forward_arg_names),
         state_dict=inputs.state_dict(), constants=inputs.constants(),
         range_constraints=fakeify.range_constraints(gm), composite_decisions=dict(policy.decisions),
-        grad_enabled_on_return=trace.grad_enabled_on_return,
+        grad_enabled_on_return=trace.grad_enabled_on_return, ambient=trace.ambient,
         input_layouts={str(spec.target): layout for spec, layout in zip(signature.output_specs, mutations.layouts)
                        if layout is not None},
         module_call_signatures=module_call_signatures)

@@ -51,6 +51,9 @@ def _detached(inputs: Any) -> Any:
 # graph_module.meta key: False when forward leaves grad mode off (set_grad_enabled(False)
 # called and never restored); the IR cannot hold that side effect, module() replays it.
 GRAD_ON_RETURN = "grad_enabled_on_return"
+# the caller's grad/inference/autocast modes at export (the program's outer regions): verify
+# runs the eager model under them
+AMBIENT_MODES = "pf_ambient_modes"
 # graph_module.meta key: input or buffer name -> (layout before, layout after) of each one
 # an in-place view op relaid (aot.AotSignature.input_layouts); module() restores them
 INPUT_LAYOUTS = "input_layouts"
@@ -104,7 +107,7 @@ def write_back(destination: torch.Tensor, value: torch.Tensor, before: Layout | 
     elif destination.shape != value.shape:  # a buffer the model resized in place (QAT observers)
         with torch.no_grad():
             destination.resize_(value.shape)
-    if destination.is_leaf:
+    if destination.is_leaf and not destination.is_inference():  # inference tensors keep no version
         version = tc.version_of(destination)
         with torch.no_grad() if destination.requires_grad else contextlib.nullcontext():
             out = destination.copy_(value)
@@ -198,5 +201,6 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
     )
     ep.graph_module.meta["composite_decisions"] = sig.composite_decisions
     ep.graph_module.meta[GRAD_ON_RETURN] = sig.grad_enabled_on_return
+    ep.graph_module.meta[AMBIENT_MODES] = sig.ambient
     ep.graph_module.meta[INPUT_LAYOUTS] = dict(sig.input_layouts)
     return ep

@@ -8,6 +8,7 @@ outputs, written-back inputs, buffers and gradients are compared.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import warnings
@@ -18,6 +19,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
 from .errors import VerificationError
+from .export import AMBIENT_MODES
 from .graphs import all_graph_modules
 
 _FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
@@ -118,11 +120,14 @@ def _grad_leaf(t: torch.Tensor, leaf_of: dict) -> torch.Tensor:
     return entry[1] if entry is not None and entry[0] is t else t
 
 
-def _run(module: torch.nn.Module, args: tuple, kwargs: dict, seed: int) -> tuple[Any, bool]:
-    """Outputs and the grad mode the call left behind (restored afterwards)."""
+def _run(module: torch.nn.Module, args: tuple, kwargs: dict, seed: int,
+         modes: Any = None) -> tuple[Any, bool]:
+    """Outputs and the grad mode the call left behind (restored afterwards); ``modes``:
+    the caller's modes the program was exported under, around the eager call."""
     torch.manual_seed(seed)
     with torch.enable_grad():
-        out = module(*args, **kwargs)
+        with modes.for_eager() if modes is not None else contextlib.nullcontext():
+            out = module(*args, **kwargs)
         return out, torch.is_grad_enabled()
 
 
@@ -207,7 +212,8 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
     if model is not None and args is not None:
         replay = replay_against_eager(_copy_program(ep), model, args, kwargs, check_values=check_values,
                                       check_grads=check_grads, rtol=rtol, atol=atol, seed=seed,
-                                      nonleaf_inputs=nonleaf_inputs)
+                                      nonleaf_inputs=nonleaf_inputs,
+                                      ambient=ep.graph_module.meta.get(AMBIENT_MODES))
         report.problems += replay.problems
         report.checked += replay.checked
     if raise_on_failure and not report.ok:
@@ -218,14 +224,17 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
 def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args: tuple,
                          kwargs: dict | None = None, *, check_values: bool = True,
                          check_grads: bool = True, rtol: float = 1e-4, atol: float = 1e-5,
-                         seed: int = 0, nonleaf_inputs: bool = False) -> VerifyReport:
+                         seed: int = 0, nonleaf_inputs: bool = False, ambient: Any = None) -> VerifyReport:
     """Run ``program`` (a module that writes its mutations back, as ``ep.module()``
     does; it is run as given, so pass a copy) and a copy of ``model`` on fresh
-    clones of the inputs, and compare. Also used by scripts to judge torch's paths."""
+    clones of the inputs, and compare. ``ambient``: the caller's modes at export
+    (``AmbientModes``), which the program holds as outer regions; the eager model
+    runs under them. Also used by scripts to judge torch's paths."""
     report = VerifyReport()
     with torch.random.fork_rng(devices=[]):
         _replay(program, model, tuple(args), dict(kwargs or {}), report, check_values=check_values,
-                check_grads=check_grads, rtol=rtol, atol=atol, seed=seed, nonleaf_inputs=nonleaf_inputs)
+                check_grads=check_grads, rtol=rtol, atol=atol, seed=seed, nonleaf_inputs=nonleaf_inputs,
+                ambient=ambient)
     return report
 
 
@@ -237,7 +246,7 @@ def _copy_program(ep: torch.export.ExportedProgram) -> torch.nn.Module:
 
 
 def _replay(program, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed,
-            nonleaf_inputs) -> None:
+            nonleaf_inputs, ambient) -> None:
     # inputs that require grad as leaves; where eager refuses (in-place on a leaf
     # that requires grad), as non-leaves; where it still refuses (out= of a
     # tensor that requires grad), with the caller's requires_grad only
@@ -247,7 +256,7 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
         eager_model = copy.deepcopy(model)
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
         try:
-            e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed)
+            e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed, ambient)
             break
         except RuntimeError:
             if i == len(attempts) - 1:

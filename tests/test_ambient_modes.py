@@ -133,6 +133,26 @@ def test_export_under_callers_mode_equals_eager_under_it(mode_name, model_name):
     _run_both(ep, model, args, mode)
 
 
+@pytest.mark.parametrize("model_name", list(MODELS))
+@pytest.mark.parametrize("mode_name", list(MODES))
+def test_verify_compares_with_eager_under_the_callers_mode_at_export(mode_name, model_name):
+    """pf.verify runs the model under the modes the program was exported under (its
+    outer regions), wherever verify itself is called; a program exported without
+    them is still compared with eager as called."""
+    torch.manual_seed(0)
+    model, mode = MODELS[model_name](), MODES[mode_name]
+    args = (torch.randn(3, 4),)
+    with mode():
+        ep = pf.export(model, args)
+        inside = pf.verify(ep, model, args, rtol=1e-2, atol=1e-2)
+    outside = pf.verify(ep, model, args, rtol=1e-2, atol=1e-2)
+    assert inside.ok and outside.ok, (inside.problems, outside.problems)
+    if "autocast" not in mode_name:  # see the closing note: a plain program under a caller's
+        plain = pf.export(model, args)  # autocast writes state in the autocast dtype
+        with mode():
+            assert pf.verify(plain, model, args).ok
+
+
 def test_whole_forward_is_one_outer_region():
     with torch.no_grad():
         ep = pf.export(nn.Linear(3, 3), (torch.randn(2, 3),))

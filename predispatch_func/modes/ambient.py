@@ -64,6 +64,20 @@ class AmbientModes:
             yield
 
 
+    @contextlib.contextmanager
+    def for_eager(self) -> Iterator[None]:
+        """The modes the program holds as its outer regions, for running the model
+        eagerly beside it (``pf.verify``)."""
+        with contextlib.ExitStack() as stack:
+            if self.inference:
+                stack.enter_context(torch.inference_mode())
+            elif not self.grad_enabled:
+                stack.enter_context(torch.no_grad())
+            for device, dtype in self.autocast:
+                stack.enter_context(torch.autocast(device, dtype=dtype, cache_enabled=self.autocast_cache))
+            yield
+
+
 @contextlib.contextmanager
 def _marked_no_grad(kind: str) -> Iterator[None]:
     """``torch.no_grad()`` whose two markers say they are the caller's, so the region

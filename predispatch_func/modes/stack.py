@@ -140,6 +140,8 @@ class Trace:
     grad_enabled_on_return: bool  # False: forward called set_grad_enabled(False) and never restored
     # positions of the inputs written only through `.data` (their saved reads must see the write)
     hidden_written: frozenset[int] = frozenset()
+    # the caller's grad/inference/autocast modes, traced as the program's outer regions
+    ambient: AmbientModes | None = None
 
 
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
@@ -187,7 +189,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             gm = tracer(*flat_inputs)
         hidden = state["mode"].hidden_writes
         return Trace(gm, state["mode"].identity.edges, state["grad_enabled_on_return"],
-                     hidden.hidden_only_inputs() if hidden is not None else frozenset())
+                     hidden.hidden_only_inputs() if hidden is not None else frozenset(), ambient)
     except ExportError:
         raise
     except Exception as exc:  # enrich with the op and the user's line
