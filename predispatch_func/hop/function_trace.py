@@ -32,6 +32,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
+from .autograd_function import fresh_like as _fresh
 from .autograd_function import pf_autograd_function
 
 
@@ -398,14 +399,6 @@ def _drop_entry_and_exit_markers(graph: torch.fx.Graph) -> None:
                 first is None or order[node] < order[first] or order[node] > order[last]):
             graph.erase_node(node)
 
-
-def _fresh(t: torch.Tensor, contiguous: bool = False) -> torch.Tensor:
-    """A new fake tensor with ``t``'s metadata (same fake mode, same symbols)."""
-    mode = tc.fake_mode_of([t])
-    with tc.outside_trace(), (mode if mode is not None else contextlib.nullcontext()):
-        if contiguous:
-            return torch.empty(t.shape, dtype=t.dtype, device=t.device)
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
 
 
 def _output_vals(gm: torch.fx.GraphModule) -> list[Any]:
