@@ -718,3 +718,51 @@ def test_data_write_after_a_saved_read_of_an_intermediate_value_is_refused():
     with pytest.raises(pf.UnsupportedError, match=r"amax[\s\S]*" + _line("x0.data.mul_(0.5)")) as info:
         pf.export(_InputMaxAfterAnEarlierDataWrite(), (torch.randn(3, requires_grad=True),))
     assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ
+
+
+class _AssignsDataToAnIntermediateAMulSaved(nn.Module):
+    """``y.data = v`` after ``y * y`` saved y: eager's backward reads v (no version bump)."""
+
+    def forward(self, x):
+        y = x + 1
+        v = y * y
+        y.data = (v * 3).clone()
+        return v
+
+
+class _AssignsDataToAnInputScanRead(nn.Module):
+    """scan's rule hands its body a clone of ``xs``: that clone, not x, is what its backward saves."""
+
+    def forward(self, x):
+        def combine(c, xs):
+            new = c * 0.5 + xs.sin()
+            return new, (new * xs).clone()
+
+        _, ys = torch._higher_order_ops.scan(combine, x[0] * 0, x)
+        x.data = ys.clone()
+        return ys
+
+
+class _AssignsDataToAnInputASinRead(nn.Module):
+    """sin saved the input itself: the program's write-back reaches the tensor it saved."""
+
+    def forward(self, x):
+        v = (x * x).sin()
+        x.data = (v * 3).clone()
+        return v
+
+
+@pytest.mark.parametrize("model_cls,op,line", [
+    (_AssignsDataToAnIntermediateAMulSaved, "aten.mul.Tensor", "y.data = (v * 3).clone()"),
+    (_AssignsDataToAnInputScanRead, "higher_order.scan", "x.data = ys.clone()"),
+])
+def test_data_assignment_after_a_saved_read_of_a_copy_is_refused(model_cls, op, line):
+    # found by the hops fuzz_long run: both exported, and the gradient differed from eager's
+    with pytest.raises(pf.UnsupportedError, match=re.escape(op) + r"[\s\S]*" + _line(line)) as info:
+        pf.export(model_cls(), (torch.randn(2, 1, requires_grad=True),))
+    assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ
+
+
+def test_data_assignment_after_a_saved_read_of_the_input_itself_backprops_as_eager():
+    model, args = _AssignsDataToAnInputASinRead(), (torch.randn(2, 1, requires_grad=True),)
+    replay_calls(export_checked(model, args), model, args, calls=2)

@@ -58,7 +58,19 @@ def let_torch_hops_through(mode_type: type) -> None:
             refusal, prepare = _REFUSED.get(hop.name()), _PREPARED.get(hop.name())
             if prepare is not None:
                 rule = _preparing(rule, prepare)
+            rule = _noting_reads(hop.name(), rule)
             hop.python_key_table[mode_type] = rule if refusal is None else _refusing(hop.name(), rule, refusal)
+
+
+def _noting_reads(name: str, rule: Callable[..., Any]):
+    """Tell the mode's ``.data`` watch (modes/tensor_data.py) which tensors the HOP read, as
+    an op's dispatch would: a later ``x.data = v`` must not slip past its saved read."""
+    def noted(mode: Any, *args: Any, **kwargs: Any) -> Any:
+        hidden_writes = getattr(mode, "hidden_writes", None)
+        if hidden_writes is not None:
+            hidden_writes.note_higher_order_read(name, tc.pytree.tree_leaves((args, kwargs)))
+        return rule(mode, *args, **kwargs)
+    return noted
 
 
 def _preparing(rule: Callable[..., Any], prepare: Callable[[tuple, dict], tuple[tuple, dict]]):

@@ -190,6 +190,16 @@ class HiddenWrites:
             if key not in self._read_stale and (key not in self._inputs or tc.storage_mutation_count(t) != 0):
                 self._read_stale[key] = call.func  # no source line here: this runs for most ops
 
+    def note_higher_order_read(self, name: str, operands: list[Any]) -> None:
+        """A torch HOP (``scan``, ``cond``, ...) read ``operands`` with grad on. Its rule may
+        hand its body a copy of a graph input (``scan`` clones its ``xs``), so even an input's
+        own value may not be what its backward saves: every operand counts as a stale read."""
+        tensors = [t for t in operands if isinstance(t, tc.FunctionalTensor)]
+        if not torch.is_grad_enabled() or not any(self._may_need_grad(t) for t in tensors):
+            return
+        for t in tensors:
+            self._read_stale.setdefault(tc.storage_key(t), f"higher_order.{name}")
+
     def after(self, call: OpCall, out: Any) -> None:
         if getattr(call.func, "is_view", False) and call.args and self._is_data(call.args[0]):
             for t in tc.pytree.tree_leaves(out):
@@ -224,8 +234,11 @@ class TensorDataMode(TorchFunctionMode):
                 return None  # `w.data += s` assigns w's own alias back: eager's swap changes nothing
             if traced:
                 self._aliases.check_assign(target, value)
-            with torch.no_grad():
-                target.copy_(value)
+            with torch.no_grad():  # through a `.data` alias: a hidden write, as eager's swap is
+                alias = target.detach()
+                if traced and self._hidden_writes is not None:
+                    self._hidden_writes.mark_data(alias)
+                alias.copy_(value)
             if traced:
                 self._aliases.join(target, value)
             return None
