@@ -99,6 +99,8 @@ class Refusal(enum.Enum):
     STATE_REPLACED = ("a parameter, or a buffer of another shape/dtype, replaced by assignment", False)
     IDENTITY_IN_NESTED_GRAD_REGION = ("a tensor written under no_grad read in a grad-on region nested in it",
                                       False)
+    OUT_WITH_OTHER_WRITES = ("an out= overload that writes other arguments too, without a twin lacking out=",
+                             True)
     OVERLAPPING_WRITES = ("one tensor passed as two arguments an op writes", False)
     WRITE_TO_SPARSE = ("an in-place write to a sparse tensor", False)
     GRAD_VALUE_THROUGH_DETACH = ("a value that requires grad written through a detach()-ed alias", False)

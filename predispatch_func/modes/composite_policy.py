@@ -28,7 +28,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import _torch_compat as tc
-from .out_variants import call_composite_out, call_inplace_through_twin, inplace_twin, is_composite_out
+from .out_variants import (call_composite_out, call_inplace_through_twin, inplace_twin, is_composite_out,
+                           writes_besides_out)
 
 class Decision(str, enum.Enum):
     """Keep a composite as one node, or decompose it (equal to its string, as users write it)."""
@@ -144,12 +145,14 @@ class CompositePolicy:
             return twin
         if self.needs_eager_kernel(op, args, kwargs) and self.should_decompose(op, args, kwargs):
             return functools.partial(tc.decompose_like_eager, op)
-        if is_composite_out(op):
+        if is_composite_out(op) or writes_besides_out(op):
             return lambda *a, **k: call_composite_out(op, a, k)
         return self._through_inplace_twin(op) or self._lowered(op)
 
     def rerouted_after_autograd(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
         """The same with ``pre_dispatch=False``, where autograd already chose the kernels."""
+        if writes_besides_out(op):
+            return lambda *a, **k: call_composite_out(op, a, k, after_autograd=True)
         return HONEST_TWINS.get(op) or self._through_inplace_twin(op) or self._lowered(op)
 
     @staticmethod

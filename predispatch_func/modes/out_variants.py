@@ -9,6 +9,14 @@ silently. Others (``linalg.cholesky``, ``inv``, ``solve``, ``lu_factor``,
 ``ldl_factor``) reach the effectful ``aten._linalg_check_errors``, which
 functionalization only accepts with effect tokens.
 
+torch's functionalization kernel of an ``out=`` overload that also writes other
+arguments (``_native_batch_norm_legit.out`` and ``_batch_norm_with_update.out``
+write the running stats, ``rrelu_with_noise.out`` the noise) pairs the
+functional variant's results with the written arguments in the wrong order:
+the running mean receives the normalised output, silently. Such a call runs
+its overload without ``out`` (which writes the same other arguments, and
+which functionalization pairs right) and writes the results into ``out``.
+
 So such a call runs the functional overload of the same op (same arguments
 without ``out``; kept or decomposed by the composite policy like any call)
 and writes each result into its ``out`` tensor, as the ``out=`` contract
@@ -29,6 +37,7 @@ tensor before it was filled (uninitialised memory), while ``rrelu`` is right.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -46,12 +55,23 @@ def is_composite_out(op: tc.OpOverload) -> bool:
     return bool(out_argument_names(op)) and tc.has_composite_implicit_kernel(op)
 
 
+def _written_besides_out(op: tc.OpOverload) -> frozenset[str]:
+    return frozenset(a.name for a in tc.schema_of(op).arguments
+                     if not a.is_out and a.alias_info is not None and a.alias_info.is_write)
+
+
+def writes_besides_out(op: tc.OpOverload) -> bool:
+    """An ``out=`` overload that also writes other arguments (functionalization misorders it)."""
+    return bool(out_argument_names(op)) and bool(_written_besides_out(op))
+
+
 _TWINS: dict[tc.OpOverload, tc.OpOverload | None] = {}
 
 
 def functional_overload(op: tc.OpOverload) -> tc.OpOverload | None:
     """The overload of ``op``'s packet taking the same arguments without ``out``
-    and returning as many tensors, or None."""
+    and returning as many tensors, or None. It writes no argument that ``op``
+    does not write besides ``out``."""
     if op not in _TWINS:
         wanted = [(a.name, str(a.type)) for a in tc.schema_of(op).arguments if not a.is_out]
         n_out = len(out_argument_names(op))
@@ -60,21 +80,55 @@ def functional_overload(op: tc.OpOverload) -> tc.OpOverload | None:
         for name in packet.overloads():
             twin = getattr(packet, name)
             schema = tc.schema_of(twin)
-            if (not schema.is_mutable and len(schema.returns) == n_out
+            if (_written_besides_out(twin) <= _written_besides_out(op) and len(schema.returns) == n_out
                     and [(a.name, str(a.type)) for a in schema.arguments] == wanted):
                 _TWINS[op] = twin
                 break
     return _TWINS[op]
 
 
-def call_composite_out(op: tc.OpOverload, args: tuple, kwargs: dict) -> Any:
-    """``op(*args, **kwargs)`` for a composite ``out=`` overload; run under the functional mode."""
+def call_composite_out(op: tc.OpOverload, args: tuple, kwargs: dict, *, after_autograd: bool = False) -> Any:
+    """``op(*args, **kwargs)`` for a composite ``out=`` overload, or one that writes other
+    arguments too; run under the functional mode."""
     twin = functional_overload(op)
+    if twin is None and writes_besides_out(op):
+        raise UnsupportedError(
+            f"{op} writes {', '.join(sorted(_written_besides_out(op)))} besides out=, and torch's "
+            "functionalization pairs its results with the written tensors in the wrong order (a "
+            "torch 2.13 bug); call the overload without out= and copy its results",
+            kind=Refusal.OUT_WITH_OTHER_WRITES, op=op, source=user_source_line())
     if twin is None:
         return write_results_to_out(op, kwargs, tc.decompose_like_eager(op, *args, **kwargs))
     outs = set(out_argument_names(op))
-    result = twin(*args, **{k: v for k, v in kwargs.items() if k not in outs})
+    result = _call_writing_copies(op, twin, args, {k: v for k, v in kwargs.items() if k not in outs},
+                                  after_autograd=after_autograd)
     return write_results_to_out(op, kwargs, result)
+
+
+# out= overloads whose schema says they write other arguments but whose eager kernel leaves
+# them untouched (it runs the functional variant and copies only into ``out``)
+_OUT_ONLY_IN_EAGER = frozenset({"aten._fused_moving_avg_obs_fq_helper.out"})
+
+
+def _call_writing_copies(op: tc.OpOverload, twin: tc.OpOverload, args: tuple, kwargs: dict, *,
+                         after_autograd: bool) -> Any:
+    """``twin`` on copies of the arguments ``op`` writes besides ``out``, each copied back with
+    grad off. Eager's ``out=`` kernel writes them below autograd, so they keep their history
+    (and may require grad, which the twin's functional kernel refuses for running stats). After
+    autograd there is no history to keep, and grad mode is not ours to change."""
+    names = [a.name for a in tc.schema_of(op).arguments]
+    written = {name: value for name, value in zip(names, args)} | kwargs
+    written = {name: value for name, value in written.items()
+               if name in _written_besides_out(op) and isinstance(value, torch.Tensor)}
+    copies = {name: value.detach().clone() for name, value in written.items()}
+    args = tuple(copies.get(name, a) for name, a in zip(names, args))
+    result = twin(*args, **{k: copies.get(k, v) for k, v in kwargs.items()})
+    if str(op) in _OUT_ONLY_IN_EAGER:
+        return result
+    with contextlib.nullcontext() if after_autograd else tc.grad_mode_untraced(False):
+        for name, value in written.items():
+            value.copy_(copies[name])
+    return result
 
 
 def write_results_to_out(op: tc.OpOverload, kwargs: dict, result: Any) -> Any:

@@ -34,10 +34,6 @@ _REASONS = {
         "the functional program runs silu, which raises torch's clear error",
     "derivative for aten::":
         "a functional kernel without a derivative, so the program cannot train through it",
-    "_native_batch_norm_legit_functional' is not differentiable":
-        "torch quirk: the out= overload of _native_batch_norm_legit accepts running stats that "
-        "require grad, its default overload and its functional kernel refuse them under autograd "
-        "(the program runs the functional kernel, which raises torch's clear error)",
     "its data is not allocated yet":
         "tensor_split with a tensor of indices reads its data while tracing",
 }
