@@ -752,9 +752,41 @@ class _AssignsDataToAnInputASinRead(nn.Module):
         return v
 
 
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * grad * x
+
+
+class _AssignsDataToAnIntermediateAFunctionSaved(nn.Module):
+    """The Function's backward reads what it saved: the program saves a copy of h."""
+
+    def forward(self, x):
+        h = x + 1
+        y = _Square.apply(h)
+        h.data = (y * 3).detach().clone()
+        return y
+
+
+class _AssignsDataToAnInputAFunctionSaved(nn.Module):
+    """The Function saved the input itself: the write-back reaches the tensor it saved."""
+
+    def forward(self, x):
+        y = _Square.apply(x)
+        x.data = (y * 3).detach().clone()
+        return y
+
+
 @pytest.mark.parametrize("model_cls,op,line", [
     (_AssignsDataToAnIntermediateAMulSaved, "aten.mul.Tensor", "y.data = (v * 3).clone()"),
     (_AssignsDataToAnInputScanRead, "higher_order.scan", "x.data = ys.clone()"),
+    (_AssignsDataToAnIntermediateAFunctionSaved, "autograd.Function _Square", "h.data = (y * 3).detach().clone()"),
 ])
 def test_data_assignment_after_a_saved_read_of_a_copy_is_refused(model_cls, op, line):
     # found by the hops fuzz_long run: both exported, and the gradient differed from eager's
@@ -763,6 +795,7 @@ def test_data_assignment_after_a_saved_read_of_a_copy_is_refused(model_cls, op, 
     assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ
 
 
-def test_data_assignment_after_a_saved_read_of_the_input_itself_backprops_as_eager():
-    model, args = _AssignsDataToAnInputASinRead(), (torch.randn(2, 1, requires_grad=True),)
+@pytest.mark.parametrize("model_cls", [_AssignsDataToAnInputASinRead, _AssignsDataToAnInputAFunctionSaved])
+def test_data_assignment_after_a_saved_read_of_the_input_itself_backprops_as_eager(model_cls):
+    model, args = model_cls(), (torch.randn(2, 1, requires_grad=True),)
     replay_calls(export_checked(model, args), model, args, calls=2)

@@ -277,6 +277,9 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
                        [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
                        (name, n_out, n_results, non_diff, tuple(grads_for)), inner, results)
     wrapped_results = [tc.to_functional(r) for r in results[:n_results]]
+    hidden_writes = getattr(tc.active_functional_mode(), "hidden_writes", None)
+    if hidden_writes is not None:  # a later `.data` write must not slip past what it saved
+        hidden_writes.note_opaque_read(f"autograd.Function {name}", operands, keeps_inputs=True)
     return _reassemble(wrapped_results, operands, fwd_info)
 
 

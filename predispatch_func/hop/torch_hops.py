@@ -68,7 +68,8 @@ def _noting_reads(name: str, rule: Callable[..., Any]):
     def noted(mode: Any, *args: Any, **kwargs: Any) -> Any:
         hidden_writes = getattr(mode, "hidden_writes", None)
         if hidden_writes is not None:
-            hidden_writes.note_higher_order_read(name, tc.pytree.tree_leaves((args, kwargs)))
+            hidden_writes.note_opaque_read(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)),
+                                           keeps_inputs=False)
         return rule(mode, *args, **kwargs)
     return noted
 

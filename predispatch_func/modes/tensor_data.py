@@ -190,15 +190,19 @@ class HiddenWrites:
             if key not in self._read_stale and (key not in self._inputs or tc.storage_mutation_count(t) != 0):
                 self._read_stale[key] = call.func  # no source line here: this runs for most ops
 
-    def note_higher_order_read(self, name: str, operands: list[Any]) -> None:
-        """A torch HOP (``scan``, ``cond``, ...) read ``operands`` with grad on. Its rule may
-        hand its body a copy of a graph input (``scan`` clones its ``xs``), so even an input's
-        own value may not be what its backward saves: every operand counts as a stale read."""
+    def note_opaque_read(self, what: str, operands: list[Any], *, keeps_inputs: bool) -> None:
+        """A call the mode does not see as one op read ``operands`` with grad on: a torch HOP
+        (``scan``, ``cond``, ...), whose rule may hand its body a copy even of a graph input
+        (``scan`` clones its ``xs``), or a custom autograd.Function, whose backward reads the
+        very input tensors it saved (``keeps_inputs``) but copies of anything else."""
         tensors = [t for t in operands if isinstance(t, tc.FunctionalTensor)]
         if not torch.is_grad_enabled() or not any(self._may_need_grad(t) for t in tensors):
             return
         for t in tensors:
-            self._read_stale.setdefault(tc.storage_key(t), f"higher_order.{name}")
+            key = tc.storage_key(t)
+            if keeps_inputs and key in self._inputs and tc.storage_mutation_count(t) == 0:
+                continue
+            self._read_stale.setdefault(key, what)
 
     def after(self, call: OpCall, out: Any) -> None:
         if getattr(call.func, "is_view", False) and call.args and self._is_data(call.args[0]):
