@@ -8,6 +8,7 @@ should only have to read this file. Nothing outside this module imports from
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable, Iterator
 
 import torch
@@ -571,6 +572,37 @@ def patched_tensor_methods(**methods: Callable[..., Any]) -> Iterator[None]:
                 setattr(torch.Tensor, name, originals[name])
             else:
                 delattr(torch.Tensor, name)
+
+
+@contextlib.contextmanager
+def rng_reseeds_routed(on_reseed: Callable[[str], None]) -> Iterator[None]:
+    """Call ``on_reseed(name)`` before ``torch.manual_seed``/``torch.seed``, and before a
+    ``torch.set_rng_state`` that changes the CPU generator's state (torch's own tracers
+    restore the state they saved, which changes nothing). After ``on_reseed`` raises once,
+    calls go through: a ``finally`` that restores the state must still run."""
+    import torch.random as random_module
+
+    originals = {name: getattr(random_module, name) for name in ("manual_seed", "seed", "set_rng_state")}
+    raised: list[str] = []
+
+    def routed(name: str, *args: Any, **kwargs: Any) -> Any:
+        changes = name != "set_rng_state" or not torch.equal(args[0] if args else kwargs["new_state"],
+                                                             torch.get_rng_state())
+        if changes and not raised:
+            raised.append(name)
+            on_reseed(name)
+        return originals[name](*args, **kwargs)
+
+    patched = {name: functools.partial(routed, name) for name in originals}
+    for name, fn in patched.items():
+        setattr(random_module, name, fn)
+        setattr(torch, name, fn)
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(random_module, name, fn)
+            setattr(torch, name, fn)
 
 
 def redirect_traced_tensor(t: torch.Tensor, node: torch.fx.Node) -> None:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from conformance import Case
 from conformance.case import Call
 from conformance.judge import judge_case
+from torch.testing._internal.common_utils import freeze_rng_state
 
 
 def assert_ok(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, **case_kwargs) -> None:
@@ -602,3 +603,38 @@ def test_fused_adam_out_variant_is_refused_with_its_kind():
                                    torch.zeros(3)))
     assert info.value.kind is pf.Refusal.OUT_WITH_OTHER_WRITES
     assert "test_conformance_regressions.py" in str(info.value)
+
+
+class ReseedsInForward(torch.nn.Module):
+    """OpInfo's ``wrapper_set_seed``: eager draws from seed 42 on every call."""
+
+    def forward(self, x):
+        with freeze_rng_state():
+            torch.manual_seed(42)
+            return torch.normal(x, 1.0)
+
+
+class RestoresTheRngItDidNotChange(torch.nn.Module):
+    """cond's dynamo capture saves and restores the RNG state: no refusal."""
+
+    def forward(self, x):
+        with torch.random.fork_rng():
+            y = torch.cond(x.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (x,))
+        return y + torch.rand_like(x)
+
+
+def test_manual_seed_in_forward_is_refused():
+    """Both exporters' programs drew from the caller's RNG state (20 OpInfo random ops,
+    silently wrong); the program cannot carry a reseed, so it is refused."""
+    import predispatch_func as pf
+
+    x = torch.randn(3)
+    rng = torch.get_rng_state()
+    with pytest.raises(pf.UnsupportedError, match=r"torch\.manual_seed[\s\S]*torch\.manual_seed\(42\)") as info:
+        pf.export(ReseedsInForward(), (x,))
+    assert info.value.kind is pf.Refusal.RNG_STATE_SET
+    assert torch.equal(rng, torch.get_rng_state()), "the refused export moved the caller's RNG state"
+
+
+def test_rng_state_saved_and_restored_unchanged_exports():
+    assert_ok(RestoresTheRngItDidNotChange(), (torch.randn(3),))

@@ -122,6 +122,17 @@ def leaked_autocast() -> None:
             op=tc.ENTER_AUTOCAST.__name__, source=tc.last_recorded_call_source(tc.ENTER_AUTOCAST))
 
 
+def rng_reseed(name: str) -> None:
+    """``torch.manual_seed`` (or a changed RNG state) in forward: eager draws from that seed
+    on every call and may restore the state after; a program records only the draws, which
+    take the caller's RNG state as it is (both silently wrong, torch.export's too)."""
+    raise UnsupportedError(
+        f"the model calls torch.{name} in forward: eager reseeds (or restores) the global RNG on "
+        "every call, a program cannot carry that and would draw from the caller's RNG state "
+        "instead; seed outside the model, or pass a torch.Generator to the random ops",
+        kind=Refusal.RNG_STATE_SET, op=f"torch.{name}", source=user_source_line())
+
+
 # torch 2.13 failures a model can run into while traced, each with what to write instead:
 # (exception type, text in its message, kind, our explanation; {exc} is torch's message)
 _KNOWN_TORCH_LIMITS = (

@@ -171,7 +171,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
                 traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
             # the caller's modes: outer regions
-            with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes):
+            with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes), \
+                    tc.rng_reseeds_routed(refusals.rng_reseed):
                 outs = body(wrapped, mode)
                 mode.metadata_writes.refuse_symbolic()
                 mode.view_modes.rebuild_stale(outs)
