@@ -578,25 +578,20 @@ def patched_tensor_methods(**methods: Callable[..., Any]) -> Iterator[None]:
 def rng_reseeds_routed(on_reseed: Callable[[str], None]) -> Iterator[None]:
     """Call ``on_reseed(name)`` before ``torch.manual_seed``/``torch.seed``, and before a
     ``torch.set_rng_state`` that changes the CPU generator's state (torch's own tracers
-    restore the state they saved, which changes nothing). After ``on_reseed`` raises once,
-    calls go through: a ``finally`` that restores the state must still run."""
+    restore the state they saved, which changes nothing)."""
     import torch.random as random_module
 
     originals = {name: getattr(random_module, name) for name in ("manual_seed", "seed", "set_rng_state")}
-    raised: list[str] = []
 
     def routed(name: str, *args: Any, **kwargs: Any) -> Any:
-        changes = name != "set_rng_state" or not torch.equal(args[0] if args else kwargs["new_state"],
-                                                             torch.get_rng_state())
-        if changes and not raised:
-            raised.append(name)
+        if name != "set_rng_state" or not torch.equal(args[0] if args else kwargs["new_state"],
+                                                      torch.get_rng_state()):
             on_reseed(name)
         return originals[name](*args, **kwargs)
 
-    patched = {name: functools.partial(routed, name) for name in originals}
-    for name, fn in patched.items():
-        setattr(random_module, name, fn)
-        setattr(torch, name, fn)
+    for name in originals:
+        setattr(random_module, name, functools.partial(routed, name))
+        setattr(torch, name, getattr(random_module, name))
     try:
         yield
     finally:

@@ -636,5 +636,29 @@ def test_manual_seed_in_forward_is_refused():
     assert torch.equal(rng, torch.get_rng_state()), "the refused export moved the caller's RNG state"
 
 
-def test_rng_state_saved_and_restored_unchanged_exports():
-    assert_ok(RestoresTheRngItDidNotChange(), (torch.randn(3),))
+class ReseedsThenDrawsNothing(torch.nn.Module):
+    """OpInfo's dropout samples in eval: reseeded and restored, nothing drawn."""
+
+    def forward(self, x):
+        with freeze_rng_state():
+            torch.manual_seed(42)
+            return torch.nn.functional.dropout(x, 0.5, training=False) * 2
+
+
+class ReseedsAndLeavesItSo(torch.nn.Module):
+    def forward(self, x):
+        torch.manual_seed(0)
+        return x * 2
+
+
+@pytest.mark.parametrize("model_cls", [RestoresTheRngItDidNotChange, ReseedsThenDrawsNothing])
+def test_rng_state_set_without_a_draw_after_it_exports(model_cls):
+    assert_ok(model_cls(), (torch.randn(3),))
+
+
+def test_reseed_left_in_place_when_forward_returns_is_refused():
+    import predispatch_func as pf
+
+    with pytest.raises(pf.UnsupportedError, match=r"leaves the global RNG reseeded[\s\S]*manual_seed\(0\)") as info:
+        pf.export(ReseedsAndLeavesItSo(), (torch.randn(3),))
+    assert info.value.kind is pf.Refusal.RNG_STATE_SET

@@ -105,11 +105,12 @@ def sparse_writes(call: OpCall, input_ids: set[int]) -> None:
                       "use the out-of-place op", call.func)
 
 
-def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites) -> tuple[Check, ...]:
+def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,
+           draws_after_reseed: DrawsAfterReseed) -> tuple[Check, ...]:
     """The checks every op passes first, for one trace."""
     if pre_dispatch:
-        return (metadata_writes, overlapping_writes, sparse_writes)
-    return (grad_mode_after_autograd, metadata_writes, sparse_writes)
+        return (metadata_writes, overlapping_writes, sparse_writes, draws_after_reseed)
+    return (grad_mode_after_autograd, metadata_writes, sparse_writes, draws_after_reseed)
 
 
 def leaked_autocast() -> None:
@@ -122,15 +123,52 @@ def leaked_autocast() -> None:
             op=tc.ENTER_AUTOCAST.__name__, source=tc.last_recorded_call_source(tc.ENTER_AUTOCAST))
 
 
-def rng_reseed(name: str) -> None:
-    """``torch.manual_seed`` (or a changed RNG state) in forward: eager draws from that seed
-    on every call and may restore the state after; a program records only the draws, which
-    take the caller's RNG state as it is (both silently wrong, torch.export's too)."""
-    raise UnsupportedError(
-        f"the model calls torch.{name} in forward: eager reseeds (or restores) the global RNG on "
-        "every call, a program cannot carry that and would draw from the caller's RNG state "
-        "instead; seed outside the model, or pass a torch.Generator to the random ops",
-        kind=Refusal.RNG_STATE_SET, op=f"torch.{name}", source=user_source_line())
+class DrawsAfterReseed:
+    """A draw from the global RNG after ``torch.manual_seed`` (or a ``set_rng_state`` that
+    changed the state) in forward: eager draws from that seed on every call, a program
+    records only the draw, which takes the caller's RNG state as it is (torch.export's
+    program too, silently). A reseed with no draw after it, undone before forward returns
+    (``freeze_rng_state``, ``fork_rng``), changes nothing the caller sees: carried."""
+
+    __slots__ = ("_reseed", "_state_at_start")
+
+    def __init__(self) -> None:
+        self._reseed: tuple[str, str | None] | None = None  # (torch function, user's line)
+        self._state_at_start = torch.get_rng_state()
+
+    def refuse_left_changed(self) -> None:
+        """Eager's caller finds the RNG reseeded after the call; a program's does not."""
+        if self._reseed is not None and not torch.equal(self._state_at_start, torch.get_rng_state()):
+            name, line = self._reseed
+            raise UnsupportedError(
+                f"the model calls torch.{name} in forward and leaves the global RNG reseeded when it "
+                "returns: a program cannot change the caller's RNG state; seed outside the model",
+                kind=Refusal.RNG_STATE_SET, op=f"torch.{name}", source=line)
+
+    def note(self, name: str) -> None:
+        if self._reseed is None:
+            self._reseed = (name, user_source_line())
+
+    def __call__(self, call: OpCall, input_ids: set[int]) -> None:
+        if self._reseed is None or not _draws_from_global_rng(call):
+            return
+        name, line = self._reseed
+        raise _refuse(
+            Refusal.RNG_STATE_SET,
+            f"{call.func} draws from the global RNG after the model called torch.{name} in forward"
+            f"{f' (at {line})' if line else ''}: eager draws from that seed on every call, a program "
+            "cannot carry the reseed and would draw from the caller's RNG state instead; seed "
+            "outside the model, or pass a torch.Generator to the random op", call.func)
+
+
+def _draws_from_global_rng(call: OpCall) -> bool:
+    """A seeded random op that draws: not in eval (``train=False``), not with ``p=0``, and
+    not from a generator of its own."""
+    if torch.Tag.nondeterministic_seeded not in getattr(call.func, "tags", ()):
+        return False
+    named = dict(zip((a.name for a in tc.schema_of(call.func).arguments), call.args)) | call.kwargs
+    return not (named.get("train", named.get("training")) is False or named.get("p") == 0
+                or named.get("generator") is not None)
 
 
 # torch 2.13 failures a model can run into while traced, each with what to write instead:

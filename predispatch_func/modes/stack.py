@@ -61,7 +61,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.identity = IdentityEdges(self.bases, self.grad_reach, detached)
         self.view_modes = ViewGradModes(self._base_may_need_grad)
         self.metadata_writes = refusals.InputMetadataWrites()
-        self._refusals = refusals.checks(pre_dispatch, self.metadata_writes)
+        self.draws_after_reseed = refusals.DrawsAfterReseed()
+        self._refusals = refusals.checks(pre_dispatch, self.metadata_writes, self.draws_after_reseed)
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
         # `.data` (tensor_data.py): `t.data = v` against live aliases; writes after a saved read
         self.storage_aliases = StorageAliases()
@@ -172,9 +173,10 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                 traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
             # the caller's modes: outer regions
             with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes), \
-                    tc.rng_reseeds_routed(refusals.rng_reseed):
+                    tc.rng_reseeds_routed(mode.draws_after_reseed.note):
                 outs = body(wrapped, mode)
                 mode.metadata_writes.refuse_symbolic()
+                mode.draws_after_reseed.refuse_left_changed()
                 mode.view_modes.rebuild_stale(outs)
             refusals.leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()
