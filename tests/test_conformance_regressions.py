@@ -662,3 +662,16 @@ def test_reseed_left_in_place_when_forward_returns_is_refused():
     with pytest.raises(pf.UnsupportedError, match=r"leaves the global RNG reseeded[\s\S]*manual_seed\(0\)") as info:
         pf.export(ReseedsAndLeavesItSo(), (torch.randn(3),))
     assert info.value.kind is pf.Refusal.RNG_STATE_SET
+
+
+class ReseedsThenRunsRReLUInEval(torch.nn.Module):
+    """rrelu's ``training`` left at its schema default (False): nothing is drawn."""
+
+    def forward(self, x):
+        with freeze_rng_state():
+            torch.manual_seed(42)
+            return torch.rrelu(x, 0.1, 0.3) * 2
+
+
+def test_reseed_before_a_random_op_that_draws_nothing_by_default_exports():
+    assert_ok(ReseedsThenRunsRReLUInEval(), (torch.randn(3),))

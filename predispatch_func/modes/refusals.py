@@ -166,7 +166,9 @@ def _draws_from_global_rng(call: OpCall) -> bool:
     not from a generator of its own."""
     if torch.Tag.nondeterministic_seeded not in getattr(call.func, "tags", ()):
         return False
-    named = dict(zip((a.name for a in tc.schema_of(call.func).arguments), call.args)) | call.kwargs
+    schema_args = tc.schema_of(call.func).arguments
+    named = {a.name: a.default_value for a in schema_args if a.has_default_value()}
+    named |= dict(zip((a.name for a in schema_args), call.args)) | call.kwargs
     return not (named.get("train", named.get("training")) is False or named.get("p") == 0
                 or named.get("generator") is not None)
 
