@@ -257,6 +257,7 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
         try:
             e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed, ambient)
+            e_rng = torch.get_rng_state()
             break
         except RuntimeError:
             if i == len(attempts) - 1:
@@ -264,11 +265,16 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
     p_args, p_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
     try:
         p_out, p_grad_mode = _run(program, p_args, p_kwargs, seed)
+        p_rng = torch.get_rng_state()
     except Exception as exc:  # a program that cannot run is a verification failure
         report.problems.append(f"program raised {type(exc).__name__}: {exc}")
         return
     report.checked += ["outputs", "input mutations", "buffers and parameters", "grad mode after the call"]
     problems = report.problems
+    if check_values:  # what the caller draws next: a program must draw as much as eager
+        report.checked.append("RNG state after the call")
+        if not torch.equal(e_rng, p_rng):
+            problems.append("RNG state after the call differs from eager's (the program draws differently)")
     if e_grad_mode != p_grad_mode:
         problems.append(f"grad mode after the call: eager {e_grad_mode}, program {p_grad_mode}")
     _compare("output", e_out, p_out, rtol, atol, check_values, problems)
