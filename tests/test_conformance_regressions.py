@@ -664,6 +664,15 @@ def test_reseed_left_in_place_when_forward_returns_is_refused():
     assert info.value.kind is pf.Refusal.RNG_STATE_SET
 
 
+class ReseedsThenAttendsWithoutDropout(torch.nn.Module):
+    """OpInfo's attention samples: ``dropout_p=0`` draws nothing."""
+
+    def forward(self, q):
+        with freeze_rng_state():
+            torch.manual_seed(42)
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.0)
+
+
 class ReseedsThenRunsRReLUInEval(torch.nn.Module):
     """rrelu's ``training`` left at its schema default (False): nothing is drawn."""
 
@@ -673,5 +682,7 @@ class ReseedsThenRunsRReLUInEval(torch.nn.Module):
             return torch.rrelu(x, 0.1, 0.3) * 2
 
 
-def test_reseed_before_a_random_op_that_draws_nothing_by_default_exports():
-    assert_ok(ReseedsThenRunsRReLUInEval(), (torch.randn(3),))
+@pytest.mark.parametrize("model_cls,shape", [(ReseedsThenRunsRReLUInEval, (3,)),
+                                             (ReseedsThenAttendsWithoutDropout, (1, 2, 4, 8))])
+def test_reseed_before_a_random_op_that_draws_nothing_exports(model_cls, shape):
+    assert_ok(model_cls(), (torch.randn(shape),))

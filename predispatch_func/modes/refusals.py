@@ -162,15 +162,15 @@ class DrawsAfterReseed:
 
 
 def _draws_from_global_rng(call: OpCall) -> bool:
-    """A seeded random op that draws: not in eval (``train=False``), not with ``p=0``, and
-    not from a generator of its own."""
+    """A seeded random op that draws: not in eval (``train=False``), not with ``p=0`` (or
+    attention's ``dropout_p=0``), and not from a generator of its own."""
     if torch.Tag.nondeterministic_seeded not in getattr(call.func, "tags", ()):
         return False
     schema_args = tc.schema_of(call.func).arguments
     named = {a.name: a.default_value for a in schema_args if a.has_default_value()}
     named |= dict(zip((a.name for a in schema_args), call.args)) | call.kwargs
-    return not (named.get("train", named.get("training")) is False or named.get("p") == 0
-                or named.get("generator") is not None)
+    return not (named.get("train", named.get("training")) is False
+                or named.get("p", named.get("dropout_p")) == 0 or named.get("generator") is not None)
 
 
 # torch 2.13 failures a model can run into while traced, each with what to write instead:

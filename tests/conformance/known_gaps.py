@@ -32,6 +32,10 @@ _REASONS = {
         "torch bug: eager's silu_ differentiates a complex input without conjugation (its gradient is "
         "grad * f'(z), PyTorch's convention is grad * conj(f'(z))) while silu refuses complex autograd; "
         "the functional program runs silu, which raises torch's clear error",
+    "draws from the global RNG after the model called torch.":
+        "a random op after OpInfo's wrapper_set_seed (torch.manual_seed in forward) is refused "
+        "(RNG_STATE_SET); torch.export's program matches eager here only because the sample draws "
+        "nothing (rrelu of positive inputs), and would draw from the caller's RNG otherwise",
     "derivative for aten::":
         "a functional kernel without a derivative, so the program cannot train through it",
     "its data is not allocated yet":
