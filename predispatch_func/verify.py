@@ -144,8 +144,11 @@ def _compare(what: str, a: Any, b: Any, rtol: float, atol: float, values: bool, 
         elif not isinstance(x, torch.Tensor):
             if values and x != y:
                 problems.append(f"{label}: eager {x!r} vs program {y!r}")
-        elif x.shape != y.shape or x.dtype != y.dtype:
-            problems.append(f"{label}: eager {x.dtype}{list(x.shape)} vs program {y.dtype}{list(y.shape)}")
+        elif x.shape != y.shape or x.dtype != y.dtype or x.layout != y.layout:
+            problems.append(f"{label}: eager {x.dtype}{list(x.shape)} {x.layout} vs program "
+                            f"{y.dtype}{list(y.shape)} {y.layout}")
+        elif x.layout != torch.strided:  # sparse kernels compare (allclose) only dense tensors
+            _compare(label, x.detach().to_dense(), y.detach().to_dense(), rtol, atol, values, problems)
         elif values and not torch.allclose(x.detach(), y.detach(), rtol=rtol, atol=atol, equal_nan=True):
             diff = (x.detach().double() - y.detach().double()).abs().nan_to_num().max().item()
             problems.append(f"{label}: values differ (max abs diff {diff:.3g})")

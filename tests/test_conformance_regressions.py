@@ -686,3 +686,10 @@ class ReseedsThenRunsRReLUInEval(torch.nn.Module):
                                              (ReseedsThenAttendsWithoutDropout, (1, 2, 4, 8))])
 def test_reseed_before_a_random_op_that_draws_nothing_exports(model_cls, shape):
     assert_ok(model_cls(), (torch.randn(shape),))
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.to_sparse(), lambda x: x.to_sparse(1)], ids=["default", "sparse_dim"])
+def test_sparse_result_exports_and_replays(fn):
+    """The trace-time composite guard read the storage of a sparse result (crashed), and
+    the oracle compared sparse outputs with allclose (raised for both exporters)."""
+    assert_ok(Calls(fn), (torch.randn(3, 4),))

@@ -236,7 +236,7 @@ def _run_decomposition_and_watch(op: tc.OpOverload, args: tuple, kwargs: dict,
         fresh_args, fresh_kwargs = tc.pytree.tree_map_only(torch.Tensor, _fresh_like, (args, kwargs))
         fresh = [t for t in tc.pytree.tree_leaves((fresh_args, fresh_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [tc.version_of(t) for t in fresh]
-        storages = {tc.StorageWeakRef(t.untyped_storage()): i for i, t in enumerate(fresh)}
+        storages = {key: i for i, t in enumerate(fresh) if (key := _storage_key(t)) is not None}
         out = (kernel or type(op).decompose)(op, *fresh_args, **fresh_kwargs)
         if out is NotImplemented:
             return None
@@ -245,7 +245,15 @@ def _run_decomposition_and_watch(op: tc.OpOverload, args: tuple, kwargs: dict,
                 return f"decomposition writes input {i}"
         for j, o in enumerate(tc.pytree.tree_leaves(out)):
             if isinstance(o, torch.Tensor):
-                hit = storages.get(tc.StorageWeakRef(o.untyped_storage()))
+                key = _storage_key(o)
+                if key is None:  # decomposing is right whatever it aliases
+                    return f"result {j} is {o.layout}: what it aliases cannot be checked"
+                hit = storages.get(key)
                 if hit is not None:
                     return f"result {j} aliases input {hit}"
     return None
+
+
+def _storage_key(t: torch.Tensor) -> Any:
+    """The tensor's storage, or None for a layout without one (sparse)."""
+    return tc.StorageWeakRef(t.untyped_storage()) if t.layout == torch.strided else None
