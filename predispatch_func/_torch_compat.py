@@ -302,6 +302,44 @@ def last_recorded_call_source(target: Any) -> str | None:
     return None
 
 
+def lazy_graph_modules() -> Any:
+    """Graph modules made meanwhile generate their Python code on first use, not when made:
+    the traced graph is edited by our passes and copied into the ExportedProgram's own
+    module, so code generated at trace time would only be thrown away."""
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
+
+    return _use_lazy_graph_module(True)
+
+
+@contextlib.contextmanager
+def pre_dispatch_pushes_without_uncache() -> Iterator[None]:
+    """Push PreDispatch modes without clearing every op's PreDispatch dispatch cache.
+
+    torch's ``_push_mode`` loops over every op the process has dispatched to drop
+    its cached PreDispatch handler, but PreDispatch handlers are never cached
+    (``OpOverload._get_dispatch``: "Not Caching Per-Dispatch-Key Mode Handlers"),
+    so the loop removes nothing. FunctionalTensorMode re-enters itself for every
+    decomposition, so the loop ran hundreds of times per export, each over all
+    ops used so far (a quarter of a second per export in a long-lived process).
+    """
+    import torch.utils._python_dispatch as python_dispatch
+    from torch._ops import _set_mode_pre_dispatch
+
+    original = python_dispatch._push_mode
+
+    def push(mode: Any) -> None:
+        if getattr(mode, "_dispatch_key", None) == torch._C.DispatchKey.PreDispatch:
+            _set_mode_pre_dispatch(mode)
+        else:
+            original(mode)
+
+    python_dispatch._push_mode = push
+    try:
+        yield
+    finally:
+        python_dispatch._push_mode = original
+
+
 @contextlib.contextmanager
 def autocast_cache_as(enabled: bool) -> Iterator[None]:
     """Set autocast's weight-cache flag (make_fx turns it off while tracing).

@@ -1,8 +1,8 @@
 """Export time of ours against torch 2.13's entry points, on the tests/models corpus.
 
 For every corpus model (eval mode) four exporters run in one process,
-alternating within each round after a warm-up round, and the median per
-exporter is reported:
+alternating within each round after a warm-up round, each call from a freshly
+collected heap, and the median per exporter is reported:
 
 * ``ours``: ``predispatch_func.export`` (functional, regions kept, composites kept);
 * ``torch.export``: ``torch.export.export`` (training IR, not functional);
@@ -19,6 +19,7 @@ Run: python scripts/bench_export.py [--rounds 5] [--models gpt2,llama] [--json o
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -95,6 +96,9 @@ CLOCK: Callable[[], float] = time.perf_counter
 
 
 def _timed(fn: Callable, *inputs: Any) -> tuple[float, int | str]:
+    # each export starts from a collected heap: otherwise one exporter's run pays for
+    # collecting the garbage the previous one (often the other exporter) left behind
+    gc.collect()
     start = CLOCK()
     try:
         nodes = fn(*inputs)

@@ -46,17 +46,28 @@ AuditLookup = Callable[[tc.OpOverload], "str | None"]  # the audit's "keep" / "d
 LayoutLookup = Callable[[tc.OpOverload], "Sequence[str]"]
 
 
-def _meta_key(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return ("T", value.dtype, str(tuple(value.shape)), str(value.stride()), value.device.type,
-                value.requires_grad)
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, *(_meta_key(v) for v in value))
-    if isinstance(value, dict):
-        return tuple(sorted((k, _meta_key(v)) for k, v in value.items()))
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return ("S", str(value))
-    return ("V", repr(value))
+def _guard_key(op: Any, args: tuple, kwargs: dict) -> tuple[Any, bool]:
+    """The cache key of a trace-time check: the op and its arguments' metadata, read on the
+    tensors below functionalization; and whether any size is symbolic. One walk per call."""
+    symbolic = False
+
+    def key(value: Any) -> Any:
+        nonlocal symbolic
+        if isinstance(value, torch.Tensor):
+            value = tc.inner_of_functional(value)
+            shape, stride = tuple(value.shape), value.stride()
+            symbolic = symbolic or any(isinstance(s, torch.SymInt) for s in (*shape, *stride))
+            return ("T", value.dtype, str(shape), str(stride), value.device.type, value.requires_grad)
+        if isinstance(value, (list, tuple)):
+            return (type(value).__name__, *(key(v) for v in value))
+        if isinstance(value, dict):
+            return tuple(sorted((k, key(v)) for k, v in value.items()))
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            symbolic = True
+            return ("S", str(value))
+        return ("V", repr(value))
+
+    return (op, key(args), key(kwargs)), symbolic
 
 
 def _fresh_like(t: torch.Tensor) -> torch.Tensor:
@@ -176,23 +187,25 @@ class CompositePolicy:
         """
         if not tc.has_python_composite(op) or not tc.has_composite_implicit_kernel(op):
             return False
-        inner_args, inner_kwargs = tc.pytree.tree_map_only(
-            tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
-        key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
-        if key not in self._eager_cache:
+        key, symbolic = _guard_key(op, args, kwargs)
+        cache = self._eager_cache if symbolic else _STATIC_EAGER_KERNELS
+        if key not in cache:
+            inner_args, inner_kwargs = _inner(args, kwargs)
             try:
-                self._eager_cache[key] = _run_decomposition_and_watch(
+                cache[key] = _run_decomposition_and_watch(
                     op, inner_args, inner_kwargs, kernel=tc.decompose_like_eager) is not None
             except RuntimeError:  # eager's kernel reads an input's data (tensor_split with a
                 # tensor of indices): it cannot be traced at all, torch's Python composite can
-                self._eager_cache[key] = False
-        return self._eager_cache[key]
+                cache[key] = False
+        return cache[key]
 
     def _untested_layout(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> str | None:
-        layouts = {t.layout for t in tc.pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        if self.untested_layouts is None or layouts <= {torch.strided}:
+        untested = set(self.untested_layouts(op)) if self.untested_layouts is not None else set()
+        if not untested:
             return None
-        untested = set(self.untested_layouts(op))
+        layouts = {t.layout for t in tc.pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        if layouts <= {torch.strided}:
+            return None
         return next((name for name in sorted(str(lay).removeprefix("torch.") for lay in layouts)
                      if name in untested), None)
 
@@ -201,28 +214,22 @@ class CompositePolicy:
         return decision is Decision.DECOMPOSE
 
     def _trace_time_lie(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> str | None:
-        inner_args, inner_kwargs = tc.pytree.tree_map_only(
-            tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
-        key = (op, _meta_key(inner_args), _meta_key(inner_kwargs))
-        cache = self._guard_cache if _has_symbols((inner_args, inner_kwargs)) else _STATIC_GUARDS
+        key, symbolic = _guard_key(op, args, kwargs)
+        cache = self._guard_cache if symbolic else _STATIC_GUARDS
         if key not in cache:
-            cache[key] = _run_decomposition_and_watch(op, inner_args, inner_kwargs)
+            cache[key] = _run_decomposition_and_watch(op, *_inner(args, kwargs))
         return cache[key]
 
 
 # Guard results for inputs without symbolic sizes depend only on the op and the
 # key's metadata, so they hold for every export of this process.
 _STATIC_GUARDS: dict[Any, str | None] = {}
+_STATIC_EAGER_KERNELS: dict[Any, bool] = {}  # the same for needs_eager_kernel
 
 
-def _has_symbols(value: Any) -> bool:
-    for leaf in tc.pytree.tree_leaves(value):
-        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return True
-        if isinstance(leaf, torch.Tensor) and any(
-                isinstance(s, torch.SymInt) for s in (*leaf.shape, *leaf.stride())):
-            return True
-    return False
+def _inner(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments below functionalization (the fake tensors the checks run on)."""
+    return tc.pytree.tree_map_only(tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
 
 
 def _run_decomposition_and_watch(op: tc.OpOverload, args: tuple, kwargs: dict,

@@ -53,7 +53,7 @@ _NEVER_DIFFERENTIABLE = frozenset({
 class OpCall:
     """One op being dispatched: what every observer reads."""
 
-    __slots__ = ("func", "args", "kwargs", "written", "grad", "without_autograd")
+    __slots__ = ("func", "args", "kwargs", "written", "grad", "without_autograd", "_read", "_out", "_results")
 
     def __init__(self, func: Any, args: tuple, kwargs: dict, written: list[Any]):
         self.func = func
@@ -62,9 +62,21 @@ class OpCall:
         self.written = written  # the FunctionalTensors the op writes in place
         self.grad = torch.is_grad_enabled()  # the user's grad mode for this op
         self.without_autograd = False  # set by IdentityEdges: dispatch with grad off
+        self._read: list[Any] | None = None
+        self._out: Any = None
+        self._results: list[Any] = []
 
     def tensors_read(self) -> list[Any]:
-        return [t for t in tc.pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
+        """The tensor arguments (flattened once per op: several observers read them)."""
+        if self._read is None:
+            self._read = [t for t in tc.pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
+        return self._read
+
+    def results(self, out: Any) -> list[Any]:
+        """The leaves of the op's result ``out`` (flattened once per op)."""
+        if self._out is not out or out is None:
+            self._out, self._results = out, tc.pytree.tree_leaves(out)
+        return self._results
 
 
 class Observer(Protocol):
@@ -134,7 +146,7 @@ class Bases:
         pass
 
     def after(self, call: OpCall, out: Any) -> None:
-        for t in tc.pytree.tree_leaves(out):
+        for t in call.results(out):
             self._track(t)
 
 
@@ -166,8 +178,8 @@ class GradReach:
     def after(self, call: OpCall, out: Any) -> None:
         if not call.grad or call.without_autograd or call.func in _NEVER_DIFFERENTIABLE:
             return
-        if any(self.may_need_grad(t) for t in tc.pytree.tree_leaves((call.args, call.kwargs))):
-            for t in [*tc.pytree.tree_leaves(out), *call.written]:
+        if any(self.may_need_grad(t) for t in call.tensors_read()):
+            for t in [*call.results(out), *call.written]:
                 if _may_carry_grad(t):
                     self._reached[id(t)] = t
 
@@ -207,7 +219,7 @@ class RequiresGradFlags:
         if not call.grad or call.without_autograd or call.func in _NEVER_DIFFERENTIABLE:
             return
         if any(t.requires_grad for t in call.tensors_read()):
-            for t in [*tc.pytree.tree_leaves(out), *call.written]:
+            for t in [*call.results(out), *call.written]:
                 if _may_carry_grad(t):
                     _set_requires_grad(t, True)
 
@@ -240,7 +252,7 @@ class DetachedAliases:
         func, args = call.func, call.args
         # view(dtype) is a view autograd does not see (not differentiable): like detach()
         if func in _UNSEEN_ALIASES or (getattr(func, "is_view", False) and args and self._holds(args[0])):
-            for t in tc.pytree.tree_leaves(out):
+            for t in call.results(out):
                 # an op that *may* alias (``to``) but copied is no detached alias
                 if isinstance(t, tc.FunctionalTensor) and (
                         func in _UNSEEN_ALIASES or tc.storage_key(t) == tc.storage_key(args[0])):

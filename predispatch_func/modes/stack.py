@@ -187,7 +187,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                         tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
-        with ambient.neutral(), tc.exporting_state(), \
+        with ambient.neutral(), tc.exporting_state(), tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules(), \
                 (fake_mode if fake_mode is not None else contextlib.nullcontext()):
             gm = tracer(*flat_inputs)
         hidden = state["mode"].hidden_writes

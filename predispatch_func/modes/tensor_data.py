@@ -92,7 +92,7 @@ class StorageAliases:
                         kind=Refusal.DATA_ASSIGN_ALIASED, op=call.func, source=user_source_line())
 
     def after(self, call: OpCall, out: Any) -> None:
-        for t in tc.pytree.tree_leaves(out):
+        for t in call.results(out):
             if isinstance(t, tc.FunctionalTensor):
                 self._track(t)
 
@@ -206,7 +206,7 @@ class HiddenWrites:
 
     def after(self, call: OpCall, out: Any) -> None:
         if getattr(call.func, "is_view", False) and call.args and self._is_data(call.args[0]):
-            for t in tc.pytree.tree_leaves(out):
+            for t in call.results(out):
                 if isinstance(t, tc.FunctionalTensor):
                     self.mark_data(t)
 

@@ -90,7 +90,7 @@ class ViewGradModes:
                     self._written_in_stretch.add(tc.storage_key(w))
         if _is_view_op(func) and args:
             parent_cut = self.is_cut(args[0])
-            for t in tc.pytree.tree_leaves(out):
+            for t in call.results(out):
                 if (isinstance(t, tc.FunctionalTensor) and t is not args[0]
                         and not tc.is_functional_base(t)):
                     self._cut[id(t)] = (weakref.ref(t), (not grad) or parent_cut)
