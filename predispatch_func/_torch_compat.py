@@ -302,6 +302,23 @@ def last_recorded_call_source(target: Any) -> str | None:
     return None
 
 
+def ops_with_cached_pre_dispatch_handler() -> list[str]:
+    """Ops whose Python dispatch cache holds a PreDispatch entry: none, while torch keeps
+    its rule that PreDispatch handlers are not cached (what
+    :func:`pre_dispatch_pushes_without_uncache` relies on; a test checks it)."""
+    from torch._ops import get_cached_ops
+
+    key = torch._C.DispatchKey.PreDispatch
+    return sorted(str(op) for op in get_cached_ops() if key in op._dispatch_cache)
+
+
+def push_mode_is_torchs() -> bool:
+    """``_push_mode`` is torch's own again (the shortcut is undone after each trace)."""
+    import torch.utils._python_dispatch as python_dispatch
+
+    return python_dispatch._push_mode.__module__ == "torch.utils._python_dispatch"
+
+
 def lazy_graph_modules() -> Any:
     """Graph modules made meanwhile generate their Python code on first use, not when made:
     the traced graph is edited by our passes and copied into the ExportedProgram's own

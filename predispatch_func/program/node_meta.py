@@ -98,14 +98,19 @@ class _UserStack:
     def __init__(self) -> None:
         self.anchors, self.dropped = tc.stack_trace_filter()
         self.formatted: dict[tuple, str] = {}
+        self.kept: dict[types.CodeType, bool] = {}  # per code object: is its frame recorded?
 
     def __call__(self) -> str:
         chain = []
+        kept = self.kept
         frame: types.FrameType | None = sys._getframe(2)  # noqa: SLF001  (CPython's frame walk)
         while frame is not None:
             code = frame.f_code
-            if (code.co_name == "forward" or (code.co_filename, code.co_name) in self.anchors) \
-                    and code.co_filename not in self.dropped:
+            keep = kept.get(code)
+            if keep is None:
+                keep = kept[code] = (code.co_name == "forward" or (code.co_filename, code.co_name) in self.anchors) \
+                    and code.co_filename not in self.dropped
+            if keep:
                 chain.append((code.co_filename, frame.f_lineno, code.co_name))
             frame = frame.f_back
         key = tuple(chain)
