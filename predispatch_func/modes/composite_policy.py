@@ -133,7 +133,10 @@ class CompositePolicy:
     def _decide_by_op(self, op: tc.OpOverload) -> bool | str | None:
         """True/False when the op alone decides; else the audit's answer, for the guard."""
         if not tc.has_composite_implicit_kernel(op):
-            return bool(tc.torch_would_decompose(op, pre_dispatch=True))
+            # without a composite kernel there is nothing to decompose into (torch's
+            # OpOverload.decompose returns NotImplemented) unless torch registered a Python
+            # one; answering False spares re-entering the mode for every view op
+            return tc.has_python_composite(op) and bool(tc.torch_would_decompose(op, pre_dispatch=True))
         if self.lowering is not None and self.lowering.forces_decomposition(op):
             return self._record(op, Decision.DECOMPOSE, "not in the target op set")
         schema = tc.schema_of(op)
