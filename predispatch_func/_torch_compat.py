@@ -316,7 +316,7 @@ def push_mode_is_torchs() -> bool:
     """``_push_mode`` is torch's own again (the shortcut is undone after each trace)."""
     import torch.utils._python_dispatch as python_dispatch
 
-    return python_dispatch._push_mode.__module__ == "torch.utils._python_dispatch"
+    return python_dispatch._push_mode is _TORCH_PUSH_MODE
 
 
 def lazy_graph_modules() -> Any:
@@ -326,6 +326,15 @@ def lazy_graph_modules() -> Any:
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
     return _use_lazy_graph_module(True)
+
+
+def _torch_push_mode() -> Callable[[Any], None]:
+    import torch.utils._python_dispatch as python_dispatch
+
+    return python_dispatch._push_mode
+
+
+_TORCH_PUSH_MODE = _torch_push_mode()
 
 
 @contextlib.contextmanager

@@ -50,6 +50,9 @@ _NEVER_DIFFERENTIABLE = frozenset({
 })
 
 
+_NO_RESULT = object()  # OpCall.results before the op returned
+
+
 class OpCall:
     """One op being dispatched: what every observer reads."""
 
@@ -63,7 +66,7 @@ class OpCall:
         self.grad = torch.is_grad_enabled()  # the user's grad mode for this op
         self.without_autograd = False  # set by IdentityEdges: dispatch with grad off
         self._read: list[Any] | None = None
-        self._out: Any = None
+        self._out: Any = _NO_RESULT
         self._results: list[Any] = []
 
     def tensors_read(self) -> list[Any]:
@@ -74,7 +77,7 @@ class OpCall:
 
     def results(self, out: Any) -> list[Any]:
         """The leaves of the op's result ``out`` (flattened once per op)."""
-        if self._out is not out or out is None:
+        if self._out is not out:
             self._out, self._results = out, tc.pytree.tree_leaves(out)
         return self._results
 
