@@ -5,6 +5,8 @@ FunctionalTensorMode's rules, so ``torch.cond`` reaches torch's
 functionalization rule for cond. (Full HOP coverage: issue 12.)
 """
 
+import unittest.mock
+
 import torch
 from expecttest import TestCase
 
@@ -86,3 +88,39 @@ class TestModePushShortcut(TestCase):
         with self.assertRaises(Exception):
             pf.export(Fails(), (torch.randn(2),))
         self.assertTrue(tc.push_mode_is_torchs())
+
+
+class TestPerOpShortcuts(TestCase):
+    """The per-op paths read schemas once per op and flatten arguments without torch's
+    pytree (modes/observers.py): they must give what a walk of the schema and pytree give."""
+
+    def test_written_tensors_match_the_schema_of_in_place_and_out_overloads(self):
+        from predispatch_func import _torch_compat as tc
+        from predispatch_func.modes.observers import written_tensors
+
+        checked = 0
+        for name in ("add_", "copy_", "add", "_native_batch_norm_legit", "_foreach_add_", "index_put_",
+                     "resize_", "bernoulli_", "addmm", "sort", "max_pool2d_with_indices"):
+            packet = getattr(torch.ops.aten, name)
+            for overload in packet.overloads():
+                op = getattr(packet, overload)
+                schema = tc.schema_of(op)
+                # one distinct marker per argument, positional ones positionally, keyword-only by name
+                markers = {a.name: object() for a in schema.arguments}
+                positional = tuple(markers[a.name] for a in schema.arguments if not a.kwarg_only)
+                keyword = {a.name: markers[a.name] for a in schema.arguments if a.kwarg_only}
+                expected = [markers[a.name] for a in schema.arguments
+                            if a.alias_info is not None and a.alias_info.is_write]
+                with unittest.mock.patch.object(tc, "FunctionalTensor", object):
+                    self.assertEqual(written_tensors(op, positional, keyword), expected, str(op))
+                checked += 1
+        self.assertGreater(checked, 30)
+
+    def test_leaves_of_op_arguments_and_results_match_pytree(self):
+        from predispatch_func import _torch_compat as tc
+        from predispatch_func.modes.observers import _leaves
+
+        t, u = torch.ones(1), torch.zeros(2)
+        for value in [t, None, 3, (t, [u, t], None), ([t], ([u], (t,)), 2.0), (), [[], [t]],
+                      torch.Size([2, 3]), (t, torch.return_types.max((t, u)))]:
+            self.assertEqual([id(x) for x in _leaves(value)], [id(x) for x in tc.pytree.tree_leaves(value)])

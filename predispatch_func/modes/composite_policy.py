@@ -99,7 +99,7 @@ class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
     __slots__ = ("audit_lookup", "untested_layouts", "overrides", "lowering", "_guard_cache", "_eager_cache", "_by_op",
-                 "decisions")
+                 "_reroute_by_op", "decisions")
 
     def __init__(self, audit_lookup: AuditLookup | None = None,
                  overrides: dict[str, str] | None = None, lowering: Any = None,
@@ -113,6 +113,7 @@ class CompositePolicy:
         self._guard_cache: dict[Any, str | None] = {}
         self._eager_cache: dict[Any, bool] = {}
         self._by_op: dict[tc.OpOverload, bool | str | None] = {}
+        self._reroute_by_op: dict[Any, tuple[Callable[..., Any] | None, bool, Callable[..., Any] | None]] = {}
         # op name -> (decision, why); read by the CLI and tests
         self.decisions: dict[str, tuple[Decision, str]] = {}
 
@@ -154,14 +155,24 @@ class CompositePolicy:
         """What to trace instead of ``op`` (None: ``op`` itself): eager's C++ composite kernel
         when that is what eager runs and ``op`` is decomposed, its honest twin, or its lowering
         to the target op set."""
-        twin = HONEST_TWINS.get(op)
+        if op not in self._reroute_by_op:  # every op takes this path: the op-only part once per op
+            self._reroute_by_op[op] = self._reroute_of_op(op)
+        twin, may_run_eager_kernel, otherwise = self._reroute_by_op[op]
         if twin is not None:
             return twin
-        if self.needs_eager_kernel(op, args, kwargs) and self.should_decompose(op, args, kwargs):
+        if may_run_eager_kernel and self.needs_eager_kernel(op, args, kwargs) \
+                and self.should_decompose(op, args, kwargs):
             return functools.partial(tc.decompose_like_eager, op)
+        return otherwise
+
+    def _reroute_of_op(self, op: Any) -> tuple[Callable[..., Any] | None, bool, Callable[..., Any] | None]:
+        """What :meth:`rerouted` decides from the op alone: its honest twin, whether eager's
+        kernel may differ from torch's Python composite, and the reroute otherwise."""
         if is_composite_out(op) or writes_besides_out(op):
-            return lambda *a, **k: call_composite_out(op, a, k)
-        return self._through_inplace_twin(op) or self._lowered(op)
+            otherwise: Callable[..., Any] | None = lambda *a, **k: call_composite_out(op, a, k)  # noqa: E731
+        else:
+            otherwise = self._through_inplace_twin(op) or self._lowered(op)
+        return HONEST_TWINS.get(op), _has_two_composites(op), otherwise
 
     def rerouted_after_autograd(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
         """The same with ``pre_dispatch=False``, where autograd already chose the kernels."""
@@ -188,7 +199,7 @@ class CompositePolicy:
         input. When eager's kernel aliases or writes an input for these
         arguments (checked on fresh fakes, cached), trace that kernel instead.
         """
-        if not tc.has_python_composite(op) or not tc.has_composite_implicit_kernel(op):
+        if not _has_two_composites(op):
             return False
         key, symbolic = _guard_key(op, args, kwargs)
         cache = self._eager_cache if symbolic else _STATIC_EAGER_KERNELS
@@ -228,6 +239,11 @@ class CompositePolicy:
 # key's metadata, so they hold for every export of this process.
 _STATIC_GUARDS: dict[Any, str | None] = {}
 _STATIC_EAGER_KERNELS: dict[Any, bool] = {}  # the same for needs_eager_kernel
+
+
+def _has_two_composites(op: Any) -> bool:
+    """A C++ composite kernel (eager's) and a Python one (what tracing runs)."""
+    return isinstance(op, tc.OpOverload) and tc.has_python_composite(op) and tc.has_composite_implicit_kernel(op)
 
 
 def _inner(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

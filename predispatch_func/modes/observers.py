@@ -72,14 +72,29 @@ class OpCall:
     def tensors_read(self) -> list[Any]:
         """The tensor arguments (flattened once per op: several observers read them)."""
         if self._read is None:
-            self._read = [t for t in tc.pytree.tree_leaves((self.args, self.kwargs)) if isinstance(t, torch.Tensor)]
+            self._read = [t for t in _leaves((self.args, tuple(self.kwargs.values()))) if isinstance(t, torch.Tensor)]
         return self._read
 
     def results(self, out: Any) -> list[Any]:
         """The leaves of the op's result ``out`` (flattened once per op)."""
         if self._out is not out:
-            self._out, self._results = out, tc.pytree.tree_leaves(out)
+            self._out, self._results = out, _leaves(out)
         return self._results
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The leaves of an ATen op's arguments or results, in order: only lists and tuples
+    nest there (``Tensor[]``, a tuple of results), so torch's general pytree walk is not
+    needed on a path every op takes."""
+    if not isinstance(value, (list, tuple)):
+        return [value]
+    found: list[Any] = []
+    for item in value:
+        if isinstance(item, (list, tuple)):
+            found.extend(_leaves(item))
+        else:
+            found.append(item)
+    return found
 
 
 class Observer(Protocol):
@@ -90,14 +105,27 @@ class Observer(Protocol):
 
 def written_tensors(func: Any, args: tuple, kwargs: dict) -> list[Any]:
     """The tensors ``func`` writes, positional or keyword (``out=`` is keyword-only)."""
+    where = _WRITTEN_ARGUMENTS.get(func)
+    if where is None:
+        where = _WRITTEN_ARGUMENTS[func] = _written_arguments(func)
+    if not where:
+        return []
+    positions, names = where
+    values = [args[i] for i in positions if i < len(args)] + [kwargs[n] for n in names if n in kwargs]
+    return [v for v in values if isinstance(v, tc.FunctionalTensor)]
+
+
+def _written_arguments(func: Any) -> tuple[tuple[int, ...], tuple[str, ...]] | tuple[()]:
+    """Positions and keyword names of the arguments ``func``'s schema marks written."""
     schema = tc.schema_of(func)
     if schema is None or not schema.is_mutable:
-        return []
-    values = [*zip(schema.arguments, args),
-              *((arg, kwargs[arg.name]) for arg in schema.arguments if arg.kwarg_only and arg.name in kwargs)]
-    return [value for arg, value in values
-            if arg.alias_info is not None and arg.alias_info.is_write
-            and isinstance(value, tc.FunctionalTensor)]
+        return ()
+    written = [(i, arg) for i, arg in enumerate(schema.arguments)
+               if arg.alias_info is not None and arg.alias_info.is_write]
+    return (tuple(i for i, _ in written), tuple(arg.name for _, arg in written if arg.kwarg_only))
+
+
+_WRITTEN_ARGUMENTS: dict[Any, Any] = {}  # op -> _written_arguments(op), for the process
 
 
 def _may_carry_grad(t: Any) -> bool:

@@ -177,7 +177,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                 outs = body(wrapped, mode)
                 mode.metadata_writes.refuse_symbolic()
                 mode.draws_after_reseed.refuse_left_changed()
-                mode.view_modes.rebuild_stale(outs)
+                mode.view_modes.rebuild_stale(tc.pytree.tree_leaves(outs))
             refusals.leaked_autocast()
             state["grad_enabled_on_return"] = torch.is_grad_enabled()
         return tuple(tc.inner_of_functional(o) for o in outs)

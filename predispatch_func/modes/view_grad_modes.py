@@ -75,7 +75,7 @@ class ViewGradModes:
         if grad:
             self._end_stretch()
         if not _is_view_op(func):  # view ops do not read (sync) their input
-            self.rebuild_stale((args, call.kwargs))
+            self.rebuild_stale(call.tensors_read())
         if not grad and (self._views_a_storage_written_in_stretch(func, args)
                          or self._writes_a_view_made_in_stretch(call.written)):
             tc.record_grad_marker(True)
@@ -108,11 +108,11 @@ class ViewGradModes:
         entry = self._cut.get(id(t))
         return entry is not None and entry[0]() is t and entry[1]
 
-    def rebuild_stale(self, values: Any) -> None:
-        """Rebuild the views among ``values`` that the current grad mode would rebuild wrongly."""
+    def rebuild_stale(self, values: list[Any]) -> None:
+        """Rebuild the views among ``values`` (flat) that the current grad mode would rebuild wrongly."""
         grad = torch.is_grad_enabled()
         wanted = not grad
-        views = [t for t in tc.pytree.tree_leaves(values) if self._needs_mode(t) is wanted]
+        views = [t for t in values if self._needs_mode(t) is wanted]
         if not views:
             return
         marker = tc.record_grad_marker(wanted)
