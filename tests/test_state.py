@@ -720,6 +720,78 @@ def test_data_write_after_a_saved_read_of_an_intermediate_value_is_refused():
     assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ
 
 
+class _ComparesAnIntermediateThenWritesItThroughData(nn.Module):
+    """``h > 0`` reads h with grad on, but a bool result gets no backward: nothing is saved."""
+
+    def forward(self, x):
+        h = x + 1
+        mask = h > 0
+        h.data.mul_(2)
+        return h * mask
+
+
+class _ArgmaxOfAnIntermediateThenAssignsIt(nn.Module):
+    """argmax's index result gets no backward either; the write is through ``h.data = v``."""
+
+    def forward(self, x):
+        h = x.sin()
+        i = h.argmax()
+        h.data = x.detach() * 3
+        return h * 2, i
+
+
+class _JoinsAndAveragesAnIntermediateThenWritesIt(nn.Module):
+    """cat and mean read h's values, but their backward needs only its size, and view(dtype)
+    has no backward: nothing saved."""
+
+    def forward(self, x):
+        h = x * 2
+        y = torch.cat([h, x]).mean(0)
+        u = h.view(torch.float32)
+        h.data.mul_(0.5)
+        return y * 3, h, u * 2
+
+
+class _DecomposedCompositesReadAnIntermediateThenItIsWritten(nn.Module):
+    """sum_to_size and to(float64) are traced as their decompositions (sum, _to_copy), whose
+    backward needs sizes and dtypes only, and sum_to_size to h's own size returns h: the
+    write after them is carried."""
+
+    def forward(self, x):
+        h = x * 2
+        s = h.sum_to_size(1, 2)
+        d = h.to(torch.float64)
+        same = h.sum_to_size(3, 2)  # h itself: no autograd node
+        h.data.sub_(1.0)
+        return s * 3, d * 2, h, same * 2
+
+
+class _MaxOfAnIntermediateThenWritesIt(nn.Module):
+    """max(dim) returns a float value with a backward (and its indices): refused as before."""
+
+    def forward(self, x):
+        h = x * 2
+        v, _ = h.max(0)
+        h.data.mul_(0.5)
+        return v
+
+
+@pytest.mark.parametrize("model_cls", [_ComparesAnIntermediateThenWritesItThroughData,
+                                       _ArgmaxOfAnIntermediateThenAssignsIt,
+                                       _JoinsAndAveragesAnIntermediateThenWritesIt,
+                                       _DecomposedCompositesReadAnIntermediateThenItIsWritten])
+def test_data_write_after_a_read_by_an_op_without_backward_is_carried(model_cls):
+    # all refused before (DATA_WRITE_AFTER_SAVED_READ): the read was taken as saved whatever the result
+    model, args = model_cls(), (torch.randn(3, 2, requires_grad=True),)
+    replay_calls(export_checked(model, args), model, args, calls=2)
+
+
+def test_data_write_after_a_read_by_an_op_with_a_float_result_is_still_refused():
+    with pytest.raises(pf.UnsupportedError, match=r"aten.max.dim[\s\S]*" + _line("h.data.mul_(0.5)")) as info:
+        pf.export(_MaxOfAnIntermediateThenWritesIt(), (torch.randn(3, 2, requires_grad=True),))
+    assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ
+
+
 class _AssignsDataToAnIntermediateAMulSaved(nn.Module):
     """``y.data = v`` after ``y * y`` saved y: eager's backward reads v (no version bump)."""
 

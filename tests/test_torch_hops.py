@@ -351,3 +351,57 @@ class HopsTest(TestCase):
                         self.assertNotIn("<eval_with_key>", trace)
                         innermost = [line for line in trace.splitlines() if line.strip().startswith("File")][-1]
                         self.assertIn("test_torch_hops.py", innermost)
+
+
+# --- results of a HOP or an autograd.Function are observed like an op's (modes/stack.py) ------------------
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * grad * x
+
+
+_OPAQUE_CALLS = {
+    "cond": lambda x: torch.cond(x.sum() > 0, lambda t: t.cos() * 2, lambda t: t.exp() * 0.1, (x,)),
+    "map": lambda x: torch._higher_order_ops.map(lambda t: t.sin() * 2, x),
+    "scan": lambda x: torch._higher_order_ops.scan(lambda c, t: (c + t, (c * t).clone()), x[0] * 0, x)[1],
+    "autograd.Function": lambda x: _Square.apply(x),
+}
+
+
+class _WritesAResultThroughData(torch.nn.Module):
+    """Eager: the write changes the value, the result keeps its autograd history."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x):
+        v = _OPAQUE_CALLS[self.kind](x)
+        v.data.mul_(-2.0)
+        return v
+
+
+class _BranchesOnRequiresGradOfAResult(torch.nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x):
+        v = _OPAQUE_CALLS[self.kind](x)
+        return v * 2 if v.requires_grad else v * 3
+
+
+@pytest.mark.parametrize("kind", list(_OPAQUE_CALLS))
+@pytest.mark.parametrize("model_cls", [_WritesAResultThroughData, _BranchesOnRequiresGradOfAResult])
+def test_results_of_hops_and_functions_keep_eager_autograd_identity(model_cls, kind):
+    # found by the hops fuzzer (seed 6): the program's output lost requires_grad after `v.data` was
+    # written, and a branch on `v.requires_grad` traced the path eager does not take
+    export_checked(model_cls(kind), (torch.randn(3, 2, requires_grad=True),))

@@ -58,20 +58,25 @@ def let_torch_hops_through(mode_type: type) -> None:
             refusal, prepare = _REFUSED.get(hop.name()), _PREPARED.get(hop.name())
             if prepare is not None:
                 rule = _preparing(rule, prepare)
-            rule = _noting_reads(hop.name(), rule)
+            rule = _observed(hop.name(), rule)
             hop.python_key_table[mode_type] = rule if refusal is None else _refusing(hop.name(), rule, refusal)
 
 
-def _noting_reads(name: str, rule: Callable[..., Any]):
-    """Tell the mode's ``.data`` watch (modes/tensor_data.py) which tensors the HOP read, as
-    an op's dispatch would: a later ``x.data = v`` must not slip past its saved read."""
-    def noted(mode: Any, *args: Any, **kwargs: Any) -> Any:
+def _observed(name: str, rule: Callable[..., Any]):
+    """Show the mode the HOP as it sees an op: its reads to the ``.data`` watch
+    (modes/tensor_data.py: a later ``x.data = v`` must not slip past a saved read), its
+    results to the observers (bases, grad reach, ``requires_grad``)."""
+    def observed(mode: Any, *args: Any, **kwargs: Any) -> Any:
+        operands = tc.pytree.tree_leaves((args, kwargs))
         hidden_writes = getattr(mode, "hidden_writes", None)
         if hidden_writes is not None:
-            hidden_writes.note_opaque_read(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)),
-                                           keeps_inputs=False)
-        return rule(mode, *args, **kwargs)
-    return noted
+            hidden_writes.note_opaque_read(f"higher_order.{name}", operands, keeps_inputs=False)
+        out = rule(mode, *args, **kwargs)
+        observe = getattr(mode, "observe_opaque_call", None)
+        if observe is not None:
+            observe(f"higher_order.{name}", operands, tc.pytree.tree_leaves(out))
+        return out
+    return observed
 
 
 def _preparing(rule: Callable[..., Any], prepare: Callable[[tuple, dict], tuple[tuple, dict]]):

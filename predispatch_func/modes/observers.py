@@ -56,7 +56,8 @@ _NO_RESULT = object()  # OpCall.results before the op returned
 class OpCall:
     """One op being dispatched: what every observer reads."""
 
-    __slots__ = ("func", "args", "kwargs", "written", "grad", "without_autograd", "_read", "_out", "_results")
+    __slots__ = ("func", "args", "kwargs", "written", "grad", "without_autograd", "decomposed", "_read", "_out",
+                 "_results")
 
     def __init__(self, func: Any, args: tuple, kwargs: dict, written: list[Any]):
         self.func = func
@@ -65,6 +66,7 @@ class OpCall:
         self.written = written  # the FunctionalTensors the op writes in place
         self.grad = torch.is_grad_enabled()  # the user's grad mode for this op
         self.without_autograd = False  # set by IdentityEdges: dispatch with grad off
+        self.decomposed = False  # set by the mode: the op's decomposition was traced, op by op
         self._read: list[Any] | None = None
         self._out: Any = _NO_RESULT
         self._results: list[Any] = []
@@ -128,7 +130,8 @@ def _written_arguments(func: Any) -> tuple[tuple[int, ...], tuple[str, ...]] | t
 _WRITTEN_ARGUMENTS: dict[Any, Any] = {}  # op -> _written_arguments(op), for the process
 
 
-def _may_carry_grad(t: Any) -> bool:
+def may_carry_grad(t: Any) -> bool:
+    """A floating or complex tensor: the dtypes autograd gives gradients."""
     return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
 
 
@@ -197,7 +200,7 @@ class GradReach:
 
     def add_inputs(self, inputs: list[Any]) -> None:
         for t in inputs:
-            if _may_carry_grad(t):
+            if may_carry_grad(t):
                 self._reached[id(t)] = t
 
     def may_need_grad(self, t: Any) -> bool:
@@ -211,7 +214,7 @@ class GradReach:
             return
         if any(self.may_need_grad(t) for t in call.tensors_read()):
             for t in [*call.results(out), *call.written]:
-                if _may_carry_grad(t):
+                if may_carry_grad(t):
                     self._reached[id(t)] = t
 
 
@@ -237,25 +240,26 @@ class RequiresGradFlags:
         if torch.Tag.inplace_view in getattr(call.func, "tags", ()):
             flagged = [t for t in call.written if t.requires_grad]
             for t in flagged:
-                _set_requires_grad(t, False)
+                set_requires_grad(t, False)
             if flagged:
                 self._cleared[id(call)] = flagged
 
     def after(self, call: OpCall, out: Any) -> None:
         for t in self._cleared.pop(id(call), ()):
-            _set_requires_grad(t, True)
+            set_requires_grad(t, True)
         if call.func is _DETACH_:  # eager: the tensor no longer requires grad
-            _set_requires_grad(call.args[0], False)
+            set_requires_grad(call.args[0], False)
             return
         if not call.grad or call.without_autograd or call.func in _NEVER_DIFFERENTIABLE:
             return
         if any(t.requires_grad for t in call.tensors_read()):
             for t in [*call.results(out), *call.written]:
-                if _may_carry_grad(t):
-                    _set_requires_grad(t, True)
+                if may_carry_grad(t):
+                    set_requires_grad(t, True)
 
 
-def _set_requires_grad(t: Any, wanted: bool) -> None:
+def set_requires_grad(t: Any, wanted: bool) -> None:
+    """Set a traced tensor's flag as eager's would read (a traced wrapper is an autograd leaf)."""
     if isinstance(t, tc.FunctionalTensor) and t.requires_grad != wanted and t.is_leaf:
         t.requires_grad = wanted  # the attribute: requires_grad_() is an op our mode would see
 

@@ -33,7 +33,7 @@ from .tensor_data import HiddenWrites, StorageAliases, TensorDataMode
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .out_variants import COMPARISONS_IN_PLACE, RANDOM_FILLS, compare_in_place_keeping_grad, fill_randomly_keeping_grad
 from .observers import (Bases, CopyTargetFlag, DetachedAliases, GradReach, IdentityEdges, Observer, OpCall,
-                        RequiresGradFlags, written_tensors)
+                        RequiresGradFlags, set_requires_grad, written_tensors)
 from .view_grad_modes import ViewGradModes
 
 
@@ -55,6 +55,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         super().__init__(pre_dispatch=pre_dispatch, export=True)
         self.policy = policy
         self.failed_op: Any = None
+        self.dispatched = 0  # ops dispatched so far: one that grew it while dispatching was decomposed
         self.bases = Bases()
         self.grad_reach = GradReach()
         detached = DetachedAliases()
@@ -78,6 +79,17 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.storage_aliases.add_inputs(list(inputs))
         if self.hidden_writes is not None:
             self.hidden_writes.add_inputs(list(inputs))
+
+    def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any],
+                            non_differentiable: Sequence[int] = ()) -> None:
+        """The results of a call this mode does not dispatch as one op (a torch HOP, a custom
+        autograd.Function), observed as an op's: without it a write through one of them found
+        no base to keep its identity, and its ``requires_grad`` read False where eager's is True."""
+        call = OpCall(what, tuple(t for t in operands if isinstance(t, torch.Tensor)), {}, [])
+        for observer in self._observers:
+            observer.after(call, results)
+        for i in non_differentiable:  # eager: marked non-differentiable, never requires grad
+            set_requires_grad(results[i], False)
 
     def note_identity(self, source: Any, value: Any) -> None:
         """``value`` keeps ``source``'s autograd identity (re-traced region HOPs call this)."""
@@ -120,7 +132,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             for observer in self._observers:
                 observer.before(call)
             with tc.grad_mode_untraced(False) if call.without_autograd else contextlib.nullcontext():
+                seen, self.dispatched = self.dispatched, self.dispatched + 1
                 out = super().__torch_dispatch__(func, types, args, call.kwargs)
+                call.decomposed = self.dispatched != seen + 1  # its ops came through this method
                 for observer in self._observers:
                     observer.after(call, out)
             return out

@@ -36,16 +36,20 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
-from .observers import OpCall
+from .observers import OpCall, may_carry_grad
 
 
-# ops whose derivative reads none of their inputs' values (adding, copying, viewing)
+# ops whose derivative reads none of their inputs' values, only their sizes and dtypes (adding,
+# copying, viewing, joining, sums and means; derivatives.yaml), so autograd saves no tensor
 _aten = torch.ops.aten
 _SAVES_NO_INPUT = frozenset({
     _aten.add.Tensor, _aten.sub.Tensor, _aten.add.Scalar, _aten.sub.Scalar, _aten.neg.default,
     _aten.clone.default, _aten.detach.default, _aten._to_copy.default, _aten.expand.default,
     _aten.view.default, _aten.reshape.default, _aten.slice.Tensor, _aten.select.int, _aten.t.default,
     _aten.permute.default, _aten.unsqueeze.default, _aten.squeeze.dim, _aten.alias.default,
+    _aten.copy_.default, _aten.cat.default, _aten.stack.default, _aten.sum.default, _aten.sum.dim_IntList,
+    _aten.mean.default, _aten.mean.dim,
+    _aten.view.dtype,  # not differentiable: no autograd node at all
 })
 
 
@@ -134,16 +138,18 @@ class HiddenWrites:
     before the op: ``ep.module()`` then writes the new value back into the very
     tensor autograd saved, keeping its version (``export.write_back``), and the
     write-back guard must not hand the op a clone (:meth:`hidden_only_inputs`).
-    Any other such write is refused.
+    Any other such write is refused. An op none of whose results can carry a
+    gradient (a comparison, ``argmax``) has no backward: its reads save nothing.
     """
 
-    __slots__ = ("_may_need_grad", "_inputs", "_data", "_read_stale", "_hidden", "_visible")
+    __slots__ = ("_may_need_grad", "_inputs", "_data", "_read_stale", "_maybe_saved", "_hidden", "_visible")
 
     def __init__(self, may_need_grad: Callable[[Any], bool]):
         self._may_need_grad = may_need_grad
         self._inputs: dict[Any, int] = {}  # storage of each graph input -> its position
         self._data: dict[int, weakref.ref] = {}  # `.data` aliases and views of them, by id
         self._read_stale: dict[Any, Any] = {}  # storage -> the op of such a read
+        self._maybe_saved: dict[int, list[Any]] = {}  # by id(call): storages read, kept if the op saved them
         self._hidden: set[Any] = set()  # storages written through `.data`
         self._visible: set[Any] = set()  # storages written otherwise
 
@@ -165,6 +171,7 @@ class HiddenWrites:
         return frozenset(i for key, i in self._inputs.items() if key in self._hidden and key not in self._visible)
 
     def before(self, call: OpCall) -> None:
+        self._maybe_saved.pop(id(call), None)  # left by an op whose dispatch raised (and the model caught)
         for w in call.written:
             key = tc.storage_key(w)
             if not self._is_data(w):
@@ -185,10 +192,11 @@ class HiddenWrites:
                 and all(t is not w for w in call.written)]
         if not any(self._may_need_grad(t) for t in read):
             return  # no autograd history: nothing saved
-        for t in read:
-            key = tc.storage_key(t)
-            if key not in self._read_stale and (key not in self._inputs or tc.storage_mutation_count(t) != 0):
-                self._read_stale[key] = call.func  # no source line here: this runs for most ops
+        # what the op saves if a result can carry a gradient (known in `after`), at the values
+        # it reads now: a graph input unwritten so far is saved as the input itself
+        self._maybe_saved[id(call)] = [
+            key for t in read if (key := tc.storage_key(t)) not in self._read_stale
+            and (key not in self._inputs or tc.storage_mutation_count(t) != 0)]
 
     def note_opaque_read(self, what: str, operands: list[Any], *, keeps_inputs: bool) -> None:
         """A call the mode does not see as one op read ``operands`` with grad on: a torch HOP
@@ -209,6 +217,23 @@ class HiddenWrites:
             for t in call.results(out):
                 if isinstance(t, tc.FunctionalTensor):
                     self.mark_data(t)
+        saved = self._maybe_saved.pop(id(call), None)
+        if saved and self._has_backward(call, out):
+            for key in saved:
+                self._read_stale.setdefault(key, call.func)  # no source line here: this runs for most ops
+
+    @staticmethod
+    def _has_backward(call: OpCall, out: Any) -> bool:
+        """Whether autograd recorded ``call`` as one op that may save what it read: not for
+        a comparison's bool result, an index or ``.item()`` (no result carries a gradient),
+        nor for an op that wrote nothing and returned an input as it is (``sum_to_size`` to
+        its own size: no autograd node), nor for a decomposed op (its ops save what they
+        read, and each came through here)."""
+        results = [*call.results(out), *call.written]
+        read = call.tensors_read()
+        returned_an_input = not call.written and all(
+            any(r is t for t in read) for r in results if isinstance(r, torch.Tensor))
+        return not call.decomposed and not returned_an_input and any(may_carry_grad(t) for t in results)
 
 
 class TensorDataMode(TorchFunctionMode):
