@@ -404,4 +404,6 @@ class _BranchesOnRequiresGradOfAResult(torch.nn.Module):
 def test_results_of_hops_and_functions_keep_eager_autograd_identity(model_cls, kind):
     # found by the hops fuzzer (seed 6): the program's output lost requires_grad after `v.data` was
     # written, and a branch on `v.requires_grad` traced the path eager does not take
-    export_checked(model_cls(kind), (torch.randn(3, 2, requires_grad=True),))
+    model, args = model_cls(kind), (torch.randn(3, 2, requires_grad=True),)
+    ep = export_checked(model, args)
+    export_checked(ep.module(), args)  # re-traced: a Function's call is traced again (retrace_call)

@@ -307,7 +307,11 @@ def retrace_call(fwd: Callable[..., Any], bwd: Callable[..., Any], constants: tu
     tc.record_hop_call(pf_autograd_function,
                        [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
                        constants, inner, results)
-    return tuple(tc.to_functional(r) for r in results)
+    wrapped = [tc.to_functional(r) for r in results]
+    observe = getattr(tc.active_functional_mode(), "observe_opaque_call", None)
+    if observe is not None:  # results as an op's, as in the first trace
+        observe(f"autograd.Function {constants[0]}", operands, wrapped, non_differentiable=constants[3])
+    return tuple(wrapped)
 
 
 def _grads_as_eager_passes(grads: list[Any], info: dict[str, Any]) -> list[Any]:
