@@ -114,6 +114,7 @@ class Refusal(enum.Enum):
     DATA_ASSIGN_ALIASED = ("tensor.data = value while an alias tells the copy from eager's storage swap", False)
     DATA_WRITE_AFTER_SAVED_READ = ("a .data write to a tensor an op read for backward at an intermediate value",
                                    False)
+    WRITE_AFTER_UNCHECKED_HOP_READ = ("an in-place write to a tensor while_loop or scan read with grad on", False)
     DYNAMIC_SHAPES_SPEC = ("a dynamic_shapes spec that does not fit the call or its example", False)
     DIM_NOT_DYNAMIC = ("a declared Dim that the model specialises, derives or narrows", False)
     AUTOGRAD_FUNCTION_AFTER_AUTOGRAD = ("a custom autograd.Function with pre_dispatch=False", False)

@@ -766,6 +766,30 @@ class _DecomposedCompositesReadAnIntermediateThenItIsWritten(nn.Module):
         return s * 3, d * 2, h, same * 2
 
 
+class _ScalesAnIntermediateByConstantsThenWritesIt(nn.Module):
+    """``h * 3`` and ``h / 4`` save nothing of h (each factor is saved for the other's gradient)."""
+
+    def forward(self, x):
+        h = x * 2
+        y, z = h * 3, h / 4
+        h.data.mul_(0.5)
+        return y, z, h
+
+
+class _MultipliesAnIntermediateByAWeightThenWritesIt(nn.Module):
+    """``h * w`` saves h for w's gradient: eager's backward would read the written h."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 2))
+
+    def forward(self, x):
+        h = x * 2
+        y = h * self.w
+        h.data.mul_(0.5)
+        return y
+
+
 class _MaxOfAnIntermediateThenWritesIt(nn.Module):
     """max(dim) returns a float value with a backward (and its indices): refused as before."""
 
@@ -779,16 +803,19 @@ class _MaxOfAnIntermediateThenWritesIt(nn.Module):
 @pytest.mark.parametrize("model_cls", [_ComparesAnIntermediateThenWritesItThroughData,
                                        _ArgmaxOfAnIntermediateThenAssignsIt,
                                        _JoinsAndAveragesAnIntermediateThenWritesIt,
-                                       _DecomposedCompositesReadAnIntermediateThenItIsWritten])
+                                       _DecomposedCompositesReadAnIntermediateThenItIsWritten,
+                                       _ScalesAnIntermediateByConstantsThenWritesIt])
 def test_data_write_after_a_read_by_an_op_without_backward_is_carried(model_cls):
     # all refused before (DATA_WRITE_AFTER_SAVED_READ): the read was taken as saved whatever the result
     model, args = model_cls(), (torch.randn(3, 2, requires_grad=True),)
     replay_calls(export_checked(model, args), model, args, calls=2)
 
 
-def test_data_write_after_a_read_by_an_op_with_a_float_result_is_still_refused():
-    with pytest.raises(pf.UnsupportedError, match=r"aten.max.dim[\s\S]*" + _line("h.data.mul_(0.5)")) as info:
-        pf.export(_MaxOfAnIntermediateThenWritesIt(), (torch.randn(3, 2, requires_grad=True),))
+@pytest.mark.parametrize("model_cls,op", [(_MaxOfAnIntermediateThenWritesIt, "aten.max.dim"),
+                                          (_MultipliesAnIntermediateByAWeightThenWritesIt, "aten.mul.Tensor")])
+def test_data_write_after_a_read_an_op_saved_is_still_refused(model_cls, op):
+    with pytest.raises(pf.UnsupportedError, match=re.escape(op) + r"[\s\S]*" + _line("h.data.mul_(0.5)")) as info:
+        pf.export(model_cls(), (torch.randn(3, 2, requires_grad=True),))
     assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ
 
 

@@ -361,6 +361,8 @@ _OPAQUE_CALLS = {
     "map": lambda x: torch._higher_order_ops.map(lambda t: t.sin() * 2, x),
     "scan": lambda x: torch._higher_order_ops.scan(lambda c, t: (c + t, (c * t).clone()), x[0] * 0, x)[1],
     "autograd.Function": lambda x: DoubleGrad.apply(x),
+    "while_loop": lambda x: torch._higher_order_ops.while_loop(
+        lambda i, t: i < 3, lambda i, t: (i + 1, t.cos() * 2), (torch.zeros((), dtype=torch.int64), x))[1],
 }
 
 
@@ -395,3 +397,39 @@ def test_results_of_hops_and_functions_keep_eager_autograd_identity(model_cls, k
     model, args = model_cls(kind), (torch.randn(3, 2, requires_grad=True),)
     ep = export_checked(model, args)
     export_checked(ep.module(), args)  # re-traced: a Function's call is traced again (retrace_call)
+
+
+class _WritesAnOperandAfterTheHop(torch.nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x):
+        v = x - 2
+        out = _OPAQUE_CALLS[self.kind](v)
+        v.copy_(x * 10)
+        return out
+
+
+@pytest.mark.parametrize("kind", ["scan", "while_loop"])
+def test_an_in_place_write_to_an_operand_whose_backward_torch_does_not_version_check_is_refused(kind):
+    # found by the hops fuzzer (seed 7): eager's while_loop/scan backward read the written
+    # value (no version check); the program's read the value the call was given
+    with pytest.raises(UnsupportedError, match=r"higher_order\." + kind) as info:
+        pf.export(_WritesAnOperandAfterTheHop(kind), (torch.randn(3, 2, dtype=torch.float64, requires_grad=True),))
+    assert info.value.kind is pf.Refusal.WRITE_AFTER_UNCHECKED_HOP_READ
+
+
+def test_torchs_while_loop_and_scan_backward_still_read_a_written_operand():
+    """The refusal above rests on this torch 2.13 behaviour: when this fails, torch checks
+    versions there (as cond and map do) and the refusal can go."""
+    for kind in ("scan", "while_loop"):
+        grads = []
+        for scale in (1.0, 10.0):
+            x = torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(3, 2).requires_grad_()
+            v = x - 2
+            out = _OPAQUE_CALLS[kind](v)
+            v.copy_(x * scale)
+            out.sum().backward()
+            grads.append(x.grad)
+        assert not torch.allclose(grads[0], grads[1]), kind

@@ -48,6 +48,12 @@ _PREPARED: dict[str, Callable[[tuple, dict], tuple[tuple, dict]]] = {
 }
 
 
+# HOPs whose eager backward reads the operands without autograd's version check: a later
+# in-place write changes eager's gradient silently (cond and map raise, as ops do); found by
+# the hops fuzzer (seed 7)
+_BACKWARD_READS_UNCHECKED = frozenset({"while_loop", "scan"})
+
+
 def let_torch_hops_through(mode_type: type) -> None:
     """Register torch's FunctionalTensorMode rule of every HOP for ``mode_type`` too."""
     if mode_type is tc.FunctionalTensorMode:
@@ -71,6 +77,8 @@ def _observed(name: str, rule: Callable[..., Any]):
         hidden_writes = getattr(mode, "hidden_writes", None)
         if hidden_writes is not None:
             hidden_writes.note_opaque_read(f"higher_order.{name}", operands, keeps_inputs=False)
+            if name in _BACKWARD_READS_UNCHECKED:
+                hidden_writes.note_unchecked_read(f"higher_order.{name}", operands)
         out = rule(mode, *args, **kwargs)
         observe = getattr(mode, "observe_opaque_call", None)
         if observe is not None:

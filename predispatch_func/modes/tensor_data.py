@@ -53,6 +53,27 @@ _SAVES_NO_INPUT = frozenset({
 })
 
 
+def _mul_saves(args: tuple, may_need_grad: Callable[[Any], bool]) -> list[Any]:
+    """``a * b``: autograd saves each factor only for the other's gradient (``x * 3`` saves nothing)."""
+    a, b = args[0], args[1]
+    return [t for t, other in ((a, b), (b, a))
+            if isinstance(t, torch.Tensor) and isinstance(other, torch.Tensor) and may_need_grad(other)]
+
+
+def _div_saves(args: tuple, may_need_grad: Callable[[Any], bool]) -> list[Any]:
+    """``a / b``: the divisor for both gradients, the dividend only for the divisor's (``x / 4`` saves nothing)."""
+    a, b = args[0], args[1]
+    if not isinstance(b, torch.Tensor):
+        return []
+    return [b, a] if isinstance(a, torch.Tensor) and may_need_grad(b) else [b]
+
+
+# ops that save only some of the tensors they read: op -> (args, may_need_grad) -> those saved
+_SAVED_OPERANDS: dict[Any, Callable[[tuple, Callable[[Any], bool]], list[Any]]] = {
+    _aten.mul.Tensor: _mul_saves, _aten.div.Tensor: _div_saves,
+}
+
+
 def _is_data(func: Any, accessor: str) -> bool:
     return getattr(func, "__name__", None) == accessor and getattr(func, "__self__", None) is torch.Tensor.data
 
@@ -142,7 +163,8 @@ class HiddenWrites:
     gradient (a comparison, ``argmax``) has no backward: its reads save nothing.
     """
 
-    __slots__ = ("_may_need_grad", "_inputs", "_data", "_read_stale", "_maybe_saved", "_hidden", "_visible")
+    __slots__ = ("_may_need_grad", "_inputs", "_data", "_read_stale", "_maybe_saved", "_read_unchecked", "_hidden",
+                 "_visible")
 
     def __init__(self, may_need_grad: Callable[[Any], bool]):
         self._may_need_grad = may_need_grad
@@ -150,6 +172,7 @@ class HiddenWrites:
         self._data: dict[int, weakref.ref] = {}  # `.data` aliases and views of them, by id
         self._read_stale: dict[Any, Any] = {}  # storage -> the op of such a read
         self._maybe_saved: dict[int, list[Any]] = {}  # by id(call): storages read, kept if the op saved them
+        self._read_unchecked: dict[Any, str] = {}  # storage -> the HOP whose backward reads it without a version check
         self._hidden: set[Any] = set()  # storages written through `.data`
         self._visible: set[Any] = set()  # storages written otherwise
 
@@ -176,6 +199,7 @@ class HiddenWrites:
             key = tc.storage_key(w)
             if not self._is_data(w):
                 self._visible.add(key)
+                self._refuse_unchecked(call, key)
                 continue
             self._hidden.add(key)
             if key in self._read_stale:
@@ -192,11 +216,34 @@ class HiddenWrites:
                 and all(t is not w for w in call.written)]
         if not any(self._may_need_grad(t) for t in read):
             return  # no autograd history: nothing saved
+        saves_only = _SAVED_OPERANDS.get(call.func)
+        if saves_only is not None:
+            kept = saves_only(call.args, self._may_need_grad)
+            read = [t for t in read if any(t is k for k in kept)]
         # what the op saves if a result can carry a gradient (known in `after`), at the values
         # it reads now: a graph input unwritten so far is saved as the input itself
         self._maybe_saved[id(call)] = [
             key for t in read if (key := tc.storage_key(t)) not in self._read_stale
             and (key not in self._inputs or tc.storage_mutation_count(t) != 0)]
+
+    def note_unchecked_read(self, what: str, operands: list[Any]) -> None:
+        """A HOP whose eager backward reads its operands without autograd's version check
+        (``while_loop``, ``scan`` in torch 2.13): after an in-place write to one, eager's
+        gradient silently uses the written value, which a program cannot."""
+        if torch.is_grad_enabled() and any(self._may_need_grad(t) for t in operands):
+            for t in operands:
+                if isinstance(t, tc.FunctionalTensor):
+                    self._read_unchecked.setdefault(tc.storage_key(t), what)
+
+    def _refuse_unchecked(self, call: OpCall, key: Any) -> None:
+        what = self._read_unchecked.get(key)
+        if what is not None:
+            raise UnsupportedError(
+                f"an in-place write (by {call.func}) to a tensor that {what} read with grad on: torch 2.13's "
+                f"{what} backward reads its operands without autograd's version check, so eager's gradient "
+                "silently uses the written value (an op's backward would raise instead), which a program, "
+                "whose backward reads the value the call was given, cannot reproduce; write to a clone",
+                kind=Refusal.WRITE_AFTER_UNCHECKED_HOP_READ, op=call.func, source=user_source_line())
 
     def note_opaque_read(self, what: str, operands: list[Any], *, keeps_inputs: bool) -> None:
         """A call the mode does not see as one op read ``operands`` with grad on: a torch HOP

@@ -42,6 +42,7 @@ KNOWN_REFUSALS = frozenset({
     pf.Refusal.VIEW_DTYPE_REBUILD,
     pf.Refusal.DATA_ASSIGN_ALIASED,  # the IR's limits on `.data`: tests/test_state.py pins them
     pf.Refusal.DATA_WRITE_AFTER_SAVED_READ,
+    pf.Refusal.WRITE_AFTER_UNCHECKED_HOP_READ,  # torch's while_loop/scan backward: tests/test_torch_hops.py
 })
 
 
