@@ -161,6 +161,10 @@ class HiddenWrites:
     write-back guard must not hand the op a clone (:meth:`hidden_only_inputs`).
     Any other such write is refused. An op none of whose results can carry a
     gradient (a comparison, ``argmax``) has no backward: its reads save nothing.
+
+    It also refuses a visible in-place write to an operand of ``while_loop`` or
+    ``scan`` (:meth:`note_unchecked_read`): torch's backward of those two reads
+    the operand as ``.data`` would, without a version check.
     """
 
     __slots__ = ("_may_need_grad", "_inputs", "_data", "_read_stale", "_maybe_saved", "_read_unchecked", "_hidden",
