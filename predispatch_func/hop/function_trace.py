@@ -277,13 +277,10 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
                        [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
                        (name, n_out, n_results, non_diff, tuple(grads_for)), inner, results)
     wrapped_results = [tc.to_functional(r) for r in results[:n_results]]
-    mode = tc.active_functional_mode()
-    hidden_writes = getattr(mode, "hidden_writes", None)
-    if hidden_writes is not None:  # a later `.data` write must not slip past what it saved
-        hidden_writes.note_opaque_read(f"autograd.Function {name}", operands, keeps_inputs=True)
-    observe = getattr(mode, "observe_opaque_call", None)
-    if observe is not None:  # results as an op's: bases, grad reach, requires_grad
-        observe(f"autograd.Function {name}", operands, wrapped_results, non_differentiable=non_diff)
+    observe = getattr(tc.active_functional_mode(), "observe_opaque_call", None)
+    if observe is not None:  # reads and results as an op's (a `.data` write must not slip past what it saved)
+        observe(f"autograd.Function {name}", operands, wrapped_results, keeps_inputs=True,
+                non_differentiable=non_diff)
     return _reassemble(wrapped_results, operands, fwd_info)
 
 
@@ -310,7 +307,8 @@ def retrace_call(fwd: Callable[..., Any], bwd: Callable[..., Any], constants: tu
     wrapped = [tc.to_functional(r) for r in results]
     observe = getattr(tc.active_functional_mode(), "observe_opaque_call", None)
     if observe is not None:  # results as an op's, as in the first trace
-        observe(f"autograd.Function {constants[0]}", operands, wrapped, non_differentiable=constants[3])
+        observe(f"autograd.Function {constants[0]}", operands, wrapped, keeps_inputs=True,
+                non_differentiable=constants[3])
     return tuple(wrapped)
 
 

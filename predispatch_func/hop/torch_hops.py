@@ -69,20 +69,14 @@ def let_torch_hops_through(mode_type: type) -> None:
 
 
 def _observed(name: str, rule: Callable[..., Any]):
-    """Show the mode the HOP as it sees an op: its reads to the ``.data`` watch
-    (modes/tensor_data.py: a later ``x.data = v`` must not slip past a saved read), its
-    results to the observers (bases, grad reach, ``requires_grad``)."""
+    """Show the mode the HOP as it sees an op (``observe_opaque_call``): its reads to the
+    ``.data`` watch, its results to the observers (bases, grad reach, ``requires_grad``)."""
     def observed(mode: Any, *args: Any, **kwargs: Any) -> Any:
-        operands = tc.pytree.tree_leaves((args, kwargs))
-        hidden_writes = getattr(mode, "hidden_writes", None)
-        if hidden_writes is not None:
-            hidden_writes.note_opaque_read(f"higher_order.{name}", operands, keeps_inputs=False)
-            if name in _BACKWARD_READS_UNCHECKED:
-                hidden_writes.note_unchecked_read(f"higher_order.{name}", operands)
         out = rule(mode, *args, **kwargs)
         observe = getattr(mode, "observe_opaque_call", None)
         if observe is not None:
-            observe(f"higher_order.{name}", operands, tc.pytree.tree_leaves(out))
+            observe(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)), tc.pytree.tree_leaves(out),
+                    keeps_inputs=False, backward_unchecked=name in _BACKWARD_READS_UNCHECKED)
         return out
     return observed
 

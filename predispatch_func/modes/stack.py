@@ -80,11 +80,16 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         if self.hidden_writes is not None:
             self.hidden_writes.add_inputs(list(inputs))
 
-    def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any],
-                            non_differentiable: Sequence[int] = ()) -> None:
-        """The results of a call this mode does not dispatch as one op (a torch HOP, a custom
-        autograd.Function), observed as an op's: without it a write through one of them found
-        no base to keep its identity, and its ``requires_grad`` read False where eager's is True."""
+    def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
+                            non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None:
+        """A call this mode does not dispatch as one op (a torch HOP, a custom autograd.Function),
+        observed as an op's: its reads by the ``.data`` watch (tensor_data.HiddenWrites), its
+        results by every observer. Without it a write through a result found no base to keep its
+        identity, and its ``requires_grad`` read False where eager's is True."""
+        if self.hidden_writes is not None:
+            self.hidden_writes.note_opaque_read(what, operands, keeps_inputs=keeps_inputs)
+            if backward_unchecked:
+                self.hidden_writes.note_unchecked_read(what, operands)
         call = OpCall(what, tuple(t for t in operands if isinstance(t, torch.Tensor)), {}, [])
         for observer in self._observers:
             observer.after(call, results)
