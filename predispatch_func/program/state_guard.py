@@ -44,7 +44,8 @@ _TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
 class _ModuleSnapshot:
     module: torch.nn.Module
     attrs: dict[str, Any]  # a shallow copy of __dict__
-    contents: dict[str, Any]  # a shallow copy of every list/dict/set attribute's contents
+    contents: dict[str, Any]  # a shallow copy of every non-empty list/dict/set attribute's contents
+    empty: tuple[str, ...]  # the list/dict/set attributes that were empty (most hook tables)
     training: bool
 
 
@@ -96,8 +97,10 @@ class StateGuard:
         self.modules = []
         for m in dict.fromkeys(self.mod.modules()):
             attrs = dict(vars(m))
-            contents = {k: _contents(v) for k, v in attrs.items() if isinstance(v, _CONTAINERS)}
-            self.modules.append(_ModuleSnapshot(m, attrs, contents, m.training))
+            containers = [(k, v) for k, v in attrs.items() if isinstance(v, _CONTAINERS)]
+            contents = {k: _contents(v) for k, v in containers if v}
+            self.modules.append(_ModuleSnapshot(m, attrs, contents, tuple(k for k, v in containers if not v),
+                                                m.training))
         tensors = [*self.mod.parameters(), *self.mod.buffers(),
                    *(t for t in tc.pytree.tree_leaves(self.inputs) if isinstance(t, torch.Tensor))]
         self.tensors = [_TensorSnapshot(t, t.requires_grad, t.grad if t.is_leaf else None, _version(t))
@@ -115,6 +118,9 @@ class StateGuard:
                 container = snap.attrs[name]
                 container.clear()
                 container.update(saved) if not isinstance(container, list) else container.extend(saved)
+            for name in snap.empty:
+                if snap.attrs[name]:
+                    snap.attrs[name].clear()
             snap.module.training = snap.training
         for t in (t for t in self.tensors if t.tensor.is_leaf):
             if t.tensor.requires_grad != t.requires_grad:
@@ -164,7 +170,8 @@ class StateGuard:
                     found.append(self._describe(snap, where, name, "deletes attribute"))
                 elif not _same(now[name], snap.attrs[name]):
                     found.append(self._describe(snap, where, name, "changes attribute"))
-                elif name in snap.contents and not _same(_contents(now[name]), snap.contents[name]):
+                elif (not _same(_contents(now[name]), snap.contents[name]) if name in snap.contents
+                      else name in snap.empty and len(now[name]) > 0):
                     found.append(self._describe(snap, where, name, "changes the contents of attribute"))
             if snap.module.training != snap.training:
                 found.append(self._describe(snap, where, "training", "switches train/eval mode of"))
