@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.utils._pytree as pytree
 from torch._ops import HigherOrderOperator, OpOverload
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import (
     FunctionalTensor,
     FunctionalTensorMode,
@@ -165,6 +165,84 @@ def inner_of_functional(t: Any) -> Any:
         return t
     torch._sync(t)
     return torch._from_functional_tensor(t.elem)
+
+
+_FUNCTIONALIZE = torch._C.DispatchKey.Functionalize
+_TENSOR_TYPES_FUNCTIONALIZED = (torch.Tensor, FakeTensor, FunctionalTensor)
+
+
+def goes_straight_to_functionalization(op: Any) -> bool:
+    """Whether FunctionalTensorMode, when it keeps ``op``, just runs torch's C++
+    functionalization kernel on it: an aten op (never auto-functionalized), with no
+    registered effect, no TorchBind argument, not a metadata query of FunctionalTensor."""
+    from torch._higher_order_ops.effects import has_effects
+    from torch._ops import TorchBindOpOverload
+
+    return (isinstance(op, OpOverload) and not isinstance(op, TorchBindOpOverload) and op.namespace == "aten"
+            and op not in FunctionalTensor.metadata_fns and not has_effects(op))
+
+
+def only_functionalized_tensor_types(types: Any) -> bool:
+    """FunctionalTensorMode answers NotImplemented to any other tensor subclass."""
+    return all(t in _TENSOR_TYPES_FUNCTIONALIZED for t in types)
+
+
+def has_kernel(op: OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel(op.name())
+
+
+def functionalize_kept_op(mode: FunctionalTensorMode, op: OpOverload, args: tuple, kwargs: dict) -> Any:
+    """``mode.__torch_dispatch__`` for an op that :func:`goes_straight_to_functionalization` and that
+    the mode keeps, without the generic part that costs a tenth of a trace: two pytree walks per
+    op and per-op checks for custom ops, effects and TorchBind. It runs the same steps (unwrap,
+    C++ functionalization with views reapplied, wrap, the in-place view's metadata,
+    aliasing correction), so its results are torch's (tests/test_mode_stack.py compares programs)."""
+    include = torch._C._dispatch_tls_local_include_set() | torch._C.DispatchKeySet(_FUNCTIONALIZE)
+    exclude = torch._C._dispatch_tls_local_exclude_set().remove(_FUNCTIONALIZE) - FunctionalTensor._extra_dispatch_keys
+    inner_args = tuple(_inner_elems(a) for a in args)
+    inner_kwargs = {k: _inner_elems(v) for k, v in kwargs.items()}
+    with torch._C._ForceDispatchKeyGuard(include, exclude):
+        reapply_views = torch._functionalize_enable_reapply_views(True)  # type: ignore[attr-defined]
+        try:
+            mode._sync_view_replay_annotations(args, kwargs)
+            inner_out = op._op_dk(_FUNCTIONALIZE, *inner_args, **inner_kwargs)
+            if mode.export and op is torch.ops.aten.dropout.default:
+                torch._freeze_functional_tensor(inner_out)  # type: ignore[attr-defined]
+            wrapped: list[bool] = []
+            out = _functional_wrappers(inner_out, mode, wrapped)
+        finally:
+            torch._disable_functionalization()
+            torch._functionalize_enable_reapply_views(reapply_views)  # type: ignore[attr-defined]
+    if not wrapped or op is torch.ops.aten.lift_fresh.default:
+        return out
+    if torch.Tag.inplace_view in op.tags and op is not torch.ops.aten.set_.source_Tensor:
+        with torch.utils._mode_utils.no_dispatch():
+            op(*args, **kwargs)
+    from torch.utils._python_dispatch import return_and_correct_aliasing
+
+    return return_and_correct_aliasing(op, args, kwargs, out)
+
+
+def _inner_elems(value: Any) -> Any:
+    """FunctionalTensors replaced by their inner tensors (ATen arguments nest only lists/tuples)."""
+    if isinstance(value, FunctionalTensor):
+        return value.elem
+    if type(value) in (list, tuple):
+        return type(value)(_inner_elems(v) for v in value)
+    return value
+
+
+def _functional_wrappers(value: Any, mode: FunctionalTensorMode, wrapped: list[bool]) -> Any:
+    """Inner functional tensors of a result wrapped for ``mode``; ``wrapped`` gets an entry per wrap."""
+    if isinstance(value, torch.Tensor):
+        if torch._is_functional_tensor(value):
+            wrapped.append(True)
+            return FunctionalTensor(value, mode)
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_functional_wrappers(v, mode, wrapped) for v in value]
+        return items if type(value) is list else tuple(items) if type(value) is tuple else type(value)(items)
+    return value
 
 
 def has_data_mutation(t: FunctionalTensor) -> bool:

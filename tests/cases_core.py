@@ -144,6 +144,15 @@ def mutation_through_transpose() -> Built:
 
 
 @case()
+def inplace_view_op_then_shape_read() -> Built:
+    class M(nn.Module):
+        def forward(self, x):
+            x.t_()  # relays the input itself: what follows must see its new shape
+            return x.reshape(x.shape[0], -1) * 2
+    return M(), (_r(2, 3),), {}
+
+
+@case()
 def mutation_through_strided_slice() -> Built:
     class M(nn.Module):
         def forward(self, x):

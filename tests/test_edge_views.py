@@ -17,6 +17,17 @@ def forward(self, x):
     add = torch.ops.aten.add.Tensor(select_scatter, 1)
     return (select_scatter, add)""")
 
+    def test_inplace_view_op_then_shape_read(self):
+        ep = export_case("inplace_view_op_then_shape_read")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    clone_default = torch.ops.aten.clone.default(x);  x = None
+    t = torch.ops.aten.t.default(clone_default);  clone_default = None
+    view = torch.ops.aten.view.default(t, [3, 2])
+    mul = torch.ops.aten.mul.Tensor(view, 2);  view = None
+    return (t, mul)""")
+
     def test_mutation_through_transpose(self):
         ep = export_case("mutation_through_transpose")
         self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])

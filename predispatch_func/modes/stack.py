@@ -56,6 +56,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.policy = policy
         self.failed_op: Any = None
         self.dispatched = 0  # ops dispatched so far: one that grew it while dispatching was decomposed
+        self._straight: dict[Any, bool] = {}  # op -> tc.goes_straight_to_functionalization(op)
         self.bases = Bases()
         self.grad_reach = GradReach()
         detached = DetachedAliases()
@@ -125,6 +126,21 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             return super()._can_decompose(func, args, kwargs)
         return self.policy.should_decompose(func, args, kwargs)
 
+    def _functionalized(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        """FunctionalTensorMode's dispatch; an aten op it would only hand to C++
+        functionalization takes torch_compat's shorter equal of that path."""
+        straight = self._straight.get(func)
+        if straight is None:
+            straight = self._straight[func] = tc.goes_straight_to_functionalization(func)
+        if not straight or not tc.only_functionalized_tensor_types(types):
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        if self._can_decompose(func, args, kwargs) and tc.has_kernel(func):
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        return tc.functionalize_kept_op(self, func, args, kwargs)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         call = OpCall(func, args, kwargs or {}, written_tensors(func, args, kwargs or {}) if self._observers else [])
         try:
@@ -138,7 +154,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 observer.before(call)
             with tc.grad_mode_untraced(False) if call.without_autograd else contextlib.nullcontext():
                 seen, self.dispatched = self.dispatched, self.dispatched + 1
-                out = super().__torch_dispatch__(func, types, args, call.kwargs)
+                out = self._functionalized(func, types, args, call.kwargs)
                 call.decomposed = self.dispatched != seen + 1  # its ops came through this method
                 for observer in self._observers:
                     observer.after(call, out)
