@@ -433,3 +433,41 @@ def test_torchs_while_loop_and_scan_backward_still_read_a_written_operand():
             out.sum().backward()
             grads.append(x.grad)
         assert not torch.allclose(grads[0], grads[1]), kind
+
+
+TORCH_WHILE_LOOP_RESULT_AS_OPERAND = (
+    "torch 2.13's capture of a HOP's operands (dynamo) fails on a while_loop result computed with grad "
+    "on (a slice of the stacked iterations: its storage offset holds the unbacked trip count); "
+    "torch.export fails too")
+
+
+class _WhileLoopResultIntoHop(torch.nn.Module):
+    def __init__(self, next_hop, clone=False):
+        super().__init__()
+        self.next_hop, self.clone = next_hop, clone
+
+    def forward(self, x):
+        _, v = torch._higher_order_ops.while_loop(lambda i, t: i < 2, lambda i, t: (i + 1, t.sin() * 1.5),
+                                                  (torch.zeros((), dtype=torch.int64), x))
+        v = v.clone() if self.clone else v
+        if self.next_hop == "cond":
+            return torch.cond(v.sum() > 0, lambda t: t.cos(), lambda t: t * 2, (v,))
+        return torch._higher_order_ops.map(lambda t: t.sin(), v)
+
+
+@pytest.mark.parametrize("next_hop", ["cond", "map"])
+def test_a_while_loop_result_with_grad_passed_to_a_hop_is_refused_naming_the_line(next_hop):
+    # found by the hops fuzzer (seed 8)
+    x = torch.randn(3, 2, requires_grad=True)
+    with pytest.raises(UnsupportedError, match=r"\.clone\(\)[\s\S]*in forward") as info:
+        pf.export(_WhileLoopResultIntoHop(next_hop), (x,))
+    assert info.value.kind is pf.Refusal.HOP_OPERAND_OF_WHILE_LOOP
+    with pytest.raises(Exception, match="not supported between instances of 'NoneType' and 'int'"):
+        torch.export.export(_WhileLoopResultIntoHop(next_hop), (x,))
+    export_checked(_WhileLoopResultIntoHop(next_hop, clone=True), (x,))  # the workaround the refusal names
+    export_checked(_WhileLoopResultIntoHop(next_hop), (x.detach(),))  # without grad: no stacked iterations
+
+
+@pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_WHILE_LOOP_RESULT_AS_OPERAND)
+def test_a_while_loop_result_with_grad_as_a_cond_operand():
+    export_checked(_WhileLoopResultIntoHop("cond"), (torch.randn(3, 2, requires_grad=True),))

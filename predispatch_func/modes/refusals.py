@@ -174,7 +174,7 @@ def _draws_from_global_rng(call: OpCall) -> bool:
 
 
 # torch 2.13 failures a model can run into while traced, each with what to write instead:
-# (exception type, text in its message, kind, our explanation; {exc} is torch's message)
+# (exception type, text in its message (or texts, all in it), kind, our explanation; {exc} is torch's message)
 _KNOWN_TORCH_LIMITS = (
     (RuntimeError, "Attempted to resize a view tensor to a larger size", Refusal.INPUT_METADATA_MUTATION,
      "torch's functionalization cannot grow a graph input or buffer with resize_() ({exc}); "
@@ -195,12 +195,18 @@ _KNOWN_TORCH_LIMITS = (
      "of this op cannot run under autograd ({exc}), and eager's in-place op attaches autograd "
      "history to the integer tensor or not depending on how it is called; an integer tensor "
      "carries no gradient, so detach the value written (x[i] = v.detach())"),
+    (RuntimeError, ("'<' not supported between instances of 'NoneType' and 'int'", "torch/_higher_order_ops/"),
+     Refusal.HOP_OPERAND_OF_WHILE_LOOP,
+     "torch cannot capture this higher-order op's operands: a while_loop result computed with grad on "
+     "is the last slice of a stack of its iterations, so its storage offset depends on the trip count, "
+     "and torch's capture of another HOP's operands (dynamo) fails on such a tensor (torch.export fails "
+     "too). Pass a .clone() of the while_loop result"),
 )
 
 
 def known_torch_limit(exc: BaseException, op: Any, source: str | None) -> UnsupportedError | None:
     """Our refusal for ``exc`` if it is one of :data:`_KNOWN_TORCH_LIMITS`."""
     for exc_type, text, kind, explanation in _KNOWN_TORCH_LIMITS:
-        if isinstance(exc, exc_type) and text in str(exc):
+        if isinstance(exc, exc_type) and all(t in str(exc) for t in ((text,) if isinstance(text, str) else text)):
             return UnsupportedError(explanation.format(exc=exc), kind=kind, op=op, source=source)
     return None

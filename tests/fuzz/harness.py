@@ -43,6 +43,7 @@ KNOWN_REFUSALS = frozenset({
     pf.Refusal.DATA_ASSIGN_ALIASED,  # the IR's limits on `.data`: tests/test_state.py pins them
     pf.Refusal.DATA_WRITE_AFTER_SAVED_READ,
     pf.Refusal.WRITE_AFTER_UNCHECKED_HOP_READ,  # torch's while_loop/scan backward: tests/test_torch_hops.py
+    pf.Refusal.HOP_OPERAND_OF_WHILE_LOOP,  # torch's HOP capture of a while_loop result: tests/test_torch_hops.py
 })
 
 
