@@ -898,3 +898,117 @@ def test_data_assignment_after_a_saved_read_of_a_copy_is_refused(model_cls, op, 
 def test_data_assignment_after_a_saved_read_of_the_input_itself_backprops_as_eager(model_cls):
     model, args = model_cls(), (torch.randn(2, 1, requires_grad=True),)
     replay_calls(export_checked(model, args), model, args, calls=2)
+
+
+# --- an op that saves its own result for backward (found while hunting beyond the regions fuzzer) ---
+
+_A = torch.ops.aten
+
+
+def _on(op, *rest):
+    return lambda x: op(x, *rest)
+
+
+def _in_place(op, *rest):
+    return lambda x: op(x * 1, *rest)  # a non-leaf to write in place
+
+
+# a sample call of every op in tensor_data.SAVES_NO_RESULT, on x of shape (4, 3) with values in [0.5, 1.5]
+_RESULT_NOT_READ_SAMPLES = {
+    _A.add.Tensor: lambda x: _A.add.Tensor(x, x * 2), _A.add.Scalar: _on(_A.add.Scalar, 2.0),
+    _A.sub.Tensor: lambda x: _A.sub.Tensor(x, x * 3), _A.sub.Scalar: _on(_A.sub.Scalar, 2.0),
+    _A.mul.Tensor: lambda x: _A.mul.Tensor(x, x), _A.mul.Scalar: _on(_A.mul.Scalar, 2.0),
+    _A.div.Tensor: lambda x: _A.div.Tensor(x + 1, x), _A.div.Scalar: _on(_A.div.Scalar, 2.0),
+    _A.neg.default: _on(_A.neg.default), _A.abs.default: _on(_A.abs.default), _A.sgn.default: _on(_A.sgn.default),
+    _A.mm.default: lambda x: _A.mm.default(x, x.T), _A.bmm.default: lambda x: _A.bmm.default(x[None], x.T[None]),
+    _A.addmm.default: lambda x: _A.addmm.default(x[0], x.T, x), _A.linear.default: lambda x: _A.linear.default(x, x * 2, x[:, 0]),
+    _A.matmul.default: lambda x: _A.matmul.default(x, x.T),
+    _A.conv1d.default: lambda x: _A.conv1d.default(x[None], torch.ones(2, 4, 2, dtype=x.dtype) * x[0, 0]),
+    _A.conv2d.default: lambda x: _A.conv2d.default(x[None, None], torch.ones(1, 1, 2, 2, dtype=x.dtype) * x[0, 0]),
+    _A.layer_norm.default: lambda x: _A.layer_norm.default(x, [3], x[0] + 1, x[1]),
+    _A.group_norm.default: lambda x: _A.group_norm.default(x[None], 1, x[:, 0], x[:, 1]),
+    _A.batch_norm.default: lambda x: _A.batch_norm.default(x, x[0], x[1], None, None, True, 0.1, 1e-5, False),
+    _A.rms_norm.default: lambda x: _A.rms_norm.default(x, [3], x[0] + 1, 1e-6),
+    _A.embedding.default: lambda x: _A.embedding.default(x, torch.tensor([0, 2, 2])),
+    _A.dropout.default: lambda x: _A.dropout.default(x, 0.0, True),
+    _A.where.self: lambda x: _A.where.self(x > 1, x, x * 3), _A.index.Tensor: lambda x: _A.index.Tensor(x, [torch.tensor([0, 2])]),
+    _A.masked_fill.Scalar: lambda x: _A.masked_fill.Scalar(x, x > 1, 0.0), _A.clamp.default: _on(_A.clamp.default, 0.7, 1.2),
+    _A.hardtanh.default: _on(_A.hardtanh.default, 0.7, 1.2), _A.leaky_relu.default: lambda x: _A.leaky_relu.default(x - 1),
+    _A.elu.default: lambda x: _A.elu.default(x - 1), _A.gelu.default: _on(_A.gelu.default), _A.silu.default: _on(_A.silu.default),
+    _A.hardsigmoid.default: _on(_A.hardsigmoid.default), _A.softplus.default: _on(_A.softplus.default),
+    _A.mish.default: _on(_A.mish.default), _A.log.default: _on(_A.log.default), _A.log1p.default: _on(_A.log1p.default),
+    _A.sin.default: _on(_A.sin.default), _A.cos.default: _on(_A.cos.default), _A.asin.default: lambda x: _A.asin.default(x * 0.5),
+    _A.atan.default: _on(_A.atan.default), _A.sinh.default: _on(_A.sinh.default), _A.cosh.default: _on(_A.cosh.default),
+    _A.erf.default: _on(_A.erf.default), _A.erfinv.default: lambda x: _A.erfinv.default(x * 0.5),
+    _A.lgamma.default: _on(_A.lgamma.default), _A.digamma.default: _on(_A.digamma.default),
+    _A.logit.default: lambda x: _A.logit.default(x * 0.5), _A.pow.Tensor_Scalar: _on(_A.pow.Tensor_Scalar, 3),
+    _A.var.correction: _on(_A.var.correction, [1]), _A.max.dim: lambda x: _A.max.dim(x, 1)[0],
+    _A.sort.default: lambda x: _A.sort.default(x)[0], _A.topk.default: lambda x: _A.topk.default(x, 2)[0],
+    _A.cummax.default: lambda x: _A.cummax.default(x, 0)[0],
+    _A.add_.Tensor: lambda x: (x * 1).add_(x), _A.add_.Scalar: _in_place(_A.add_.Scalar, 2.0),
+    _A.sub_.Tensor: lambda x: (x * 1).sub_(x * x), _A.mul_.Tensor: lambda x: (x * 1).mul_(x),
+    _A.mul_.Scalar: _in_place(_A.mul_.Scalar, 2.0), _A.div_.Tensor: lambda x: (x * 1).div_(x + 1),
+    _A.div_.Scalar: _in_place(_A.div_.Scalar, 2.0), _A.neg_.default: _in_place(_A.neg_.default),
+    _A.clamp_.default: _in_place(_A.clamp_.default, 0.7, 1.2), _A.masked_fill_.Scalar: lambda x: (x * 1).masked_fill_(x > 1, 0.0),
+    _A.index_put_.default: lambda x: (x * 1).index_put_([torch.tensor([0])], x[1] * 2),
+    _A.fill_.Scalar: lambda x: (x * 1).fill_(2.0) + x, _A.fill_.Tensor: lambda x: (x * 1).fill_(x[0, 0] * 3) + x,
+    _A.zeros_like.default: _on(_A.zeros_like.default), _A.ones_like.default: _on(_A.ones_like.default),
+    _A.empty_like.default: _on(_A.empty_like.default), _A.full_like.default: _on(_A.full_like.default, 2.0),
+    _A.rand_like.default: _on(_A.rand_like.default), _A.randn_like.default: _on(_A.randn_like.default),
+    _A.zero_.default: lambda x: (x * 1).zero_() + x,
+}
+
+
+def _grad_after_writing_the_result(call, write: bool) -> torch.Tensor:
+    x = (torch.linspace(0.5, 1.5, 12, dtype=torch.float64).reshape(4, 3) + 0.01 * torch.arange(12).reshape(4, 3)
+         ).requires_grad_()
+    y = call(x)
+    if write:
+        y.data.add_(0.37).mul_(-1.3)  # moves every value and flips its sign: a backward reading y sees it
+    loss = (y * torch.linspace(0.5, 1.5, y.numel(), dtype=y.dtype).reshape(y.shape)).sum()
+    (loss if loss.requires_grad else loss + (x * 0).sum()).backward()  # `zeros_like`: no autograd link
+    return x.grad
+
+
+def test_every_op_taken_as_not_saving_its_result_leaves_eagers_gradient_when_its_result_is_written():
+    from predispatch_func.modes.tensor_data import SAVES_NO_RESULT
+
+    assert set(_RESULT_NOT_READ_SAMPLES) == set(SAVES_NO_RESULT)
+    differ = [str(op) for op, call in _RESULT_NOT_READ_SAMPLES.items()
+              if not torch.allclose(_grad_after_writing_the_result(call, False), _grad_after_writing_the_result(call, True))]
+    assert differ == []
+
+
+_RESULT_READ = {
+    "exp": lambda x: x.exp(), "sigmoid": torch.sigmoid, "relu_inplace": lambda x: torch.relu_(x * 1),
+    "softmax": lambda x: x.softmax(-1),
+    "sdpa": lambda x: torch.nn.functional.scaled_dot_product_attention(x[None, None], x[None, None] * 2, x[None, None] * 3),
+}
+
+
+class _WritesAResultItsOpSaved(nn.Module):
+    def __init__(self, call):
+        super().__init__()
+        self.call = call
+
+    def forward(self, x):
+        y = self.call(x)
+        y.data.add_(0.37).mul_(-1.3)
+        return y * 2
+
+
+@pytest.mark.parametrize("name", sorted(_RESULT_READ))
+def test_data_write_to_a_result_its_op_saved_for_backward_is_refused(name):
+    # was silently wrong: eager's backward reads the written result (no version bump), a program's
+    # the value the op computed
+    call = _RESULT_READ[name]
+    assert not torch.allclose(_grad_after_writing_the_result(call, False), _grad_after_writing_the_result(call, True))
+    with pytest.raises(pf.UnsupportedError, match=r"as its result") as info:
+        pf.export(_WritesAResultItsOpSaved(call), ((torch.rand(4, 3) + 0.5).requires_grad_(),))
+    assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ
+
+
+@pytest.mark.parametrize("call", [lambda x: x * 3, torch.nn.functional.gelu, lambda x: (x * 1).mul_(2)])
+def test_data_write_to_a_result_its_op_did_not_save_is_carried(call):
+    model, args = _WritesAResultItsOpSaved(call), ((torch.rand(4, 3) + 0.5).requires_grad_(),)
+    replay_calls(export_checked(model, args), model, args, calls=2)
