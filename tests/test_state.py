@@ -945,6 +945,7 @@ _RESULT_NOT_READ_SAMPLES = {
     _A.var.correction: _on(_A.var.correction, [1]), _A.max.dim: lambda x: _A.max.dim(x, 1)[0],
     _A.sort.default: lambda x: _A.sort.default(x)[0], _A.topk.default: lambda x: _A.topk.default(x, 2)[0],
     _A.cummax.default: lambda x: _A.cummax.default(x, 0)[0],
+    _A.maximum.default: lambda x: _A.maximum.default(x, x.flip(0)), _A.minimum.default: lambda x: _A.minimum.default(x, x.flip(0)),
     _A.add_.Tensor: lambda x: (x * 1).add_(x), _A.add_.Scalar: _in_place(_A.add_.Scalar, 2.0),
     _A.sub_.Tensor: lambda x: (x * 1).sub_(x * x), _A.mul_.Tensor: lambda x: (x * 1).mul_(x),
     _A.mul_.Scalar: _in_place(_A.mul_.Scalar, 2.0), _A.div_.Tensor: lambda x: (x * 1).div_(x + 1),
@@ -1012,3 +1013,28 @@ def test_data_write_to_a_result_its_op_saved_for_backward_is_refused(name):
 def test_data_write_to_a_result_its_op_did_not_save_is_carried(call):
     model, args = _WritesAResultItsOpSaved(call), ((torch.rand(4, 3) + 0.5).requires_grad_(),)
     replay_calls(export_checked(model, args), model, args, calls=2)
+
+
+class _AssignsDataToAnInputLinearSaved(nn.Module):
+    """Found by the fuzzer: ``linear`` saves ``x`` and ``x.t()``; ``x.data = v`` swaps x's storage
+    in eager, the view keeps the old one, so eager's backward mixes old and new values."""
+
+    def __init__(self, in_place: bool):
+        super().__init__()
+        self.in_place = in_place
+
+    def forward(self, x):
+        v = torch.nn.functional.linear(x, x)
+        if self.in_place:
+            x.data.copy_(v.detach())
+        else:
+            x.data = v.clone()
+        return v
+
+
+def test_data_assign_to_an_input_an_op_saved_is_refused_and_an_in_place_data_write_is_carried():
+    args = (torch.randn(2, 2, requires_grad=True),)
+    with pytest.raises(pf.UnsupportedError, match=r"aten\.linear[\s\S]*" + _line("x.data = v.clone()")) as info:
+        pf.export(_AssignsDataToAnInputLinearSaved(in_place=False), args)
+    assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ
+    export_checked(_AssignsDataToAnInputLinearSaved(in_place=True), (torch.randn(2, 2, requires_grad=True),))

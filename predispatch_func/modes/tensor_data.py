@@ -90,7 +90,8 @@ SAVES_NO_RESULT = frozenset({
     _aten.log1p.default, _aten.sin.default, _aten.cos.default, _aten.asin.default, _aten.atan.default,
     _aten.sinh.default, _aten.cosh.default, _aten.erf.default, _aten.erfinv.default, _aten.lgamma.default,
     _aten.digamma.default, _aten.logit.default, _aten.pow.Tensor_Scalar, _aten.var.correction,
-    _aten.max.dim, _aten.sort.default, _aten.topk.default, _aten.cummax.default,
+    _aten.max.dim, _aten.sort.default, _aten.topk.default, _aten.cummax.default, _aten.maximum.default,
+    _aten.minimum.default,
     _aten.add_.Tensor, _aten.add_.Scalar, _aten.sub_.Tensor, _aten.mul_.Tensor, _aten.mul_.Scalar,
     _aten.div_.Tensor, _aten.div_.Scalar, _aten.neg_.default, _aten.clamp_.default, _aten.masked_fill_.Scalar,
     _aten.index_put_.default, _aten.fill_.Scalar, _aten.fill_.Tensor, _aten.zero_.default,
@@ -193,7 +194,7 @@ class HiddenWrites:
     """
 
     __slots__ = ("_may_need_grad", "_inputs", "_data", "_read_stale", "_maybe_saved", "_read_unchecked", "_hidden",
-                 "_visible", "_saves_result")
+                 "_visible", "_saves_result", "_maybe_saved_inputs", "_read_as_input")
 
     def __init__(self, may_need_grad: Callable[[Any], bool]):
         self._may_need_grad = may_need_grad
@@ -205,6 +206,8 @@ class HiddenWrites:
         self._hidden: set[Any] = set()  # storages written through `.data`
         self._visible: set[Any] = set()  # storages written otherwise
         self._saves_result: dict[Any, bool] = {}  # op -> self._may_save_result(op)
+        self._maybe_saved_inputs: dict[int, list[Any]] = {}  # by id(call): graph inputs read as they are
+        self._read_as_input: dict[Any, Any] = {}  # storage of such an input -> the op whose backward reads it
 
     def add_inputs(self, inputs: list[Any]) -> None:
         for i, t in enumerate(inputs):
@@ -225,6 +228,7 @@ class HiddenWrites:
 
     def before(self, call: OpCall) -> None:
         self._maybe_saved.pop(id(call), None)  # left by an op whose dispatch raised (and the model caught)
+        self._maybe_saved_inputs.pop(id(call), None)
         for w in call.written:
             key = tc.storage_key(w)
             if not self._is_data(w):
@@ -252,9 +256,26 @@ class HiddenWrites:
             read = [t for t in read if any(t is k for k in kept)]
         # what the op saves if a result can carry a gradient (known in `after`), at the values
         # it reads now: a graph input unwritten so far is saved as the input itself
-        self._maybe_saved[id(call)] = [
-            key for t in read if (key := tc.storage_key(t)) not in self._read_stale
-            and (key not in self._inputs or tc.storage_mutation_count(t) != 0)]
+        keys = [(tc.storage_key(t), t) for t in read]
+        self._maybe_saved[id(call)] = [key for key, t in keys if key not in self._read_stale
+                                       and (key not in self._inputs or tc.storage_mutation_count(t) != 0)]
+        self._maybe_saved_inputs[id(call)] = [key for key, t in keys
+                                              if key in self._inputs and tc.storage_mutation_count(t) == 0]
+
+    def refuse_assign_after_saved_read(self, target: Any) -> None:
+        """``t.data = v`` on a graph input a kept composite read with grad on: eager swaps ``t``'s
+        storage, but views of the old one that the composite's ops saved (``linear`` saves
+        ``w.t()``) keep the old values, so its backward mixes both; a program's reads one value
+        (found by the fuzzer). An op with its own backward saves the input itself, which follows
+        the swap as the program's write-back does."""
+        op = self._read_as_input.get(tc.storage_key(target))
+        if op is not None:
+            raise UnsupportedError(
+                f"`tensor.data = value` on a tensor that {op} saved for backward with grad on: eager swaps the "
+                "tensor's storage while views of the old one that the op saved keep the old values, so its "
+                "backward mixes old and new values, which a program cannot; write in place instead "
+                "(`t.data.copy_(value)`), or assign before the read",
+                kind=Refusal.DATA_WRITE_AFTER_SAVED_READ, op="Tensor.data.__set__", source=user_source_line())
 
     def note_unchecked_read(self, what: str, operands: list[Any]) -> None:
         """A HOP whose eager backward reads its operands without autograd's version check
@@ -295,9 +316,13 @@ class HiddenWrites:
                 if isinstance(t, tc.FunctionalTensor):
                     self.mark_data(t)
         saved = self._maybe_saved.pop(id(call), None)
+        saved_inputs = self._maybe_saved_inputs.pop(id(call), ())
         if saved is not None and self._has_backward(call, out):
             for key in saved:
                 self._read_stale.setdefault(key, call.func)  # no source line here: this runs for most ops
+            if isinstance(call.func, tc.OpOverload) and tc.has_composite_implicit_kernel(call.func):
+                for key in saved_inputs:  # a kept composite: its autograd may save views of the input
+                    self._read_as_input.setdefault(key, call.func)
             if self._may_save_result(call.func):  # its backward may read its result: saved too
                 for t in call.results(out):
                     if isinstance(t, tc.FunctionalTensor) and may_carry_grad(t):
@@ -354,6 +379,8 @@ class TensorDataMode(TorchFunctionMode):
                 return None  # `w.data += s` assigns w's own alias back: eager's swap changes nothing
             if traced:
                 self._aliases.check_assign(target, value)
+                if self._hidden_writes is not None:
+                    self._hidden_writes.refuse_assign_after_saved_read(target)
             with torch.no_grad():  # through a `.data` alias: a hidden write, as eager's swap is
                 alias = target.detach()
                 if traced and self._hidden_writes is not None:
