@@ -754,6 +754,16 @@ def gen_data_read(b: _Builder):
     return None if a is None else (f"v = {a}.data", ("state:data_read",))
 
 
+def gen_data_write_to_a_result(b: _Builder):
+    """``v.data.mul_(s)`` on an op's result: eager's backward of an op that saved its result
+    (``tanh``, ``sigmoid``, ``relu``) reads the written value (no version bump); found missing
+    when such writes were silently wrong."""
+    t = b.pick_target(lambda t: t.is_floating_point() and t._base is None)
+    if t is None or t in b.roots:
+        return None
+    return f"{t}.data.mul_({b.scalar_for(t)})", ("state:data_write_result",)
+
+
 def gen_data_write(b: _Builder):
     """``t.data.copy_(src)`` (a write autograd does not see) or ``t.data = src`` (same shape
     and dtype) on a root; the value written carries no grad."""
@@ -812,6 +822,7 @@ GENERATORS = {
     "view": [gen_view],
     "composite": [gen_composite],
     "inplace": [gen_binary_inplace, gen_unary_inplace, gen_copy, gen_masked_fill, gen_index_put, gen_out],
-    "state": [gen_augmented_state, gen_data_read, gen_data_write, gen_view_dtype, gen_whole_copy_into_input,
+    "state": [gen_augmented_state, gen_data_read, gen_data_write, gen_data_write_to_a_result, gen_view_dtype,
+              gen_whole_copy_into_input,
               gen_buffer_new_shape],
 }
