@@ -1038,3 +1038,25 @@ def test_data_assign_to_an_input_an_op_saved_is_refused_and_an_in_place_data_wri
         pf.export(_AssignsDataToAnInputLinearSaved(in_place=False), args)
     assert info.value.kind is pf.Refusal.DATA_WRITE_AFTER_SAVED_READ
     export_checked(_AssignsDataToAnInputLinearSaved(in_place=True), (torch.randn(2, 2, requires_grad=True),))
+
+
+class _RebindsABufferAnOpSaved(nn.Module):
+    """Found by the regions fuzzer (seed 12): ``self.buf = ...`` after ``maximum`` saved the old
+    buffer. Eager's backward reads the old tensor; ep.module()'s write-back gave it the new value
+    (same shape: a wrong gradient; a new shape: the backward raised)."""
+
+    def __init__(self, new_shape: bool):
+        super().__init__()
+        self.register_buffer("buf", torch.tensor([[0.5, -0.5, 1.0, -1.0]]))
+        self.new_shape = new_shape
+
+    def forward(self, x):
+        v = torch.maximum(self.buf, x)
+        self.buf = torch.cat([self.buf, self.buf]) if self.new_shape else self.buf * 4
+        return v
+
+
+@pytest.mark.parametrize("new_shape", [False, True])
+def test_a_buffer_rebound_after_an_op_saved_it_keeps_eagers_gradient(new_shape):
+    model, args = _RebindsABufferAnOpSaved(new_shape), (torch.tensor([[1.0, 1.0, -2.0, -2.0]], requires_grad=True),)
+    replay_calls(export_checked(model, args), model, args, calls=2)

@@ -35,6 +35,9 @@ class Mutations:
     output_is_input: tuple[int | None, ...]
     out_spec: tc.pytree.TreeSpec
     layouts: tuple[tuple[tuple, tuple] | None, ...] = ()
+    # the buffers replaced by assignment (``self.buf = ...``), not written in place: eager's ops
+    # that saved the old tensor keep reading it
+    rebound: frozenset[InputSlot] = frozenset()
 
 
 class ModelCall:
@@ -74,7 +77,8 @@ class ModelCall:
             # a buffer replaced by assignment: eager's returned tensor is the old one, not the new value
             tuple(slots[i] for i in mutated), tuple(next((j for j, i in enumerate(mutated)
                                                           if o is traced[i] and i not in reassigned), None)
-                                  for o in flat_out), out_spec, tuple(relaid.get(i) for i in mutated))
+                                  for o in flat_out), out_spec, tuple(relaid.get(i) for i in mutated),
+            frozenset(slots[i] for i in reassigned))
         return [final[i] for i in mutated] + flat_out
 
     def _relaid(self, traced: list[Any], mode: Any) -> dict[int, tuple[tuple, tuple]]:

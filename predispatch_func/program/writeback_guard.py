@@ -96,12 +96,16 @@ def _view_chain(placeholder: torch.fx.Node) -> list[torch.fx.Node]:
 @graph_pass
 def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
                                written: dict[torch.fx.Node, torch.fx.Node],
-                               grad_sources: set[torch.fx.Node]) -> None:
+                               grad_sources: set[torch.fx.Node],
+                               rebound: frozenset[torch.fx.Node] = frozenset()) -> None:
     """``written`` maps a mutated placeholder to the node holding its final value;
-    ``grad_sources`` are the placeholders that may require grad."""
+    ``grad_sources`` are the placeholders that may require grad. A ``rebound`` placeholder
+    (a buffer replaced by assignment) guards every op that may save it: eager never writes
+    the old tensor, so those ops' backward reads it as it was, where the write-back would
+    give it the new value."""
     may_need_grad = _may_need_grad(gm, grad_sources)
     for placeholder, final in written.items():
-        feeding = _ancestors(final) | {final}
+        feeding = set(gm.graph.nodes) if placeholder in rebound else _ancestors(final) | {final}
         aliases = _view_chain(placeholder)
         for alias in aliases:
             if not isinstance(alias.meta.get("val"), torch.Tensor):  # split's list: its pieces are aliases
