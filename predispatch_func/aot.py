@@ -35,7 +35,7 @@ from .program.mutations import ModelCall
 from .opsets.lowering import Lowering
 from .schema_audit import shipped_decision, shipped_untested_layouts
 from .program.state_guard import StateGuard
-from .program.signature import SlotKind, build_signature, grad_sources, written_placeholders
+from .program.signature import SlotKind, build_signature, grad_sources, placeholders_of, written_placeholders
 from .program.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
 
 
@@ -104,9 +104,8 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         lowering.warn_decomposed_members(policy.decisions)
     copy_outputs_reading_written_inputs(gm, inputs, mutations)
     written = written_placeholders(gm, inputs, mutations)
-    placeholder_of = dict(zip(inputs.slots, (n for n in gm.graph.nodes if n.op == "placeholder")))
     guard_saved_mutated_inputs(gm, written_placeholders(gm, inputs, mutations, skip=written_through_data),
-                               grad_sources(gm, inputs), frozenset(placeholder_of[s] for s in mutations.rebound))
+                               grad_sources(gm, inputs), placeholders_of(gm, inputs, mutations.rebound))
     clone_relaid_inputs(gm, [p for p, layout in zip(written, mutations.layouts) if layout is not None])
     signature = build_signature(gm, inputs, mutations)
     node_meta.fill_missing(gm, type(mod))

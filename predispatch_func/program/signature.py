@@ -102,6 +102,12 @@ def written_placeholders(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mu
             if slot not in skip}
 
 
+def placeholders_of(gm: torch.fx.GraphModule, inputs: Inputs, slots: Any) -> frozenset[torch.fx.Node]:
+    """The placeholders of ``slots``."""
+    placeholders, position = _placeholders(gm), inputs.positions()
+    return frozenset(placeholders[position[slot]] for slot in slots)
+
+
 def grad_sources(gm: torch.fx.GraphModule, inputs: Inputs) -> set[torch.fx.Node]:
     """The placeholders that may require grad: parameters and float user inputs."""
     sources = set()
