@@ -613,11 +613,12 @@ def patched_function_apply(apply: Callable[..., Any]) -> Iterator[None]:
     ops are recorded inline, losing the user's backward), so it is patched here.
     """
     owner = torch.autograd.Function
+    # a Python classmethod up to torch 2.13, a C classmethod_descriptor from 2.14
+    # on: both bind to a class through the descriptor protocol
     original = owner.__dict__["apply"]
-    bound = original.__func__
 
     def routed(cls, *args, **kwargs):
-        return apply(cls, lambda *a, **k: bound(cls, *a, **k), *args, **kwargs)
+        return apply(cls, original.__get__(None, cls), *args, **kwargs)
 
     owner.apply = classmethod(routed)  # type: ignore[assignment, method-assign]
     try:
