@@ -1,0 +1,354 @@
+"""Patches of torch's globals and thread-local state, for the length of a trace.
+
+Each is a context manager that restores what it changed on every path, the
+error path included (``tests/test_torch_assumptions.py`` raises inside each
+and checks). What breaks here on a torch upgrade: the patched attribute moves
+or torch stops reading it; both show as failing tests of the behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .reexports import autocast_state, disable_proxy_modes_tracing
+
+
+@contextlib.contextmanager
+def below_pre_dispatch() -> Iterator[None]:
+    """Run ops on fake tensors without our PreDispatch modes or proxy tracing."""
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PreDispatch) | torch._C.DispatchKeySet(
+        torch._C.DispatchKey.Functionalize
+    )
+    with torch._C._ExcludeDispatchKeyGuard(keys), disable_proxy_modes_tracing():
+        yield
+
+
+@contextlib.contextmanager
+def exporting_state() -> Iterator[None]:
+    """Make ``torch.compiler.is_exporting()`` true while tracing, as torch.export does.
+
+    transformers' masking code branches on it; without it, it takes
+    data-dependent paths that cannot be traced.
+    """
+    old_compiling = torch.compiler._is_compiling_flag
+    old_exporting = torch.compiler._is_exporting_flag
+    torch.compiler._is_compiling_flag = True
+    torch.compiler._is_exporting_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = old_compiling
+        torch.compiler._is_exporting_flag = old_exporting
+
+
+def ops_with_cached_pre_dispatch_handler() -> list[str]:
+    """Ops whose Python dispatch cache holds a PreDispatch entry: none, while torch keeps
+    its rule that PreDispatch handlers are not cached (what
+    :func:`pre_dispatch_pushes_without_uncache` relies on; a test checks it)."""
+    from torch._ops import get_cached_ops
+
+    key = torch._C.DispatchKey.PreDispatch
+    return sorted(str(op) for op in get_cached_ops() if key in op._dispatch_cache)
+
+
+def push_mode_is_torchs() -> bool:
+    """``_push_mode`` is torch's own again (the shortcut is undone after each trace)."""
+    import torch.utils._python_dispatch as python_dispatch
+
+    return python_dispatch._push_mode is _TORCH_PUSH_MODE
+
+
+def lazy_graph_modules() -> Any:
+    """Graph modules made meanwhile generate their Python code on first use, not when made:
+    the traced graph is edited by our passes and copied into the ExportedProgram's own
+    module, so code generated at trace time would only be thrown away."""
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
+
+    return _use_lazy_graph_module(True)
+
+
+def _torch_push_mode() -> Callable[[Any], None]:
+    import torch.utils._python_dispatch as python_dispatch
+
+    return python_dispatch._push_mode
+
+
+_TORCH_PUSH_MODE = _torch_push_mode()
+
+
+@contextlib.contextmanager
+def pre_dispatch_pushes_without_uncache() -> Iterator[None]:
+    """Push PreDispatch modes without clearing every op's PreDispatch dispatch cache.
+
+    torch's ``_push_mode`` loops over every op the process has dispatched to drop
+    its cached PreDispatch handler, but PreDispatch handlers are never cached
+    (``OpOverload._get_dispatch``: "Not Caching Per-Dispatch-Key Mode Handlers"),
+    so the loop removes nothing. FunctionalTensorMode re-enters itself for every
+    decomposition, so the loop ran hundreds of times per export, each over all
+    ops used so far (a quarter of a second per export in a long-lived process).
+    """
+    import torch.utils._python_dispatch as python_dispatch
+    from torch._ops import _set_mode_pre_dispatch
+
+    original = python_dispatch._push_mode
+
+    def push(mode: Any) -> None:
+        if getattr(mode, "_dispatch_key", None) == torch._C.DispatchKey.PreDispatch:
+            _set_mode_pre_dispatch(mode)
+        else:
+            original(mode)
+
+    python_dispatch._push_mode = push
+    try:
+        yield
+    finally:
+        python_dispatch._push_mode = original
+
+
+@contextlib.contextmanager
+def autocast_cache_as(enabled: bool) -> Iterator[None]:
+    """Set autocast's weight-cache flag (make_fx turns it off while tracing).
+
+    ``torch.autocast()`` without ``cache_enabled`` takes the flag of the moment it
+    is built, and the region records it; the model must record what eager used.
+    """
+    previous = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch.set_autocast_cache_enabled(previous)
+
+
+@contextlib.contextmanager
+def grad_mode_untraced(enabled: bool) -> Iterator[None]:
+    """Set grad mode without recording a marker (the caller records its own)."""
+    previous = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch._C._set_grad_enabled(previous)
+
+
+@contextlib.contextmanager
+def outside_all_modes() -> Iterator[None]:
+    """Run real ops from inside a trace: no dispatch modes, no PreDispatch/Functionalize keys.
+
+    The schema audit of a custom op met during export runs the op on real CPU
+    tensors; nothing of the trace may see those calls.
+    """
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PreDispatch) | torch._C.DispatchKeySet(
+        torch._C.DispatchKey.Functionalize
+    )
+    with _disable_current_modes(), torch._C._ExcludeDispatchKeyGuard(keys), disable_proxy_modes_tracing():
+        yield
+
+
+@contextlib.contextmanager
+def patched_function_apply(apply: Callable[..., Any]) -> Iterator[None]:
+    """Route ``torch.autograd.Function.apply`` (every user Function's entry point)
+    through ``apply(cls, original, *args, **kwargs)`` while tracing.
+
+    ``Function.apply`` is not reachable through ``__torch_function__`` nor the
+    dispatcher (the C++ ``THPFunction_apply`` runs forward with grad off and the
+    ops are recorded inline, losing the user's backward), so it is patched here.
+    """
+    owner = torch.autograd.Function
+    # a Python classmethod up to torch 2.13, a C classmethod_descriptor from 2.14
+    # on: both bind to a class through the descriptor protocol
+    original = owner.__dict__["apply"]
+
+    def routed(cls, *args, **kwargs):
+        return apply(cls, original.__get__(None, cls), *args, **kwargs)
+
+    owner.apply = classmethod(routed)  # type: ignore[assignment, method-assign]
+    try:
+        yield
+    finally:
+        owner.apply = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def outside_trace() -> Iterator[None]:
+    """Leave the trace in progress (all dispatch modes popped), to trace a body
+    of a HOP into its own graph with a fresh tracer, then come back."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        yield
+
+
+@contextlib.contextmanager
+def autocast_state_as(state: dict[str, tuple[bool, Any]]) -> Iterator[None]:
+    """Set autocast's state without recording a marker (a HOP body traced on its own
+    runs under its caller's autocast; the caller's graph already records it)."""
+    before = autocast_state()
+    for device, (enabled, dtype) in state.items():
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, dtype)
+    try:
+        yield
+    finally:
+        for device, (enabled, dtype) in before.items():
+            torch.set_autocast_enabled(device, enabled)
+            torch.set_autocast_dtype(device, dtype)
+
+
+@contextlib.contextmanager
+def patched_tensor_methods(**methods: Callable[..., Any]) -> Iterator[None]:
+    """Route ``torch.Tensor.<name>`` through ``methods[name](original, self, *args)``
+    while tracing (``register_hook``, ``requires_grad_``: no dispatcher op to see them)."""
+    owned = {name: name in torch.Tensor.__dict__ for name in methods}
+    originals = {name: getattr(torch.Tensor, name) for name in methods}
+    for name, route in methods.items():
+        def routed(self, *args, _route=route, _original=originals[name], **kwargs):
+            return _route(_original, self, *args, **kwargs)
+        setattr(torch.Tensor, name, routed)
+    try:
+        yield
+    finally:
+        for name in methods:
+            if owned[name]:
+                setattr(torch.Tensor, name, originals[name])
+            else:
+                delattr(torch.Tensor, name)
+
+
+@contextlib.contextmanager
+def rng_reseeds_routed(on_reseed: Callable[[str], None]) -> Iterator[None]:
+    """Call ``on_reseed(name)`` before ``torch.manual_seed``/``torch.seed``, and before a
+    ``torch.set_rng_state`` that changes the CPU generator's state (torch's own tracers
+    restore the state they saved, which changes nothing)."""
+    import torch.random as random_module
+
+    originals = {name: getattr(random_module, name) for name in ("manual_seed", "seed", "set_rng_state")}
+
+    def routed(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name != "set_rng_state" or not torch.equal(args[0] if args else kwargs["new_state"],
+                                                      torch.get_rng_state()):
+            on_reseed(name)
+        return originals[name](*args, **kwargs)
+
+    for name in originals:
+        setattr(random_module, name, functools.partial(routed, name))
+        setattr(torch, name, getattr(random_module, name))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(random_module, name, fn)
+            setattr(torch, name, fn)
+
+
+@contextlib.contextmanager
+def inference_mode_as_grad_mode() -> Iterator[None]:
+    """``torch.inference_mode(m)`` sets grad mode to ``not m`` (recorded like ``no_grad``)
+    instead of entering C++ inference mode, which a trace cannot hold: its values are
+    a ``no_grad`` region's (see README, Regions)."""
+    cls = torch.autograd.grad_mode.inference_mode
+    enter, exit_ = cls.__enter__, cls.__exit__
+
+    def entered(self):
+        self._pf_previous = torch.is_grad_enabled()
+        torch.set_grad_enabled(not self.mode)
+
+    def exited(self, *exc):
+        torch.set_grad_enabled(self._pf_previous)
+
+    cls.__enter__, cls.__exit__ = entered, exited  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cls.__enter__, cls.__exit__ = enter, exit_  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def compiled_modules_run_eagerly() -> Iterator[None]:
+    """A ``torch.compile``-d submodule (``OptimizedModule``) calls the module it wraps,
+    so the trace sees its ops (as torch.export does), not dynamo's generated code.
+    A compiled plain function runs what it wraps too: its wrapper does so while
+    exporting inside a ``TracingContext`` (torch.export's non-strict trace holds one).
+    Not a global ``set_stance("force_eager")``: torch's own HOPs (``cond``, ``map``)
+    compile their bodies with dynamo to lift closed-over tensors."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    original = OptimizedModule.__dict__.get("__call__")
+
+    def call(self, *args, **kwargs):
+        return self._orig_mod(*args, **kwargs)
+
+    OptimizedModule.__call__ = call  # type: ignore[method-assign]
+    context: Any = contextlib.nullcontext()
+    if torch._guards.TracingContext.try_get() is None:
+        context = torch._guards.tracing(torch._guards.TracingContext(torch._guards.detect_fake_mode()))
+    try:
+        with context:
+            yield
+    finally:
+        if original is None:
+            del OptimizedModule.__call__
+        else:
+            OptimizedModule.__call__ = original  # type: ignore[method-assign]
+
+
+def hop_capture_static() -> Any:
+    """torch's HOP wrappers (``map``, ``cond``) capture their bodies with dynamo, which
+    after a first capture in the process makes changed Python ints (pytree spec
+    sizes) graph inputs without values; keep them constants, as on a first capture."""
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False)
+
+
+@contextlib.contextmanager
+def dynamo_function_capture_refused(refuse: Callable[[type], None]) -> Iterator[None]:
+    """Call ``refuse(cls)`` when dynamo captures ``cls.apply`` (a custom autograd.Function
+    inside a torch HOP body): dynamo inlines its forward when nothing requires grad."""
+    from torch._dynamo.variables.misc import AutogradFunctionVariable
+
+    original = AutogradFunctionVariable.call_apply
+
+    def call_apply(self, *args, **kwargs):
+        refuse(self.fn_cls)
+        return original(self, *args, **kwargs)
+
+    AutogradFunctionVariable.call_apply = call_apply  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        AutogradFunctionVariable.call_apply = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def below_autograd() -> Iterator[None]:
+    """Dispatch below the Autograd key (a HOP's autograd rule calling the HOP again)."""
+    with torch._C._AutoDispatchBelowAutograd():
+        yield
+
+
+__all__ = [
+    "below_pre_dispatch",
+    "exporting_state",
+    "ops_with_cached_pre_dispatch_handler",
+    "push_mode_is_torchs",
+    "lazy_graph_modules",
+    "pre_dispatch_pushes_without_uncache",
+    "autocast_cache_as",
+    "grad_mode_untraced",
+    "outside_all_modes",
+    "patched_function_apply",
+    "outside_trace",
+    "autocast_state_as",
+    "patched_tensor_methods",
+    "rng_reseeds_routed",
+    "inference_mode_as_grad_mode",
+    "compiled_modules_run_eagerly",
+    "hop_capture_static",
+    "dynamo_function_capture_refused",
+    "below_autograd",
+]

@@ -1,0 +1,454 @@
+"""Private torch names: re-exported, or wrapped in a line or two.
+
+What breaks here on a torch upgrade breaks loudly: a name that moved fails at
+import (module top) or, for the names imported lazily (slow modules, or only
+some commands need them), in ``tests/test_torch_assumptions.py``, which
+resolves every private name this package reaches for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+from torch._ops import HigherOrderOperator, OpOverload
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode, _can_decompose_fast
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._sympy.numbers import int_oo as INT_OO
+
+__all__ = [  # the private names the rest of the package uses as they are, then our wrappers
+    "_can_decompose_fast", "INT_OO", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode", "HigherOrderOperator",
+    "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx", "pytree",
+    "has_composite_implicit_kernel",
+    "has_sparse_kernel",
+    "sparse_components",
+    "has_functionalize_kernel",
+    "has_python_composite",
+    "decompose_like_eager",
+    "torch_would_decompose",
+    "torch_tags_unsafe",
+    "schema_of",
+    "version_of",
+    "overload_name",
+    "check",
+    "module_parameters",
+    "module_buffers",
+    "non_persistent_buffer_names",
+    "opinfo_db",
+    "to_functional",
+    "inner_of_functional",
+    "has_kernel",
+    "has_data_mutation",
+    "fake_mode_of",
+    "discarding_unbacked_symbols",
+    "SET_GRAD_ENABLED",
+    "ENTER_AUTOCAST",
+    "EXIT_AUTOCAST",
+    "reparametrize",
+    "rename_node",
+    "value_range",
+    "symbol_range",
+    "narrow_symbol_range",
+    "proxy_node_of",
+    "is_functional_base",
+    "storage_key",
+    "last_recorded_call_source",
+    "autocast_enabled_anywhere",
+    "canonical_key_padding_mask",
+    "set_version",
+    "keep_calls_in_torch_dead_code_elimination",
+    "storage_mutation_count",
+    "torch_aot_export_module",
+    "all_op_names",
+    "resolve_overload",
+    "torch_tag_maybe_aliasing",
+    "function_has_setup_context",
+    "current_proxy_tracer",
+    "autocast_state",
+    "all_higher_order_ops",
+    "active_functional_mode",
+    "core_aten_decomposition_table",
+    "aten_decomposition_table",
+    "prims_decomposition_ops",
+    "wrap_submodules_with_tracepoints",
+    "is_export_tracepoint",
+    "collect_tracepoints",
+    "UNCAPTURED_HOP_ERROR",
+    "dynamo_is_capturing",
+    "HopRules",
+]
+
+
+def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
+    """True when ``op`` runs a CompositeImplicitAutograd decomposition."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        op.name(), torch._C.DispatchKey.CompositeImplicitAutograd
+    )
+
+
+_SPARSE_KEYS = {torch.sparse_coo: "SparseCPU", torch.sparse_csr: "SparseCsrCPU", torch.sparse_csc: "SparseCsrCPU",
+                torch.sparse_bsr: "SparseCsrCPU", torch.sparse_bsc: "SparseCsrCPU"}
+
+
+def has_sparse_kernel(op: torch._ops.OpOverload, layout: torch.layout) -> bool:
+    """True when ``op`` registers a CPU kernel for tensors of sparse ``layout``."""
+    key = getattr(torch._C.DispatchKey, _SPARSE_KEYS[layout])
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+
+
+def sparse_components(t: torch.Tensor) -> list[torch.Tensor]:
+    """The strided tensors that hold a tensor's data: itself when strided; indices and
+    values of a sparse COO tensor; compressed indices, plain indices and values of a
+    CSR/CSC/BSR/BSC one (without coalescing or copying)."""
+    if t.layout == torch.strided:
+        return [t]
+    if t.layout == torch.sparse_coo:
+        return [t._indices(), t._values()]
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    if t.layout in (torch.sparse_csc, torch.sparse_bsc):
+        return [t.ccol_indices(), t.row_indices(), t.values()]
+    return []
+
+
+def has_functionalize_kernel(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), torch._C.DispatchKey.Functionalize)
+
+
+def has_python_composite(op: torch._ops.OpOverload) -> bool:
+    """torch registered a Python CompositeImplicitAutograd kernel, which tracing
+    runs instead of the C++ one eager runs (dropout: clone vs. return input)."""
+    return torch._C.DispatchKey.CompositeImplicitAutograd in op.py_kernels
+
+
+def decompose_like_eager(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """Run ``op``'s C++ composite kernel (the one eager runs), skipping Python overrides."""
+    return op._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+
+
+def torch_would_decompose(op: torch._ops.OpOverload, pre_dispatch: bool) -> bool | None:
+    """torch's own export-time answer (None: it would consult autograd)."""
+    return _can_decompose_fast(op, True, pre_dispatch)
+
+
+def torch_tags_unsafe(op: torch._ops.OpOverload) -> bool:
+    """torch's ``maybe_aliasing_or_mutating`` tag, which it always decomposes."""
+    from torch._decomp import _should_decompose_because_unsafe_op
+
+    return bool(_should_decompose_because_unsafe_op(op))
+
+
+def schema_of(op: Any) -> Any:
+    """``op``'s FunctionSchema (None for a higher-order op or a Python callable)."""
+    return getattr(op, "_schema", None)
+
+
+def version_of(t: torch.Tensor) -> int:
+    """The tensor's in-place write counter (autograd's saved-tensor check reads it)."""
+    return int(t._version)
+
+
+def overload_name(op: OpOverload) -> str:
+    return str(op._overloadname)
+
+
+def check(cond: Any) -> None:
+    """``torch._check``: assert a (symbolic) condition, recording it as a shape guard."""
+    torch._check(cond)
+
+
+def module_parameters(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's own parameters by local name, as it holds them now (no recursion)."""
+    return module._parameters
+
+
+def module_buffers(module: torch.nn.Module) -> dict[str, Any]:
+    """The module's own buffers by local name, as it holds them now (no recursion)."""
+    return module._buffers
+
+
+def non_persistent_buffer_names(module: torch.nn.Module) -> set[str]:
+    """Local names of the module's own buffers registered with ``persistent=False``."""
+    return set(getattr(module, "_non_persistent_buffers_set", ()))
+
+
+def opinfo_db() -> list[Any]:
+    """torch's OpInfo database (``torch.testing._internal``; slow to import)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return list(op_db)
+
+
+def to_functional(t: torch.Tensor) -> torch.Tensor:
+    return FunctionalTensor.to_functional(t)
+
+
+def inner_of_functional(t: Any) -> Any:
+    """The latest value behind a FunctionalTensor (after syncing pending views)."""
+    if not isinstance(t, FunctionalTensor):
+        return t
+    torch._sync(t)
+    return torch._from_functional_tensor(t.elem)
+
+
+def has_kernel(op: OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel(op.name())
+
+
+def has_data_mutation(t: FunctionalTensor) -> bool:
+    torch._sync(t)
+    return bool(torch._functionalize_has_data_mutation(t.elem))  # type: ignore[attr-defined]
+
+
+def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:
+    return torch._guards.detect_fake_mode(tensors)
+
+
+def discarding_unbacked_symbols(fake_mode: FakeTensorMode) -> Any:
+    """Unbacked symbols (``.item()``) made inside are thrown away, not pending
+    for the trace's outputs: for trial runs whose results are dropped."""
+    env = fake_mode.shape_env
+    return env.ignore_fresh_unbacked_symbols() if env is not None else contextlib.nullcontext()
+
+
+SET_GRAD_ENABLED = torch._C._set_grad_enabled
+
+
+ENTER_AUTOCAST = torch.amp.autocast_mode._enter_autocast
+
+
+EXIT_AUTOCAST = torch.amp.autocast_mode._exit_autocast
+
+
+def reparametrize(module: torch.nn.Module, tensors: dict[str, torch.Tensor]):
+    """Temporarily swap named tensors (params, buffers, plain tensor attributes)."""
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    return _reparametrize_module(module, tensors, tie_weights=True, strict=False)
+
+
+def rename_node(node: torch.fx.Node, wanted: str) -> None:
+    """Rename an fx node, letting the graph's namespace resolve clashes."""
+    node._rename(wanted)
+
+
+def value_range(lower: Any, upper: Any) -> Any:
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    return ValueRanges(lower, upper)
+
+
+def symbol_range(env: ShapeEnv, symbol: Any) -> Any:
+    return env.var_to_range[symbol]
+
+
+def narrow_symbol_range(env: ShapeEnv, symbol: Any, lower: int, upper: Any) -> None:
+    env.constrain_symbol_range(symbol, compiler_min=lower, compiler_max=upper)
+
+
+def proxy_node_of(t: torch.Tensor) -> torch.fx.Node | None:
+    """The fx node the active pre-dispatch proxy mode recorded for ``t``, if any."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    try:
+        return get_proxy_slot(t, mode.tracer).proxy.node
+    except (KeyError, RuntimeError, AttributeError):
+        return None
+
+
+def is_functional_base(t: FunctionalTensor) -> bool:
+    return bool(t.is_base_tensor())
+
+
+def storage_key(t: FunctionalTensor) -> StorageWeakRef:
+    return StorageWeakRef(t.elem.untyped_storage())
+
+
+def last_recorded_call_source(target: Any) -> str | None:
+    """Stack trace of the latest node calling ``target`` in the graph being traced."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    for node in reversed(mode.tracer.graph.nodes):
+        if node.target is target:
+            return (node.meta.get("stack_trace") or "").strip() or None
+    return None
+
+
+def autocast_enabled_anywhere() -> bool:
+    return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+
+
+def canonical_key_padding_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A key padding mask as nn.TransformerEncoder reads it (bool -> 0 / -inf floats)."""
+    import torch.nn.functional as F
+
+    canonical = F._canonical_mask(mask=mask, mask_name="src_key_padding_mask", other_type=None,
+                                  other_name="mask", target_type=dtype)
+    assert canonical is not None  # only None for a None mask
+    return canonical
+
+
+def set_version(t: torch.Tensor, version: int) -> None:
+    """Set ``t``'s autograd version counter (as a write through ``t.data`` leaves it)."""
+    torch._C._autograd._unsafe_set_version_counter((t,), (version,))
+
+
+def keep_calls_in_torch_dead_code_elimination(fn: Any) -> None:
+    """fx's dead-code elimination (``ep.module()`` runs it when unlifting) must not drop
+    calls of ``fn`` whose results are unused."""
+    torch.fx.node.has_side_effect(fn)
+
+
+def storage_mutation_count(t: FunctionalTensor) -> int:
+    """How many writes functionalization has seen to ``t``'s storage (through any alias)."""
+    return int(torch._functionalize_mutation_counter(t.elem))
+
+
+def torch_aot_export_module(mod: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+                            pre_dispatch: bool = True) -> tuple[Any, Any]:
+    """torch's ``aot_export_module`` (forward only): (graph module, torch's GraphSignature)."""
+    from torch._functorch.aot_autograd import aot_export_module as torch_aot
+
+    return torch_aot(mod, args, trace_joint=False, pre_dispatch=pre_dispatch, kwargs=kwargs)
+
+
+def all_op_names() -> list[str]:
+    """Every registered operator, as ``ns::name.overload`` (overload may be absent)."""
+    return list(torch._C._dispatch_get_all_op_names())
+
+
+def resolve_overload(namespace: str, name_and_overload: str) -> torch._ops.OpOverload | None:
+    """``("aten", "add.Tensor")`` -> ``torch.ops.aten.add.Tensor``; None if Python cannot see it."""
+    name, _, overload = name_and_overload.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def torch_tag_maybe_aliasing(op: torch._ops.OpOverload) -> bool:
+    """Only the tag (``torch_tags_unsafe`` also counts native_batch_norm)."""
+    return torch.Tag.maybe_aliasing_or_mutating in op.tags
+
+
+def function_has_setup_context(cls: type) -> bool:
+    from torch.autograd.function import _is_setup_context_defined
+
+    return bool(_is_setup_context_defined(cls.setup_context))  # type: ignore[attr-defined]
+
+
+def current_proxy_tracer() -> Any:
+    """The tracer of the pre-dispatch proxy mode in use (None when not tracing)."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    return None if mode is None else mode.tracer
+
+
+def autocast_state() -> dict[str, tuple[bool, Any]]:
+    """Autocast's thread-local state, per device: (enabled, dtype)."""
+    return {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
+
+
+def all_higher_order_ops() -> list[Any]:
+    """Every HigherOrderOperator registered so far (torch's and ours)."""
+    from torch._ops import _higher_order_ops
+
+    return list(_higher_order_ops.values())
+
+
+def active_functional_mode() -> Any:
+    """The FunctionalTensorMode in use (either dispatch stack), or None."""
+    from torch.utils._python_dispatch import _detect_infra_mode
+
+    return _detect_infra_mode(torch._C._TorchDispatchModeKey.FUNCTIONAL)
+
+
+def core_aten_decomposition_table() -> dict[torch._ops.OpOverload, Any]:
+    """torch's table for lowering to Core ATen (what ``run_decompositions()`` uses)."""
+    from torch._decomp import core_aten_decompositions
+
+    return dict(core_aten_decompositions())
+
+
+def aten_decomposition_table() -> dict[torch._ops.OpOverload, Any]:
+    """Every decomposition torch registers into ATen (``torch._decomp.decompositions``);
+    the refs (``torch._refs``) lower to prims, which no ATen op set holds."""
+    from torch._decomp import decomposition_table
+
+    return {op: fn for op, fn in decomposition_table.items()  # type: ignore[misc]
+            if getattr(fn, "__module__", None) == "torch._decomp.decompositions"}
+
+
+def prims_decomposition_ops() -> frozenset[torch._ops.OpOverload]:
+    """Ops whose only registered decomposition is a ref into prims (``torch._refs``)."""
+    from torch._decomp import decomposition_table
+
+    return frozenset(op for op, fn in decomposition_table.items()  # type: ignore[misc]
+                     if str(getattr(fn, "__module__", "")).startswith("torch._refs"))
+
+
+def wrap_submodules_with_tracepoints(mod: torch.nn.Module, paths: tuple[str, ...],
+                                     specs: dict[str, dict[str, Any]]) -> Any:
+    """torch.export's hooks: ``_export_tracepoint`` around each call of ``paths``."""
+    from torch._export.wrappers import _wrap_submodules
+
+    return _wrap_submodules(mod, paths, specs)
+
+
+def is_export_tracepoint(target: Any) -> bool:
+    return target is getattr(torch.ops.higher_order, "_export_tracepoint", None)
+
+
+def collect_tracepoints(gm: torch.fx.GraphModule, signatures: dict[str, Any], graph_signature: Any) -> None:
+    """torch.export's pass: fill ``signatures``' inputs/outputs from the tracepoints, then drop them."""
+    from torch._export.passes.collect_tracepoints_pass import CollectTracepointsPass
+
+    CollectTracepointsPass(signatures, graph_signature)(gm)
+
+
+def _uncaptured_hop_error() -> type:
+    from torch._dynamo.exc import UncapturedHigherOrderOpError
+
+    return UncapturedHigherOrderOpError
+
+
+UNCAPTURED_HOP_ERROR = _uncaptured_hop_error()
+
+
+def dynamo_is_capturing() -> bool:
+    """True while dynamo captures code symbolically (torch's HOPs capture their bodies so)."""
+    return bool(torch.compiler.is_dynamo_compiling())
+
+
+class HopRules:
+    """Where a HOP of ours registers how torch's tracers (``run_decompositions``,
+    ``torch.export.export``) handle it, so a call stays one node through them."""
+
+    AUTOGRAD = torch._C.DispatchKey.Autograd
+    DENSE = torch._C.DispatchKey.CompositeExplicitAutograd
+
+    @staticmethod
+    def proxy_mode_type() -> type:
+        from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
+
+        return ProxyTorchDispatchMode
+
+    @staticmethod
+    def trace_nested(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
+        """``fn`` traced into a graph by the torch tracer in progress (its decompositions apply)."""
+        from torch._higher_order_ops.utils import reenter_make_fx
+
+        return reenter_make_fx(fn)(*args)

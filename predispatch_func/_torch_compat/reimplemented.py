@@ -1,0 +1,237 @@
+"""torch internals restated: code that does what a torch function does, our way.
+
+Each may silently diverge from torch when torch changes, so each has a drift
+test that runs our path and torch's on the same inputs and compares
+(``tests/test_torch_drift.py``): ``functionalize_kept_op`` against
+FunctionalTensorMode's dispatch on the edge-case catalogue,
+``torch_export_keeps`` against torch.export's programs, the node recorders
+against the graphs torch's tracer records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+from .patches import outside_trace
+from .reexports import (SET_GRAD_ENABLED, FakeTensor, FakeTensorMode, FunctionalTensor, FunctionalTensorMode,
+                        OpOverload, _can_decompose_fast, current_proxy_tracer, fake_mode_of, has_composite_implicit_kernel,
+                        inner_of_functional, torch_tags_unsafe)
+
+_FUNCTIONALIZE = torch._C.DispatchKey.Functionalize
+
+
+_TENSOR_TYPES_FUNCTIONALIZED = (torch.Tensor, FakeTensor, FunctionalTensor)
+
+
+def goes_straight_to_functionalization(op: Any) -> bool:
+    """Whether FunctionalTensorMode, when it keeps ``op``, just runs torch's C++
+    functionalization kernel on it: an aten op (never auto-functionalized), with no
+    registered effect, no TorchBind argument, not a metadata query of FunctionalTensor."""
+    from torch._higher_order_ops.effects import has_effects
+    from torch._ops import TorchBindOpOverload
+
+    return (isinstance(op, OpOverload) and not isinstance(op, TorchBindOpOverload) and op.namespace == "aten"
+            and op not in FunctionalTensor.metadata_fns and not has_effects(op))
+
+
+def only_functionalized_tensor_types(types: Any) -> bool:
+    """FunctionalTensorMode answers NotImplemented to any other tensor subclass."""
+    return all(t in _TENSOR_TYPES_FUNCTIONALIZED for t in types)
+
+
+def functionalize_kept_op(mode: FunctionalTensorMode, op: OpOverload, args: tuple, kwargs: dict) -> Any:
+    """``mode.__torch_dispatch__`` for an op that :func:`goes_straight_to_functionalization` and that
+    the mode keeps, without the generic part that costs a tenth of a trace: two pytree walks per
+    op and per-op checks for custom ops, effects and TorchBind. It runs the same steps (unwrap,
+    C++ functionalization with views reapplied, wrap, the in-place view's metadata,
+    aliasing correction), so its results are torch's (tests/test_mode_stack.py compares programs)."""
+    include = torch._C._dispatch_tls_local_include_set() | torch._C.DispatchKeySet(_FUNCTIONALIZE)
+    exclude = torch._C._dispatch_tls_local_exclude_set().remove(_FUNCTIONALIZE) - FunctionalTensor._extra_dispatch_keys
+    inner_args = tuple(_inner_elems(a) for a in args)
+    inner_kwargs = {k: _inner_elems(v) for k, v in kwargs.items()}
+    with torch._C._ForceDispatchKeyGuard(include, exclude):
+        reapply_views = torch._functionalize_enable_reapply_views(True)  # type: ignore[attr-defined]
+        try:
+            mode._sync_view_replay_annotations(args, kwargs)
+            inner_out = op._op_dk(_FUNCTIONALIZE, *inner_args, **inner_kwargs)
+            if mode.export and op is torch.ops.aten.dropout.default:
+                torch._freeze_functional_tensor(inner_out)  # type: ignore[attr-defined]
+            wrapped: list[bool] = []
+            out = _functional_wrappers(inner_out, mode, wrapped)
+        finally:
+            torch._disable_functionalization()
+            torch._functionalize_enable_reapply_views(reapply_views)  # type: ignore[attr-defined]
+    if not wrapped or op is torch.ops.aten.lift_fresh.default:
+        return out
+    if torch.Tag.inplace_view in op.tags and op is not torch.ops.aten.set_.source_Tensor:
+        with torch.utils._mode_utils.no_dispatch():
+            op(*args, **kwargs)
+    from torch.utils._python_dispatch import return_and_correct_aliasing
+
+    return return_and_correct_aliasing(op, args, kwargs, out)
+
+
+def _inner_elems(value: Any) -> Any:
+    """FunctionalTensors replaced by their inner tensors (ATen arguments nest only lists/tuples)."""
+    if isinstance(value, FunctionalTensor):
+        return value.elem
+    if type(value) in (list, tuple):
+        return type(value)(_inner_elems(v) for v in value)
+    return value
+
+
+def _functional_wrappers(value: Any, mode: FunctionalTensorMode, wrapped: list[bool]) -> Any:
+    """Inner functional tensors of a result wrapped for ``mode``; ``wrapped`` gets an entry per wrap."""
+    if isinstance(value, torch.Tensor):
+        if torch._is_functional_tensor(value):
+            wrapped.append(True)
+            return FunctionalTensor(value, mode)
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_functional_wrappers(v, mode, wrapped) for v in value]
+        return items if type(value) is list else tuple(items) if type(value) is tuple else type(value)(items)
+    return value
+
+
+def stack_trace_filter() -> tuple[set[tuple[str, str]], set[str]]:
+    """What fx's tracer keeps of a stack when only ``forward`` frames are recorded:
+    besides ``forward`` frames, the (filename, function) anchors torch registered (the
+    live set: torch adds to it as it goes), less the files torch always drops."""
+    import torch.fx.proxy as fx_proxy
+    from torch.fx.experimental.symbolic_shapes import uninteresting_files
+
+    # fx also keeps frames of torch/__init__.py, which uninteresting_files() then drops
+    return fx_proxy._STACK_TRACE_ANCHORS, uninteresting_files()
+
+
+def fake_with_dynamic_dims(mode: FakeTensorMode, t: torch.Tensor, dims: set[int],
+                           flat_index: int) -> torch.Tensor:
+    """A fake tensor whose ``dims`` are fresh backed symbols.
+
+    Its source is ``flat_args[flat_index]``, the name torch's unlifting
+    rewrites into the user's argument path when it turns shape guards into
+    the runtime checks of ``ep.module()``.
+    """
+    from torch._dynamo.source import GetItemSource, LocalSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    sizes = [DimDynamic.DYNAMIC if i in dims else DimDynamic.STATIC for i in range(t.dim())]
+    return mode.from_tensor(t, source=GetItemSource(LocalSource("flat_args"), flat_index),
+                            symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
+
+
+def record_grad_marker(enabled: bool) -> torch.fx.Node | None:
+    """Record a ``_set_grad_enabled(enabled)`` marker in the graph being traced.
+
+    Used to turn a write through a ``detach()``-ed alias into the no_grad region
+    it is equivalent to (eager changes the data and keeps autograd history), and
+    to rebuild a stale view in the grad mode eager made it in.
+    """
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    node = mode.tracer.create_node("call_function", SET_GRAD_ENABLED, (enabled,), {})
+    node.meta["val"] = None
+    return node
+
+
+def last_recorded_node() -> torch.fx.Node | None:
+    """The node the pre-dispatch tracer recorded last (None when not tracing)."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    mode = _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+    if mode is None:
+        return None
+    last = mode.tracer.graph._root.prev
+    return last if last.op != "root" else None
+
+
+def erase_if_last_recorded(node: torch.fx.Node | None) -> bool:
+    """Erase ``node`` if nothing was recorded after it; whether it was erased."""
+    if node is None or node.next.op != "root" or node.users:
+        return False
+    node.graph.erase_node(node)
+    return True
+
+
+def torch_export_keeps(op: torch._ops.OpOverload) -> bool:
+    """Would ``torch.export`` (pre-dispatch) keep ``op`` as one node?
+
+    Kernels (no composite) are always kept, except the one torch force-decomposes
+    (native_batch_norm); composites are kept unless annotated or tagged.
+    """
+    import warnings
+
+    if not has_composite_implicit_kernel(op):
+        return not torch_tags_unsafe(op)
+    with warnings.catch_warnings():  # torch warns that it keeps custom composites
+        warnings.simplefilter("ignore")
+        return _can_decompose_fast(op, True, True) is False
+
+
+def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]], constants: tuple,
+                    operands: list[torch.Tensor], results: list[torch.Tensor], *,
+                    single: bool = False, tracer: Any = None) -> torch.fx.Node:
+    """Record ``hop(*subgraphs, *constants, *operands)`` in the graph being traced;
+    ``results`` (fresh fake tensors) become its tracked outputs (a tuple of them, or
+    the one result itself when ``single``).
+
+    ``operands`` are the traced inner tensors (below functionalization).
+    """
+    from torch.fx.experimental.proxy_tensor import track_tensor_tree
+
+    tracer = tracer if tracer is not None else current_proxy_tracer()
+    refs = []
+    for hint, gm in subgraphs:
+        i = 0
+        while hasattr(tracer.root, f"{hint}_{i}"):
+            i += 1
+        tracer.root.register_module(f"{hint}_{i}", gm)
+        refs.append(tracer.create_proxy("get_attr", f"{hint}_{i}", (), {}))
+    proxies = [tracer.unwrap_proxy(t) for t in operands]
+    out = tracer.create_proxy("call_function", hop, (*refs, *constants, *proxies), {})
+    track_tensor_tree(results[0] if single else tuple(results), out, constant=None, tracer=tracer)
+    return out.node
+
+
+def redirect_traced_tensor(t: torch.Tensor, node: torch.fx.Node) -> None:
+    """Later ops that read ``t`` (a traced inner tensor) record ``node`` instead."""
+    from torch.fx.experimental.proxy_tensor import _ProxyTensor
+
+    tracer = current_proxy_tracer()
+    tracer.tensor_tracker[t] = _ProxyTensor(torch.fx.Proxy(node, tracer), None)
+
+
+def flex_attention_joint_graph(score_mod: Callable[..., Any], query: torch.Tensor,
+                               other_buffers: tuple) -> Any:
+    """The joint (forward + backward) graph of a flex_attention ``score_mod``, as
+    ``flex_attention_backward``'s eager kernel (and dynamo) derive it when none is given."""
+    from torch._higher_order_ops.flex_attention import create_fw_bw_graph
+
+    inner = inner_of_functional(query)
+    with outside_trace(), (fake_mode_of([inner]) or contextlib.nullcontext()):
+        example = (inner.new_zeros((), requires_grad=True),
+                   *(inner.new_zeros((), dtype=torch.int) for _ in range(4)))
+        buffers = tuple(inner_of_functional(b) for b in other_buffers)
+        return create_fw_bw_graph(score_mod, example, buffers)[1]
+
+
+__all__ = [
+    "goes_straight_to_functionalization",
+    "only_functionalized_tensor_types",
+    "functionalize_kept_op",
+    "stack_trace_filter",
+    "fake_with_dynamic_dims",
+    "record_grad_marker",
+    "last_recorded_node",
+    "erase_if_last_recorded",
+    "torch_export_keeps",
+    "record_hop_call",
+    "redirect_traced_tensor",
+    "flex_attention_joint_graph",
+]
