@@ -1,45 +1,51 @@
 """The schema audit: which composites lie about their schema.
 
 :func:`shipped_decision` is what the exporter asks. For aten it answers from
-the table shipped with the package (``aten_table.json``, loaded once); for any
-other namespace it audits the op the first time export meets it (real CPU
-samples synthesised from the schema, outside the trace) and caches the answer.
-None means no answer: then the trace-time guard in ``modes/composite_policy.py``
-decides alone.
+the table shipped for the installed torch's release (``tables/aten-<release>.json``,
+loaded once). On a torch with no shipped table it audits each aten composite
+the first time an export meets it and caches the entry on disk per torch build
+(a few seconds on a first export instead of a full audit), warning once. Any
+other namespace is audited the same way, cached per process. None means no
+answer: then the trace-time guard in ``modes/composite_policy.py`` decides alone.
 
 Pipeline: ``samples`` (inputs) -> ``checker`` (verdict) -> ``tagger``
-(decision) -> ``table`` (shipped aten table) -> ``report`` / ``cli``.
+(decision) -> ``table`` (shipped aten tables, the lazy cache) -> ``report`` / ``cli``.
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 
 from .. import _torch_compat as tc
 
 _lock = threading.Lock()
-_shipped: dict[str, str] | None = None
-_shipped_untested: dict[str, list[str]] = {}
+_aten: "AtenEntries | None" = None
 _custom: dict[str, "Entry"] = {}
 
 
-def _shipped_decisions() -> dict[str, str]:
-    global _shipped
-    if _shipped is None:
-        with _lock:
-            if _shipped is None:
-                from .table import TABLE_PATH, load
+class NoShippedAuditTable(UserWarning):
+    """The installed torch has no shipped audit table: aten composites are audited lazily."""
 
-                entries = load().entries if TABLE_PATH.exists() else {}
-                _shipped_untested.update({n: e.untested_layouts for n, e in entries.items() if e.untested_layouts})
-                _shipped = {name: e.decision for name, e in entries.items()}
-    return _shipped
+
+def _aten_entries() -> "AtenEntries":
+    global _aten
+    if _aten is None:
+        with _lock:
+            if _aten is None:
+                from .lazy import AtenEntries
+
+                _aten = AtenEntries.for_installed_torch()
+                if _aten.lazy:
+                    warnings.warn(_aten.lazy_notice(), NoShippedAuditTable, stacklevel=4)
+    return _aten
 
 
 def shipped_decision(op: tc.OpOverload) -> str | None:
     """``"keep"``, ``"decompose"`` or None (not audited) for ``op``."""
     if op.namespace == "aten":
-        return _shipped_decisions().get(str(op))
+        entry = _aten_entries().get(op)
+        return None if entry is None else entry.decision
     if not tc.has_composite_implicit_kernel(op):
         return None
     return audit_custom_op(op).decision
@@ -48,11 +54,17 @@ def shipped_decision(op: tc.OpOverload) -> str | None:
 def shipped_untested_layouts(op: tc.OpOverload) -> list[str]:
     """The sparse layouts ``op`` accepts that the audit never ran it on."""
     if op.namespace == "aten":
-        _shipped_decisions()
-        return _shipped_untested.get(str(op), [])
+        entry = _aten_entries().get(op)
+        return [] if entry is None else entry.untested_layouts
     if not tc.has_composite_implicit_kernel(op):
         return []
     return audit_custom_op(op).untested_layouts
+
+
+def use_aten_entries(entries: "AtenEntries | None") -> None:
+    """Answer aten lookups from ``entries`` (None: the installed torch's, chosen again)."""
+    global _aten
+    _aten = entries
 
 
 def audit_custom_op(op: tc.OpOverload) -> "Entry":
@@ -72,6 +84,8 @@ def forget_custom_audits() -> None:
     _custom.clear()
 
 
+from .lazy import AtenEntries  # noqa: E402
 from .tagger import Entry  # noqa: E402  (re-exported; cheap, no op_db import)
 
-__all__ = ["Entry", "audit_custom_op", "forget_custom_audits", "shipped_decision", "shipped_untested_layouts"]
+__all__ = ["AtenEntries", "Entry", "NoShippedAuditTable", "audit_custom_op", "forget_custom_audits",
+           "shipped_decision", "shipped_untested_layouts", "use_aten_entries"]

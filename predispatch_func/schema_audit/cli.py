@@ -6,12 +6,15 @@ Examples::
     predispatch-func audit --op aten.type_as    # one packet (all overloads) or one overload
     predispatch-func audit --verdict lies_alias --json
     predispatch-func audit --import mylib.ops --namespace mylib
+    predispatch-func audit --diff 2.13.0        # composites whose audit changed from 2.13.0 to this torch
+    predispatch-func audit --diff 2.13.0 --against 2.15.0 --all-ops
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 import time
 from typing import Any
@@ -39,6 +42,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per overload")
     p.add_argument("--no-opinfo", action="store_true",
                    help="schema-synthesised samples only (skips importing torch's op_db)")
+    p.add_argument("--diff", metavar="RELEASE",
+                   help="compare the shipped tables: what changed from torch RELEASE to --against")
+    p.add_argument("--against", metavar="RELEASE",
+                   help="with --diff: the newer release (default: the installed torch's)")
+    p.add_argument("--all-ops", action="store_true", help="with --diff: kernels too, not only composites")
     p.set_defaults(run=cmd_audit)
 
 
@@ -77,6 +85,9 @@ def _overrides(specs: list[str]) -> dict[str, str]:
 def cmd_audit(ns: argparse.Namespace, console: Console) -> int:
     from .table import audit_entries
 
+    if ns.diff:
+        return cmd_diff(ns, console)
+
     sys.path.insert(0, "")
     for module in ns.imports:
         importlib.import_module(module)
@@ -102,4 +113,24 @@ def cmd_audit(ns: argparse.Namespace, console: Console) -> int:
         return 0
     render_table(shown, console)
     render_summary(entries, console, wall_s=wall)
+    return 0
+
+
+def cmd_diff(ns: argparse.Namespace, console: Console) -> int:
+    """What a user upgrading torch from ``--diff`` to ``--against`` must look at."""
+    from .report import render_diff
+    from .table import diff, installed_release, load_release
+
+    against = ns.against or installed_release()
+    try:
+        before, after = load_release(ns.diff), load_release(against)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    changes = diff(before, after, composites_only=not ns.all_ops)
+    if ns.json:
+        print(json.dumps([{"op": c.op, "change": c.what,
+                           "before": None if c.before is None else c.before.to_json(),
+                           "after": None if c.after is None else c.after.to_json()} for c in changes], indent=1))
+        return 0
+    render_diff(changes, ns.diff, against, console)
     return 0

@@ -6,6 +6,8 @@ import collections
 import dataclasses
 import json
 
+import torch
+
 from rich.console import Console
 from rich.table import Table
 
@@ -70,7 +72,7 @@ def render_summary(entries: list[Entry], console: Console, *, wall_s: float | No
     if s.kernels:
         kline = ", ".join(f"{v} {n}" for v, n in s.kernel_verdicts.items() if n)
         console.print(f"{s.kernels} kernels (no composite): {kline}")
-    console.print(f"[bold red]{lying} composites lie[/bold red]; torch 2.13's export would keep "
+    console.print(f"[bold red]{lying} composites lie[/bold red]; torch {torch.__version__.split('+')[0]}'s export would keep "
                   f"{len(s.lying_kept_by_torch)} of them as single nodes: "
                   + (", ".join(s.lying_kept_by_torch) or "none"))
     if s.lying_kernels:
@@ -83,3 +85,27 @@ def render_summary(entries: list[Entry], console: Console, *, wall_s: float | No
 
 def to_json(entries: list[Entry]) -> str:
     return json.dumps([e.to_json() for e in entries], indent=1)
+
+
+def render_diff(changes: list, before: str, after: str, console: Console) -> None:
+    """The overloads whose audit changed between two torch releases (``table.diff``)."""
+    if not changes:
+        console.print(f"no audited composite changed from torch {before} to {after}")
+        return
+    table = Table(title=f"schema audit: torch {before} -> {after}", title_justify="left")
+    table.add_column("overload", no_wrap=True)
+    table.add_column("change")
+    table.add_column(f"torch {before}")
+    table.add_column(f"torch {after}")
+
+    def cell(entry: Entry | None) -> str:
+        if entry is None:
+            return "[dim]not registered[/dim]"
+        style = _VERDICT_STYLE.get(entry.verdict, "")
+        return f"[{style}]{entry.verdict}[/{style}] -> {entry.decision}" if style else f"{entry.verdict} -> {entry.decision}"
+
+    for change in changes:
+        table.add_row(change.op, change.what, cell(change.before), cell(change.after))
+    console.print(table)
+    counts = collections.Counter(c.what for c in changes)
+    console.print(", ".join(f"{n} {what}" for what, n in sorted(counts.items())))
