@@ -22,8 +22,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [  # the private names the rest of the package uses as they are, then our wrappers
-    "_can_decompose_fast", "INT_OO", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode", "HigherOrderOperator",
-    "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx", "pytree",
+    "_can_decompose_fast", "INT_OO", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
+    "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
+    "pytree", "TORCH_INTERNAL_ANNOTATIONS",
     "has_composite_implicit_kernel",
     "has_sparse_kernel",
     "sparse_components",
@@ -82,6 +83,12 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "dynamo_is_capturing",
     "HopRules",
 ]
+
+
+# the keys torch's ``@torch._disable_dynamo`` wrappers put in ``node.meta["custom"]`` of every
+# node traced under them while ``torch.compiler.is_exporting()`` (torch/_dynamo/eval_frame.py)
+TORCH_INTERNAL_ANNOTATIONS = frozenset({"_torchdynamo_disable", "_torchdynamo_disable_recursive",
+                                        "_torchdynamo_disable_method"})
 
 
 def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:

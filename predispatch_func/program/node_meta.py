@@ -210,6 +210,29 @@ def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
                 node.meta[STACK_TRACE] = without_generated_frames(node.meta[STACK_TRACE])
 
 
+CUSTOM = "custom"
+
+
+def without_torch_annotations(gm: torch.fx.GraphModule) -> None:
+    """Keep in ``node.meta["custom"]`` only what the user annotated (``fx.traceback.annotate``).
+
+    torch's ``@disable`` wrappers annotate every node traced under them while exporting
+    (``_torchdynamo_disable*``, make_fx's ``dispatch_trace``); torch.export's nodes carry no
+    such entry, and compilers read ``custom`` as the user's marks (partitioning, regional
+    compilation).
+    """
+    for _, sub in all_graph_modules(gm):
+        for node in sub.graph.nodes:
+            custom = node.meta.get(CUSTOM)
+            if not custom or not any(key in tc.TORCH_INTERNAL_ANNOTATIONS for key in custom):
+                continue
+            users = {k: v for k, v in custom.items() if k not in tc.TORCH_INTERNAL_ANNOTATIONS}
+            if users:
+                node.meta[CUSTOM] = users
+            else:
+                del node.meta[CUSTOM]
+
+
 _FRAME = re.compile(r'^ *File "(?P<file>[^"]*)", line \d+, in ', re.MULTILINE)
 
 
