@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from torch.export.exported_program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
+from torch.export.graph_signature import InputKind
 
 from . import _torch_compat as tc
 from .aot import AotSignature, aot_export_module
@@ -87,7 +88,43 @@ class FunctionalExportedProgram(ExportedProgram):
             with mod.graph.inserting_before(mod.graph.output_node()):
                 mod.graph.call_function(tc.SET_GRAD_ENABLED, (False,))
         mod.recompile()
+        tie_aliases(mod, self)
         return mod
+
+
+def tie_aliases(mod: torch.nn.Module, ep: ExportedProgram) -> None:
+    """Register each other name of a lifted parameter or buffer (a state-dict entry that is
+    the same tensor as one the graph reads: tied weights) on ``mod``, as the model had it,
+    so ``mod.state_dict()`` has the model's keys and ``load_state_dict`` takes its weights."""
+    spec_targets = [s.target for s in ep.graph_signature.input_specs
+                    if s.kind in (InputKind.PARAMETER, InputKind.BUFFER) and s.target is not None]
+    named = {**ep.constants, **ep.state_dict}
+    target_of = {_tensor_key(named[t]): t for t in spec_targets if t in named}
+    persistent = set(ep.state_dict)
+    for alias, value in named.items():
+        target = target_of.get(_tensor_key(value))
+        if target is None or alias == target or alias in spec_targets:
+            continue
+        *path, leaf = alias.split(".")
+        owner = mod
+        for part in path:
+            if not hasattr(owner, part):
+                owner.add_module(part, torch.nn.Module())
+            owner = getattr(owner, part)
+        tensor = mod.get_parameter(target) if isinstance(value, torch.nn.Parameter) else mod.get_buffer(target)
+        if isinstance(tensor, torch.nn.Parameter):
+            owner.register_parameter(leaf, tensor)
+        else:
+            owner.register_buffer(leaf, tensor, persistent=alias in persistent)
+
+
+def _tensor_key(t: torch.Tensor) -> Any:
+    """The same key for one tensor and for its twin after ``torch.export.save``/``load``
+    (a new object over the same storage, which the serializer keeps shared); by object
+    where there is no storage to compare (meta, fake)."""
+    if t.device.type == "meta" or t.untyped_storage().data_ptr() == 0:
+        return id(t)
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
 def write_back(destination: torch.Tensor, value: torch.Tensor, before: Layout | None = None,

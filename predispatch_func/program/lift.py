@@ -24,7 +24,22 @@ def collect_inputs(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Inputs:
     user_names, arg_names = user_input_names(mod, args, kwargs)
     state = _state_slots(mod)
     slots = (*state, *(InputSlot(SlotKind.USER, n, v) for n, v in zip(user_names, flat_user)))
-    return Inputs(slots, len(state), in_spec, tuple(arg_names))
+    return Inputs(slots, len(state), in_spec, tuple(arg_names), _aliases(mod))
+
+
+def _aliases(mod: torch.nn.Module) -> tuple[tuple[str, str], ...]:
+    """(alias, first name) for each parameter or buffer registered under more than one
+    name (tied weights, a module shared by two parents): ``named_parameters()`` and
+    ``named_buffers()`` list the first name only, ``state_dict()`` every name."""
+    first: dict[int, str] = {}
+    aliases = []
+    for name, value in (*mod.named_parameters(remove_duplicate=False),
+                        *mod.named_buffers(remove_duplicate=False)):
+        if id(value) in first:
+            aliases.append((name, first[id(value)]))
+        else:
+            first[id(value)] = name
+    return tuple(aliases)
 
 
 def _state_slots(mod: torch.nn.Module) -> list[InputSlot]:

@@ -66,6 +66,10 @@ class Inputs:
     n_state: int
     in_spec: tc.pytree.TreeSpec
     forward_arg_names: tuple[str, ...]
+    # other names of a lifted tensor (tied weights: ``head.weight`` of ``emb.weight``), as
+    # (alias, the slot's target): the graph reads one placeholder, the program's state
+    # dict (and ``module()``, ``unflatten``) has every name the model's has
+    aliases: tuple[tuple[str, str], ...] = ()
 
     def with_constants(self, lifted: list[InputSlot]) -> Inputs:
         """These inputs with constants created while tracing, placed after the state."""
@@ -77,12 +81,15 @@ class Inputs:
         return {s: i for i, s in enumerate(self.slots)}
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {s.target: s.value for s in self.slots
-                if s.kind is SlotKind.PARAMETER or (s.kind is SlotKind.BUFFER and s.persistent)}
+        return self._with_aliases({s.target: s.value for s in self.slots
+                                   if s.kind is SlotKind.PARAMETER or (s.kind is SlotKind.BUFFER and s.persistent)})
 
     def constants(self) -> dict[str, torch.Tensor]:
-        return {s.target: s.value for s in self.slots
-                if s.kind is SlotKind.CONSTANT or (s.kind is SlotKind.BUFFER and not s.persistent)}
+        return self._with_aliases({s.target: s.value for s in self.slots
+                                   if s.kind is SlotKind.CONSTANT or (s.kind is SlotKind.BUFFER and not s.persistent)})
+
+    def _with_aliases(self, named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return named | {alias: named[target] for alias, target in self.aliases if target in named}
 
 
 def _placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:

@@ -3,7 +3,7 @@
 A program exported from a weightless model is the same program: under
 FakeTensorMode it runs, once real weights are loaded, exactly like the real
 model; on ``meta`` its ops match the real export's. A 7B Llama on ``meta``
-exports in a fresh process with peak resident memory under 1 GiB.
+exports in a fresh process taking under 768 MiB of resident memory over its imports.
 """
 
 import collections
@@ -17,7 +17,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import predispatch_func as pf
-from corpus import _ids
+from corpus import CASES, _ids, build
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -47,7 +47,7 @@ def test_model_built_under_fake_mode_runs_with_real_weights_loaded():
     torch.manual_seed(0)
     real = GPT2LMHeadModel(_gpt2_config()).eval()
     program = ep.module()
-    program.load_state_dict(real.state_dict(), assign=True, strict=False)
+    program.load_state_dict(real.state_dict(), assign=True)  # strict: tied names too
     ids = _ids()
     torch.testing.assert_close(program(ids).logits, real(ids).logits)
 
@@ -66,7 +66,7 @@ def test_model_built_on_meta_exports_the_same_ops_as_the_real_model():
 
 
 @pytest.mark.models
-def test_llama_7b_on_meta_exports_under_1_gib_peak_rss():
+def test_llama_7b_on_meta_exports_in_under_768_mib_over_the_imports():
     out = subprocess.run(
         [sys.executable, os.path.join(_ROOT, "scripts", "export_7b_on_meta.py"), "--json"],
         capture_output=True, text=True, cwd=_ROOT, timeout=600,
@@ -74,4 +74,42 @@ def test_llama_7b_on_meta_exports_under_1_gib_peak_rss():
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["parameters"] > 6.5e9 and result["contract_ok"]
-    assert result["peak_rss_mib"] < 1024, result
+    # what the export itself takes: torch's CUDA builds (2.14, 2.15) hold ~900 MiB after import alone
+    assert result["peak_rss_mib"] - result["peak_rss_mib_after_imports"] < 768, result
+
+
+def _tied_names(model: torch.nn.Module) -> list[str]:
+    seen: dict[int, str] = {}
+    tied = []
+    for name, t in (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)):
+        if id(t) in seen:
+            tied.append(f"{name}={seen[id(t)]}")
+        seen.setdefault(id(t), name)
+    return tied
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", list(CASES))
+def test_corpus_model_exported_without_weights_takes_its_real_weights(name):
+    """Every corpus model (tied embeddings included: GPT-2, T5, BART, Whisper, ...), built on
+    ``meta``, given fake CPU weights (``to_empty`` under FakeTensorMode) and exported, runs like the real model once ``load_state_dict(real,
+    assign=True)``: strict, so every name of the model's state dict is a name of the
+    program's. (A model built on ``meta`` exports too, but ops that take their device from
+    an input, ``arange(..., device=x.device)``, then hold ``meta`` in the program.)"""
+    real, args, kwargs = build(name)
+    with torch.device("meta"):
+        weightless, _, _ = build(name)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake_mode:
+        weightless.to_empty(device="cpu")  # fake CPU tensors: no memory, no init
+    fake_args, fake_kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, fake_mode.from_tensor, (args, kwargs))
+    ep = pf.export(weightless, fake_args, fake_kwargs)
+    program = ep.module()
+    program.load_state_dict(real.state_dict(), assign=True)
+    # non-persistent buffers (BERT's position_ids) are in no state dict, eager's either
+    persistent = real.state_dict()
+    for buffer_name, value in real.named_buffers():
+        if buffer_name not in persistent:
+            owner, _, leaf = buffer_name.rpartition(".")
+            program.get_submodule(owner).register_buffer(leaf, value, persistent=False)
+    torch.testing.assert_close(program(*args, **kwargs), real(*args, **kwargs))
