@@ -192,8 +192,14 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
            args: tuple | None = None, kwargs: dict | None = None, *,
            raise_on_failure: bool = False, check_values: bool = True, check_grads: bool = True,
            rtol: float = 1e-4, atol: float = 1e-5, seed: int = 0,
-           nonleaf_inputs: bool = False, target: Any = None) -> VerifyReport:
+           nonleaf_inputs: bool = False, target: Any = None, calls: int = 1) -> VerifyReport:
     """Check the contract; with ``model`` and ``args`` also replay against eager.
+
+    ``calls``: how many calls in a row to replay, each on fresh clones of the inputs,
+    eager's model and the program each keeping the state the previous call left
+    (buffers, parameters written in place, Python state such as caches and flags):
+    a one-time effect of the first call (weights rescaled once, a cache filled)
+    shows from the second call on.
 
     ``check_values=False`` compares only structure, shapes and dtypes (for
     programs with randomness that eager draws differently, e.g. dropout).
@@ -213,10 +219,13 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
         report.problems += [f"{where}: node {node.format_node()} is not in the target op set"
                             for where, node in Lowering(target).outside(ep.graph_module)]
     if model is not None and args is not None:
-        replay = replay_against_eager(_copy_program(ep), model, args, kwargs, check_values=check_values,
+        program, detached = _copy_program(ep)
+        replay = replay_against_eager(program, model, args, kwargs, check_values=check_values,
                                       check_grads=check_grads, rtol=rtol, atol=atol, seed=seed,
                                       nonleaf_inputs=nonleaf_inputs,
-                                      ambient=ep.graph_module.meta.get(AMBIENT_MODES))
+                                      ambient=ep.graph_module.meta.get(AMBIENT_MODES), calls=calls)
+        if detached:
+            replay.checked.append(f"program constants copied without their autograd history: {', '.join(detached)}")
         report.problems += replay.problems
         report.checked += replay.checked
     if raise_on_failure and not report.ok:
@@ -227,40 +236,89 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
 def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args: tuple,
                          kwargs: dict | None = None, *, check_values: bool = True,
                          check_grads: bool = True, rtol: float = 1e-4, atol: float = 1e-5,
-                         seed: int = 0, nonleaf_inputs: bool = False, ambient: Any = None) -> VerifyReport:
+                         seed: int = 0, nonleaf_inputs: bool = False, ambient: Any = None,
+                         calls: int = 1) -> VerifyReport:
     """Run ``program`` (a module that writes its mutations back, as ``ep.module()``
     does; it is run as given, so pass a copy) and a copy of ``model`` on fresh
     clones of the inputs, and compare. ``ambient``: the caller's modes at export
     (``AmbientModes``), which the program holds as outer regions; the eager model
     runs under them. Also used by scripts to judge torch's paths."""
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, got {calls}")
     report = VerifyReport()
+    eager_model, detached = copy_without_history(model)
+    if detached:
+        report.checked.append(f"model attributes copied without their autograd history: {', '.join(detached)}")
     with torch.random.fork_rng(devices=[]):
-        _replay(program, model, tuple(args), dict(kwargs or {}), report, check_values=check_values,
-                check_grads=check_grads, rtol=rtol, atol=atol, seed=seed, nonleaf_inputs=nonleaf_inputs,
-                ambient=ambient)
+        attempt = None
+        for call in range(calls):
+            problems = []
+            attempt = _replay(program, model, eager_model, attempt, tuple(args), dict(kwargs or {}), report,
+                              problems, check_values=check_values, check_grads=check_grads, rtol=rtol,
+                              atol=atol, seed=seed + 2 * call, nonleaf_inputs=nonleaf_inputs, ambient=ambient)
+            report.problems += [f"call {call + 1}: {p}" for p in problems] if calls > 1 else problems
+            if attempt is None:  # the program could not run
+                break
+            eager_model = attempt[2]
+    if calls > 1:
+        report.checked.append(f"{calls} calls in a row, state carried")
     return report
 
 
-def _copy_program(ep: torch.export.ExportedProgram) -> torch.nn.Module:
-    """A runnable copy whose writes never reach the caller's program or model."""
+def _nonleaf_tensors(named: Any) -> list[tuple[str, torch.Tensor]]:
+    """Tensors with autograd history among ``named``'s values (containers walked), by path:
+    ``copy.deepcopy`` refuses them (torch copies graph leaves only)."""
+    leaves, _ = tc.pytree.tree_flatten_with_path(named)
+    return [(".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path), t) for path, t in leaves
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+
+
+def copy_without_history(obj: Any) -> tuple[Any, list[str]]:
+    """``copy.deepcopy(obj)``, where each tensor with autograd history that a module of
+    ``obj`` (or an ExportedProgram's constants and state) holds, a cache a forward filled
+    for instance, is copied detached; with the names of those tensors."""
+    if isinstance(obj, torch.export.ExportedProgram):
+        found = _nonleaf_tensors({"constants": dict(obj.constants), "state_dict": dict(obj.state_dict)})
+    elif isinstance(obj, torch.nn.Module):
+        found = [(f"{prefix}.{name}" if prefix else name, t)
+                 for prefix, sub in obj.named_modules()
+                 for name, t in _nonleaf_tensors({k: v for k, v in vars(sub).items()
+                                                  if k not in ("_parameters", "_buffers", "_modules")})]
+    else:
+        found = []
+    memo = {id(t): t.detach().clone() for _, t in found}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch's own deepcopy of TreeSpecs
-        return copy.deepcopy(ep).module()
+        return copy.deepcopy(obj, memo), [name for name, _ in found]
 
 
-def _replay(program, model, args, kwargs, report, *, check_values, check_grads, rtol, atol, seed,
-            nonleaf_inputs, ambient) -> None:
-    # inputs that require grad as leaves; where eager refuses (in-place on a leaf
-    # that requires grad), as non-leaves; where it still refuses (out= of a
-    # tensor that requires grad), with the caller's requires_grad only
-    attempts = [(True, False)] + [(True, True)] * nonleaf_inputs + [(False, False)] if check_grads else [(False, False)]
+def _copy_program(ep: torch.export.ExportedProgram) -> tuple[torch.nn.Module, list[str]]:
+    """A runnable copy whose writes never reach the caller's program or model."""
+    copied, detached = copy_without_history(ep)
+    return copied.module(), detached
+
+
+def _replay(program, model, eager_model, attempt, args, kwargs, report, problems, *, check_values,
+            check_grads, rtol, atol, seed, nonleaf_inputs, ambient) -> tuple | None:
+    """One call of each, compared; returns how eager's inputs were made and the eager model,
+    for the next call (None: the program raised). ``attempt`` is the previous call's, or
+    None on the first, which tries: inputs that require grad as leaves; where eager refuses
+    (in-place on a leaf that requires grad), as non-leaves; where it still refuses (out= of
+    a tensor that requires grad), with the caller's requires_grad only."""
+    first = attempt is None
+    if first:
+        attempts = [(True, False)] + [(True, True)] * nonleaf_inputs + [(False, False)] \
+            if check_grads else [(False, False)]
+    else:
+        attempts = [attempt[:2]]
     leaf_of: dict = {}
     for i, (grad_inputs, nonleaf) in enumerate(attempts):
-        eager_model = copy.deepcopy(model)
+        candidate = (copy_without_history(model)[0] if i else eager_model) if first else eager_model
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
         try:
-            e_out, e_grad_mode = _run(eager_model, e_args, e_kwargs, seed, ambient)
+            e_out, e_grad_mode = _run(candidate, e_args, e_kwargs, seed, ambient)
             e_rng = torch.get_rng_state()
+            eager_model = candidate
             break
         except RuntimeError:
             if i == len(attempts) - 1:
@@ -270,12 +328,23 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
         p_out, p_grad_mode = _run(program, p_args, p_kwargs, seed)
         p_rng = torch.get_rng_state()
     except Exception as exc:  # a program that cannot run is a verification failure
-        report.problems.append(f"program raised {type(exc).__name__}: {exc}")
-        return
-    report.checked += ["outputs", "input mutations", "buffers and parameters", "grad mode after the call"]
-    problems = report.problems
+        problems.append(f"program raised {type(exc).__name__}: {exc}")
+        return None
+    if first:
+        report.checked += ["outputs", "input mutations", "buffers and parameters", "grad mode after the call"]
+    _compare_call(report, problems, first, eager_model, program, e_out, p_out, e_rng, p_rng, e_grad_mode,
+                  p_grad_mode, (e_args, e_kwargs), (p_args, p_kwargs), leaf_of, check_values=check_values,
+                  check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
+    return grad_inputs, nonleaf, eager_model
+
+
+def _compare_call(report, problems, first, eager_model, program, e_out, p_out, e_rng, p_rng, e_grad_mode,
+                  p_grad_mode, e_inputs, p_inputs, leaf_of, *, check_values, check_grads, rtol, atol,
+                  seed) -> None:
+    (e_args, e_kwargs), (p_args, p_kwargs) = e_inputs, p_inputs
     if check_values:  # what the caller draws next: a program must draw as much as eager
-        report.checked.append("RNG state after the call")
+        if first:
+            report.checked.append("RNG state after the call")
         if not torch.equal(e_rng, p_rng):
             problems.append("RNG state after the call differs from eager's (the program draws differently)")
     if e_grad_mode != p_grad_mode:
@@ -298,16 +367,18 @@ def _replay(program, model, args, kwargs, report, *, check_values, check_grads, 
         if e_loss is not None:
             e_loss.backward()
     except RuntimeError as exc:
-        report.checked.append(f"no gradients (eager's backward raised: {str(exc).splitlines()[0][:80]})")
+        if first:
+            report.checked.append(f"no gradients (eager's backward raised: {str(exc).splitlines()[0][:80]})")
         return
     try:
         p_loss = _loss(p_out, seed + 1)
         if e_loss is None or p_loss is None:  # a requires_grad difference is reported above
             return
-        report.checked.append("gradients")
+        if first:
+            report.checked.append("gradients")
         p_loss.backward()
     except RuntimeError as exc:
-        report.problems.append(f"program's backward raised where eager's did not: {exc}")
+        problems.append(f"program's backward raised where eager's did not: {exc}")
         return
     e_params, p_params = dict(eager_model.named_parameters()), dict(program.named_parameters())
     e_pgrads = _grads(e_params)
