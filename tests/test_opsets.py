@@ -191,6 +191,41 @@ def test_ops_cli_lists_ops_and_what_a_target_lacks(capsys, tmp_path):
     assert rc == 0 and from_file.keys() == rows.keys() - {"aten.var_mean.correction"}
 
 
+def _ops_table(width, *argv):
+    import argparse
+
+    from rich.console import Console
+
+    from predispatch_func.opsets.cli import cmd_ops
+
+    console = Console(width=width, record=True, color_system=None)
+    ns = argparse.Namespace(factory="test_opsets:make_gate", program=None, target=None, json=False, wide=False)
+    for flag in argv:
+        setattr(ns, flag.lstrip("-"), flag.startswith("--wide") or getattr(ns, flag.lstrip("-")))
+    cmd_ops(ns, console)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_ops_table_reads_well_at_80_columns(width):
+    text = _ops_table(width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    for op in ("aten.linear.default", "aten.softmax.int"):
+        assert any(op in line for line in lines), op  # never broken across lines
+    for header in ("calls", "core", "composite", "decomp"):
+        assert header in text  # never squeezed to an ellipsis
+    places = [line.strip() for line in lines if "test_opsets.py:" in line]
+    assert places and all(re.fullmatch(r"\S+ \(\w+\) test_opsets\.py:\d+", p) for p in places), places
+
+
+def test_ops_table_wide_shows_source_lines_and_a_wide_terminal_a_where_column():
+    assert "torch.softmax" in _ops_table(80, "--wide")
+    wide_terminal = _ops_table(200)
+    row = next(line for line in wide_terminal.splitlines() if "aten.softmax.int" in line)
+    assert "test_opsets.py:" in row  # the place is in the op's row
+
+
 def test_core_aten_target_lowers_inside_torch_cond_branches():
     class Branchy(torch.nn.Module):
         def __init__(self):

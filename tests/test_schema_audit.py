@@ -342,6 +342,22 @@ def test_cli_audits_a_users_namespace(capsys):
                         "auditdemo.returns_input.default": "lies_alias"}
 
 
+@pytest.mark.parametrize("width", [80, 200])
+def test_audit_table_reads_well_at_any_width(width):
+    from rich.console import Console
+
+    from predispatch_func.schema_audit.report import render_table
+
+    entries = [_audit(A.type_as.default), _audit(A.scaled_dot_product_attention.default)]
+    console = Console(width=width, record=True, color_system=None)
+    render_table(entries, console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= width
+    for entry in entries:  # op names never broken across lines
+        assert any(entry.op in line for line in lines), entry.op
+    assert any("lies_alias" in line for line in lines)
+
+
 def test_cli_table_and_summary(capsys):
     assert cli.main(["audit", "--op", "aten.type_as", "--op", "aten.linear"]) == 0
     out = capsys.readouterr().out

@@ -48,16 +48,41 @@ def summarize(entries: list[Entry]) -> Summary:
     )
 
 
+# below this width each overload is two lines (verdict, then evidence) instead of a table row
+_TABLE_MIN_WIDTH = 140
+
+
 def render_table(entries: list[Entry], console: Console, *, evidence_width: int = 70) -> None:
+    """One row per overload; on a terminal narrower than the table needs, two lines per
+    overload, so op names are never broken and the evidence stays readable."""
+    def decision(e: Entry) -> str:
+        return e.decision if not e.override else f"{e.decision} (override; audit: {e.audit_decision})"
+
+    def evidence(e: Entry) -> str:
+        return e.evidence if len(e.evidence) <= evidence_width else e.evidence[:evidence_width - 1] + "…"
+
+    def torch_side(e: Entry) -> str:
+        return ("tagged maybe_aliasing_or_mutating, " if e.torch_tagged else "") + \
+            ("torch.export keeps it" if e.torch_keeps else "torch.export decomposes it")
+
+    if console.width < _TABLE_MIN_WIDTH:
+        console.print("[bold]schema audit[/bold]")
+        for e in entries:
+            style = _VERDICT_STYLE[e.verdict]
+            console.print(f"{e.op}{'' if e.composite else ' [dim](kernel)[/dim]'}  [{style}]{e.verdict}[/] -> "
+                          f"{decision(e)}", highlight=False, overflow="fold")
+            console.print(f"    {evidence(e).rstrip()}; {torch_side(e)}", style="dim", highlight=False, overflow="fold")
+        return
     table = Table(title="schema audit", show_lines=False)
-    for col in ("op", "verdict", "decision", "evidence", "torch tag", "torch.export"):
+    table.add_column("op", no_wrap=True)
+    for col in ("verdict", "decision"):
+        table.add_column(col, no_wrap=True)
+    for col in ("evidence", "torch tag", "torch.export"):
         table.add_column(col, overflow="fold")
     for e in entries:
-        decision = e.decision if not e.override else f"{e.decision} (override; audit: {e.audit_decision})"
-        evidence = e.evidence if len(e.evidence) <= evidence_width else e.evidence[:evidence_width - 1] + "…"
         table.add_row(
             e.op + ("" if e.composite else " [dim](kernel)[/dim]"),
-            f"[{_VERDICT_STYLE[e.verdict]}]{e.verdict}[/]", decision, evidence,
+            f"[{_VERDICT_STYLE[e.verdict]}]{e.verdict}[/]", decision(e), evidence(e),
             "maybe_aliasing_or_mutating" if e.torch_tagged else "-",
             "keeps" if e.torch_keeps else "decomposes",
         )
