@@ -252,7 +252,7 @@ def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args:
     with torch.random.fork_rng(devices=[]):
         attempt = None
         for call in range(calls):
-            problems = []
+            problems: list[str] = []
             attempt = _replay(program, model, eager_model, attempt, tuple(args), dict(kwargs or {}), report,
                               problems, check_values=check_values, check_grads=check_grads, rtol=rtol,
                               atol=atol, seed=seed + 2 * call, nonleaf_inputs=nonleaf_inputs, ambient=ambient)

@@ -97,8 +97,8 @@ def _render(uses: list[OpUse], target: OpSet | None, console: Console, *, wide: 
     if not in_column:
         console.print("where in the model" + ("" if wide else " (--wide: with the source lines)") + ":")
         for u in uses:
-            outside = "" if target is None or u.in_target else f": [red]not in {target.name}[/red]: {u.missing_why}"
-            console.print(f"  {u.op}{outside}", highlight=False, overflow="fold")
+            verdict = "" if target is None or u.in_target else f": [red]not in {target.name}[/red]: {u.missing_why}"
+            console.print(f"  {u.op}{verdict}", highlight=False, overflow="fold")
             for place in places[u.op]:
                 console.print(f"    {place}", style="dim", highlight=False, overflow="fold")
     if target is not None:
