@@ -16,6 +16,8 @@ from types import FrameType, TracebackType
 
 import torch
 
+from . import _torch_compat as tc
+
 _SKIP_DIRS = tuple(
     os.path.dirname(m.__file__) + os.sep  # type: ignore[operator, type-var]
     for m in (torch, sys.modules[__name__.rsplit(".", 1)[0]])
@@ -79,7 +81,8 @@ class ExportError(RuntimeError):
             parts.append(f"op: {op}")
         if source:
             parts.append(f"at: {source}")
-        super().__init__("\n".join(parts))
+        # not super(): a subclass may also derive from a torch error class with another __init__
+        RuntimeError.__init__(self, "\n".join(parts))
 
 
 class Refusal(enum.Enum):
@@ -146,6 +149,18 @@ class UnsupportedError(ExportError):
     def __init__(self, message: str, *, kind: Refusal, op: object = None, source: str | None = None):
         self.kind = kind
         super().__init__(message, op=op, source=source)
+
+
+class DynamicShapesError(UnsupportedError, tc.TorchUserError, tc.ConstraintViolationError):
+    """A refusal about ``dynamic_shapes`` (kinds ``DYNAMIC_SHAPES_SPEC``, ``DIM_NOT_DYNAMIC``), also
+    catchable as what torch.export raises there: ``torch._dynamo.exc.UserError`` (a spec that does
+    not fit the call, a Dim the model specialises) and ``ConstraintViolationError`` (an example
+    outside its Dim's range), so a pipeline written for torch.export keeps its ``except``."""
+
+    def __init__(self, message: str, *, kind: Refusal, op: object = None, source: str | None = None):
+        super().__init__(message, kind=kind, op=op, source=source)
+        self.error_type = tc.TorchUserErrorType.CONSTRAINT_VIOLATION  # what UserError carries
+        self.message = str(self)
 
 
 class VerificationError(AssertionError):

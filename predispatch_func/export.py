@@ -18,8 +18,17 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
            pre_dispatch: bool = True, dynamic_shapes: Any = None,
            composite_overrides: dict[str, str] | None = None,
            python_state: str = "error", target: Any = None,
-           preserve_module_call_signature: tuple[str, ...] = ()) -> ExportedProgram:
+           preserve_module_call_signature: tuple[str, ...] = (), strict: bool = False,
+           prefer_deferred_runtime_asserts_over_guards: bool = False) -> ExportedProgram:
     """Export ``model`` into the functional pre-dispatch IR (see design.md's contract).
+
+    Takes ``torch.export.export``'s arguments, so it can replace it in a pipeline:
+    ``dynamic_shapes`` in any of torch's forms (dict, tuple/list in forward's signature
+    order, ``ShapesCollection``, ``AdditionalInputs``); ``strict`` is accepted and the
+    trace is always torch's non-strict one (Python runs as in eager, which is
+    torch.export's default; our state guard reports what strict mode's capture would
+    refuse); ``prefer_deferred_runtime_asserts_over_guards`` is accepted and has no
+    effect yet: a model that narrows a declared dim is refused, naming the Dim to declare.
 
     ``pre_dispatch=False`` gives the same contract one level lower: after
     autograd, plain ATen. ``composite_overrides`` maps an op name such as
@@ -31,6 +40,7 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     ``preserve_module_call_signature``: submodule paths whose calling convention
     ``torch.export.unflatten`` keeps (so they can be swapped), as in torch.export.
     """
+    del strict, prefer_deferred_runtime_asserts_over_guards  # see the docstring
     args, kwargs = checked_call(model, args, kwargs)
     gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
                                 dynamic_shapes=dynamic_shapes,

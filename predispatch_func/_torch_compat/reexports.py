@@ -13,18 +13,20 @@ from typing import Any, Callable
 
 import torch
 import torch.utils._pytree as pytree
+from torch._dynamo.exc import UserError as TorchUserError
+from torch._dynamo.exc import UserErrorType as TorchUserErrorType
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode, _can_decompose_fast
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, ShapeEnv
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [  # the private names the rest of the package uses as they are, then our wrappers
     "_can_decompose_fast", "INT_OO", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
     "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
-    "pytree", "TORCH_INTERNAL_ANNOTATIONS",
+    "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "has_composite_implicit_kernel",
     "has_sparse_kernel",
     "sparse_components",

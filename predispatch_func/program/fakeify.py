@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import Refusal, UnsupportedError
+from ..errors import DynamicShapesError, Refusal
 
 
 @dataclasses.dataclass
@@ -66,7 +66,7 @@ class Fakeifier:
         lower = int(getattr(dim, "min", 0) or 0) if named else 0
         upper = getattr(dim, "max", tc.INT_OO) if named else tc.INT_OO
         if named and not lower <= example <= upper:
-            raise UnsupportedError(f"{where}: example size {example} is outside Dim {name!r} "
+            raise DynamicShapesError(f"{where}: example size {example} is outside Dim {name!r} "
                                    f"range [{lower}, {upper}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
         if name in self._declared:  # same Dim name: same symbol
             tc.check(size == self._declared[name].size)
@@ -85,15 +85,15 @@ class Fakeifier:
             if expr.is_number and d.may_specialise:
                 continue
             if expr.is_number:
-                raise UnsupportedError(
+                raise DynamicShapesError(
                     f"Dim {d.name!r} ({d.where}) was declared dynamic but the model specialised it "
                     f"to {int(expr)}; make it static or remove the code that fixes it", kind=Refusal.DIM_NOT_DYNAMIC)
             if len(expr.free_symbols) != 1 or expr not in expr.free_symbols:
-                raise UnsupportedError(f"Dim {d.name!r} ({d.where}) became the expression {expr}; "
+                raise DynamicShapesError(f"Dim {d.name!r} ({d.where}) became the expression {expr}; "
                                        "derived dims are not supported", kind=Refusal.DIM_NOT_DYNAMIC)
             traced = tc.symbol_range(env, expr)
             if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
-                raise UnsupportedError(
+                raise DynamicShapesError(
                     f"Dim {d.name!r} ({d.where}) was declared [{d.lower}, {d.upper}] but the model "
                     f"only supports [{traced.lower}, {traced.upper}]; declare "
                     f"Dim({d.name!r}, min={max(d.lower, int(traced.lower))}, max={traced.upper})",
@@ -124,25 +124,53 @@ def _dynamic_dims_per_leaf(dynamic_shapes: Any, mod: torch.nn.Module, args: tupl
     flat, _ = tc.pytree.tree_flatten((args, kwargs))
     if dynamic_shapes is None:
         return [None] * len(flat)
+    if callable(getattr(dynamic_shapes, "dynamic_shapes", None)):
+        # torch.export.ShapesCollection / AdditionalInputs: they build the spec for this call
+        dynamic_shapes = dynamic_shapes.dynamic_shapes(mod, args, kwargs)
+        if dynamic_shapes is None:
+            return [None] * len(flat)
+    try:
+        bound = inspect.signature(mod.forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = None
+    if isinstance(dynamic_shapes, (tuple, list)) and bound is not None:
+        # a sequence spec follows forward's signature, keyword arguments included, whatever
+        # order the call passed them in (as torch.export reads it)
+        if len(dynamic_shapes) != len(bound):
+            raise DynamicShapesError(f"dynamic_shapes has {len(dynamic_shapes)} entries but the call binds "
+                                   f"{len(bound)} arguments of forward ({', '.join(bound)})",
+                                   kind=Refusal.DYNAMIC_SHAPES_SPEC)
+        dynamic_shapes = dict(zip(bound, dynamic_shapes))
     if isinstance(dynamic_shapes, dict):
-        try:
-            bound = inspect.signature(mod.forward).bind(*args, **kwargs).arguments
-        except (TypeError, ValueError):
-            bound = {}
+        bound = bound or {}
         unknown = set(dynamic_shapes) - set(bound)
         if unknown:
-            raise UnsupportedError(f"dynamic_shapes names {sorted(unknown)}, which are not "
+            raise DynamicShapesError(f"dynamic_shapes names {sorted(unknown)}, which are not "
                                    f"arguments of this call (arguments: {list(bound)})",
                                    kind=Refusal.DYNAMIC_SHAPES_SPEC)
         names = list(bound)
         positional = tuple(dynamic_shapes.get(n) for n in names[: len(args)])
-        keyword = {k: dynamic_shapes.get(k) for k in kwargs}
+        keyword = {k: _keyword_spec(dynamic_shapes, bound, names, k) for k in kwargs}
         spec = (positional, keyword)
-    else:
+    elif isinstance(dynamic_shapes, (tuple, list)):
         spec = (tuple(dynamic_shapes), {})
+    else:
+        raise DynamicShapesError(f"dynamic_shapes must be a dict, tuple or list (or a ShapesCollection / "
+                               f"AdditionalInputs), got {type(dynamic_shapes).__name__}",
+                               kind=Refusal.DYNAMIC_SHAPES_SPEC)
     out: list[dict[int, Any] | None] = []
     _collect(spec, (args, kwargs), out)
     return out
+
+
+def _keyword_spec(dynamic_shapes: dict, bound: dict, names: list[str], key: str) -> Any:
+    """The spec of keyword argument ``key``: its own entry, or its entry inside the spec of a
+    ``**kwargs`` parameter that collected it."""
+    if key in dynamic_shapes:
+        return dynamic_shapes[key]
+    collector = next((n for n in names if isinstance(bound.get(n), dict) and key in bound[n]), None)
+    inner = dynamic_shapes.get(collector) if collector is not None else None
+    return inner.get(key) if isinstance(inner, dict) else None
 
 
 def _collect(spec: Any, value: Any, out: list) -> None:

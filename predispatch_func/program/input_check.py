@@ -25,6 +25,10 @@ class InputError(ExportError, TypeError):
     match ``forward``, an input leaf a program cannot take)."""
 
 
+class NotAnEagerModule(InputError, ValueError):
+    """A TorchScript module: torch.export raises ValueError for it, so a caller's except still fires."""
+
+
 def checked_call(model: Any, args: Any, kwargs: Any) -> tuple[tuple, dict]:
     """``(args, kwargs)`` normalised, or an :class:`InputError` saying what is wrong.
 
@@ -34,6 +38,10 @@ def checked_call(model: Any, args: Any, kwargs: Any) -> tuple[tuple, dict]:
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"export expects an nn.Module, got {type(model).__name__} {model!r:.60}; "
                          "wrap a function in a Module whose forward calls it")
+    if isinstance(model, torch.jit.ScriptModule):
+        raise NotAnEagerModule(f"export takes an eager nn.Module, got the TorchScript module {type(model).__name__}: "
+                         "TorchScript has already replaced its Python forward; export the module it was "
+                         "scripted from")
     if isinstance(args, torch.Tensor):
         args = (args,)
     if not isinstance(args, tuple):

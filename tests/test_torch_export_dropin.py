@@ -1,0 +1,110 @@
+"""``pf.export`` where ``torch.export.export`` stood: its arguments, its dynamic-shape forms,
+and the error classes a pipeline written for it catches. Every program is replayed
+against eager, at the example sizes and at others the trace never saw."""
+
+import inspect
+
+import pytest
+import torch
+from torch._dynamo.exc import UserError
+from torch.export import AdditionalInputs, Dim, ShapesCollection
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+import predispatch_func as pf
+from oracle import export_checked
+
+
+def test_takes_every_argument_torch_export_takes():
+    """Positional ones by position (torch calls the model ``mod``), keyword-only ones by name:
+    a keyword torch.export adds on a new release fails here."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    theirs, ours = inspect.signature(torch.export.export).parameters, inspect.signature(pf.export).parameters
+    positional = [n for n, p in theirs.items() if p.kind in kinds]
+    assert len([n for n, p in ours.items() if p.kind in kinds]) == len(positional)
+    for name, param in theirs.items():
+        if param.kind is inspect.Parameter.KEYWORD_ONLY:
+            assert name in ours and ours[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+            assert ours[name].default == param.default, name
+
+
+def test_strict_and_deferred_asserts_are_accepted():
+    model, x = torch.nn.Linear(3, 2), torch.randn(4, 3)
+    for strict in (False, True):
+        ep = export_checked(model, (x,), strict=strict, prefer_deferred_runtime_asserts_over_guards=True)
+        assert "aten.linear.default" in str(ep.graph)
+
+
+class KeywordOnly(torch.nn.Module):
+    def forward(self, x, *, kw1, kw2):
+        return x.sum() + kw1 * 2 + kw2.sum()
+
+
+def test_sequence_spec_follows_the_signature_not_the_call_order():
+    """Regression: the spec of kw1 was applied to kw2 when the call passed kw2 first."""
+    model = KeywordOnly()
+    x, kw1, kw2 = torch.randn(3), torch.randn(4), torch.randn(5)
+    spec = (None, {0: Dim("a")}, {0: Dim("b")})  # x, kw1, kw2: forward's order
+    ep = export_checked(model, (x,), {"kw2": kw2, "kw1": kw1}, dynamic_shapes=spec)
+    assert len(ep.range_constraints) == 2
+    for n1, n2 in ((6, 7), (9, 2)):
+        kwargs = {"kw1": torch.randn(n1), "kw2": torch.randn(n2)}
+        pf.verify(ep, model, (x,), kwargs, raise_on_failure=True)
+        torch.testing.assert_close(ep.module()(x, **kwargs), model(x, **kwargs))
+
+
+def test_sequence_spec_of_the_wrong_length_is_a_clear_error():
+    with pytest.raises(pf.UnsupportedError, match="has 2 entries but the call binds 3 arguments"):
+        pf.export(KeywordOnly(), (torch.randn(3),), {"kw1": torch.randn(4), "kw2": torch.randn(5)},
+                  dynamic_shapes=(None, {0: Dim("a")}))
+
+
+class AddSum(torch.nn.Module):
+    def forward(self, x, y):
+        return x * 2 + y.sum()
+
+
+def test_shapes_collection():
+    model, x, y = AddSum(), torch.randn(4, 3), torch.randn(2)
+    shapes = ShapesCollection()
+    shapes[x] = {0: Dim("n")}
+    ep = export_checked(model, (x, y), dynamic_shapes=shapes)
+    (constraint,) = ep.range_constraints.values()
+    pf.verify(ep, model, (torch.randn(9, 3), y), raise_on_failure=True)
+    with pytest.raises(Exception, match="y"):  # y stayed static: the program guards it
+        ep.module()(torch.randn(4, 3), torch.randn(3))
+
+
+def test_additional_inputs():
+    model, x, y = AddSum(), torch.randn(4, 3), torch.randn(2)
+    extra = AdditionalInputs()
+    extra.add((torch.randn(7, 3), torch.randn(5)))
+    ep = export_checked(model, (x, y), dynamic_shapes=extra)
+    assert len(ep.range_constraints) == 2
+    extra.verify(ep)  # torch's own check: the program runs the additional inputs
+    pf.verify(ep, model, (torch.randn(9, 3), torch.randn(3)), raise_on_failure=True)
+
+
+class Specialises(torch.nn.Module):
+    def forward(self, x):
+        return x.view(4, -1) if x.shape[0] == 8 else x
+
+
+def test_dim_refusals_are_the_classes_torch_export_raises():
+    x = torch.randn(8, 2)
+    with pytest.raises(UserError) as specialised:  # torch.export: UserError(CONSTRAINT_VIOLATION)
+        pf.export(Specialises(), (x,), dynamic_shapes={"x": {0: Dim("n")}})
+    assert specialised.value.kind is pf.Refusal.DIM_NOT_DYNAMIC and "specialised it to 8" in str(specialised.value)
+    with pytest.raises(ConstraintViolationError) as out_of_range:  # torch.export: ConstraintViolationError
+        pf.export(Specialises(), (x,), dynamic_shapes={"x": {0: Dim("n", max=4)}})
+    assert isinstance(out_of_range.value, pf.UnsupportedError)
+    assert out_of_range.value.kind is pf.Refusal.DYNAMIC_SHAPES_SPEC
+    for exporter in (torch.export.export, pf.export):  # the same except clause catches both
+        with pytest.raises((UserError, ConstraintViolationError)):
+            exporter(Specialises(), (x,), dynamic_shapes={"x": {0: Dim("n", max=4)}})
+
+
+def test_script_module_is_refused_up_front_as_torch_export_refuses_it():
+    scripted = torch.jit.script(torch.nn.Linear(2, 2))
+    for exporter in (torch.export.export, pf.export):
+        with pytest.raises(ValueError, match="ScriptModule|TorchScript"):
+            exporter(scripted, (torch.randn(1, 2),))
