@@ -99,6 +99,9 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     name_placeholders(gm, inputs)
     outline_regions(gm, trace.identity_edges, grad_sources=grad_sources(gm, inputs))
     eliminate_dead_code(gm)
+    # the user's torch._check on unbacked values (.item(), nonzero sizes) and the ranges the
+    # trace learned for them: runtime asserts of the program, as torch.export keeps them
+    tc.insert_deferred_runtime_asserts(gm, fakeify.shape_env, f"exported program {type(mod).__name__}", export=True)
     if lowering is not None:
         lowering.check(gm)
         lowering.warn_decomposed_members(policy.decisions)

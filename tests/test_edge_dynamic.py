@@ -92,22 +92,22 @@ def forward(self, p_weight, p_bias, b_running_mean, b_running_var, b_num_batches
         if TORCH_RELEASE >= (2, 15):
             self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p_norm1_weight, p_norm1_bias, p_qkv_weight, p_qkv_bias, p_proj_weight, p_proj_bias, p_norm2_weight, p_norm2_bias, p_mlp_0_weight, p_mlp_0_bias, p_mlp_2_weight, p_mlp_2_bias, x):
+    sym_size_int_2 = torch.ops.aten.sym_size.int(x, 1)
     layer_norm = torch.ops.aten.layer_norm.default(x, [8], p_norm1_weight, p_norm1_bias);  p_norm1_weight = p_norm1_bias = None
     linear = torch.ops.aten.linear.default(layer_norm, p_qkv_weight, p_qkv_bias);  layer_norm = p_qkv_weight = p_qkv_bias = None
     split = torch.ops.aten.split.Tensor(linear, 8, -1);  linear = None
     getitem = split[0]
     getitem_1 = split[1]
     getitem_2 = split[2];  split = None
-    sym_size_int = torch.ops.aten.sym_size.int(x, 1)
-    view = torch.ops.aten.view.default(getitem, [2, sym_size_int, 2, 4]);  getitem = None
+    view = torch.ops.aten.view.default(getitem, [2, sym_size_int_2, 2, 4]);  getitem = None
     transpose = torch.ops.aten.transpose.int(view, 1, 2);  view = None
-    view_1 = torch.ops.aten.view.default(getitem_1, [2, sym_size_int, 2, 4]);  getitem_1 = None
+    view_1 = torch.ops.aten.view.default(getitem_1, [2, sym_size_int_2, 2, 4]);  getitem_1 = None
     transpose_1 = torch.ops.aten.transpose.int(view_1, 1, 2);  view_1 = None
-    view_2 = torch.ops.aten.view.default(getitem_2, [2, sym_size_int, 2, 4]);  getitem_2 = None
+    view_2 = torch.ops.aten.view.default(getitem_2, [2, sym_size_int_2, 2, 4]);  getitem_2 = None
     transpose_2 = torch.ops.aten.transpose.int(view_2, 1, 2);  view_2 = None
     scaled_dot_product_attention = torch.ops.aten.scaled_dot_product_attention.default(transpose, transpose_1, transpose_2, None, 0.0, True);  transpose = transpose_1 = transpose_2 = None
     transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2);  scaled_dot_product_attention = None
-    view_3 = torch.ops.aten.view.default(transpose_3, [2, sym_size_int, 8]);  transpose_3 = sym_size_int = None
+    view_3 = torch.ops.aten.view.default(transpose_3, [2, sym_size_int_2, 8]);  transpose_3 = sym_size_int_2 = None
     linear_1 = torch.ops.aten.linear.default(view_3, p_proj_weight, p_proj_bias);  view_3 = p_proj_weight = p_proj_bias = None
     add = torch.ops.aten.add.Tensor(x, linear_1);  x = linear_1 = None
     layer_norm_1 = torch.ops.aten.layer_norm.default(add, [8], p_norm2_weight, p_norm2_bias);  p_norm2_weight = p_norm2_bias = None
@@ -119,22 +119,22 @@ def forward(self, p_norm1_weight, p_norm1_bias, p_qkv_weight, p_qkv_bias, p_proj
         else:
             self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p_norm1_weight, p_norm1_bias, p_qkv_weight, p_qkv_bias, p_proj_weight, p_proj_bias, p_norm2_weight, p_norm2_bias, p_mlp_0_weight, p_mlp_0_bias, p_mlp_2_weight, p_mlp_2_bias, x):
-    sym_size_int = torch.ops.aten.sym_size.int(x, 1)
+    sym_size_int_5 = torch.ops.aten.sym_size.int(x, 1)
     layer_norm = torch.ops.aten.layer_norm.default(x, [8], p_norm1_weight, p_norm1_bias);  p_norm1_weight = p_norm1_bias = None
     linear = torch.ops.aten.linear.default(layer_norm, p_qkv_weight, p_qkv_bias);  layer_norm = p_qkv_weight = p_qkv_bias = None
     split = torch.ops.aten.split.Tensor(linear, 8, -1);  linear = None
     getitem = split[0]
     getitem_1 = split[1]
     getitem_2 = split[2];  split = None
-    view = torch.ops.aten.view.default(getitem, [2, sym_size_int, 2, 4]);  getitem = None
+    view = torch.ops.aten.view.default(getitem, [2, sym_size_int_5, 2, 4]);  getitem = None
     transpose = torch.ops.aten.transpose.int(view, 1, 2);  view = None
-    view_1 = torch.ops.aten.view.default(getitem_1, [2, sym_size_int, 2, 4]);  getitem_1 = None
+    view_1 = torch.ops.aten.view.default(getitem_1, [2, sym_size_int_5, 2, 4]);  getitem_1 = None
     transpose_1 = torch.ops.aten.transpose.int(view_1, 1, 2);  view_1 = None
-    view_2 = torch.ops.aten.view.default(getitem_2, [2, sym_size_int, 2, 4]);  getitem_2 = None
+    view_2 = torch.ops.aten.view.default(getitem_2, [2, sym_size_int_5, 2, 4]);  getitem_2 = None
     transpose_2 = torch.ops.aten.transpose.int(view_2, 1, 2);  view_2 = None
     scaled_dot_product_attention = torch.ops.aten.scaled_dot_product_attention.default(transpose, transpose_1, transpose_2, None, 0.0, True);  transpose = transpose_1 = transpose_2 = None
     transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2);  scaled_dot_product_attention = None
-    view_3 = torch.ops.aten.view.default(transpose_3, [2, sym_size_int, 8]);  transpose_3 = sym_size_int = None
+    view_3 = torch.ops.aten.view.default(transpose_3, [2, sym_size_int_5, 8]);  transpose_3 = sym_size_int_5 = None
     linear_1 = torch.ops.aten.linear.default(view_3, p_proj_weight, p_proj_bias);  view_3 = p_proj_weight = p_proj_bias = None
     add_72 = torch.ops.aten.add.Tensor(x, linear_1);  x = linear_1 = None
     layer_norm_1 = torch.ops.aten.layer_norm.default(add_72, [8], p_norm2_weight, p_norm2_bias);  p_norm2_weight = p_norm2_bias = None

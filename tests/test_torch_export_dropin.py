@@ -108,3 +108,34 @@ def test_script_module_is_refused_up_front_as_torch_export_refuses_it():
     for exporter in (torch.export.export, pf.export):
         with pytest.raises(ValueError, match="ScriptModule|TorchScript"):
             exporter(scripted, (torch.randn(1, 2),))
+
+
+class ChecksAnUnbackedValue(torch.nn.Module):
+    def forward(self, x):
+        n = x.sum().to(torch.int64).item()
+        torch._check(n >= 0)
+        torch._check(n < 100)
+        return torch.zeros(3) + n
+
+
+class NonzeroSized(torch.nn.Module):
+    def forward(self, x):
+        idx = torch.nonzero(x > 0)
+        torch._check(idx.shape[0] <= 4)
+        return idx.sum() + x.sum()
+
+
+@pytest.mark.parametrize("model_cls, good, bad", [
+    (ChecksAnUnbackedValue, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
+    (NonzeroSized, torch.tensor([1.0, -1.0, 2.0, 0.0, 3.0]), torch.tensor([1.0, 1.0, 2.0, 5.0, 3.0])),
+], ids=["item", "nonzero"])
+def test_users_checks_on_unbacked_values_stay_in_the_program(model_cls, good, bad):
+    """Regression: the program accepted inputs the model rejects (torch._check was dropped)."""
+    model = model_cls()
+    ep = export_checked(model, (good,))
+    assert "aten._assert_scalar.default" in str(ep.graph)
+    with pytest.raises(RuntimeError):
+        model(bad)  # eager refuses
+    with pytest.raises(RuntimeError, match="Runtime assertion failed"):
+        ep.module()(bad)  # and so does the program, as torch.export's does
+    pf.verify(ep, model, (good * 2,), raise_on_failure=True)
