@@ -89,7 +89,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     preserved = PreservedCalls(mod, preserve_module_call_signature)
     call = ModelCall(mod, inputs, fakes, around=lambda: _observed(mod, preserved))
     with StateGuard(mod, (args, kwargs), python_state=python_state) as guard:
-        trace = trace_functional(call, fakes, policy=policy, pre_dispatch=pre_dispatch,
+        trace = trace_functional(call, fakes, policy=policy, pre_dispatch=pre_dispatch, fake_mode=fakeify.mode,
                                  decompositions={**(lowering.proxy_table() if lowering else {}),
                                                  **(decompositions or {})})
         guard.refuse_uncarried_changes()

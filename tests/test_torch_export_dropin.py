@@ -139,3 +139,52 @@ def test_users_checks_on_unbacked_values_stay_in_the_program(model_cls, good, ba
     with pytest.raises(RuntimeError, match="Runtime assertion failed"):
         ep.module()(bad)  # and so does the program, as torch.export's does
     pf.verify(ep, model, (good * 2,), raise_on_failure=True)
+
+
+class ScaleByInt(torch.nn.Module):
+    def forward(self, x, n):
+        return x * n + n
+
+
+def test_dim_dynamic_on_a_python_int_makes_it_a_symbolic_input():
+    """Regression: the program guarded ``n == 4``; torch.export takes any n."""
+    model, x = ScaleByInt(), torch.randn(3)
+    ep = export_checked(model, (x, 4), dynamic_shapes=(None, Dim.DYNAMIC))
+    assert type(ep.graph_signature.input_specs[1].arg).__name__ == "SymIntArgument"
+    for n in (0, 1, 7):
+        torch.testing.assert_close(ep.module()(x, n), model(x, n))
+    static = export_checked(model, (x, 4))
+    with pytest.raises(Exception):  # without a Dim the int is a constant the program checks
+        static.module()(x, 5)
+
+
+class ParameterInADict(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.held = {"w": torch.nn.Parameter(torch.randn(3))}
+
+    def forward(self, x):
+        return x * self.held["w"]
+
+
+def test_parameter_held_in_a_dict_is_a_constant_module_can_hold():
+    """Regression: ep.module() failed "`lifted_tensor_0` is not a buffer". Held where no
+    ``named_parameters()`` finds it, it is a constant that does not train, in torch.export's
+    program as in ours (README, known limits)."""
+    model, x = ParameterInADict(), torch.randn(3)
+    ours, theirs = pf.export(model, (x,)), torch.export.export(model, (x,))
+    assert ours.module()(x).requires_grad == theirs.module()(x).requires_grad == False  # noqa: E712
+    torch.testing.assert_close(ours.module()(x), model(x).detach())
+    pf.verify(ours, model, (x,), check_grads=False, raise_on_failure=True)
+
+
+class NoInputs(torch.nn.Module):
+    def forward(self):
+        return torch.ones(3) * 2
+
+
+def test_model_without_inputs_or_state():
+    """Regression: a trace with no fake input ran on real tensors, and the program's fake
+    values came from two modes."""
+    ep = export_checked(NoInputs(), ())
+    torch.testing.assert_close(ep.module()(), torch.full((3,), 2.0))

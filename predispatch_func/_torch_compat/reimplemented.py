@@ -123,6 +123,16 @@ def fake_with_dynamic_dims(mode: FakeTensorMode, t: torch.Tensor, dims: set[int]
                             symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
 
 
+def symbolic_int(mode: FakeTensorMode, value: int, flat_index: int) -> Any:
+    """A fresh backed symbol for a Python int input declared dynamic, its source named as
+    :func:`fake_with_dynamic_dims` names a tensor's, so ``ep.module()`` checks it at run time."""
+    from torch._dynamo.source import GetItemSource, LocalSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    source = GetItemSource(LocalSource("flat_args"), flat_index)
+    return mode.shape_env.create_unspecified_symint_and_symbol(value, source, DimDynamic.DYNAMIC)
+
+
 def record_grad_marker(enabled: bool) -> torch.fx.Node | None:
     """Record a ``_set_grad_enabled(enabled)`` marker in the graph being traced.
 
@@ -227,6 +237,7 @@ __all__ = [
     "functionalize_kept_op",
     "stack_trace_filter",
     "fake_with_dynamic_dims",
+    "symbolic_int",
     "record_grad_marker",
     "last_recorded_node",
     "erase_if_last_recorded",

@@ -181,13 +181,15 @@ class Trace:
 
 
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
-                     pre_dispatch: bool, decompositions: dict | None = None
+                     pre_dispatch: bool, decompositions: dict | None = None, fake_mode: Any = None
                      ) -> Trace:
     """Trace ``body`` over functional wrappers of ``flat_inputs`` into a flat graph.
 
     ``body`` receives the wrapped inputs and the mode, runs the user's code and
     returns the flat list of graph outputs (functional tensors or constants).
-    Inputs must already be fake tensors (or non-tensor constants).
+    Inputs must already be fake tensors (or non-tensor constants) of ``fake_mode``
+    (default: theirs); tensors the body creates are fake in it too, also when there
+    are no tensor inputs at all (a model without inputs or state).
     """
     state: dict[str, Any] = {}
 
@@ -217,7 +219,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             state["grad_enabled_on_return"] = torch.is_grad_enabled()
         return tuple(tc.inner_of_functional(o) for o in outs)
 
-    fake_mode = tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
+    fake_mode = fake_mode or tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
     tracer = tc.make_fx(traced, decomposition_table={**copy_decompositions(copy_target), **(decompositions or {})},
                         tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)

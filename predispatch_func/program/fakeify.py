@@ -49,9 +49,14 @@ class Fakeifier:
     def user(self, value: Any) -> Any:
         leaf = self._user_index
         self._user_index += 1
+        spec = self._dims_per_leaf[leaf] if leaf < len(self._dims_per_leaf) else None
+        if isinstance(spec, _IntDim) and not _is_static_hint(spec.dim):
+            symbol = tc.symbolic_int(self.mode, value, leaf)
+            self._declare(spec.dim, symbol, f"user input {leaf} (an int)", value)
+            return symbol
         if not isinstance(value, torch.Tensor):
             return value
-        dims = self._dims_per_leaf[leaf] if leaf < len(self._dims_per_leaf) else None
+        dims = spec
         dims = {i: d for i, d in (dims or {}).items() if not _is_static_hint(d)}
         if not dims:
             return self.mode.from_tensor(value, static_shapes=True)
@@ -173,7 +178,17 @@ def _keyword_spec(dynamic_shapes: dict, bound: dict, names: list[str], key: str)
     return inner.get(key) if isinstance(inner, dict) else None
 
 
+@dataclasses.dataclass(frozen=True)
+class _IntDim:
+    """The spec of a Python int input: a Dim (or Dim.DYNAMIC/AUTO) makes it a symbolic input."""
+
+    dim: Any
+
+
 def _collect(spec: Any, value: Any, out: list) -> None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        out.append(_IntDim(spec) if spec is not None and not isinstance(spec, (dict, list, tuple)) else None)
+        return
     if isinstance(value, torch.Tensor):
         if spec is None:
             out.append(None)

@@ -52,6 +52,10 @@ def lift_traced_constants(gm: torch.fx.GraphModule, inputs: Inputs) -> Inputs:
         if node.op != "get_attr" or not isinstance(getattr(gm, node.target, None), torch.Tensor):
             continue
         value = getattr(gm, node.target)
+        if isinstance(value, torch.nn.Parameter):  # one held where lifting does not look (a dict):
+            # a constant that does not train, as torch.export makes it; kept a Parameter it would
+            # be registered as one by module(), which then finds no buffer of that name
+            value = value.detach()
         fqn = f"lifted_tensor_{len(new_slots)}"
         ctx = (gm.graph.inserting_after(anchor) if anchor is not None
                else gm.graph.inserting_before(placeholders[0] if placeholders else None))

@@ -145,8 +145,10 @@ def build_signature(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mutatio
     input_specs = []
     for node, slot in zip(_placeholders(gm), inputs.slots):
         if slot.kind is SlotKind.USER:
-            arg = (argument(node) if isinstance(slot.value, (torch.Tensor, torch.SymInt))
-                   else ConstantArgument(name=node.name, value=slot.value))
+            # an int input declared dynamic (Dim.DYNAMIC on a Python int) was traced as a SymInt
+            symbolic = isinstance(slot.value, (torch.Tensor, torch.SymInt)) or isinstance(node.meta.get("val"),
+                                                                                         torch.SymInt)
+            arg = argument(node) if symbolic else ConstantArgument(name=node.name, value=slot.value)
             input_specs.append(InputSpec(InputKind.USER_INPUT, arg, target=None))
         else:
             input_specs.append(InputSpec(slot.kind.input_kind, TensorArgument(node.name),
