@@ -210,6 +210,43 @@ def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
                 node.meta[STACK_TRACE] = without_generated_frames(node.meta[STACK_TRACE])
 
 
+def resolve_captured_module_stacks(gm: torch.fx.GraphModule, root: torch.nn.Module) -> None:
+    """Give the nodes of torch HOP bodies (``cond``/``map``/``scan`` branches, which dynamo
+    captures) ``nn_module_stack`` entries in torch.export's form.
+
+    dynamo keys each entry by the module's ``id`` and names it by the capture's access path
+    (``L['args'][1].__closure__[0].cell_contents.lin1``) with the class itself as the type:
+    torch.export's serializer refuses such entries, and ``unflatten`` cannot place them.
+    Each module the body called is found in ``root`` by identity and entered with its
+    parents (``L__self__<fqn>``, ``(fqn, "pkg.Class")``); one that is not a submodule of
+    ``root`` (made in forward) is dropped, as the observers record none for it.
+    """
+    paths = {id(m): name for name, m in root.named_modules() if name}
+    for where, sub in all_graph_modules(gm):
+        if where == "<top>":
+            continue
+        for node in sub.graph.nodes:
+            stack = node.meta.get(NN_MODULE_STACK)
+            if stack and not all(key.startswith(ROOT_KEY) for key in stack):
+                node.meta[NN_MODULE_STACK] = _stack_in_torch_form(stack, paths, root)
+
+
+def _stack_in_torch_form(stack: Stack, paths: dict[int, str], root: torch.nn.Module) -> Stack:
+    out = root_stack(type(root))
+    for key, value in stack.items():
+        if key.startswith(ROOT_KEY):
+            out[key] = value
+            continue
+        fqn = paths.get(int(key)) if key.isdigit() else None
+        if fqn is None:
+            continue
+        parts = fqn.split(".")
+        for depth in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:depth])
+            out.setdefault(f"{ROOT_KEY}{prefix}", (prefix, _type_name(type(root.get_submodule(prefix)))))
+    return out
+
+
 CUSTOM = "custom"
 
 
