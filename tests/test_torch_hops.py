@@ -9,6 +9,7 @@ from oracle import export_checked, graph_code
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
+from torch_release import torch_limit
 
 TORCH_VMAP = ("torch's functional pre-dispatch tracing (ours and aot_export_module(pre_dispatch=True)) "
               "fails on torch.vmap over functional tensors; torch.export, which does not functionalize, "
@@ -243,7 +244,7 @@ class HopsTest(TestCase):
         ep = export_checked(CondInsideNoGrad(), (self.x,))
         self.assertIn("pf_grad_region(False", graph_code(ep))
 
-    @pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_AUTOCAST_IN_BODY)
+    @torch_limit(TORCH_AUTOCAST_IN_BODY, raises=UnsupportedError)
     def test_regions_inside_cond_branches(self):
         ep = export_checked(RegionsInsideCondBranches(), (self.x,))
         code = graph_code(ep)
@@ -284,7 +285,7 @@ class HopsTest(TestCase):
         ep = export_checked(RegionInsideScan(), (torch.randn(3), torch.randn(5, 3)))
         self.assertIn("pf_grad_region(False", graph_code(ep))
 
-    @pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_VMAP)
+    @torch_limit(TORCH_VMAP, raises=UnsupportedError)
     def test_associative_scan(self):
         export_checked(AssociativeScan(), (torch.randn(5, 3),))
 
@@ -305,7 +306,7 @@ class HopsTest(TestCase):
         ep = export_checked(Flex(), (q, k, v), check_grads=False)
         self.assertIn("higher_order.flex_attention", hop_names(ep))
 
-    @pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_VMAP)
+    @torch_limit(TORCH_VMAP, raises=UnsupportedError)
     def test_flex_attention_with_block_mask_made_in_forward(self):
         q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
         ep = export_checked(FlexAttention(), (q, k, v), check_grads=False)
@@ -436,7 +437,7 @@ def test_torchs_while_loop_and_scan_backward_still_read_a_written_operand():
 
 
 TORCH_WHILE_LOOP_RESULT_AS_OPERAND = (
-    "torch 2.13's capture of a HOP's operands (dynamo) fails on a while_loop result computed with grad "
+    "torch's capture of a HOP's operands (dynamo) fails on a while_loop result computed with grad "
     "on (a slice of the stacked iterations: its storage offset holds the unbacked trip count); "
     "torch.export fails too")
 
@@ -468,6 +469,6 @@ def test_a_while_loop_result_with_grad_passed_to_a_hop_is_refused_naming_the_lin
     export_checked(_WhileLoopResultIntoHop(next_hop), (x.detach(),))  # without grad: no stacked iterations
 
 
-@pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_WHILE_LOOP_RESULT_AS_OPERAND)
+@torch_limit(TORCH_WHILE_LOOP_RESULT_AS_OPERAND, raises=UnsupportedError)
 def test_a_while_loop_result_with_grad_as_a_cond_operand():
     export_checked(_WhileLoopResultIntoHop("cond"), (torch.randn(3, 2, requires_grad=True),))
