@@ -51,45 +51,6 @@ def forward(self, arg0_1, arg1_1, arg2_1):
     return (mul,)""")
 
 
-class Decomposed(torch.nn.Module):
-    """Decompositions (reshape, contiguous, dropout, to) re-enter the functional mode."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 4)
-
-    def forward(self, x):
-        y = torch.nn.functional.dropout(self.lin(x).reshape(2, 8).t().contiguous(), 0.0, training=False)
-        with torch.no_grad():
-            z = y.to(torch.float64).sum()
-        return torch.cond(z > 0, lambda t: t.sin(), lambda t: t.cos(), (y,))
-
-
-class TestModePushShortcut(TestCase):
-    """The trace pushes PreDispatch modes without torch's loop that drops every op's cached
-    PreDispatch handler (modes/stack.py): sound only while torch never caches one."""
-
-    def test_no_op_caches_a_pre_dispatch_handler_after_ours_and_torch_export(self):
-        from predispatch_func import _torch_compat as tc
-
-        model, x = Decomposed(), torch.randn(4, 4)
-        export_checked(model, (x,))
-        torch.export.export(model, (x,))
-        self.assertEqual(tc.ops_with_cached_pre_dispatch_handler(), [])
-        self.assertTrue(tc.push_mode_is_torchs())
-
-    def test_torchs_push_is_restored_when_the_trace_fails(self):
-        from predispatch_func import _torch_compat as tc
-
-        class Fails(torch.nn.Module):
-            def forward(self, x):
-                raise ValueError("boom")
-
-        with self.assertRaises(Exception):
-            pf.export(Fails(), (torch.randn(2),))
-        self.assertTrue(tc.push_mode_is_torchs())
-
-
 class TestPerOpShortcuts(TestCase):
     """The per-op paths read schemas once per op and flatten arguments without torch's
     pytree (modes/observers.py): they must give what a walk of the schema and pytree give."""
