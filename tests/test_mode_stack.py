@@ -10,7 +10,6 @@ import unittest.mock
 import torch
 from expecttest import TestCase
 
-import predispatch_func as pf
 
 from oracle import export_checked, graph_code
 
@@ -85,33 +84,3 @@ class TestPerOpShortcuts(TestCase):
         for value in [t, None, 3, (t, [u, t], None), ([t], ([u], (t,)), 2.0), (), [[], [t]],
                       torch.Size([2, 3]), (t, torch.return_types.max((t, u)))]:
             self.assertEqual([id(x) for x in _leaves(value)], [id(x) for x in tc.pytree.tree_leaves(value)])
-
-
-class TestStraightFunctionalization(TestCase):
-    """An aten op our mode keeps skips FunctionalTensorMode's generic dispatch
-    (tc.functionalize_kept_op): every edge case must give the very program torch's path gives."""
-
-    def test_every_edge_case_exports_the_same_program_through_torchs_dispatch(self):
-        from predispatch_func import _torch_compat as tc
-        from predispatch_func.errors import ExportError
-        from predispatch_func.graphs import all_graph_modules
-
-        from cases_core import CASES, build
-
-        def program(name: str, pre_dispatch: bool) -> str:
-            model, args, kwargs = build(name)
-            try:
-                ep = pf.export(model, args, kwargs, pre_dispatch=pre_dispatch)
-            except ExportError as exc:
-                return f"refused: {exc}"
-            return "\n".join([str(ep.graph_signature)] + [f"{path}:\n{gm.code}" for path, gm in all_graph_modules(ep.graph_module)])
-
-        compared = 0
-        for name in sorted(CASES):
-            for pre_dispatch in (True, False):
-                fast = program(name, pre_dispatch)
-                with unittest.mock.patch.object(tc, "goes_straight_to_functionalization", lambda op: False):
-                    torchs = program(name, pre_dispatch)
-                self.assertEqual(fast, torchs, f"{name} (pre_dispatch={pre_dispatch})")
-                compared += not fast.startswith("refused")
-        self.assertGreater(compared, 100)
