@@ -39,7 +39,7 @@ PROVOKED_BY = {
                                                                        (torch.zeros(2, 3, dtype=torch.long),))),
     "WHILE_LOOP_RESULT_AS_HOP_OPERAND": (R.HOP_OPERAND_OF_WHILE_LOOP, lambda: (
         _WhileLoopResultIntoHop("cond"), (torch.randn(3, 2, requires_grad=True),))),
-    "UNCAPTURED_HOP_BODY": (R.HOP_BODY_WRITES_OPERANDS, lambda: (CondWritesOperand(), (torch.randn(2, 3),))),
+    "HOP_BODY_INPUT_MUTATION": (R.HOP_BODY_WRITES_OPERANDS, lambda: (CondWritesOperand(), (torch.randn(2, 3),))),
     "FUNCTIONAL_TENSOR_ON_ITS_OWN": (R.VMAP_AT_PRE_DISPATCH, lambda: (AssociativeScan(), (torch.randn(5, 3),))),
     "TENSOR_DTYPE_MISMATCH": (R.AUTOCAST_IN_HOP_BODY, lambda: (RegionsInsideCondBranches(), (torch.randn(2, 3),))),
 }

@@ -109,6 +109,15 @@ class CondWritesOperand(torch.nn.Module):
         return torch.cond(x.sum() > 0, true_fn, lambda t: t.clone(), (x,))
 
 
+class CondBodyGraphBreak(torch.nn.Module):
+    def forward(self, x):
+        def true_fn(t):
+            torch._dynamo.graph_break()
+            return t.clone()
+
+        return torch.cond(x.sum() > 0, true_fn, lambda t: t.clone(), (x,))
+
+
 class NestedCond(torch.nn.Module):
     def forward(self, x, y):
         def outer_true(a, b):
@@ -266,6 +275,15 @@ class HopsTest(TestCase):
             pf.export(CondWritesOperand(), (self.x,))
         self.assertIn("torch refuses a HOP body that writes its operands", str(caught.exception))
         self.assertIs(caught.exception.kind, pf.Refusal.HOP_BODY_WRITES_OPERANDS)
+        self.assertIn("test_torch_hops.py", str(caught.exception))
+
+    def test_cond_body_torch_cannot_capture_for_another_reason_is_not_called_a_write(self):
+        """torch raises the same UncapturedHigherOrderOpError for a graph break in the body:
+        an export error with torch's reason, not HOP_BODY_WRITES_OPERANDS."""
+        with self.assertRaises(pf.ExportError) as caught:
+            pf.export(CondBodyGraphBreak(), (self.x,))
+        self.assertNotIsInstance(caught.exception, UnsupportedError)
+        self.assertIn("UncapturedHigherOrderOpError", str(caught.exception))
         self.assertIn("test_torch_hops.py", str(caught.exception))
 
     def test_nested_cond(self):

@@ -53,8 +53,10 @@ AUTOGRAD_NOT_SUPPORT_DTYPE = TorchErrorText(RuntimeError, ("Autograd not support
 WHILE_LOOP_RESULT_AS_HOP_OPERAND = TorchErrorText(
     RuntimeError, ("'<' not supported between instances of 'NoneType' and 'int'", "torch/_higher_order_ops/"))
 
-# dynamo could not capture a HOP body whole (one that writes its operands or a closed-over tensor)
-UNCAPTURED_HOP_BODY = TorchErrorText(UNCAPTURED_HOP_ERROR)
+# dynamo could not capture a HOP body whole because it writes its operands or a closed-over
+# tensor (other reasons, a graph break in the body, raise the same type with another text)
+HOP_BODY_INPUT_MUTATION = TorchErrorText(UNCAPTURED_HOP_ERROR,
+                                         ("Encountered input mutation during higher order op tracing",))
 
 # torch.vmap over FunctionalTensors at pre-dispatch (create_block_mask, associative_scan 'generic')
 FUNCTIONAL_TENSOR_ON_ITS_OWN = TorchErrorText(RuntimeError, ("Attempting to use FunctionalTensor on its own",))

@@ -16,7 +16,7 @@ from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
 
 _LIMITS = (
-    (tc.error_texts.UNCAPTURED_HOP_BODY, Refusal.HOP_BODY_WRITES_OPERANDS,
+    (tc.error_texts.HOP_BODY_INPUT_MUTATION, Refusal.HOP_BODY_WRITES_OPERANDS,
      "torch cannot capture this higher-order op: {first}. torch refuses a HOP body that writes "
      "its operands or a closed-over tensor (cond, while_loop, map, scan): return the new value "
      "instead and write it outside the call"),
