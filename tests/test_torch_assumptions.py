@@ -286,3 +286,15 @@ def test_torch_export_still_cannot_represent(name, strict):
     model, args = next((m, a) for n, m, a, _ in hop_db_cases(1) if n == name)
     with pytest.raises(Exception):  # noqa: B017  (torch's errors differ per release: see test_hop_db.py)
         torch.export.export(model, args, strict=strict)
+
+
+def test_a_torch_limit_is_strict_until_the_release_that_lifts_it():
+    """tests/torch_release.py: the xfail applies before ``lifted_in`` and not from it on."""
+    from torch_release import torch_limit, torch_release
+
+    release = torch_release()
+    assert release[:2] >= (2, 13) and torch.__version__.startswith(".".join(map(str, release[:2])))
+    assert torch_limit("r").args[0] is True  # (the mark's condition) no release named: strict everywhere
+    assert torch_limit("r", lifted_in=(release[0], release[1] + 1)).args[0] is True
+    assert torch_limit("r", lifted_in=release[:2]).args[0] is False
+    assert torch_limit("r").kwargs["strict"] is True

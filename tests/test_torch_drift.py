@@ -280,3 +280,80 @@ def test_dynamic_dim_guards_name_the_users_arguments_as_torch_export_does():
     torchs = messages(torch.export.export(_TwoInputs(), args, dynamic_shapes=spec).module())
     assert ours == torchs
     assert "x.size()[0]" in ours[0] and "flat_args" not in " ".join(ours)
+
+
+# --- last_recorded_node, erase_if_last_recorded, redirect_traced_tensor ---------------------
+
+
+def test_last_recorded_node_is_the_last_node_of_torchs_tracer_graph():
+    """``last_recorded_node`` reads the tracer graph's sentinel (``graph._root.prev``) and
+    ``erase_if_last_recorded`` erases only a node nothing came after. Pins: fx's graph keeps
+    its nodes as a list closed by ``_root``, in the order torch's pre-dispatch tracer records."""
+    seen = {}
+
+    def f(x):
+        y = x * 2
+        seen["after_mul"] = tc.last_recorded_node()
+        marker = tc.record_grad_marker(False)
+        seen["erased"] = tc.erase_if_last_recorded(marker)
+        marker = tc.record_grad_marker(False)
+        z = y + 1
+        seen["kept"] = tc.erase_if_last_recorded(marker)
+        return z
+
+    gm = tc.make_fx(f, pre_dispatch=True)(torch.randn(3))
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert seen["after_mul"] is calls[0] and calls[0].target is A.mul.Tensor
+    assert seen["erased"] is True and seen["kept"] is False
+    assert [n.target for n in calls] == [A.mul.Tensor, tc.SET_GRAD_ENABLED, A.add.Tensor]
+    assert tc.last_recorded_node() is None  # outside a trace
+
+
+def test_redirected_tensor_is_read_through_the_given_node():
+    """``redirect_traced_tensor`` rewrites the tracer's ``tensor_tracker`` entry
+    (``_ProxyTensor``). Pins: an op reading the tensor afterwards records the node given,
+    as torch's tracer records a tensor it tracks."""
+    def f(x):
+        y = x * 2
+        tc.redirect_traced_tensor(x, tc.proxy_node_of(y))
+        return x + 1
+
+    gm = tc.make_fx(f, pre_dispatch=True)(torch.randn(3))
+    mul, add = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert add.target is A.add.Tensor and add.args[0] is mul
+
+
+# --- flex_attention_joint_graph -------------------------------------------------------------
+
+
+def test_flex_attention_joint_graph_is_the_one_torchs_flex_attention_autograd_builds():
+    """``flex_attention_joint_graph`` restates the example values torch's flex_attention
+    autograd hands ``create_fw_bw_graph`` (a 0-d float that requires grad, four 0-d ints).
+    Pins: torch's flex_attention HOP run eagerly on inputs that require grad and our function
+    build their joint graphs from the same example values, and get the same graph."""
+    import importlib
+
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    flex_module = importlib.import_module("torch._higher_order_ops.flex_attention")  # the HOP shadows it
+    calls = []
+    original = flex_module.create_fw_bw_graph
+
+    def recording(score_mod, index_values, other_buffers):
+        fw, joint = original(score_mod, index_values, other_buffers)
+        calls.append(([(tuple(v.shape), v.dtype, v.requires_grad) for v in index_values], joint.code))
+        return fw, joint
+
+    def score_mod(s, b, h, qi, ki):
+        return s * 0.5 + (qi - ki)
+
+    q, k, v = (torch.randn(1, 2, 128, 16, requires_grad=True) for _ in range(3))
+    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, 128, 128, device="cpu")
+    with unittest.mock.patch.object(flex_module, "create_fw_bw_graph", recording):
+        # the HOP itself: torch.nn.attention's wrapper refuses backward on CPU before it
+        flex_module.flex_attention(q, k, v, score_mod, mask.as_tuple(), 0.25, {})
+        torchs = calls[-1]
+        tc.flex_attention_joint_graph(score_mod, q.detach(), ())
+        ours = calls[-1]
+    assert len(calls) == 2
+    assert ours == torchs
