@@ -10,6 +10,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from oracle import export_checked
+from torch_release import torch_limit
 from predispatch_func.errors import ExportError, UnsupportedError
 from predispatch_func.modes.composite_policy import HONEST_TWINS
 from predispatch_func import _torch_compat as tc
@@ -122,7 +123,9 @@ def _case(name):
     if name not in TORCH_BLOCKS:
         return name
     exc, reason = TORCH_BLOCKS[name]
-    return pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=exc, reason=reason))
+    if exc is UnsupportedError:  # our own refusal, not torch's limit
+        return pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=exc, reason=reason))
+    return pytest.param(name, marks=torch_limit(reason, raises=exc))
 
 
 @pytest.mark.parametrize("name", [_case(n) for n in LYING_KEPT_BY_TORCH])

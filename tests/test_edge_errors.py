@@ -1,13 +1,13 @@
 """What the exporter cannot honour, or what the model itself gets wrong, is an
 error that names the op and the line of the user's model: never a different program."""
 
-import pytest
 import torch
 from expecttest import TestCase
 from torch import nn
 
 import predispatch_func as pf
 from expect_refusal import refused
+from torch_release import torch_limit
 from cases_core import REFUSED
 
 
@@ -186,9 +186,8 @@ class TestGradValueIntoIntegerTensor(TestCase):
                                     + _at_line(r"x\[0\] = self\.w\[1\]")):
             pf.export(GradValueWrittenIntoIntegerTensor(), (torch.zeros(2, 3, dtype=torch.long),))
 
-    @pytest.mark.xfail(strict=True, raises=pf.UnsupportedError,
-                       reason="torch 2.13's functional fill.Tensor cannot run under autograd with an "
-                       "integer self and a value that requires grad")
+    @torch_limit("torch's functional fill.Tensor cannot run under autograd with an integer self and a "
+                 "value that requires grad (GRAD_VALUE_INTO_INTEGER)", raises=pf.UnsupportedError)
     def test_exports_and_replays(self):
         from oracle import export_checked
 
@@ -222,8 +221,8 @@ class TestWriteThroughAsStridedOfAView(TestCase):
                                     r"[\s\S]*aten\.add_\.Tensor[\s\S]*" + _at_line(r"w\.add_\(1\)")):
             pf.export(WriteThroughAsStridedOfAView(), (torch.randn(6),))
 
-    @pytest.mark.xfail(strict=True, raises=pf.UnsupportedError,
-                       reason="torch 2.13 functionalization cannot replay a write through as_strided of a view")
+    @torch_limit("torch's functionalization cannot replay a write through as_strided of a view "
+                 "(WRITE_THROUGH_AS_STRIDED_OF_VIEW)", raises=pf.UnsupportedError)
     def test_exports_and_replays(self):
         from oracle import export_checked
 

@@ -10,7 +10,6 @@ import unittest.mock
 import torch
 from expecttest import TestCase
 
-import predispatch_func as pf
 
 from oracle import export_checked, graph_code
 
@@ -51,45 +50,6 @@ def forward(self, arg0_1, arg1_1, arg2_1):
     return (mul,)""")
 
 
-class Decomposed(torch.nn.Module):
-    """Decompositions (reshape, contiguous, dropout, to) re-enter the functional mode."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 4)
-
-    def forward(self, x):
-        y = torch.nn.functional.dropout(self.lin(x).reshape(2, 8).t().contiguous(), 0.0, training=False)
-        with torch.no_grad():
-            z = y.to(torch.float64).sum()
-        return torch.cond(z > 0, lambda t: t.sin(), lambda t: t.cos(), (y,))
-
-
-class TestModePushShortcut(TestCase):
-    """The trace pushes PreDispatch modes without torch's loop that drops every op's cached
-    PreDispatch handler (modes/stack.py): sound only while torch never caches one."""
-
-    def test_no_op_caches_a_pre_dispatch_handler_after_ours_and_torch_export(self):
-        from predispatch_func import _torch_compat as tc
-
-        model, x = Decomposed(), torch.randn(4, 4)
-        export_checked(model, (x,))
-        torch.export.export(model, (x,))
-        self.assertEqual(tc.ops_with_cached_pre_dispatch_handler(), [])
-        self.assertTrue(tc.push_mode_is_torchs())
-
-    def test_torchs_push_is_restored_when_the_trace_fails(self):
-        from predispatch_func import _torch_compat as tc
-
-        class Fails(torch.nn.Module):
-            def forward(self, x):
-                raise ValueError("boom")
-
-        with self.assertRaises(Exception):
-            pf.export(Fails(), (torch.randn(2),))
-        self.assertTrue(tc.push_mode_is_torchs())
-
-
 class TestPerOpShortcuts(TestCase):
     """The per-op paths read schemas once per op and flatten arguments without torch's
     pytree (modes/observers.py): they must give what a walk of the schema and pytree give."""
@@ -124,33 +84,3 @@ class TestPerOpShortcuts(TestCase):
         for value in [t, None, 3, (t, [u, t], None), ([t], ([u], (t,)), 2.0), (), [[], [t]],
                       torch.Size([2, 3]), (t, torch.return_types.max((t, u)))]:
             self.assertEqual([id(x) for x in _leaves(value)], [id(x) for x in tc.pytree.tree_leaves(value)])
-
-
-class TestStraightFunctionalization(TestCase):
-    """An aten op our mode keeps skips FunctionalTensorMode's generic dispatch
-    (tc.functionalize_kept_op): every edge case must give the very program torch's path gives."""
-
-    def test_every_edge_case_exports_the_same_program_through_torchs_dispatch(self):
-        from predispatch_func import _torch_compat as tc
-        from predispatch_func.errors import ExportError
-        from predispatch_func.graphs import all_graph_modules
-
-        from cases_core import CASES, build
-
-        def program(name: str, pre_dispatch: bool) -> str:
-            model, args, kwargs = build(name)
-            try:
-                ep = pf.export(model, args, kwargs, pre_dispatch=pre_dispatch)
-            except ExportError as exc:
-                return f"refused: {exc}"
-            return "\n".join([str(ep.graph_signature)] + [f"{path}:\n{gm.code}" for path, gm in all_graph_modules(ep.graph_module)])
-
-        compared = 0
-        for name in sorted(CASES):
-            for pre_dispatch in (True, False):
-                fast = program(name, pre_dispatch)
-                with unittest.mock.patch.object(tc, "goes_straight_to_functionalization", lambda op: False):
-                    torchs = program(name, pre_dispatch)
-                self.assertEqual(fast, torchs, f"{name} (pre_dispatch={pre_dispatch})")
-                compared += not fast.startswith("refused")
-        self.assertGreater(compared, 100)

@@ -12,6 +12,7 @@ from oracle import assert_same_caller_state, caller_state, export_checked, repla
 from torch import nn
 
 import predispatch_func as pf
+from torch_release import torch_limit
 
 
 def _line(code: str) -> str:
@@ -250,8 +251,9 @@ def test_plain_function_is_refused():
         pf.export(lambda x: x + 1, (torch.randn(3),))
 
 
-@pytest.mark.xfail(strict=True, reason="torch 2.13's fake kernels of linear/mm do not check dtypes, so a "
-                   "model eager refuses (int64 input to a float Linear) traces; the program raises when run")
+@torch_limit("torch's fake kernels of linear/mm do not check dtypes (2.13 to 2.15), so a model eager "
+             "refuses (int64 input to a float Linear) traces; the program raises when run",
+             raises=pytest.fail.Exception)
 def test_model_eager_refuses_by_dtype_is_refused_at_export():
     with pytest.raises(pf.ExportError):
         pf.export(DtypeMismatch(), (torch.ones(2, 3, dtype=torch.int64),))
@@ -568,9 +570,9 @@ def test_view_dtype_of_a_written_tensor_under_no_grad_is_refused_clearly():
         pf.export(ViewDtypeOfWrittenInputUnderNoGrad(), (torch.randn(3),))
 
 
-@pytest.mark.xfail(strict=True, reason="torch 2.13's functionalization fails to rebuild a view(dtype) "
-                   "made under no_grad of a tensor written before (storage aliasing check on fake "
-                   "tensors: 'set the storage ... on device meta'); refused with a clear error")
+@torch_limit("torch's functionalization fails to rebuild a view(dtype) made under no_grad of a tensor "
+             "written before (storage aliasing check on fake tensors: 'set the storage ... on device "
+             "meta'); refused with a clear error (VIEW_DTYPE_REBUILD)", raises=pf.UnsupportedError)
 def test_view_dtype_of_a_written_tensor_under_no_grad_equals_eager():
     model, args = ViewDtypeOfWrittenInputUnderNoGrad(), (torch.randn(3),)
     replay_calls(export_checked(model, args), model, args)

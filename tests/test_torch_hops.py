@@ -9,6 +9,7 @@ from oracle import export_checked, graph_code
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
+from torch_release import torch_limit
 
 TORCH_VMAP = ("torch's functional pre-dispatch tracing (ours and aot_export_module(pre_dispatch=True)) "
               "fails on torch.vmap over functional tensors; torch.export, which does not functionalize, "
@@ -103,6 +104,15 @@ class CondWritesOperand(torch.nn.Module):
     def forward(self, x):
         def true_fn(t):
             t.add_(1)
+            return t.clone()
+
+        return torch.cond(x.sum() > 0, true_fn, lambda t: t.clone(), (x,))
+
+
+class CondBodyGraphBreak(torch.nn.Module):
+    def forward(self, x):
+        def true_fn(t):
+            torch._dynamo.graph_break()
             return t.clone()
 
         return torch.cond(x.sum() > 0, true_fn, lambda t: t.clone(), (x,))
@@ -243,7 +253,7 @@ class HopsTest(TestCase):
         ep = export_checked(CondInsideNoGrad(), (self.x,))
         self.assertIn("pf_grad_region(False", graph_code(ep))
 
-    @pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_AUTOCAST_IN_BODY)
+    @torch_limit(TORCH_AUTOCAST_IN_BODY, raises=UnsupportedError)
     def test_regions_inside_cond_branches(self):
         ep = export_checked(RegionsInsideCondBranches(), (self.x,))
         code = graph_code(ep)
@@ -267,6 +277,15 @@ class HopsTest(TestCase):
         self.assertIs(caught.exception.kind, pf.Refusal.HOP_BODY_WRITES_OPERANDS)
         self.assertIn("test_torch_hops.py", str(caught.exception))
 
+    def test_cond_body_torch_cannot_capture_for_another_reason_is_not_called_a_write(self):
+        """torch raises the same UncapturedHigherOrderOpError for a graph break in the body:
+        an export error with torch's reason, not HOP_BODY_WRITES_OPERANDS."""
+        with self.assertRaises(pf.ExportError) as caught:
+            pf.export(CondBodyGraphBreak(), (self.x,))
+        self.assertNotIsInstance(caught.exception, UnsupportedError)
+        self.assertIn("UncapturedHigherOrderOpError", str(caught.exception))
+        self.assertIn("test_torch_hops.py", str(caught.exception))
+
     def test_nested_cond(self):
         export_checked(NestedCond(), (self.x, torch.randn(2, 3)))
 
@@ -284,7 +303,7 @@ class HopsTest(TestCase):
         ep = export_checked(RegionInsideScan(), (torch.randn(3), torch.randn(5, 3)))
         self.assertIn("pf_grad_region(False", graph_code(ep))
 
-    @pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_VMAP)
+    @torch_limit(TORCH_VMAP, raises=UnsupportedError)
     def test_associative_scan(self):
         export_checked(AssociativeScan(), (torch.randn(5, 3),))
 
@@ -305,7 +324,7 @@ class HopsTest(TestCase):
         ep = export_checked(Flex(), (q, k, v), check_grads=False)
         self.assertIn("higher_order.flex_attention", hop_names(ep))
 
-    @pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_VMAP)
+    @torch_limit(TORCH_VMAP, raises=UnsupportedError)
     def test_flex_attention_with_block_mask_made_in_forward(self):
         q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
         ep = export_checked(FlexAttention(), (q, k, v), check_grads=False)
@@ -436,7 +455,7 @@ def test_torchs_while_loop_and_scan_backward_still_read_a_written_operand():
 
 
 TORCH_WHILE_LOOP_RESULT_AS_OPERAND = (
-    "torch 2.13's capture of a HOP's operands (dynamo) fails on a while_loop result computed with grad "
+    "torch's capture of a HOP's operands (dynamo) fails on a while_loop result computed with grad "
     "on (a slice of the stacked iterations: its storage offset holds the unbacked trip count); "
     "torch.export fails too")
 
@@ -468,6 +487,6 @@ def test_a_while_loop_result_with_grad_passed_to_a_hop_is_refused_naming_the_lin
     export_checked(_WhileLoopResultIntoHop(next_hop), (x.detach(),))  # without grad: no stacked iterations
 
 
-@pytest.mark.xfail(strict=True, raises=UnsupportedError, reason=TORCH_WHILE_LOOP_RESULT_AS_OPERAND)
+@torch_limit(TORCH_WHILE_LOOP_RESULT_AS_OPERAND, raises=UnsupportedError)
 def test_a_while_loop_result_with_grad_as_a_cond_operand():
     export_checked(_WhileLoopResultIntoHop("cond"), (torch.randn(3, 2, requires_grad=True),))

@@ -229,6 +229,9 @@ def rng_reseeds_routed(on_reseed: Callable[[str], None]) -> Iterator[None]:
     import torch.random as random_module
 
     originals = {name: getattr(random_module, name) for name in ("manual_seed", "seed", "set_rng_state")}
+    # torch's own names may differ from torch.random's: dynamo wraps torch.manual_seed in
+    # torch._disable_dynamo once imported, and that wrapper must come back
+    torch_originals = {name: getattr(torch, name) for name in originals}
 
     def routed(name: str, *args: Any, **kwargs: Any) -> Any:
         if name != "set_rng_state" or not torch.equal(args[0] if args else kwargs["new_state"],
@@ -244,7 +247,7 @@ def rng_reseeds_routed(on_reseed: Callable[[str], None]) -> Iterator[None]:
     finally:
         for name, fn in originals.items():
             setattr(random_module, name, fn)
-            setattr(torch, name, fn)
+            setattr(torch, name, torch_originals[name])
 
 
 @contextlib.contextmanager

@@ -4,8 +4,10 @@ Each may silently diverge from torch when torch changes, so each has a drift
 test that runs our path and torch's on the same inputs and compares
 (``tests/test_torch_drift.py``): ``functionalize_kept_op`` against
 FunctionalTensorMode's dispatch on the edge-case catalogue,
-``torch_export_keeps`` against torch.export's programs, the node recorders
-against the graphs torch's tracer records.
+``torch_export_keeps`` against ``aot_export_module(pre_dispatch=True)``'s
+graphs, the node recorders against the graphs torch's tracer records,
+``stack_trace_filter`` and ``fake_with_dynamic_dims`` against torch.export's
+stack traces and runtime shape checks.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def functionalize_kept_op(mode: FunctionalTensorMode, op: OpOverload, args: tupl
     the mode keeps, without the generic part that costs a tenth of a trace: two pytree walks per
     op and per-op checks for custom ops, effects and TorchBind. It runs the same steps (unwrap,
     C++ functionalization with views reapplied, wrap, the in-place view's metadata,
-    aliasing correction), so its results are torch's (tests/test_mode_stack.py compares programs)."""
+    aliasing correction), so its results are torch's (tests/test_torch_drift.py compares programs)."""
     include = torch._C._dispatch_tls_local_include_set() | torch._C.DispatchKeySet(_FUNCTIONALIZE)
     exclude = torch._C._dispatch_tls_local_exclude_set().remove(_FUNCTIONALIZE) - FunctionalTensor._extra_dispatch_keys
     inner_args = tuple(_inner_elems(a) for a in args)
@@ -170,10 +172,13 @@ def erase_if_last_recorded(node: torch.fx.Node | None) -> bool:
 
 
 def torch_export_keeps(op: torch._ops.OpOverload) -> bool:
-    """Would ``torch.export`` (pre-dispatch) keep ``op`` as one node?
+    """Would torch's functional pre-dispatch export (FunctionalTensorMode with
+    ``export=True``, as in ``aot_export_module(pre_dispatch=True)``) keep ``op`` as one node?
 
     Kernels (no composite) are always kept, except the one torch force-decomposes
     (native_batch_norm); composites are kept unless annotated or tagged.
+    (``torch.export.export``'s own training IR keeps every composite it meets;
+    its ``run_decompositions`` decides later.)
     """
     import warnings
 

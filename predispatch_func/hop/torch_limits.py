@@ -1,7 +1,8 @@
 """Where torch itself cannot trace a higher-order op, a clear refusal instead of its assert.
 
-Each entry: the exception type, text in torch's message, and our explanation
-with what to write instead. torch's own functional pre-dispatch path
+Each entry: torch's error (``_torch_compat/error_texts.py``: the exception type
+and the text in its message), our kind, and our explanation with what to write
+instead. torch's own functional pre-dispatch path
 (``aot_export_module(pre_dispatch=True)``) fails on the same programs;
 ``torch.export.export``, which does not functionalize, traces them.
 """
@@ -15,16 +16,16 @@ from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
 
 _LIMITS = (
-    (tc.UNCAPTURED_HOP_ERROR, "", Refusal.HOP_BODY_WRITES_OPERANDS,
+    (tc.error_texts.HOP_BODY_INPUT_MUTATION, Refusal.HOP_BODY_WRITES_OPERANDS,
      "torch cannot capture this higher-order op: {first}. torch refuses a HOP body that writes "
      "its operands or a closed-over tensor (cond, while_loop, map, scan): return the new value "
      "instead and write it outside the call"),
-    (RuntimeError, "Attempting to use FunctionalTensor on its own", Refusal.VMAP_AT_PRE_DISPATCH,
+    (tc.error_texts.FUNCTIONAL_TENSOR_ON_ITS_OWN, Refusal.VMAP_AT_PRE_DISPATCH,
      "torch's functionalization cannot trace torch.vmap over the program's tensors at "
      "pre-dispatch (create_block_mask in forward, associative_scan(combine_mode='generic') "
      "use it): build the BlockMask outside forward and pass it in, or scan with torch's "
      "scan HOP"),
-    (AssertionError, "Tensor dtype mismatch", Refusal.AUTOCAST_IN_HOP_BODY,
+    (tc.error_texts.TENSOR_DTYPE_MISMATCH, Refusal.AUTOCAST_IN_HOP_BODY,
      "torch's functionalization of a HOP body re-runs it without the autocast region inside "
      "it, so dtypes disagree ({first}); put the autocast region around the HOP call instead of "
      "inside its body"),
@@ -41,8 +42,8 @@ def torch_hop_limits_refused() -> Iterator[None]:
         ours = _our_refusal_inside(exc)
         if ours is not None:  # raised inside dynamo's capture of a HOP body, which wraps it
             raise ours from exc
-        for exc_type, text, kind, explanation in _LIMITS:
-            if isinstance(exc, exc_type) and text in str(exc):
+        for torch_error, kind, explanation in _LIMITS:
+            if torch_error.matches(exc):
                 first = next((line.strip() for line in str(exc).splitlines()
                               if line.strip() and "doesn't work unless" not in line), "")
                 raise UnsupportedError(explanation.format(first=first), kind=kind,

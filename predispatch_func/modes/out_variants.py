@@ -95,7 +95,7 @@ def call_composite_out(op: tc.OpOverload, args: tuple, kwargs: dict, *, after_au
         raise UnsupportedError(
             f"{op} writes {', '.join(sorted(_written_besides_out(op)))} besides out=, and torch's "
             "functionalization pairs its results with the written tensors in the wrong order (a "
-            "torch 2.13 bug); call the overload without out= and copy its results",
+            "torch bug, 2.13 to 2.15); call the overload without out= and copy its results",
             kind=Refusal.OUT_WITH_OTHER_WRITES, op=op, source=user_source_line())
     if twin is None:
         return write_results_to_out(op, kwargs, tc.decompose_like_eager(op, *args, **kwargs))

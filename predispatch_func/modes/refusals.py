@@ -173,30 +173,29 @@ def _draws_from_global_rng(call: OpCall) -> bool:
                 or named.get("p", named.get("dropout_p")) == 0 or named.get("generator") is not None)
 
 
-# torch 2.13 failures a model can run into while traced, each with what to write instead:
-# (exception type, text in its message (or texts, all in it), kind, our explanation; {exc} is torch's message)
+# Failures torch raises while a model is traced, each with what to write instead: (torch's
+# error (_torch_compat/error_texts.py), our kind, our explanation; {exc} is torch's message)
 _KNOWN_TORCH_LIMITS = (
-    (RuntimeError, "Attempted to resize a view tensor to a larger size", Refusal.INPUT_METADATA_MUTATION,
+    (tc.error_texts.RESIZE_VIEW_TO_LARGER, Refusal.INPUT_METADATA_MUTATION,
      "torch's functionalization cannot grow a graph input or buffer with resize_() ({exc}); "
      "resize a clone, or allocate the larger tensor outside the model"),
-    (RuntimeError, "Attempted to set the storage of a tensor on device", Refusal.VIEW_DTYPE_REBUILD,
+    (tc.error_texts.SET_STORAGE_OTHER_DEVICE, Refusal.VIEW_DTYPE_REBUILD,
      "torch's functionalization cannot rebuild a view(dtype) of a tensor written before the "
      "view was made, under no_grad ({exc}); take the view before the write, or outside no_grad"),
-    (ValueError, "Cannot view a tensor", Refusal.VIEW_REPLAY_AFTER_STRIDED_WRITE,
+    (tc.error_texts.CANNOT_VIEW, Refusal.VIEW_REPLAY_AFTER_STRIDED_WRITE,
      "torch's functionalization cannot replay a .view() of a tensor written through a "
      "non-contiguous alias ({exc}); use .reshape() for that view, or write through a "
      "contiguous alias"),
-    (RuntimeError, "where view 1 was an as_strided() call", Refusal.WRITE_THROUGH_AS_STRIDED_OF_VIEW,
+    (tc.error_texts.AS_STRIDED_IN_VIEW_CHAIN, Refusal.WRITE_THROUGH_AS_STRIDED_OF_VIEW,
      "torch's functionalization cannot write through an as_strided() view taken of another "
      "view (as_strided is not compositional, pytorch/pytorch#104505); take the as_strided() "
      "view of the base tensor itself, or write through ordinary views"),
-    (RuntimeError, "Autograd not support dtype", Refusal.GRAD_VALUE_INTO_INTEGER,
+    (tc.error_texts.AUTOGRAD_NOT_SUPPORT_DTYPE, Refusal.GRAD_VALUE_INTO_INTEGER,
      "a value that requires grad is written into an integer tensor: torch's functional form "
      "of this op cannot run under autograd ({exc}), and eager's in-place op attaches autograd "
      "history to the integer tensor or not depending on how it is called; an integer tensor "
      "carries no gradient, so detach the value written (x[i] = v.detach())"),
-    (RuntimeError, ("'<' not supported between instances of 'NoneType' and 'int'", "torch/_higher_order_ops/"),
-     Refusal.HOP_OPERAND_OF_WHILE_LOOP,
+    (tc.error_texts.WHILE_LOOP_RESULT_AS_HOP_OPERAND, Refusal.HOP_OPERAND_OF_WHILE_LOOP,
      "torch cannot capture this higher-order op's operands: a while_loop result computed with grad on "
      "is the last slice of a stack of its iterations, so its storage offset depends on the trip count, "
      "and torch's capture of another HOP's operands (dynamo) fails on such a tensor (torch.export fails "
@@ -206,7 +205,7 @@ _KNOWN_TORCH_LIMITS = (
 
 def known_torch_limit(exc: BaseException, op: Any, source: str | None) -> UnsupportedError | None:
     """Our refusal for ``exc`` if it is one of :data:`_KNOWN_TORCH_LIMITS`."""
-    for exc_type, text, kind, explanation in _KNOWN_TORCH_LIMITS:
-        if isinstance(exc, exc_type) and all(t in str(exc) for t in ((text,) if isinstance(text, str) else text)):
+    for torch_error, kind, explanation in _KNOWN_TORCH_LIMITS:
+        if torch_error.matches(exc):
             return UnsupportedError(explanation.format(exc=exc), kind=kind, op=op, source=source)
     return None
