@@ -186,8 +186,3 @@ def assert_same_caller_state(before, after, where=""):
             assert a == b, f"{where}: {path}: {a!r:.100} became {b!r:.100}"
     same(before, after, "")
 
-
-# Graph snapshots that differ between supported torch releases (torch 2.15 records
-# fewer throw-away symbolic nodes, so node numbering shifts; it writes a Python scalar
-# into a tensor without lifting it to a constant) carry one snapshot per release.
-TORCH_RELEASE = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])

@@ -11,7 +11,8 @@ from torch.export import Dim
 
 import predispatch_func as pf
 from cases_core import build
-from oracle import TORCH_RELEASE, export_case, graph_code, mutations
+from torch_release import torch_release
+from oracle import export_case, graph_code, mutations
 
 
 def _verify_at(ep, name: str, *shapes: tuple[int, ...]) -> None:
@@ -25,7 +26,7 @@ class TestDynamicShapes(TestCase):
         ep = export_case("inplace_add_on_input", dynamic_shapes={"x": {0: Dim("n")}})
         _verify_at(ep, "inplace_add_on_input", (7,))
         self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
-        if TORCH_RELEASE >= (2, 15):
+        if torch_release() >= (2, 15):
             self.assertExpectedInline(graph_code(ep), """\
 def forward(self, x):
     add_2 = torch.ops.aten.add.Tensor(x, 1);  x = None
@@ -41,7 +42,7 @@ def forward(self, x):
     def test_mutation_through_index_view_dynamic(self):
         ep = export_case("mutation_through_index_view", dynamic_shapes={"x": {0: Dim("n"), 1: Dim("m")}})
         _verify_at(ep, "mutation_through_index_view", (5, 2))
-        if TORCH_RELEASE >= (2, 15):
+        if torch_release() >= (2, 15):
             self.assertExpectedInline(graph_code(ep), """\
 def forward(self, x):
     select = torch.ops.aten.select.int(x, 0, 0)
@@ -61,7 +62,7 @@ def forward(self, x):
     def test_batchnorm_train_dynamic_batch(self):
         ep = export_case("batchnorm_train", dynamic_shapes={"input": {0: Dim("batch")}})
         _verify_at(ep, "batchnorm_train", (9, 3))
-        if TORCH_RELEASE >= (2, 15):
+        if torch_release() >= (2, 15):
             self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p_weight, p_bias, b_running_mean, b_running_var, b_num_batches_tracked, input_1):
     add = torch.ops.aten.add.Tensor(b_num_batches_tracked, 1);  b_num_batches_tracked = None
@@ -89,7 +90,7 @@ def forward(self, p_weight, p_bias, b_running_mean, b_running_var, b_num_batches
         _verify_at(ep, "tiny_transformer_block", (2, 11, 8))
         # as torch.export reports Dim("seq", max=64)
         self.assertEqual([(r.lower, r.upper) for r in ep.range_constraints.values()], [(0, 64)])
-        if TORCH_RELEASE >= (2, 15):
+        if torch_release() >= (2, 15):
             self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p_norm1_weight, p_norm1_bias, p_qkv_weight, p_qkv_bias, p_proj_weight, p_proj_bias, p_norm2_weight, p_norm2_bias, p_mlp_0_weight, p_mlp_0_bias, p_mlp_2_weight, p_mlp_2_bias, x):
     sym_size_int_2 = torch.ops.aten.sym_size.int(x, 1)

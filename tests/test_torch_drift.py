@@ -357,3 +357,26 @@ def test_flex_attention_joint_graph_is_the_one_torchs_flex_attention_autograd_bu
         ours = calls[-1]
     assert len(calls) == 2
     assert ours == torchs
+
+
+def test_symbolic_int_input_is_the_one_torch_export_makes():
+    """``symbolic_int`` (a Python int input under Dim.DYNAMIC) restates how torch.export makes
+    such an input symbolic: the same SymIntArgument in the signature, the same unbounded range,
+    and ``ep.module()`` taking every int torch's program takes."""
+    from torch.export import Dim
+
+    class ScaleByInt(torch.nn.Module):
+        def forward(self, x, n):
+            return x * n
+
+    model, x = ScaleByInt(), torch.randn(3)
+    ours = pf.export(model, (x, 4), dynamic_shapes=(None, Dim.DYNAMIC))
+    theirs = torch.export.export(model, (x, 4), dynamic_shapes=(None, Dim.DYNAMIC))
+    for ep in (ours, theirs):
+        assert type(ep.graph_signature.input_specs[-1].arg).__name__ == "SymIntArgument"
+    assert [(r.lower, r.upper) for r in ours.range_constraints.values()] == \
+        [(r.lower, r.upper) for r in theirs.range_constraints.values()]
+    for n in (0, 1, 5, 1000):
+        torch.testing.assert_close(ours.module()(x, n), theirs.module()(x, n))
+    with pytest.raises(pf.UnsupportedError, match="named Dim"):  # torch.export refuses these too
+        pf.export(model, (x, 4), dynamic_shapes=(None, Dim("n")))

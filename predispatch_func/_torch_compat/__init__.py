@@ -9,8 +9,11 @@ it can break on a torch upgrade (we support torch 2.13, 2.14 and 2.15):
   running our path and torch's on the same programs (``tests/test_torch_drift.py``).
 - ``error_texts``: the texts of torch's error messages we translate into
   refusals, each provoked on the installed torch by a test.
-- ``probes``: what differs between supported torch releases, decided by
-  probing the installed torch once (not by version strings).
+
+No code of the package behaves differently by torch release today: where
+2.13 and 2.14 differ (``Function.apply`` became a C classmethod), one path
+serves both. When a difference must be decided, probe the installed torch for
+the feature once, here, rather than compare version strings.
 
 Call sites import from here (``from .. import _torch_compat as tc``); nothing
 outside this package imports ``torch._*`` (ruff's banned-api rule).
@@ -18,7 +21,7 @@ outside this package imports ``torch._*`` (ruff's banned-api rule).
 
 from __future__ import annotations
 
-from . import error_texts, probes
+from . import error_texts
 from .patches import *  # noqa: F403
 from .patches import __all__ as _patches
 from .reexports import *  # noqa: F403
@@ -26,4 +29,4 @@ from .reexports import __all__ as _reexports
 from .reimplemented import *  # noqa: F403
 from .reimplemented import __all__ as _reimplemented
 
-__all__ = ["error_texts", "probes", *_reexports, *_patches, *_reimplemented]
+__all__ = ["error_texts", *_reexports, *_patches, *_reimplemented]

@@ -51,6 +51,10 @@ class Fakeifier:
         self._user_index += 1
         spec = self._dims_per_leaf[leaf] if leaf < len(self._dims_per_leaf) else None
         if isinstance(spec, _IntDim) and not _is_static_hint(spec.dim):
+            if _is_named_dim(spec.dim):  # torch.export refuses these too
+                raise DynamicShapesError(f"user input {leaf} is an int: a named Dim cannot make it dynamic "
+                                         "(as in torch.export); use Dim.AUTO or Dim.DYNAMIC",
+                                         kind=Refusal.DYNAMIC_SHAPES_SPEC)
             symbol = tc.symbolic_int(self.mode, value, leaf)
             self._declare(spec.dim, symbol, f"user input {leaf} (an int)", value)
             return symbol

@@ -10,7 +10,8 @@ target holds them. The quick model runs in the default suite.
 import pytest
 import torch
 from corpus import CASES, build
-from oracle import TORCH_RELEASE, export_checked
+from torch_release import torch_release
+from oracle import export_checked
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
@@ -24,7 +25,7 @@ BACKEND = pf.OpSet.core_aten() | pf.OpSet.from_names(
 TORCH_CANNOT_LOWER = {
     "mixtral": {"aten.histc.default", "aten.empty_permuted.default",
                 "transformers.grouped_mm_fallback.default"},
-    **({} if TORCH_RELEASE >= (2, 15) else {"wav2vec2": {"aten.linalg_vector_norm.default"}}),
+    **({} if torch_release() >= (2, 15) else {"wav2vec2": {"aten.linalg_vector_norm.default"}}),
 }
 
 
