@@ -132,6 +132,7 @@ class Refusal(enum.Enum):
     AUTOCAST_IN_HOP_BODY = ("an autocast region inside a torch HOP's body", True)
     HOP_NOT_REPRESENTABLE = ("a torch HOP whose traced call no ExportedProgram accepts", True)
     HOP_OPERAND_OF_WHILE_LOOP = ("a while_loop result computed with grad on, passed to another torch HOP", True)
+    DATA_DEPENDENT_BRANCH = ("Python control flow or a size that depends on tensor data, unconstrained", False)
     OP_NOT_IN_TARGET = ("an op that cannot be lowered into the export's target op set", False)
     REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
 
@@ -161,6 +162,16 @@ class DynamicShapesError(UnsupportedError, tc.TorchUserError, tc.ConstraintViola
         super().__init__(message, kind=kind, op=op, source=source)
         self.error_type = tc.TorchUserErrorType.CONSTRAINT_VIOLATION  # what UserError carries
         self.message = str(self)
+
+
+class DataDependentError(UnsupportedError, tc.GuardOnDataDependentSymNode):
+    """The model branches on (or sizes a tensor by) a value read from tensor data, with nothing
+    telling the tracer which way it goes (kind ``DATA_DEPENDENT_BRANCH``); also catchable as
+    torch's ``GuardOnDataDependentSymNode``, which torch.export raises there."""
+
+    def __init__(self, message: str, *, cond: object, op: object = None, source: str | None = None):
+        super().__init__(message, kind=Refusal.DATA_DEPENDENT_BRANCH, op=op, source=source)
+        self.cond = cond
 
 
 class VerificationError(AssertionError):

@@ -188,3 +188,25 @@ def test_model_without_inputs_or_state():
     values came from two modes."""
     ep = export_checked(NoInputs(), ())
     torch.testing.assert_close(ep.module()(), torch.full((3,), 2.0))
+
+
+class BranchesOnData(torch.nn.Module):
+    def forward(self, x):
+        n = (x > 0).sum().item()
+        if n > 2:  # the line the refusal names
+            return x[:n]
+        return x
+
+
+def test_branch_on_tensor_data_says_what_to_write_and_is_torchs_class():
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    for exporter in (torch.export.export, pf.export):  # one except clause for both
+        with pytest.raises(GuardOnDataDependentSymNode):
+            exporter(BranchesOnData(), (torch.randn(5),))
+    with pytest.raises(pf.UnsupportedError) as info:
+        pf.export(BranchesOnData(), (torch.randn(5),))
+    assert info.value.kind is pf.Refusal.DATA_DEPENDENT_BRANCH
+    text = str(info.value)
+    assert "torch._check" in text and "torch.cond" in text
+    assert "test_torch_export_dropin.py" in text and "if n > 2" in text, text

@@ -19,7 +19,7 @@ from torch._ops import HigherOrderOperator, OpOverload
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode, _can_decompose_fast
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, ShapeEnv
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode, ShapeEnv
 from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._sympy.numbers import int_oo as INT_OO
@@ -28,7 +28,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "_can_decompose_fast", "INT_OO", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
     "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
-    "insert_deferred_runtime_asserts",
+    "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode",
     "has_composite_implicit_kernel",
     "has_sparse_kernel",
     "sparse_components",

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import Refusal, UnsupportedError, user_source_line
+from ..errors import DataDependentError, Refusal, UnsupportedError, user_source_line
 from .observers import OpCall
 
 Check = Callable[[OpCall, "set[int]"], None]  # (the op call, ids of the graph inputs)
@@ -209,3 +209,14 @@ def known_torch_limit(exc: BaseException, op: Any, source: str | None) -> Unsupp
         if torch_error.matches(exc):
             return UnsupportedError(explanation.format(exc=exc), kind=kind, op=op, source=source)
     return None
+
+
+def data_dependent_branch(exc: BaseException, op: Any, source: str | None) -> DataDependentError:
+    """What to write instead when the model decides on a value read from tensor data
+    (``if x.sum().item() > 2``, a slice by a nonzero count): torch.export fails there too."""
+    cond = getattr(exc, "cond", None)
+    return DataDependentError(
+        f"the model decides on a value read from tensor data ({cond}), and a program cannot hold a Python "
+        "decision on data: tell the exporter what holds with torch._check(...) before it (torch._check_is_size(n) "
+        "for a size), write the branch as torch.cond(pred, true_fn, false_fn, operands), or compute it on "
+        "tensors (torch.where)", cond=cond, op=op, source=source)

@@ -239,4 +239,6 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         refusal = refusals.known_torch_limit(exc, op, source)
         if refusal is not None:
             raise refusal from exc
+        if isinstance(exc, tc.GuardOnDataDependentSymNode):
+            raise refusals.data_dependent_branch(exc, op, source) from exc
         raise ExportError(f"tracing failed: {type(exc).__name__}: {exc}", op=op, source=source) from exc
