@@ -132,6 +132,7 @@ class Refusal(enum.Enum):
     AUTOCAST_IN_HOP_BODY = ("an autocast region inside a torch HOP's body", True)
     HOP_NOT_REPRESENTABLE = ("a torch HOP whose traced call no ExportedProgram accepts", True)
     HOP_OPERAND_OF_WHILE_LOOP = ("a while_loop result computed with grad on, passed to another torch HOP", True)
+    STORAGE_SWAP = ("x.set_(...): a tensor given another tensor's (or a Storage's) memory", False)
     DATA_DEPENDENT_BRANCH = ("Python control flow or a size that depends on tensor data, unconstrained", False)
     OP_NOT_IN_TARGET = ("an op that cannot be lowered into the export's target op set", False)
     REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)

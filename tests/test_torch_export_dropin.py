@@ -210,3 +210,38 @@ def test_branch_on_tensor_data_says_what_to_write_and_is_torchs_class():
     text = str(info.value)
     assert "torch._check" in text and "torch.cond" in text
     assert "test_torch_export_dropin.py" in text and "if n > 2" in text, text
+
+
+class SetOnInput(torch.nn.Module):
+    def forward(self, x, y):
+        x.set_(y)
+        return x * 2
+
+
+class SetOnIntermediate(torch.nn.Module):
+    def forward(self, x, y):
+        z = x.clone()
+        z.set_(y)
+        return z * 2
+
+
+class SetOnBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.zeros(3))
+
+    def forward(self, y):
+        self.b.set_(y)
+        return self.b * 2
+
+
+@pytest.mark.parametrize("model_cls, n_args", [(SetOnInput, 2), (SetOnIntermediate, 2), (SetOnBuffer, 1)],
+                         ids=["input", "intermediate", "buffer"])
+def test_set_storage_is_a_clear_refusal(model_cls, n_args):
+    """Regression: a raw SpecViolationError out of torch's program check ('aten.set_.source_Tensor
+    is not functional')."""
+    args = tuple(torch.randn(3) for _ in range(n_args))
+    with pytest.raises(pf.UnsupportedError) as info:
+        pf.export(model_cls(), args)
+    assert info.value.kind is pf.Refusal.STORAGE_SWAP
+    assert ".set_(" in str(info.value) and "test_torch_export_dropin.py" in str(info.value)

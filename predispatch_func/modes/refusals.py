@@ -105,12 +105,26 @@ def sparse_writes(call: OpCall, input_ids: set[int]) -> None:
                       "use the out-of-place op", call.func)
 
 
+_STORAGE_SWAPS = frozenset(getattr(torch.ops.aten.set_, name) for name in torch.ops.aten.set_.overloads())
+
+
+def storage_swaps(call: OpCall, input_ids: set[int]) -> None:
+    """``x.set_(y)``: eager makes ``x`` a view of ``y``'s memory (or a Storage's), with ``y``'s
+    shape; a functional program has no memory to share and torch's functionalization leaves
+    the op in the graph (torch's own program check then fails on it)."""
+    if call.func in _STORAGE_SWAPS:
+        raise _refuse(Refusal.STORAGE_SWAP,
+                      f"{call.func} gives a tensor another tensor's memory; a functional program has no "
+                      "memory to share: use the source tensor itself (y instead of x after x.set_(y)), "
+                      "or x.copy_(y) when the shapes agree", call.func)
+
+
 def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,
            draws_after_reseed: DrawsAfterReseed) -> tuple[Check, ...]:
     """The checks every op passes first, for one trace."""
     if pre_dispatch:
-        return (metadata_writes, overlapping_writes, sparse_writes, draws_after_reseed)
-    return (grad_mode_after_autograd, metadata_writes, sparse_writes, draws_after_reseed)
+        return (metadata_writes, overlapping_writes, sparse_writes, storage_swaps, draws_after_reseed)
+    return (grad_mode_after_autograd, metadata_writes, sparse_writes, storage_swaps, draws_after_reseed)
 
 
 def leaked_autocast() -> None:
