@@ -203,8 +203,23 @@ def fill_randomly_keeping_grad(op: tc.OpOverload, args: tuple, kwargs: dict) -> 
     raised where eager's gives ``self`` a zero gradient and keeps it requiring grad.
     Run under the functional mode."""
     self_ = args[0]
-    fresh = op(torch.empty(self_.shape, dtype=self_.dtype, device=self_.device), *args[1:], **kwargs)
-    return self_.zero_().add_(fresh)
+    # eager's kernel draws in self's memory order (a transposed view is filled along its base's
+    # rows), and some kernels take another path for a non-contiguous self (normal_): the fresh
+    # tensor has self's strides. bernoulli's functional form allocates its result contiguous,
+    # so it draws into a tensor whose dims are self's sorted by stride, permuted back.
+    if op not in _FUNCTIONAL_FORM_ALLOCATES_CONTIGUOUS:
+        empty = torch.empty_strided(self_.shape, self_.stride(), dtype=self_.dtype, device=self_.device)
+        return self_.zero_().add_(op(empty, *args[1:], **kwargs))
+    order = sorted(range(self_.dim()), key=lambda d: -self_.stride(d))
+    rest = [a.expand(self_.shape).permute(order) if isinstance(a, torch.Tensor) else a for a in args[1:]]
+    fresh = op(torch.empty([self_.shape[d] for d in order], dtype=self_.dtype, device=self_.device),
+               *rest, **kwargs)
+    return self_.zero_().add_(fresh.permute([order.index(d) for d in range(self_.dim())]))
+
+
+# random fills functionalized into an op that allocates its result contiguous whatever the
+# strides of its input (bernoulli.p, bernoulli.Tensor); the others allocate it like the input
+_FUNCTIONAL_FORM_ALLOCATES_CONTIGUOUS = frozenset({torch.ops.aten.bernoulli_.float, torch.ops.aten.bernoulli_.Tensor})
 
 
 # In-place comparisons: eager records a node whose gradients to ``self`` and ``other``
