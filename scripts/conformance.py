@@ -68,7 +68,7 @@ def report(results: dict[tuple[str, str], dict], suites: list[str], meta: dict) 
     lines = [f"## torch {torch_release()}", "",
              (f"- commit of the results: {', '.join(f'`{c}`' for c in commits) or 'unknown'}; "
               f"torch {', '.join(f'`{b}`' for b in builds)}"),
-             f"- run: {meta.get('run', '')}", ""]
+             f"- run: {meta.get('run', '')}", f"- cases: {_selection(by_case, suites)}", ""]
     complete = _complete(by_case)
     lines += [f"### Summary (torch {torch_release()})", ""]
     lines += _summary(complete, suites, _ran(by_case, suites))
@@ -177,6 +177,17 @@ def _ran(by_case: dict[str, dict[str, dict]], suites: list[str]) -> dict[str, st
                f"of {len(conformance.case_names(s))}" for s in suites}
 
 
+def _selection(by_case: dict[str, dict[str, dict]], suites: list[str]) -> str:
+    import conformance
+
+    ran = sum(1 for rs in by_case.values() if len(rs) == 2)
+    total = sum(len(conformance.case_names(s)) for s in suites)
+    if ran == total:
+        return f"every case of every suite ({total} case names: a full run)"
+    return (f"a sample, {ran} of {total} case names (the fixed one: `--sample 100 --seed 0 --test-sample`, "
+            "unless the run line says otherwise)")
+
+
 def _complete(by_case: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict]]:
     """Cases both exporters ran, where neither found the case not applicable."""
     return {c: rs for c, rs in by_case.items() if len(rs) == 2 and "n/a" not in
@@ -246,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rerun-gaps", action="store_true",
                    help="run again, with this checkout, the selected cases where ours falls short of torch.export")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--no-report", action="store_true",
+                   help="leave docs alone (e.g. a --gap-cases check kept in its own --results file)")
     p.add_argument("--baseline", help="an earlier results file, summarised in the report too")
     p.add_argument("--baseline-label", default="before the fixes", help="what the earlier run was")
     a = p.parse_args(argv)
@@ -298,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         meta["baseline_label"] = a.baseline_label
     if a.write_known_gaps:
         write_known_gaps(results, suites)
+    if a.no_report:
+        return 0
     text = report(results, suites, meta)
     sections = os.path.join(os.path.dirname(os.path.abspath(a.report)), "conformance")
     os.makedirs(sections, exist_ok=True)
