@@ -29,6 +29,7 @@ import collections
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -270,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     results = load_results(a.results)
     others = sorted({r["torch"] for r in results.values() if torch_release(r.get("torch", torch.__version__))
                      != torch_release()})
+    named = re.fullmatch(r"results-torch-(.+)\.jsonl", os.path.basename(a.results))
+    if named and torch_release(named.group(1)) != torch_release():
+        others.append(named.group(1))
     if others:
         p.error(f"{a.results} holds results of torch {', '.join(others)}, not of this torch {torch.__version__}")
     start = time.monotonic()
