@@ -20,6 +20,7 @@ ours or with ``torch.export.export`` and replays it against eager.
 from __future__ import annotations
 
 import importlib
+import re
 
 from .case import Case, NotApplicable
 
@@ -51,10 +52,26 @@ def sampled_cases() -> list[str]:
     return names
 
 
+def torch_release(version: str | None = None) -> str:
+    """The torch release of ``version`` (default: the installed torch) without its
+    local build tag: ``2.15.0+cu132`` -> ``2.15.0``. Results and known gaps are per release."""
+    if version is None:
+        import torch
+
+        version = torch.__version__
+    return str(version).split("+", 1)[0]
+
+
+def release_key(release: str) -> tuple:
+    """Sort key of a release string (``2.9.1`` before ``2.10.0``)."""
+    return tuple(int(n) for n in re.findall(r"\d+", release))
+
+
 def build(name: str) -> Case:
     """The case called ``name``; raises ``NotApplicable`` where the database has
     no such sample or the sample does not fit the variant."""
     return _suite(name.split("/", 1)[0]).build(name)
 
 
-__all__ = ["SUITES", "TEST_SAMPLE", "Case", "NotApplicable", "build", "case_names", "sampled_cases"]
+__all__ = ["SUITES", "TEST_SAMPLE", "Case", "NotApplicable", "build", "case_names", "release_key", "sampled_cases",
+           "torch_release"]

@@ -1,10 +1,13 @@
-"""Cases where we are known to fall short of torch.export, and why.
+"""Cases where we are known to fall short of torch.export, and why, per torch release.
 
-``known_gaps.json`` maps a case name to the reason; it is written by
-``python scripts/conformance.py --write-known-gaps`` from a full run's results
-(a case is a gap when torch.export is ok and we are not, or we are silently
-wrong and torch.export is not). Tests mark these ``xfail(strict=True)``: a gap
-that closes fails the test until the file is regenerated.
+``known_gaps.json`` maps a case name to ``{"reason": ..., "torch": [releases]}``:
+the torch releases (``2.15.0``, no local build tag) on which the case is a gap
+(torch.export is ok and we are not, or we are silently wrong and torch.export
+is not). ``python scripts/conformance.py --write-known-gaps`` updates it from
+the results of the interpreter's torch: it adds or removes that release for the
+cases that run judged, and leaves other releases and cases alone. Tests mark
+the installed torch's gaps ``xfail(strict=True)``: a gap that closes fails the
+test until the file is updated.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+
+from . import release_key, torch_release
 
 PATH = os.path.join(os.path.dirname(__file__), "known_gaps.json")
 
@@ -61,9 +66,41 @@ def reason(ours: dict, case: str = "") -> str:
     return f"ours {ours['status']}: {ours.get('signature') or detail}"
 
 
-@functools.cache
-def known_gaps() -> dict[str, str]:
+def entries() -> dict[str, dict]:
+    """The whole file: case name -> ``{"reason": str, "torch": [release, ...]}``."""
     if not os.path.exists(PATH):
         return {}
     with open(PATH) as f:
         return json.load(f)
+
+
+def write_entries(gaps: dict[str, dict]) -> None:
+    gaps = {c: {"reason": e["reason"], "torch": sorted(set(e["torch"]), key=release_key)}
+            for c, e in sorted(gaps.items()) if e["torch"]}
+    lines = [f"{json.dumps(c)}: {json.dumps(e)}" for c, e in gaps.items()]  # one gap a line
+    with open(PATH, "w") as f:
+        f.write("{\n" + ",\n".join(lines) + ("\n" if lines else "") + "}\n")
+
+
+def update(gaps: dict[str, dict], judged: dict[str, tuple[dict, dict]], release: str) -> dict[str, dict]:
+    """``gaps`` with ``release`` set or cleared for every case of ``judged``
+    (case -> (ours, torch.export) outcomes on that release); an entry's reason
+    is kept, a new entry's comes from ``reason``."""
+    gaps = {c: {"reason": e["reason"], "torch": list(e["torch"])} for c, e in gaps.items()}
+    for case, (ours, theirs) in judged.items():
+        entry = gaps.get(case)
+        if is_gap(ours, theirs):
+            if entry is None:
+                entry = gaps[case] = {"reason": reason(ours, case), "torch": []}
+            if release not in entry["torch"]:
+                entry["torch"].append(release)
+        elif entry is not None and release in entry["torch"]:
+            entry["torch"].remove(release)
+    return {c: e for c, e in gaps.items() if e["torch"]}
+
+
+@functools.cache
+def known_gaps(release: str | None = None) -> dict[str, str]:
+    """Case name -> reason, for the gaps of ``release`` (default: the installed torch)."""
+    release = release or torch_release()
+    return {c: e["reason"] for c, e in entries().items() if release in e["torch"]}
