@@ -214,8 +214,10 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
 
     try:
         fwd_gm = _trace_body(forward_body, inner, settings, grad_enabled=False)
-    except UnsupportedError:
-        raise
+    except UnsupportedError as exc:
+        if exc.kind is not Refusal.DATA_DEPENDENT_BRANCH:  # a branch on data: the Function is untraceable
+            raise
+        raise fail("forward", exc) from exc
     except Exception as exc:
         raise fail("forward", exc) from exc
     n_out, extra = fwd_info["n_out"], fwd_info["extra"]
@@ -264,8 +266,10 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
     try:
         bwd_gm = _trace_body(backward_body, [_fresh(v) for v in saved_vals] + grad_vals, settings,
                              grad_enabled=True)
-    except UnsupportedError:
-        raise
+    except UnsupportedError as exc:
+        if exc.kind is not Refusal.DATA_DEPENDENT_BRANCH:  # a branch on data: the Function is untraceable
+            raise
+        raise fail("backward", exc) from exc
     except Exception as exc:
         raise fail("backward", exc) from exc
 
