@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import functools
 import json
 import os
 import re
@@ -73,6 +74,7 @@ def make_ours(calls: ExportCalls):
     """``torch.export.export``'s signature mapped onto ``predispatch_func.export``."""
     import predispatch_func as pf
 
+    @functools.wraps(pf.export)
     def export(mod, args=(), kwargs=None, *, dynamic_shapes=None, strict=False,
                preserve_module_call_signature=(), **rest):
         calls.calls += 1
@@ -88,6 +90,7 @@ def make_ours(calls: ExportCalls):
 
 
 def make_counted(fn, calls: ExportCalls):
+    @functools.wraps(fn)
     def export(*args, **kwargs):
         calls.calls += 1
         return fn(*args, **kwargs)
@@ -397,27 +400,31 @@ def run(args) -> None:
 
 # --- the report -----------------------------------------------------------------------
 
-CATEGORIES = (("graph-text", "fails on graph text / node names"), ("metadata", "fails on metadata"),
-              ("semantic", "fails semantically"), ("expected-error", "expected an error, got another/none"))
+CATEGORIES = (("graph-text", "graph text / node names"), ("metadata", "metadata"),
+              ("semantic", "semantic"), ("expected-error", "expected an error, got another/none"))
 
-THEMES = (  # first match wins; test name and reason are searched
-    ("errors expected", lambda r: r.get("category") == "expected-error"),
-    ("unbacked ints / data-dependent", lambda r: re.search(r"unbacked|item|data.dependent|nonzero|_check|u\d+\b|"
-                                                          r"guard_size_oblivious|tolist|sym_size|runtime_assert",
-                                                          r["test"] + " " + r.get("reason", ""))),
-    ("dynamic shapes / Dim", lambda r: re.search(r"dynamic|dim|shape|symint|symbolic|constraint|derived|range",
-                                                 r["test"] + " " + r.get("reason", ""), re.I)),
-    ("HOPs (cond, map, scan, while_loop, ...)",
-     lambda r: re.search(r"cond|while_loop|map|scan|hop|higher.order|invoke_subgraph|associative|wrap|"
-                         r"set_grad|autocast|hints", r["test"] + " " + r.get("reason", ""), re.I)),
-    ("custom ops / torchbind / subclasses",
-     lambda r: re.search(r"custom|torchbind|subclass|opaque|triton|script_obj|fake_obj|twotensor|library",
-                         r["test"] + " " + r.get("reason", ""), re.I)),
-    ("module call signature / unflatten", lambda r: re.search(r"preserve|unflatten|module_call|swap",
-                                                              r["test"] + " " + r.get("reason", ""), re.I)),
-    ("inputs, pytrees, constants, state", lambda r: re.search(
-        r"pytree|dataclass|kwarg|namedtuple|constant|buffer|param|state|input|tensor_attr|attr",
+THEMES = (  # first match wins; the test name and our first error line are searched
+    ("errors expected (another error, or none)", lambda r: r.get("category") == "expected-error"),
+    ("timeouts (our export hangs)", lambda r: r["status"] in ("timeout", "crash")),
+    ("unbacked ints / data-dependent", lambda r: re.search(
+        r"unbacked|item|data.dependent|nonzero|masked_select|tolist|_check|\bu\d+\b|constrain|runtime_assert|"
+        r"bincount|sym_or|guard_on_data", r["test"] + " " + r.get("reason", ""), re.I)),
+    ("dynamic shapes / Dim", lambda r: re.search(
+        r"dynamic|\bdim|shape|symint|symbolic|derived|range|specializ|Dim '", r["test"] + " " + r.get("reason", ""),
+        re.I)),
+    ("HOPs and regions (cond, map, scan, while_loop, vmap, set_grad, autocast)", lambda r: re.search(
+        r"cond|while_loop|\bmap\b|scan|hop|higher.order|invoke_subgraph|associative|wrap|vmap|set_grad|autocast|"
+        r"hints", r["test"] + " " + r.get("reason", ""), re.I)),
+    ("custom ops / subclasses / real-tensor propagation", lambda r: re.search(
+        r"custom|torchbind|subclass|opaque|triton|script|fake|twotensor|library|real_tensor|draft",
         r["test"] + " " + r.get("reason", ""), re.I)),
+    ("module call signature / unflatten", lambda r: re.search(
+        r"preserve|unflatten|module_call|swap", r["test"] + " " + r.get("reason", ""), re.I)),
+    ("state: attributes, constants, buffers, leaks", lambda r: re.search(
+        r"state|constant|buffer|param|attr|leak|lifted|lazy|hook|tensor_attribute",
+        r["test"] + " " + r.get("reason", ""), re.I)),
+    ("device / dtype conversion ops (aten.to)", lambda r: re.search(r"device_to|float_conversion|\bto\b",
+                                                                    r["test"], re.I)),
     ("graph text / node names", lambda r: r.get("category") == "graph-text"),
     ("metadata", lambda r: r.get("category") == "metadata"),
     ("other", lambda r: True),
@@ -431,66 +438,99 @@ def theme(row: dict) -> str:
 def _table_row(label: str, rows: list[dict]) -> str:
     st = collections.Counter(r["status"] for r in rows)
     cat = collections.Counter(r.get("category") for r in rows if r["status"] in ("fail", "error"))
-    passed = st["pass"] + st["xfail"]
-    cells = [label, len(rows), passed, cat["graph-text"], cat["metadata"], cat["semantic"],
-             cat["expected-error"], st["timeout"] + st["crash"], st["skip"]]
+    cells = [label, len(rows), st["pass"] + st["xfail"] + st["xpass"], cat["graph-text"], cat["metadata"],
+             cat["semantic"], cat["expected-error"], st["timeout"] + st["crash"], st["skip"]]
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def report(paths: list[str], out: str, test_file: str) -> None:
-    lines = ["# PyTorch's TestExport with export swapped for ours", "",
-             "Generated by `scripts/run_torch_export_tests.py --report` from its results "
-             "(`.testexport/results-torch-*.jsonl`); the intro and notes above the tables are kept by hand "
-             "in the runner's `--intro` file if one is given.", ""]
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'").replace("\n", " ")
+
+
+def torch_section(rows: dict[tuple[str, str], dict], names: list[str]) -> list[str]:
+    """The table and the list of tests torch.export passes and we do not, for one torch."""
+    version = next(iter(rows.values())).get("torch", "?")
+    both = [n for n in names if (n, "torch") in rows and (n, "ours") in rows]
+    ok = ("pass", "xfail", "xpass")
+    torch_ok = [n for n in both if rows[(n, "torch")]["status"] in ok]
+    lost = [rows[(n, "ours")] for n in torch_ok if rows[(n, "ours")]["status"] not in ok]
+    gained = [n for n in both if rows[(n, "torch")]["status"] not in ok + ("skip",)
+              and rows[(n, "ours")]["status"] in ok]
+    torch_bad = [rows[(n, "torch")] for n in both if rows[(n, "torch")]["status"] not in ok + ("skip",)]
+    unexercised = [n for n in torch_ok if rows[(n, "ours")]["status"] in ok
+                   and rows[(n, "ours")].get("export_calls", 0) == 0]
+    dropped = collections.Counter(d for n in both for d in rows[(n, "ours")].get("dropped", ()))
+    lines = [f"## torch {version}", "",
+             f"{len(both)} tests of `{TEST_CLASS}` run with both exporters "
+             f"(columns: how each test ended; a test that fails counts once, in the class of its first failure).",
+             "",
+             "| export | tests | pass | fails on graph text / node names | fails on metadata | fails semantically "
+             "| expected an error, got another/none | timeouts | skipped |",
+             "|---|---|---|---|---|---|---|---|---|",
+             _table_row("torch.export.export", [rows[(n, "torch")] for n in both]),
+             _table_row("predispatch_func.export", [rows[(n, "ours")] for n in both]),
+             _table_row("ours, on the tests torch.export passes", [rows[(n, "ours")] for n in torch_ok]), "",
+             f"- torch.export passes {len(torch_ok)}; we pass {len(torch_ok) - len(lost)} of those and do not pass "
+             f"**{len(lost)}** (listed below).",
+             f"- {len(unexercised)} of our passes never reached our `export` (the test calls `torch.export.export`, "
+             "`_export` or `export_for_training` by name, which torch's own variant files leave alone too): they say "
+             "nothing about ours. Tests that call both count as ours.",
+             f"- Tests we pass and torch.export does not: {', '.join(f'`{n}`' for n in gained) or 'none'}.",
+             "- Keywords of torch.export.export ours does not take (dropped, with the number of tests): "
+             + (", ".join(f"`{k}` ({v})" for k, v in dropped.most_common()) or "none") + ".",
+             f"- Tests torch.export itself does not pass with this torch ({len(torch_bad)}; the test file is "
+             "newer than some releases, so these say nothing about ours):"]
+    lines += [f"  - `{r['test']}` ({r['status']}): {_md(r.get('reason', ''))[:110]}" for r in torch_bad]
+    lines.append("")
+    by_theme: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in lost:
+        by_theme[theme(r)].append(r)
+    ordered = sorted(by_theme.items(), key=lambda kv: -len(kv[1]))
+    lines += [f"### Tests torch.export passes and we do not (torch {version}), by theme", "",
+              "| theme | tests |", "|---|---|"]
+    lines += [f"| {t} | {len(rs)} |" for t, rs in ordered]
+    lines.append("")
+    for t, rs in ordered:
+        lines += [f"#### {t} ({len(rs)})", ""]
+        for r in rs:
+            extra = f"; dropped {', '.join(r['dropped'])}" if r.get("dropped") else ""
+            lines.append(f"- `{r['test']}` ({r['status']}, {r.get('category', r['status'])}{extra}): "
+                         f"{_md(r.get('reason', ''))}")
+        lines.append("")
+    return lines
+
+
+def report(paths: list[str], out: str, source: str) -> None:
+    here = os.path.relpath(__file__, _ROOT)
+    lines = ["# PyTorch's `TestExport` with `export` swapped for ours", "",
+             f"Generated by `{here} --report` (do not edit by hand). The yardstick is PyTorch's own",
+             "`test/export/test_export.py`, class `TestExport`, which torch also runs with the `export` name swapped",
+             "(`test_export_nonstrict.py`, `test_serdes.py`, ...). Each test runs twice in the same worker, as it is",
+             "(`torch.export.export`) and with `test_export.export` patched to `predispatch_func.export` (the test",
+             "names are unchanged, so the tests take their non-strict branches); a test over the time limit is",
+             "killed with its worker and recorded as a timeout.", "",
+             f"- Test file: {source}. It is PyTorch's code and is never committed; read it in as below.",
+             "- Keywords of `torch.export.export` that `predispatch_func.export` lacks are dropped per call",
+             "  (`strict=True`, `prefer_deferred_runtime_asserts_over_guards=True`) and counted below.",
+             "- A failure of ours is classed by what the failing line of the test checks: *graph text / node names*",
+             "  (`assertExpectedInline`, `FileCheck`, `gm.code`, node names, lists of op targets), *metadata*",
+             "  (`node.meta`, graph signature, range constraints, constants), *expected an error* (inside",
+             "  `assertRaises*`/`assertWarns*`, or 'not raised'), *semantic* (everything else: our export raised,",
+             "  values or shapes differ, ...). Themes are keyword heuristics over the test name and our error.", "",
+             "Reproduce (one process; two CPU cores are enough; about 10 minutes a torch):", "",
+             "```bash",
+             "mkdir -p .testexport && curl -L -o .testexport/test_export.py \\",
+             "  https://raw.githubusercontent.com/pytorch/pytorch/00131b6bd4bedfa71eb27b407292be0ba45e5ee8/test/export/test_export.py",
+             "PY=~/.cache/predispatch-func-ci/torch-2.13.0/bin/python   # any venv with torch and this package",
+             f"PYTHONPATH=. $PY {here} --timeout 60           # -> .testexport/results-torch-2.13.0.jsonl",
+             f"PYTHONPATH=. $PY {here} -k 'test_cond' --rerun   # a subset again; --ours-only, --limit N",
+             f"python3 {here} --report docs/torch_export_tests.md \\",
+             "  --results .testexport/results-torch-2.13.0.jsonl .testexport/results-torch-2.15.0.jsonl",
+             "```", ""]
     for path in paths:
         rows = load_results(path)
-        if not rows:
-            continue
-        version = next(iter(rows.values())).get("torch", "?")
-        names = list(dict.fromkeys(t for t, _ in rows))
-        both = [n for n in names if (n, "torch") in rows and (n, "ours") in rows]
-        torch_rows = [rows[(n, "torch")] for n in both]
-        ours_rows = [rows[(n, "ours")] for n in both]
-        torch_ok = {n for n in both if rows[(n, "torch")]["status"] in ("pass", "xfail")}
-        lost = [rows[(n, "ours")] for n in both
-                if n in torch_ok and rows[(n, "ours")]["status"] not in ("pass", "xfail")]
-        gained = [n for n in both if n not in torch_ok and rows[(n, "ours")]["status"] in ("pass", "xfail")]
-        unexercised = [n for n in both if rows[(n, "ours")].get("export_calls", 0) == 0
-                       and rows[(n, "ours")]["status"] in ("pass", "xfail")]
-        dropped = collections.Counter(d for r in ours_rows for d in r.get("dropped", ()))
-        lines += [f"## torch {version}", "",
-                  f"{len(both)} tests of `{TEST_CLASS}` run with both exporters "
-                  f"({len(names)} in the results).", "",
-                  "| export | tests | pass | fails on graph text / node names | fails on metadata "
-                  "| fails semantically | expected an error, got another/none | timeouts (crashes) | skipped |",
-                  "|---|---|---|---|---|---|---|---|---|",
-                  _table_row("torch.export.export", torch_rows),
-                  _table_row("predispatch_func.export", ours_rows),
-                  _table_row("ours, where torch.export passes",
-                             [rows[(n, "ours")] for n in both if n in torch_ok]), ""]
-        lines += [f"- torch.export passes {len(torch_ok)}; we pass {len(torch_ok) - len(lost)} of those and "
-                  f"fail **{len(lost)}** (listed below).",
-                  f"- We pass {len(gained)} that torch.export fails: {', '.join(f'`{n}`' for n in gained) or '-'}.",
-                  f"- {len(unexercised)} of our passes never called the swapped `export` (the test calls "
-                  "`torch.export.export`, `_export` or `torch.export.load` itself, as torch's own variants "
-                  "leave it): they say nothing about ours.",
-                  "- keywords ours dropped (tests): " +
-                  (", ".join(f"`{k}` ({v})" for k, v in dropped.most_common()) or "none"), ""]
-        by_theme: dict[str, list[dict]] = collections.defaultdict(list)
-        for r in lost:
-            by_theme[theme(r)].append(r)
-        lines += [f"### Tests torch.export passes and we do not, by theme (torch {version})", "",
-                  "| theme | tests |", "|---|---|"]
-        lines += [f"| {t} | {len(rs)} |" for t, rs in sorted(by_theme.items(), key=lambda kv: -len(kv[1]))]
-        lines.append("")
-        for t, rs in sorted(by_theme.items(), key=lambda kv: -len(kv[1])):
-            lines += [f"#### {t} ({len(rs)})", ""]
-            for r in rs:
-                reason = r.get("reason", "").replace("|", "\\|").replace("`", "'")
-                extra = f" [dropped {', '.join(r['dropped'])}]" if r.get("dropped") else ""
-                lines.append(f"- `{r['test']}` ({r['status']}, {r.get('category', r['status'])}): "
-                             f"{reason}{extra}")
-            lines.append("")
+        if rows:
+            lines += torch_section(rows, list(dict.fromkeys(t for t, _ in rows)))
     with open(out, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")
     print(f"wrote {out}")
@@ -511,12 +551,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rerun", action="store_true", help="run tests that already have a result again")
     p.add_argument("--python", default=sys.executable, help="the interpreter (and so the torch) to test with")
     p.add_argument("--report", metavar="MD", help="write the markdown report from --results and stop")
+    p.add_argument("--source", default="pytorch/pytorch `test/export/test_export.py` at commit "
+                   "`00131b6bd4bedfa71eb27b407292be0ba45e5ee8`", help="where the test file came from, for the report")
     p.add_argument("--worker", type=int, metavar="FD", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker is not None:
         worker(os.path.abspath(args.test_file), args.worker)
     elif args.report:
-        report(args.results or [], args.report, args.test_file)
+        report(args.results or [], args.report, args.source)
     else:
         run(args)
 
