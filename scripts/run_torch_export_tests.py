@@ -161,7 +161,7 @@ def _is_assert_raises(expr: ast.expr) -> bool:
 
 _GRAPH_TEXT = re.compile(r"assertExpected|FileCheck|\.code\b|print_readable|str\([^)]*graph|graph\)\.strip|"
                          r"\.name\b|format_node|normalize_gm|_graph_str|node\.target|find_nodes|"
-                         r"torch\.ops\.\w+\.\w+\.\w+|\bops\b|_nodes\b")  # printed graphs, node names, op lists
+                         r"torch\.ops\.\w+\.\w+\.\w+|\bops\b|_nodes\b|names\b|names_and_ops")  # printed graphs, names, ops
 _METADATA = re.compile(r"\.meta\b|meta\[|nn_module_stack|stack_trace|source_fn|torch_fn|from_node|"
                        r"graph_signature|input_specs|output_specs|range_constraints|module_call_graph|"
                        r"module_call_signature|constants\b|state_dict|example_inputs|custom\b")
@@ -418,8 +418,11 @@ CATEGORIES = (("graph-text", "graph text / node names"), ("metadata", "metadata"
               ("semantic", "semantic"), ("expected-error", "expected an error, got another/none"))
 
 THEMES = (  # first match wins; the test name and our first error line are searched
-    ("errors expected (another error, or none)", lambda r: r.get("category") == "expected-error"),
     ("timeouts (our export hangs)", lambda r: r["status"] in ("timeout", "crash")),
+    ("derived Dims (dx + 1, 2*dx, dx*dy) refused", lambda r: "derived dims are not supported" in r.get("reason", "")),
+    ("Python state of the model refused (python_state='error')", lambda r: re.search(
+        r"changes (the contents of )?attribute|writes to tensor attribute", r.get("reason", ""))),
+    ("errors expected (another error, or none)", lambda r: r.get("category") == "expected-error"),
     ("unbacked ints / data-dependent", lambda r: re.search(
         r"unbacked|item|data.dependent|nonzero|masked_select|tolist|_check|\bu\d+\b|constrain|runtime_assert|"
         r"bincount|sym_or|guard_on_data", r["test"] + " " + r.get("reason", ""), re.I)),
