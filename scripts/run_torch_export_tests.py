@@ -374,7 +374,7 @@ def run(args) -> None:
         if args.rerun:
             return True
         if args.rerun_failed:
-            return (n, e) in done and done[(n, e)]["status"] not in ("pass", "skip", "xfail", "xpass")
+            return (n, e) in done and done[(n, e)]["status"] in ("fail", "error")
         return (n, e) not in done
 
     todo = [(n, e) for n in names for e in exporters if wanted(n, e)]
@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per test and exporter (default 60)")
     p.add_argument("--import-timeout", type=float, default=300.0, help="seconds for a worker to import the file")
     p.add_argument("--rerun", action="store_true", help="run tests that already have a result again")
-    p.add_argument("--rerun-failed", action="store_true", help="run again only what did not pass last time")
+    p.add_argument("--rerun-failed", action="store_true", help="run again only what failed or raised last time (not timeouts)")
     p.add_argument("--patch-torch-export", action="store_true",
                    help=f"run ours also behind torch.export.export (results as exporter {OURS_ALL!r})")
     p.add_argument("--python", default=sys.executable, help="the interpreter (and so the torch) to test with")
