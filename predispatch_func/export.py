@@ -122,6 +122,10 @@ def tie_aliases(mod: torch.nn.Module, ep: ExportedProgram) -> None:
                 owner.add_module(part, torch.nn.Module())
             owner = getattr(owner, part)
         tensor = mod.get_parameter(target) if isinstance(value, torch.nn.Parameter) else mod.get_buffer(target)
+        if leaf in tc.module_parameters(owner) or leaf in tc.module_buffers(owner):  # torch's unlift did
+            continue
+        if hasattr(owner, leaf):  # torch's unlift set a non-persistent alias as a plain attribute
+            delattr(owner, leaf)
         if isinstance(tensor, torch.nn.Parameter):
             owner.register_parameter(leaf, tensor)
         else:

@@ -88,3 +88,26 @@ def test_aliases_survive_save_load_unflatten_and_run_decompositions():
     decomposed = ep.run_decompositions()
     assert sorted(decomposed.state_dict) == sorted(model.state_dict())
     torch.testing.assert_close(decomposed.module()(ids), model(ids))
+
+
+class SharedSubmoduleWithNonPersistentBuffer(torch.nn.Module):
+    """One submodule under two names, holding a buffer that no state dict lists."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Module()
+        self.a.register_buffer("buf", torch.arange(3.0), persistent=False)
+        self.b = self.a
+
+    def forward(self, x):
+        return x + self.a.buf + self.b.buf
+
+
+def test_shared_submodule_with_a_non_persistent_buffer():
+    """Regression (PyTorch's test_duplicate_modules_with_non_persistent_buffers): module() raised
+    "attribute 'buf' already exists" where torch's unlift had set the alias as a plain attribute."""
+    model, x = SharedSubmoduleWithNonPersistentBuffer(), torch.randn(3)
+    ep = export_checked(model, (x,))
+    program = ep.module()
+    assert [n for n, _ in program.named_buffers(remove_duplicate=False)] == ["a.buf", "b.buf"]
+    torch.testing.assert_close(program(x), model(x))
