@@ -245,3 +245,33 @@ def test_set_storage_is_a_clear_refusal(model_cls, n_args):
         pf.export(model_cls(), args)
     assert info.value.kind is pf.Refusal.STORAGE_SWAP
     assert ".set_(" in str(info.value) and "test_torch_export_dropin.py" in str(info.value)
+
+
+class HoldsAConstant(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.constant = torch.ones(4, 4)
+
+    def forward(self, x):
+        return x + self.constant, self.constant
+
+
+class CallsABoundMethod(torch.nn.Module):
+    """The constant's module is reachable only through a bound method: not lifted up front."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def test_constant_met_while_tracing_and_read_twice_is_one_input():
+    """Regression (PyTorch's test_tensor_constant_with_wrapped_method): the second read kept a
+    get_attr of the attribute the first lift had removed."""
+    model, x = CallsABoundMethod(HoldsAConstant().forward), torch.zeros(4, 4)
+    ep = export_checked(model, (x,))
+    assert list(ep.constants) == ["lifted_tensor_0"]
+    for ours, eager in zip(ep.module()(x), model(x)):
+        torch.testing.assert_close(ours, eager)

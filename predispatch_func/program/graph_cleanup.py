@@ -48,7 +48,12 @@ def lift_traced_constants(gm: torch.fx.GraphModule, inputs: Inputs) -> Inputs:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     anchor = placeholders[inputs.n_state - 1] if inputs.n_state else None
     new_slots: list[InputSlot] = []
+    lifted: dict[str, torch.fx.Node] = {}  # attribute -> its placeholder: one tensor read twice
     for node in list(gm.graph.nodes):
+        if node.op == "get_attr" and node.target in lifted:
+            node.replace_all_uses_with(lifted[node.target])
+            gm.graph.erase_node(node)
+            continue
         if node.op != "get_attr" or not isinstance(getattr(gm, node.target, None), torch.Tensor):
             continue
         value = getattr(gm, node.target)
@@ -65,6 +70,7 @@ def lift_traced_constants(gm: torch.fx.GraphModule, inputs: Inputs) -> Inputs:
         node.replace_all_uses_with(ph)
         gm.graph.erase_node(node)
         delattr(gm, node.target)
+        lifted[str(node.target)] = ph
         anchor = ph
         new_slots.append(InputSlot(SlotKind.CONSTANT, fqn, value))
     return inputs.with_constants(new_slots)
