@@ -275,3 +275,15 @@ def test_constant_met_while_tracing_and_read_twice_is_one_input():
     assert list(ep.constants) == ["lifted_tensor_0"]
     for ours, eager in zip(ep.module()(x), model(x)):
         torch.testing.assert_close(ours, eager)
+
+
+@pytest.mark.parametrize("size", [0, 1])
+def test_dynamic_dim_with_an_example_size_torch_specialises(size):
+    """Regression: "'int' object has no attribute 'node'". A named Dim or Dim.DYNAMIC on an example
+    of size 0 or 1 is refused as torch.export refuses it (UserError); Dim.AUTO lets it be static."""
+    model, x = AddSum(), torch.randn(size, 3)
+    for dim in (Dim("b"), Dim.DYNAMIC):
+        with pytest.raises(UserError, match="torch specialises sizes 0 and 1"):
+            pf.export(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: dim}, "y": None})
+    ep = export_checked(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": None})
+    assert not ep.range_constraints

@@ -71,6 +71,13 @@ class Fakeifier:
 
     def _declare(self, dim: Any, size: torch.SymInt, where: str, example: int) -> None:
         named = _is_named_dim(dim)
+        auto = str(getattr(dim, "type", "")).endswith("AUTO")
+        if not isinstance(size, torch.SymInt):  # torch specialises example sizes 0 and 1
+            if auto:  # Dim.AUTO lets it: the program is static there, as torch.export's
+                return
+            raise DynamicShapesError(f"{where}: the example size is {example}, and torch specialises sizes 0 and 1; "
+                                     "export with an example of size 2 or more for a dynamic dim (or use Dim.AUTO)",
+                                     kind=Refusal.DIM_NOT_DYNAMIC)
         name = dim.__name__ if named else f"_dynamic_{len(self._declared)}"
         lower = int(getattr(dim, "min", 0) or 0) if named else 0
         upper = getattr(dim, "max", tc.INT_OO) if named else tc.INT_OO
@@ -82,7 +89,6 @@ class Fakeifier:
             return
         # tracing assumes sizes >= 2 (0/1 are generalised, as torch.export does)
         tc.narrow_symbol_range(self.shape_env, size.node.expr, max(2, lower), upper)
-        auto = str(getattr(dim, "type", "")).endswith("AUTO")
         self._declared[name] = _DeclaredDim(name, lower, upper, named, auto, size, where)
 
     def range_constraints(self, gm: torch.fx.GraphModule) -> dict[Any, Any]:
