@@ -287,3 +287,15 @@ def test_dynamic_dim_with_an_example_size_torch_specialises(size):
             pf.export(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: dim}, "y": None})
     ep = export_checked(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": None})
     assert not ep.range_constraints
+
+
+def test_bounds_of_a_dim_hint_are_the_programs_runtime_guards():
+    """Regression: Dim.AUTO(min=3, max=8) exported [0, inf) and the program took any size."""
+    model, y = AddSum(), torch.randn(2)
+    for exporter in (torch.export.export, pf.export):
+        ep = exporter(model, (torch.randn(4, 3), y), dynamic_shapes={"x": {0: Dim.AUTO(min=3, max=8)}, "y": None})
+        assert [(r.lower, r.upper) for r in ep.range_constraints.values()] == [(3, 8)]
+        for n in (2, 9):
+            with pytest.raises(Exception, match="Guard failed"):
+                ep.module()(torch.randn(n, 3), y)
+        torch.testing.assert_close(ep.module()(torch.randn(5, 3).zero_(), y), model(torch.zeros(5, 3), y))

@@ -79,9 +79,10 @@ class Fakeifier:
                                      "export with an example of size 2 or more for a dynamic dim (or use Dim.AUTO)",
                                      kind=Refusal.DIM_NOT_DYNAMIC)
         name = dim.__name__ if named else f"_dynamic_{len(self._declared)}"
-        lower = int(getattr(dim, "min", 0) or 0) if named else 0
-        upper = getattr(dim, "max", tc.INT_OO) if named else tc.INT_OO
-        if named and not lower <= example <= upper:
+        # a named Dim's range, or the bounds of a hint (Dim.AUTO(min=3, max=8)); None: unbounded
+        lower = int(getattr(dim, "min", None) or 0)
+        upper = tc.INT_OO if getattr(dim, "max", None) is None else dim.max
+        if not lower <= example <= upper:
             raise DynamicShapesError(f"{where}: example size {example} is outside Dim {name!r} "
                                    f"range [{lower}, {upper}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
         if name in self._declared:  # same Dim name: same symbol
