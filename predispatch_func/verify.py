@@ -330,21 +330,20 @@ def _replay(program, model, eager_model, attempt, args, kwargs, report, problems
     except Exception as exc:  # a program that cannot run is a verification failure
         problems.append(f"program raised {type(exc).__name__}: {exc}")
         return None
-    if first:
-        report.checked += ["outputs", "input mutations", "buffers and parameters", "grad mode after the call"]
-    _compare_call(report, problems, first, eager_model, program, e_out, p_out, e_rng, p_rng, e_grad_mode,
+    checked = report.checked if first else []  # what a replay checks is said once, on the first call
+    checked += ["outputs", "input mutations", "buffers and parameters", "grad mode after the call"]
+    _compare_call(checked, problems, eager_model, program, e_out, p_out, e_rng, p_rng, e_grad_mode,
                   p_grad_mode, (e_args, e_kwargs), (p_args, p_kwargs), leaf_of, check_values=check_values,
                   check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
     return grad_inputs, nonleaf, eager_model
 
 
-def _compare_call(report, problems, first, eager_model, program, e_out, p_out, e_rng, p_rng, e_grad_mode,
+def _compare_call(checked, problems, eager_model, program, e_out, p_out, e_rng, p_rng, e_grad_mode,
                   p_grad_mode, e_inputs, p_inputs, leaf_of, *, check_values, check_grads, rtol, atol,
                   seed) -> None:
     (e_args, e_kwargs), (p_args, p_kwargs) = e_inputs, p_inputs
     if check_values:  # what the caller draws next: a program must draw as much as eager
-        if first:
-            report.checked.append("RNG state after the call")
+        checked.append("RNG state after the call")
         if not torch.equal(e_rng, p_rng):
             problems.append("RNG state after the call differs from eager's (the program draws differently)")
     if e_grad_mode != p_grad_mode:
@@ -367,15 +366,13 @@ def _compare_call(report, problems, first, eager_model, program, e_out, p_out, e
         if e_loss is not None:
             e_loss.backward()
     except RuntimeError as exc:
-        if first:
-            report.checked.append(f"no gradients (eager's backward raised: {str(exc).splitlines()[0][:80]})")
+        checked.append(f"no gradients (eager's backward raised: {str(exc).splitlines()[0][:80]})")
         return
     try:
         p_loss = _loss(p_out, seed + 1)
         if e_loss is None or p_loss is None:  # a requires_grad difference is reported above
             return
-        if first:
-            report.checked.append("gradients")
+        checked.append("gradients")
         p_loss.backward()
     except RuntimeError as exc:
         problems.append(f"program's backward raised where eager's did not: {exc}")
