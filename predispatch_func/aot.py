@@ -83,6 +83,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     inputs = collect_inputs(mod, args, kwargs)
     fakeify = Fakeifier(dynamic_shapes, mod, args, kwargs)
     fakes = [fakeify.user(s.value) if s.kind is SlotKind.USER else fakeify.state(s.value) for s in inputs.slots]
+    fakeify.relate_derived_dims()
     lowering = Lowering(target) if target is not None else None
     policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides, lowering=lowering,
                              untested_layouts=shipped_untested_layouts)

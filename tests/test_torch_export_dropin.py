@@ -2,6 +2,7 @@
 and the error classes a pipeline written for it catches. Every program is replayed
 against eager, at the example sizes and at others the trace never saw."""
 
+import dataclasses
 import inspect
 
 import pytest
@@ -93,7 +94,7 @@ def test_dim_refusals_are_the_classes_torch_export_raises():
     x = torch.randn(8, 2)
     with pytest.raises(UserError) as specialised:  # torch.export: UserError(CONSTRAINT_VIOLATION)
         pf.export(Specialises(), (x,), dynamic_shapes={"x": {0: Dim("n")}})
-    assert specialised.value.kind is pf.Refusal.DIM_NOT_DYNAMIC and "specialised it to 8" in str(specialised.value)
+    assert specialised.value.kind is pf.Refusal.DIM_NOT_DYNAMIC and "specialized it to be a constant (8)" in str(specialised.value)
     with pytest.raises(ConstraintViolationError) as out_of_range:  # torch.export: ConstraintViolationError
         pf.export(Specialises(), (x,), dynamic_shapes={"x": {0: Dim("n", max=4)}})
     assert isinstance(out_of_range.value, pf.UnsupportedError)
@@ -299,3 +300,105 @@ def test_bounds_of_a_dim_hint_are_the_programs_runtime_guards():
             with pytest.raises(Exception, match="Guard failed"):
                 ep.module()(torch.randn(n, 3), y)
         torch.testing.assert_close(ep.module()(torch.randn(5, 3).zero_(), y), model(torch.zeros(5, 3), y))
+
+
+class ShiftAdd(torch.nn.Module):
+    def forward(self, x, y):
+        return x[1:] + y
+
+
+def test_derived_dim_declared_before_its_root():
+    """``dx + 1`` on the first input, ``dx`` on the second: the first size is that expression
+    of the second's symbol, checked by the program at other sizes, as torch.export's."""
+    model, dx = ShiftAdd(), Dim("dx", min=3, max=10)
+    ep = export_checked(model, (torch.randn(6), torch.randn(5)), dynamic_shapes=({0: dx + 1}, {0: dx}))
+    theirs = torch.export.export(model, (torch.randn(6), torch.randn(5)), dynamic_shapes=({0: dx + 1}, {0: dx}))
+    assert sorted((r.lower, r.upper) for r in ep.range_constraints.values()) == \
+        sorted((r.lower, r.upper) for r in theirs.range_constraints.values()) == [(3, 10), (4, 11)]
+    for n in (3, 8, 10):
+        pf.verify(ep, model, (torch.randn(n + 1), torch.randn(n)), raise_on_failure=True)
+    with pytest.raises(Exception):  # the relation is part of the program's input checks
+        ep.module()(torch.randn(7), torch.randn(5))
+
+
+class Pairs(torch.nn.Module):
+    def forward(self, x):
+        return x.view(-1, 2).sum(1)
+
+
+def test_derived_dim_whose_root_no_input_has():
+    """``2 * dx`` alone: dx gets a symbol of its own (torch's phantom root), so odd sizes are refused."""
+    model, dx = Pairs(), Dim("dx", min=2, max=16)
+    ep = export_checked(model, (torch.randn(8),), dynamic_shapes=({0: 2 * dx},))
+    for n in (4, 10, 32):
+        pf.verify(ep, model, (torch.randn(n),), raise_on_failure=True)
+    with pytest.raises(Exception):
+        ep.module()(torch.randn(7))
+
+
+def test_derived_dim_example_that_breaks_the_relation_is_refused():
+    dx = Dim("dx", min=3, max=10)
+    with pytest.raises(UserError, match=r"Expected input size \(user input 0, dim 0\) to be equal to dx \+ 1, "
+                                        r"where dx = 5 .*but got 7"):
+        pf.export(ShiftAdd(), (torch.randn(7), torch.randn(5)), dynamic_shapes=({0: dx + 1}, {0: dx}))
+    with pytest.raises(UserError, match=r"form 2\*dx, where dx is an integer"):
+        pf.export(Pairs(), (torch.randn(9),), dynamic_shapes=({0: 2 * dx},))
+
+
+def test_named_dims_the_model_relates_are_refused_with_the_derived_dim_to_declare():
+    with pytest.raises(UserError, match=r"Constraints violated \(dy\)!(.|\n)*Suggested fixes:\n  dy = dx \+ 1") as err:
+        pf.export(ShiftAdd(), (torch.randn(6), torch.randn(5)), dynamic_shapes=({0: Dim("dy")}, {0: Dim("dx")}))
+    assert err.value.kind is pf.Refusal.DIM_NOT_DYNAMIC
+
+
+def test_dynamic_hints_the_model_relates_are_accepted():
+    """Dim.DYNAMIC / AUTO let the model relate sizes (torch.export infers the relation too)."""
+    class Relations(torch.nn.Module):
+        def forward(self, u, w, y, z):
+            return u[1:] + w, y.flatten() + z
+
+    model, dyn = Relations(), Dim.DYNAMIC
+    args = (torch.randn(5), torch.randn(4), torch.randn(4, 4), torch.randn(16))
+    ep = export_checked(model, args, dynamic_shapes=((dyn,), (dyn,), (dyn, dyn), (dyn,)))
+    pf.verify(ep, model, (torch.randn(6), torch.randn(5), torch.randn(7, 8), torch.randn(56)), raise_on_failure=True)
+
+
+def test_specialised_dims_are_listed_together_in_torch_export_words():
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    dx = Dim("dx", min=1, max=2)
+    with pytest.raises(UserError, match=r"You marked 2\*dx as dynamic but your code specialized it to be a constant "
+                                        r"\(2\).*\n.*You marked dx \+ 1 as dynamic"):
+        pf.export(Add(), (torch.randn(2, 3), torch.randn(2, 3)),
+                  dynamic_shapes={"x": (2 * dx, Dim.STATIC), "y": (dx + 1, Dim.STATIC)})
+
+
+def test_static_int_in_the_spec_must_match_the_example():
+    with pytest.raises(UserError, match="Static shape constraint of 5 does not match input size of 4"):
+        pf.export(AddSum(), (torch.randn(4, 3), torch.randn(2)), dynamic_shapes=((5, None), None))
+
+
+@dataclasses.dataclass
+class Pair:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+torch.export.register_dataclass(Pair, serialized_type_name="test_torch_export_dropin.Pair")
+
+
+class PairSum(torch.nn.Module):
+    def forward(self, p):
+        return p.x * 2 + p.y
+
+
+def test_spec_of_a_registered_dataclass_input():
+    n = Dim("n", max=10)
+    p = Pair(torch.randn(4), torch.randn(4))
+    ep = export_checked(PairSum(), (p,), dynamic_shapes=(Pair(x=(n,), y=(n,)),))
+    (symbol,) = ep.range_constraints
+    assert [str(tuple(node.meta["val"].shape)) for node in ep.graph.nodes if node.op == "placeholder"] == \
+        [f"({symbol},)"] * 2
+    pf.verify(ep, PairSum(), (Pair(torch.randn(7), torch.randn(7)),), raise_on_failure=True)

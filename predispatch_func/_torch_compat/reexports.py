@@ -58,7 +58,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "rename_node",
     "value_range",
     "symbol_range",
-    "narrow_symbol_range",
+    "narrow_symbol_range", "relate_symbol", "phantom_symbol",
     "proxy_node_of",
     "is_functional_base",
     "storage_key",
@@ -260,6 +260,22 @@ def symbol_range(env: ShapeEnv, symbol: Any) -> Any:
 
 def narrow_symbol_range(env: ShapeEnv, symbol: Any, lower: int, upper: Any) -> None:
     env.constrain_symbol_range(symbol, compiler_min=lower, compiler_max=upper)
+
+
+def relate_symbol(env: ShapeEnv, symbol: Any, expr: Any) -> None:
+    """Make ``symbol`` stand for ``expr`` everywhere in ``env`` (a derived Dim: ``dx + 1``), the
+    direction fixed, where a ``torch._check(a == b)`` would let torch pick which side to solve for."""
+    env._set_replacement(symbol, expr, "derived Dim")
+
+
+def phantom_symbol(env: ShapeEnv, hint: int, name: str) -> torch.SymInt | int:
+    """A backed SymInt for a Dim that only appears inside derived Dims (no input has it as a size);
+    an int where torch specialises the hint (0 or 1)."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    symbol = env.create_symbol(hint, ConstantSource(name), DimDynamic.DYNAMIC)
+    return env.create_symintnode(symbol, hint=hint)
 
 
 def proxy_node_of(t: torch.Tensor) -> torch.fx.Node | None:

@@ -3,7 +3,9 @@
 State is always static. A user input dimension is symbolic only where
 ``dynamic_shapes`` (torch.export's format: per argument, a dict or sequence
 mapping dim index -> ``torch.export.Dim``) says so. Dims with the same name
-are one symbol. After tracing, :meth:`Fakeifier.range_constraints` checks
+are one symbol; a derived Dim (``dx + 1``, ``2 * dx``) is that expression of
+its root's symbol (a root no input has as a size gets a symbol of its own,
+as torch.export's phantom roots). After tracing, :meth:`Fakeifier.range_constraints` checks
 that the model kept every declared dimension symbolic, within the declared
 ``[min, max]``, and returns the ranges the ExportedProgram promises.
 """
@@ -14,6 +16,7 @@ import dataclasses
 import inspect
 from typing import Any
 
+import sympy
 import torch
 
 from .. import _torch_compat as tc
@@ -29,8 +32,20 @@ class _DeclaredDim:
     upper: Any
     strict: bool  # a named Dim: the trace must honour its range exactly
     may_specialise: bool  # Dim.AUTO: the model may fix the size (as torch.export allows)
+    dynamic_hint: bool  # Dim.DYNAMIC: neither named nor allowed to specialise
     size: torch.SymInt
     where: str
+    example: int
+
+
+@dataclasses.dataclass
+class _DerivedUse:
+    """An input size declared as a derived Dim; related to its root once every input is fake."""
+
+    dim: Any
+    size: torch.SymInt
+    where: str
+    example: int
 
 
 class Fakeifier:
@@ -42,6 +57,7 @@ class Fakeifier:
         self._dims_per_leaf = _dynamic_dims_per_leaf(dynamic_shapes, mod, args, kwargs)
         self._user_index = 0
         self._declared: dict[str, _DeclaredDim] = {}
+        self._derived: list[_DerivedUse] = []
 
     def state(self, t: Any) -> Any:
         return self.mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
@@ -60,8 +76,12 @@ class Fakeifier:
             return symbol
         if not isinstance(value, torch.Tensor):
             return value
-        dims = spec
-        dims = {i: d for i, d in (dims or {}).items() if not _is_static_hint(d)}
+        for i, d in (spec or {}).items():
+            if isinstance(d, int) and d != value.shape[i]:
+                raise DynamicShapesError(f"Static shape constraint of {d} does not match input size of "
+                                         f"{value.shape[i]}, for user input {leaf}, dim {i}",
+                                         kind=Refusal.DYNAMIC_SHAPES_SPEC)
+        dims = {i: d for i, d in (spec or {}).items() if not _is_static_hint(d)}
         if not dims:
             return self.mode.from_tensor(value, static_shapes=True)
         fake = tc.fake_with_dynamic_dims(self.mode, value, set(dims), leaf)
@@ -79,6 +99,12 @@ class Fakeifier:
                                      "export with an example of size 2 or more for a dynamic dim (or use Dim.AUTO)",
                                      kind=Refusal.DIM_NOT_DYNAMIC)
         name = dim.__name__ if named else f"_dynamic_{len(self._declared)}"
+        if _is_derived_dim(dim):
+            if not dim.min <= example <= dim.max:
+                raise DynamicShapesError(f"{where}: example size {example} is outside Dim {name!r} "
+                                         f"range [{dim.min}, {dim.max}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
+            self._derived.append(_DerivedUse(dim, size, where, example))
+            return
         # a named Dim's range, or the bounds of a hint (Dim.AUTO(min=3, max=8)); None: unbounded
         lower = int(getattr(dim, "min", None) or 0)
         upper = tc.INT_OO if getattr(dim, "max", None) is None else dim.max
@@ -90,44 +116,122 @@ class Fakeifier:
             return
         # tracing assumes sizes >= 2 (0/1 are generalised, as torch.export does)
         tc.narrow_symbol_range(self.shape_env, size.node.expr, max(2, lower), upper)
-        self._declared[name] = _DeclaredDim(name, lower, upper, named, auto, size, where)
+        dynamic_hint = not named and not auto
+        self._declared[name] = _DeclaredDim(name, lower, upper, named, auto, dynamic_hint, size, where, example)
+
+    def relate_derived_dims(self) -> None:
+        """Make each derived Dim's size that expression of its root's symbol (call once every
+        user input is fake: a derived Dim may come before its root in the inputs)."""
+        for use in self._derived:
+            root = self._declared.get(use.dim.root.__name__) or self._phantom_root(use)
+            root_symbol = _expr(root.size)
+            expected = use.dim.fn(root.example)
+            if expected != use.example:
+                raise DynamicShapesError(
+                    f"Expected input size ({use.where}) to be equal to {use.dim.__name__}, where "
+                    f"{root.name} = {root.example} ({root.where}), but got {use.example}",
+                    kind=Refusal.DYNAMIC_SHAPES_SPEC)
+            symbol = _expr(use.size)
+            if symbol.is_symbol:
+                tc.relate_symbol(self.shape_env, symbol, use.dim.fn(root_symbol))
+            else:  # another use of the same derived Dim already fixed it
+                tc.check(use.size == use.dim.fn(root.size))
+
+    def _phantom_root(self, use: _DerivedUse) -> _DeclaredDim:
+        """The root of ``use`` when no input has it as a size: a symbol of its own, its hint solved
+        from the example (``2 * dx`` of size 8: dx = 4)."""
+        dim, root_dim = use.dim, use.dim.root
+        unknown = sympy.Symbol("r", integer=True)
+        solutions = [v for v in sympy.solve(sympy.Eq(dim.fn(unknown), use.example), unknown) if v.is_integer]
+        if not solutions:
+            raise DynamicShapesError(f"Expected shape ({use.where}) = {use.example} of input Tensor to be of the "
+                                     f"form {dim.__name__}, where {root_dim.__name__} is an integer",
+                                     kind=Refusal.DYNAMIC_SHAPES_SPEC)
+        hint = int(solutions[0])
+        size = tc.phantom_symbol(self.shape_env, hint, root_dim.__name__)
+        lower, upper = int(root_dim.min or 0), root_dim.max
+        if isinstance(size, torch.SymInt):  # a hint of 0 or 1 is specialised, as for an input's size
+            tc.narrow_symbol_range(self.shape_env, size.node.expr, max(2, lower), upper)
+        root = _DeclaredDim(root_dim.__name__, lower, upper, True, False, False, size, f"{dim.__name__}'s root", hint)
+        self._declared[root.name] = root
+        return root
 
     def range_constraints(self, gm: torch.fx.GraphModule) -> dict[Any, Any]:
-        """Symbol -> ValueRanges of the program; refuses a trace that narrowed a named Dim."""
-        env = self.shape_env
+        """Symbol (or derived expression) -> ValueRanges of the program; refuses a trace that
+        specialised or narrowed a named Dim, or related one to other dims it was not declared from."""
         out: dict[Any, Any] = {}
+        specialised: list[str] = []
         for d in self._declared.values():
-            expr = d.size.node.expr
-            if expr.is_number and d.may_specialise:
-                continue
+            expr = _expr(d.size)
+            if expr.is_number and not d.may_specialise:
+                specialised.append(_specialisation(d.name if d.strict else d.where, d.where, expr, d.dynamic_hint))
+            elif expr.is_symbol:
+                out[expr] = self._declared_range(d, expr)
+            elif not expr.is_number and d.strict:
+                raise self._undeclared_relation(d, expr)
+        for use in self._derived:
+            expr = _expr(use.size)
             if expr.is_number:
-                raise DynamicShapesError(
-                    f"Dim {d.name!r} ({d.where}) was declared dynamic but the model specialised it "
-                    f"to {int(expr)}; make it static or remove the code that fixes it", kind=Refusal.DIM_NOT_DYNAMIC)
-            if len(expr.free_symbols) != 1 or expr not in expr.free_symbols:
-                raise DynamicShapesError(f"Dim {d.name!r} ({d.where}) became the expression {expr}; "
-                                       "derived dims are not supported", kind=Refusal.DIM_NOT_DYNAMIC)
-            traced = tc.symbol_range(env, expr)
-            if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
-                raise DynamicShapesError(
-                    f"Dim {d.name!r} ({d.where}) was declared [{d.lower}, {d.upper}] but the model "
-                    f"only supports [{traced.lower}, {traced.upper}]; declare "
-                    f"Dim({d.name!r}, min={max(d.lower, int(traced.lower))}, max={traced.upper})",
-                    kind=Refusal.DIM_NOT_DYNAMIC)
-            lower = d.lower if traced.lower <= 2 else traced.lower
-            out[expr] = tc.value_range(lower, traced.upper if not d.strict else d.upper)
+                specialised.append(_specialisation(use.dim.__name__, use.where, expr, False))
+                continue
+            root = _expr(self._declared[use.dim.root.__name__].size)
+            if root.is_symbol:  # the derived Dim's range is its root's, mapped through it
+                root_range = out.get(root) or tc.symbol_range(self.shape_env, root)
+                ends = [use.dim.fn(root_range.lower), use.dim.fn(root_range.upper)]
+                out.setdefault(expr, tc.value_range(min(ends), max(ends)))
+        if specialised:
+            raise DynamicShapesError("Constraints violated! The model fixes sizes declared dynamic; make them "
+                                     "static or remove the code that fixes them:\n" + "\n".join(specialised),
+                                     kind=Refusal.DIM_NOT_DYNAMIC)
         for node in gm.graph.nodes:  # any other symbol a placeholder carries
             if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
                 continue
             for size in node.meta["val"].shape:
                 if isinstance(size, torch.SymInt):
                     for sym in size.node.expr.free_symbols:
-                        out.setdefault(sym, tc.symbol_range(env, sym))
+                        out.setdefault(sym, tc.symbol_range(self.shape_env, sym))
         return out
+
+    def _declared_range(self, d: _DeclaredDim, symbol: Any) -> Any:
+        traced = tc.symbol_range(self.shape_env, symbol)
+        if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
+            raise DynamicShapesError(
+                f"Dim {d.name!r} ({d.where}) was declared [{d.lower}, {d.upper}] but the model "
+                f"only supports [{traced.lower}, {traced.upper}]; declare "
+                f"Dim({d.name!r}, min={max(d.lower, int(traced.lower))}, max={traced.upper})",
+                kind=Refusal.DIM_NOT_DYNAMIC)
+        lower = d.lower if traced.lower <= 2 else traced.lower
+        return tc.value_range(lower, traced.upper if not d.strict else d.upper)
+
+    def _undeclared_relation(self, d: _DeclaredDim, expr: Any) -> DynamicShapesError:
+        """A named Dim the model made an expression of other dims: say which derived Dim to declare."""
+        names = {_expr(o.size): o.name for o in self._declared.values() if _expr(o.size).is_symbol}
+        spelled = expr.subs({s: sympy.Symbol(names[s]) for s in expr.free_symbols if s in names})
+        return DynamicShapesError(
+            f"Constraints violated ({d.name})! The values of {d.name} ({d.where}) must always be related to the "
+            f"values of {', '.join(sorted(str(s) for s in spelled.free_symbols))} by {d.name} = {spelled}: the "
+            f"model relates them. Suggested fixes:\n  {d.name} = {spelled}", kind=Refusal.DIM_NOT_DYNAMIC)
+
+
+def _specialisation(name: str, where: str, expr: Any, dynamic_hint: bool) -> str:
+    """One line of the specialisation error, in torch.export's words (pipelines match them)."""
+    hint = "; if you're using Dim.DYNAMIC, replace it with either Dim.STATIC or Dim.AUTO" if dynamic_hint else ""
+    place = "" if name == where else f" ({where})"
+    return f"  - You marked {name} as dynamic but your code specialized it to be a constant ({int(expr)}){place}{hint}"
+
+
+def _expr(size: Any) -> Any:
+    """The sympy expression of a size (an int where torch specialised it)."""
+    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
 
 
 def _is_named_dim(dim: Any) -> bool:
     return hasattr(dim, "__name__") and hasattr(dim, "min") and hasattr(dim, "max")
+
+
+def _is_derived_dim(dim: Any) -> bool:
+    """``dx + 1``, ``2 * dx``: a Dim that is a function of another (its root)."""
+    return hasattr(dim, "root") and hasattr(dim, "fn")
 
 
 def _is_static_hint(dim: Any) -> bool:
@@ -216,5 +320,12 @@ def _collect(spec: Any, value: Any, out: list) -> None:
         for k, v in value.items():
             _collect(spec.get(k) if isinstance(spec, dict) else None, v, out)
         return
+    if type(spec) is type(value):  # a registered pytree node (a dataclass input): its spec mirrors it
+        children = tc.pytree.tree_leaves(value, is_leaf=lambda v: v is not value)
+        spec_children = tc.pytree.tree_leaves(spec, is_leaf=lambda v: v is not spec)
+        if len(children) == len(spec_children):
+            for child_spec, child in zip(spec_children, children):
+                _collect(child_spec, child, out)
+            return
     leaves = tc.pytree.tree_leaves(value)
     out.extend([None] * len(leaves))
