@@ -33,7 +33,7 @@ class _DeclaredDim:
     strict: bool  # a named Dim: the trace must honour its range exactly
     may_specialise: bool  # Dim.AUTO: the model may fix the size (as torch.export allows)
     dynamic_hint: bool  # Dim.DYNAMIC: neither named nor allowed to specialise
-    size: torch.SymInt
+    size: torch.SymInt | int  # an int: a phantom root torch specialised
     where: str
     example: int
 
