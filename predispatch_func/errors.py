@@ -162,7 +162,7 @@ class DynamicShapesError(UnsupportedError, tc.TorchUserError, tc.ConstraintViola
     def __init__(self, message: str, *, kind: Refusal, op: object = None, source: str | None = None):
         super().__init__(message, kind=kind, op=op, source=source)
         self.error_type = tc.TorchUserErrorType.CONSTRAINT_VIOLATION  # what UserError carries
-        self.message = str(self)
+        self.message = self.msg = str(self)  # torch's UserError has both; refine_dynamic_shapes_... reads .msg
 
 
 class DataDependentError(UnsupportedError, tc.GuardOnDataDependentSymNode):

@@ -402,3 +402,25 @@ def test_spec_of_a_registered_dataclass_input():
     assert [str(tuple(node.meta["val"].shape)) for node in ep.graph.nodes if node.op == "placeholder"] == \
         [f"({symbol},)"] * 2
     pf.verify(ep, PairSum(), (Pair(torch.randn(7), torch.randn(7)),), raise_on_failure=True)
+
+
+class Bounded(torch.nn.Module):
+    def forward(self, x, y):
+        if x.shape[0] >= 6 and y.shape[0] <= 16:
+            return x * 2.0, y + 1
+        return x, y
+
+
+def test_suggested_fixes_refine_the_spec_as_torch_export_s_do():
+    """torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes reads our error's
+    ``msg`` and the re-export with the refined spec succeeds and runs right."""
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    model, args = Bounded(), (torch.randn(16), torch.randn(12))
+    spec = {"x": (Dim("dx"),), "y": (Dim("dy"),)}
+    with pytest.raises(UserError, match=r"Constraints violated \(dx, dy\)!") as err:
+        pf.export(model, args, dynamic_shapes=spec)
+    refined = refine_dynamic_shapes_from_suggested_fixes(err.value.msg, spec)
+    assert (refined["x"][0].min, refined["y"][0].max) == (6, 16)
+    ep = export_checked(model, args, dynamic_shapes=refined)
+    pf.verify(ep, model, (torch.randn(9), torch.randn(3)), raise_on_failure=True)

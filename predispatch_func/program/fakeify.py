@@ -157,32 +157,30 @@ class Fakeifier:
         return root
 
     def range_constraints(self, gm: torch.fx.GraphModule) -> dict[Any, Any]:
-        """Symbol (or derived expression) -> ValueRanges of the program; refuses a trace that
-        specialised or narrowed a named Dim, or related one to other dims it was not declared from."""
+        """Symbol (or derived expression) -> ValueRanges of the program; refuses, in one error that
+        lists them all, a trace that specialised or narrowed a named Dim, or related one to dims it
+        was not declared from."""
         out: dict[Any, Any] = {}
-        specialised: list[str] = []
+        violations = _Violations()
         for d in self._declared.values():
             expr = _expr(d.size)
             if expr.is_number and not d.may_specialise:
-                specialised.append(_specialisation(d.name if d.strict else d.where, d.where, expr, d.dynamic_hint))
+                violations.specialised(d.name if d.strict else d.where, d.where, expr, d.dynamic_hint, fix=d.strict)
             elif expr.is_symbol:
-                out[expr] = self._declared_range(d, expr)
+                out[expr] = self._declared_range(d, expr, violations)
             elif not expr.is_number and d.strict:
-                raise self._undeclared_relation(d, expr)
+                self._undeclared_relation(d, expr, violations)
         for use in self._derived:
             expr = _expr(use.size)
-            if expr.is_number:
-                specialised.append(_specialisation(use.dim.__name__, use.where, expr, False))
+            if expr.is_number:  # the fix names the root, as torch.export's does
+                violations.specialised(use.dim.__name__, use.where, expr, False, fix=False)
                 continue
             root = _expr(self._declared[use.dim.root.__name__].size)
             if root.is_symbol:  # the derived Dim's range is its root's, mapped through it
                 root_range = out.get(root) or tc.symbol_range(self.shape_env, root)
                 ends = [use.dim.fn(root_range.lower), use.dim.fn(root_range.upper)]
                 out.setdefault(expr, tc.value_range(min(ends), max(ends)))
-        if specialised:
-            raise DynamicShapesError("Constraints violated! The model fixes sizes declared dynamic; make them "
-                                     "static or remove the code that fixes them:\n" + "\n".join(specialised),
-                                     kind=Refusal.DIM_NOT_DYNAMIC)
+        violations.raise_if_any()
         for node in gm.graph.nodes:  # any other symbol a placeholder carries
             if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
                 continue
@@ -192,32 +190,56 @@ class Fakeifier:
                         out.setdefault(sym, tc.symbol_range(self.shape_env, sym))
         return out
 
-    def _declared_range(self, d: _DeclaredDim, symbol: Any) -> Any:
+    def _declared_range(self, d: _DeclaredDim, symbol: Any, violations: _Violations) -> Any:
         traced = tc.symbol_range(self.shape_env, symbol)
         if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
-            raise DynamicShapesError(
-                f"Dim {d.name!r} ({d.where}) was declared [{d.lower}, {d.upper}] but the model "
-                f"only supports [{traced.lower}, {traced.upper}]; declare "
-                f"Dim({d.name!r}, min={max(d.lower, int(traced.lower))}, max={traced.upper})",
-                kind=Refusal.DIM_NOT_DYNAMIC)
+            lower = max(d.lower, int(traced.lower))
+            bounds = ", ".join(([f"min={lower}"] if lower > 2 or d.lower > 0 else [])
+                               + ([f"max={traced.upper}"] if traced.upper < tc.INT_OO else []))
+            violations.add(d.name, f"Not all values of {d.name} ({d.where}) in the declared range "
+                                   f"[{d.lower}, {d.upper}] are valid: the model only supports "
+                                   f"[{traced.lower}, {traced.upper}]", f"{d.name} = Dim({d.name!r}, {bounds})")
         lower = d.lower if traced.lower <= 2 else traced.lower
         return tc.value_range(lower, traced.upper if not d.strict else d.upper)
 
-    def _undeclared_relation(self, d: _DeclaredDim, expr: Any) -> DynamicShapesError:
+    def _undeclared_relation(self, d: _DeclaredDim, expr: Any, violations: _Violations) -> None:
         """A named Dim the model made an expression of other dims: say which derived Dim to declare."""
         names = {_expr(o.size): o.name for o in self._declared.values() if _expr(o.size).is_symbol}
         spelled = expr.subs({s: sympy.Symbol(names[s]) for s in expr.free_symbols if s in names})
-        return DynamicShapesError(
-            f"Constraints violated ({d.name})! The values of {d.name} ({d.where}) must always be related to the "
-            f"values of {', '.join(sorted(str(s) for s in spelled.free_symbols))} by {d.name} = {spelled}: the "
-            f"model relates them. Suggested fixes:\n  {d.name} = {spelled}", kind=Refusal.DIM_NOT_DYNAMIC)
+        others = ", ".join(sorted(str(s) for s in spelled.free_symbols))
+        violations.add(d.name, f"The values of {d.name} ({d.where}) must always be related to the values of "
+                               f"{others} by {d.name} = {spelled}: the model relates them",
+                       f"{d.name} = {spelled}")
 
 
-def _specialisation(name: str, where: str, expr: Any, dynamic_hint: bool) -> str:
-    """One line of the specialisation error, in torch.export's words (pipelines match them)."""
-    hint = "; if you're using Dim.DYNAMIC, replace it with either Dim.STATIC or Dim.AUTO" if dynamic_hint else ""
-    place = "" if name == where else f" ({where})"
-    return f"  - You marked {name} as dynamic but your code specialized it to be a constant ({int(expr)}){place}{hint}"
+class _Violations:
+    """What the trace did to the declared Dims, gathered into one error in torch.export's words and
+    format (``Suggested fixes:`` lines that ``refine_dynamic_shapes_from_suggested_fixes`` reads)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.lines: list[str] = []
+        self.fixes: list[str] = []
+
+    def add(self, name: str, line: str, fix: str | None) -> None:
+        self.names.append(name)
+        self.lines.append(f"  - {line}")
+        if fix is not None and fix not in self.fixes:
+            self.fixes.append(fix)
+
+    def specialised(self, name: str, where: str, expr: Any, dynamic_hint: bool, *, fix: bool) -> None:
+        hint = ("; if you're using Dim.DYNAMIC, replace it with either Dim.STATIC or Dim.AUTO"
+                if dynamic_hint else "; make it static or remove the code that fixes it")
+        place = "" if name == where else f" ({where})"
+        self.add(name, f"You marked {name} as dynamic but your code specialized it to be a constant "
+                       f"({int(expr)}){place}{hint}", f"{name} = {int(expr)}" if fix else None)
+
+    def raise_if_any(self) -> None:
+        if not self.lines:
+            return
+        fixes = "\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in self.fixes) if self.fixes else ""
+        raise DynamicShapesError(f"Constraints violated ({', '.join(self.names)})!\n" + "\n".join(self.lines) + fixes,
+                                 kind=Refusal.DIM_NOT_DYNAMIC)
 
 
 def _expr(size: Any) -> Any:

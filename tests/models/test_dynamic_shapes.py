@@ -89,7 +89,7 @@ def test_declared_range_wider_than_the_model_allows_is_refused():
             torch._check(x.shape[0] <= 4)
             return x * 2
 
-    with refused(pf.Refusal.DIM_NOT_DYNAMIC, r"Dim 'b'.*only supports \[2, 4\]"):
+    with refused(pf.Refusal.DIM_NOT_DYNAMIC, r"b \(user input 0, dim 0\).*only supports \[2, 4\]"):
         pf.export(AtMostFour(), (torch.randn(2, 3),), dynamic_shapes={"x": {0: Dim("b", max=16)}})
 
 
