@@ -131,6 +131,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
 
 @contextlib.contextmanager
 def _observed(mod: torch.nn.Module, preserved: PreservedCalls):
-    """Around the model's call: node metadata (node_meta.py), preserved call brackets."""
-    with node_meta.recording(mod), preserved.bracketing():
+    """Around the model's call: torch.export's rewrites of calls non-strict tracing cannot take
+    as they are, node metadata (node_meta.py), preserved call brackets."""
+    with tc.non_strict_call_rewrites(), node_meta.recording(mod), preserved.bracketing():
         yield

@@ -424,3 +424,70 @@ def test_suggested_fixes_refine_the_spec_as_torch_export_s_do():
     assert (refined["x"][0].min, refined["y"][0].max) == (6, 16)
     ep = export_checked(model, args, dynamic_shapes=refined)
     pf.verify(ep, model, (torch.randn(9), torch.randn(3)), raise_on_failure=True)
+
+
+class ThirdsOfAtLeastNine(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] >= 9:
+            return x.reshape([-1, 3])
+        return x
+
+
+def test_a_named_dim_the_model_needs_divisible_is_refused_with_the_derived_dim_to_declare():
+    """Before, the program claimed every size >= 9 and failed inside ``view`` on 10; torch.export
+    refuses too. The suggested ``dx = 3*_dx`` re-exports and runs right."""
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    model, args, spec = ThirdsOfAtLeastNine(), (torch.randn(15),), ((Dim("dx"),),)
+    with pytest.raises(UserError, match=r"dx \(user input 0, dim 0\) must always be divisible by 3") as err:
+        pf.export(model, args, dynamic_shapes=spec)
+    assert "_dx = Dim('_dx', min=3)\n  dx = 3*_dx" in err.value.msg
+    refined = refine_dynamic_shapes_from_suggested_fixes(err.value.msg, spec)
+    ep = export_checked(model, args, dynamic_shapes=refined)
+    pf.verify(ep, model, (torch.randn(24),), raise_on_failure=True)
+    with pytest.raises(Exception):
+        ep.module()(torch.randn(10))
+
+
+class PickByValue(torch.nn.Module):
+    def forward(self, x, y):
+        b = x.item()
+        torch._check(b >= 0)
+        torch._check(b < y.shape[0])
+        return y[0, b], torch.tensor([b, 2 * b])
+
+
+def test_indexing_and_tensor_constructors_with_symbolic_ints():
+    """torch.export's non-strict rewrites (``y[0, b]`` as ``select``, ``torch.tensor`` of SymInts
+    in its traceable form) run under our trace too."""
+    model, y = PickByValue(), torch.randn(10, 10)
+    ep = export_checked(model, (torch.tensor(4), y))
+    for b in (0, 7, 9):
+        pf.verify(ep, model, (torch.tensor(b), y), raise_on_failure=True)
+    with pytest.raises(Exception):  # the user's torch._check is part of the program
+        ep.module()(torch.tensor(10), y)
+
+
+class AllReduce(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = self.linear(x).abs().clamp(max=1.0) * 2
+        torch.distributed.all_reduce(y)
+        return y
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
+def test_in_place_collectives_become_functional_collectives():
+    """``all_reduce`` writes its input in place; as in torch.export it is traced as the functional
+    collective plus ``wait_tensor``, so the program has no mutation."""
+    torch.distributed.init_process_group(backend="fake", world_size=2, rank=0)
+    try:
+        model, x = AllReduce(), torch.randn(4, 4)
+        ep = export_checked(model, (x,))
+        targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+        assert {"_c10d_functional.all_reduce.default", "_c10d_functional.wait_tensor.default"} <= targets
+    finally:
+        torch.distributed.destroy_process_group()

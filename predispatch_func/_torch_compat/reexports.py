@@ -58,7 +58,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "rename_node",
     "value_range",
     "symbol_range",
-    "narrow_symbol_range", "relate_symbol", "phantom_symbol",
+    "narrow_symbol_range", "relate_symbol", "phantom_symbol", "non_strict_call_rewrites", "divisibility_guards",
     "proxy_node_of",
     "is_functional_base",
     "storage_key",
@@ -260,6 +260,30 @@ def symbol_range(env: ShapeEnv, symbol: Any) -> Any:
 
 def narrow_symbol_range(env: ShapeEnv, symbol: Any, lower: int, upper: Any) -> None:
     env.constrain_symbol_range(symbol, compiler_min=lower, compiler_max=upper)
+
+
+def non_strict_call_rewrites() -> Any:
+    """torch.export's own TorchFunctionMode for non-strict tracing: indexing with SymInts becomes
+    ``select``/``slice``, ``torch.tensor`` of SymInts its traceable form, ``torch.distributed``
+    collectives their functional forms. A model traced by torch.export runs under it."""
+    from torch._export.non_strict_utils import _NonStrictTorchFunctionHandler
+
+    return _NonStrictTorchFunctionHandler()
+
+
+def divisibility_guards(env: ShapeEnv) -> list[tuple[Any, int]]:
+    """(symbol, k) for each guard ``Eq(Mod(symbol, k), 0)`` the trace made (``reshape(-1, k)``)."""
+    import sympy
+    from torch.utils._sympy.functions import Mod
+
+    out = []
+    for guard in env.guards:
+        expr = guard.expr
+        if isinstance(expr, sympy.Eq) and expr.rhs == 0 and isinstance(expr.lhs, (Mod, sympy.Mod)):
+            base, k = expr.lhs.args
+            if base.is_symbol and k.is_Integer:
+                out.append((base, int(k)))
+    return out
 
 
 def relate_symbol(env: ShapeEnv, symbol: Any, expr: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from typing import Any
 
 import sympy
@@ -167,7 +168,8 @@ class Fakeifier:
             if expr.is_number and not d.may_specialise:
                 violations.specialised(d.name if d.strict else d.where, d.where, expr, d.dynamic_hint, fix=d.strict)
             elif expr.is_symbol:
-                out[expr] = self._declared_range(d, expr, violations)
+                divisible = d.strict and self._divisibility(d, expr, violations)
+                out[expr] = self._declared_range(d, expr, violations, suggest=not divisible)
             elif not expr.is_number and d.strict:
                 self._undeclared_relation(d, expr, violations)
         for use in self._derived:
@@ -190,22 +192,38 @@ class Fakeifier:
                         out.setdefault(sym, tc.symbol_range(self.shape_env, sym))
         return out
 
-    def _declared_range(self, d: _DeclaredDim, symbol: Any, violations: _Violations) -> Any:
+    def _declared_range(self, d: _DeclaredDim, symbol: Any, violations: _Violations, *, suggest: bool) -> Any:
         traced = tc.symbol_range(self.shape_env, symbol)
         if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
-            lower = max(d.lower, int(traced.lower))
-            bounds = ", ".join(([f"min={lower}"] if lower > 2 or d.lower > 0 else [])
-                               + ([f"max={traced.upper}"] if traced.upper < tc.INT_OO else []))
             violations.add(d.name, f"Not all values of {d.name} ({d.where}) in the declared range "
                                    f"[{d.lower}, {d.upper}] are valid: the model only supports "
-                                   f"[{traced.lower}, {traced.upper}]", f"{d.name} = Dim({d.name!r}, {bounds})")
+                                   f"[{traced.lower}, {traced.upper}]",
+                           _dim_fix(d.name, max(d.lower, int(traced.lower)), traced.upper, d.lower) if suggest else None)
         lower = d.lower if traced.lower <= 2 else traced.lower
         return tc.value_range(lower, traced.upper if not d.strict else d.upper)
+
+    def _divisibility(self, d: _DeclaredDim, symbol: Any, violations: _Violations) -> bool:
+        """A named Dim the model only takes in multiples of k (``reshape(-1, k)``): the program would
+        fail on other sizes, so refuse with the derived Dim that says it (``dx = k*_dx``)."""
+        factors = [k for guarded, k in tc.divisibility_guards(self.shape_env) if guarded == symbol]
+        if not factors:
+            return False
+        k, traced, root = math.lcm(*factors), tc.symbol_range(self.shape_env, symbol), f"_{d.name}"
+        lower, upper = max(d.lower, int(traced.lower)), min(d.upper, traced.upper)
+        violations.fix(_dim_fix(root, -(-lower // k), upper // k if upper < tc.INT_OO else upper, 1))
+        violations.add(d.name, f"The values of {d.name} ({d.where}) must always be divisible by {k}",
+                       f"{d.name} = {k}*{root}")
+        return True
 
     def _undeclared_relation(self, d: _DeclaredDim, expr: Any, violations: _Violations) -> None:
         """A named Dim the model made an expression of other dims: say which derived Dim to declare."""
         names = {_expr(o.size): o.name for o in self._declared.values() if _expr(o.size).is_symbol}
-        spelled = expr.subs({s: sympy.Symbol(names[s]) for s in expr.free_symbols if s in names})
+        new_roots = sorted((s for s in expr.free_symbols if s not in names), key=str)
+        for i, symbol in enumerate(new_roots):  # a divisibility (3*s) introduces a root of its own
+            names[symbol] = f"_{d.name}" if len(new_roots) == 1 else f"_{d.name}_{i}"
+            traced = tc.symbol_range(self.shape_env, symbol)
+            violations.fix(_dim_fix(names[symbol], int(traced.lower), traced.upper, 0))
+        spelled = expr.subs({s: sympy.Symbol(names[s]) for s in expr.free_symbols})
         others = ", ".join(sorted(str(s) for s in spelled.free_symbols))
         violations.add(d.name, f"The values of {d.name} ({d.where}) must always be related to the values of "
                                f"{others} by {d.name} = {spelled}: the model relates them",
@@ -224,7 +242,11 @@ class _Violations:
     def add(self, name: str, line: str, fix: str | None) -> None:
         self.names.append(name)
         self.lines.append(f"  - {line}")
-        if fix is not None and fix not in self.fixes:
+        if fix is not None:
+            self.fix(fix)
+
+    def fix(self, fix: str) -> None:
+        if fix not in self.fixes:
             self.fixes.append(fix)
 
     def specialised(self, name: str, where: str, expr: Any, dynamic_hint: bool, *, fix: bool) -> None:
@@ -238,8 +260,15 @@ class _Violations:
         if not self.lines:
             return
         fixes = "\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in self.fixes) if self.fixes else ""
-        raise DynamicShapesError(f"Constraints violated ({', '.join(self.names)})!\n" + "\n".join(self.lines) + fixes,
+        raise DynamicShapesError(f"Constraints violated ({', '.join(dict.fromkeys(self.names))})!\n" + "\n".join(self.lines) + fixes,
                                  kind=Refusal.DIM_NOT_DYNAMIC)
+
+
+def _dim_fix(name: str, lower: int, upper: Any, declared_lower: int) -> str:
+    """``name = Dim('name', min=.., max=..)``, leaving out what torch's default already says."""
+    bounds = ([f"min={lower}"] if lower > 2 or declared_lower > 0 else []) + \
+        ([f"max={upper}"] if upper < tc.INT_OO else [])
+    return f"{name} = Dim({', '.join([repr(name), *bounds])})"
 
 
 def _expr(size: Any) -> Any:
