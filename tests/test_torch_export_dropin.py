@@ -491,3 +491,17 @@ def test_in_place_collectives_become_functional_collectives():
         assert {"_c10d_functional.all_reduce.default", "_c10d_functional.wait_tensor.default"} <= targets
     finally:
         torch.distributed.destroy_process_group()
+
+
+class SumOfThree(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return q + k + v if mask is None else q
+
+
+def test_one_tensor_passed_three_times_with_a_dim_each_and_a_none_input():
+    """Regression: a None input under a None spec recursed forever in the spec walk."""
+    q, model = torch.randn(4, 3), SumOfThree()
+    spec = {"q": {0: Dim("nq")}, "k": {0: Dim("nk")}, "v": {0: Dim("nv")}, "mask": None}
+    ep = export_checked(model, (q, q, q, None), dynamic_shapes=spec)
+    other = torch.randn(7, 3)
+    pf.verify(ep, model, (other, other, other, None), raise_on_failure=True)

@@ -230,7 +230,8 @@ def data_dependent_branch(exc: BaseException, op: Any, source: str | None) -> Da
     (``if x.sum().item() > 2``, a slice by a nonzero count): torch.export fails there too."""
     cond = getattr(exc, "cond", None)
     return DataDependentError(
-        f"the model decides on a value read from tensor data ({cond}), and a program cannot hold a Python "
+        f"Could not guard on data-dependent expression {cond}: the model decides on a value read from tensor "
+        "data, and a program cannot hold a Python "
         "decision on data: tell the exporter what holds with torch._check(...) before it (torch._check_is_size(n) "
         "for a size), write the branch as torch.cond(pred, true_fn, false_fn, operands), or compute it on "
         "tensors (torch.where)", cond=cond, op=op, source=source)

@@ -371,10 +371,10 @@ def _collect(spec: Any, value: Any, out: list) -> None:
         for k, v in value.items():
             _collect(spec.get(k) if isinstance(spec, dict) else None, v, out)
         return
-    if type(spec) is type(value):  # a registered pytree node (a dataclass input): its spec mirrors it
+    if value is not None and type(spec) is type(value):  # a registered pytree node (a dataclass): its spec mirrors it
         children = tc.pytree.tree_leaves(value, is_leaf=lambda v: v is not value)
         spec_children = tc.pytree.tree_leaves(spec, is_leaf=lambda v: v is not spec)
-        if len(children) == len(spec_children):
+        if len(children) == len(spec_children) and not any(c is value for c in children):
             for child_spec, child in zip(spec_children, children):
                 _collect(child_spec, child, out)
             return
