@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib
+import math
 import pathlib
 
 import pytest
@@ -153,6 +155,8 @@ def _state() -> dict:
         "tracing_context": torch._guards.TracingContext.try_get(),
         "automatic_dynamic_shapes": torch._dynamo.config.automatic_dynamic_shapes,
         "dynamo_call_apply": AutogradFunctionVariable.call_apply,
+        "builtins": (builtins.max, builtins.min, math.pow),
+        "function_modes": torch._C._len_torch_function_stack(),
     }
 
 
@@ -182,6 +186,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "hop_capture_static": lambda: patches.hop_capture_static(),
     "dynamo_function_capture_refused": lambda: patches.dynamo_function_capture_refused(lambda cls: None),
     "below_autograd": lambda: patches.below_autograd(),
+    "non_strict_call_rewrites": lambda: patches.non_strict_call_rewrites(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs"}
 

@@ -4,6 +4,7 @@ against eager, at the example sizes and at others the trace never saw."""
 
 import dataclasses
 import inspect
+import math
 
 import pytest
 import torch
@@ -505,3 +506,20 @@ def test_one_tensor_passed_three_times_with_a_dim_each_and_a_none_input():
     ep = export_checked(model, (q, q, q, None), dynamic_shapes=spec)
     other = torch.randn(7, 3)
     pf.verify(ep, model, (other, other, other, None), raise_on_failure=True)
+
+
+class BuiltinsOnSymbolicInts(torch.nn.Module):
+    def forward(self, x, y):
+        b = x.item()
+        p = math.pow(min(b, 10), 2)
+        return y * p, torch.ones(max(b, 3)), torch.ones(2) * max(y.sum(), y.mean())
+
+
+def test_builtin_max_min_and_pow_of_symbolic_ints():
+    """``max(u0, 3)`` and ``min``/``math.pow`` on a value read from data trace as torch.export
+    traces them (sym_max / sym_min / **), not as a Python decision on data."""
+    model, y = BuiltinsOnSymbolicInts(), torch.randn(5)
+    ep = export_checked(model, (torch.tensor(5), y))
+    assert "sym_min" in str(ep.graph) and "sym_max" in str(ep.graph)
+    for b in (1, 7, 12):
+        pf.verify(ep, model, (torch.tensor(b), y), raise_on_failure=True)

@@ -334,7 +334,21 @@ def below_autograd() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def non_strict_call_rewrites() -> Iterator[None]:
+    """What torch.export runs a model under when it traces it non-strict: its TorchFunctionMode
+    (indexing with SymInts as ``select``/``slice``, ``torch.tensor`` of SymInts in its traceable
+    form, ``torch.distributed`` collectives as functional ones) and its builtins (``max``/``min``
+    of SymInts as ``torch.sym_max``/``sym_min``, of tensors as ``maximum``/``minimum``;
+    ``math.pow`` as ``**``). Both restore on exit, torch's own context managers."""
+    from torch._export.non_strict_utils import _NonStrictTorchFunctionHandler, _override_builtin_ops
+
+    with _NonStrictTorchFunctionHandler(), _override_builtin_ops():
+        yield
+
+
 __all__ = [
+    "non_strict_call_rewrites",
     "below_pre_dispatch",
     "exporting_state",
     "ops_with_cached_pre_dispatch_handler",

@@ -58,7 +58,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "rename_node",
     "value_range",
     "symbol_range",
-    "narrow_symbol_range", "relate_symbol", "phantom_symbol", "non_strict_call_rewrites", "divisibility_guards",
+    "narrow_symbol_range", "relate_symbol", "phantom_symbol", "divisibility_guards",
     "proxy_node_of",
     "is_functional_base",
     "storage_key",
@@ -260,15 +260,6 @@ def symbol_range(env: ShapeEnv, symbol: Any) -> Any:
 
 def narrow_symbol_range(env: ShapeEnv, symbol: Any, lower: int, upper: Any) -> None:
     env.constrain_symbol_range(symbol, compiler_min=lower, compiler_max=upper)
-
-
-def non_strict_call_rewrites() -> Any:
-    """torch.export's own TorchFunctionMode for non-strict tracing: indexing with SymInts becomes
-    ``select``/``slice``, ``torch.tensor`` of SymInts its traceable form, ``torch.distributed``
-    collectives their functional forms. A model traced by torch.export runs under it."""
-    from torch._export.non_strict_utils import _NonStrictTorchFunctionHandler
-
-    return _NonStrictTorchFunctionHandler()
 
 
 def divisibility_guards(env: ShapeEnv) -> list[tuple[Any, int]]:
