@@ -84,6 +84,42 @@ class ExportError(RuntimeError):
         # not super(): a subclass may also derive from a torch error class with another __init__
         RuntimeError.__init__(self, "\n".join(parts))
 
+    @classmethod
+    def wrapping(cls, exc: BaseException, *, op: object = None, source: str | None = None) -> ExportError:
+        """Our error for a torch exception we do not translate: our message (the op, the user's line)
+        on an instance of the exception's own class too, so an ``except`` written for torch.export
+        (``except MetadataMismatchError``, ``except IndexError``) still catches it."""
+        return _catchable_as(type(exc))(f"tracing failed: {type(exc).__name__}: {exc}", op=op, source=source)
+
+
+_CATCHABLE_AS: dict[type, type] = {}
+
+
+def _catchable_as(torch_error: type[BaseException]) -> type[ExportError]:
+    """``ExportError`` that is also a ``torch_error`` (one class per torch error, made once)."""
+    if torch_error not in _CATCHABLE_AS:
+        _CATCHABLE_AS[torch_error] = _combined(torch_error)
+    return _CATCHABLE_AS[torch_error]
+
+
+def _combined(torch_error: type[BaseException]) -> type[ExportError]:
+    if issubclass(ExportError, torch_error) or not issubclass(torch_error, Exception):
+        return ExportError
+    try:
+        return type(f"ExportError({torch_error.__name__})", (ExportError, torch_error),
+                    {"__module__": __name__, "__reduce__": _reduce_wrapped, "wrapped_error_class": torch_error})
+    except TypeError:  # C exception types whose layouts cannot be combined
+        return ExportError
+
+
+def _reduce_wrapped(self: ExportError) -> tuple:
+    """Pickle as the torch class and message: the class itself is made at run time."""
+    return _rebuild_wrapped, (type(self).wrapped_error_class, str(self))  # type: ignore[attr-defined]
+
+
+def _rebuild_wrapped(torch_error: type[BaseException], message: str) -> ExportError:
+    return _catchable_as(torch_error)(message)
+
 
 class Refusal(enum.Enum):
     """Why a model was refused: one kind per limit, each listed in the README's known limits.

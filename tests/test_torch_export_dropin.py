@@ -523,3 +523,22 @@ def test_builtin_max_min_and_pow_of_symbolic_ints():
     assert "sym_min" in str(ep.graph) and "sym_max" in str(ep.graph)
     for b in (1, 7, 12):
         pf.verify(ep, model, (torch.tensor(b), y), raise_on_failure=True)
+
+
+class RaisesFromForward(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 2:
+            raise LookupError("no entry for this size")
+        return x
+
+
+def test_an_error_we_do_not_translate_is_also_the_class_torch_export_raises():
+    """torch.export lets the model's (or torch's) exception through; ours adds the op and the
+    user's line and stays catchable as that class, and survives pickling (worker processes)."""
+    import pickle
+
+    with pytest.raises(LookupError, match="no entry for this size") as err:
+        pf.export(RaisesFromForward(), (torch.randn(4),))
+    assert isinstance(err.value, pf.ExportError) and "in forward" in str(err.value)
+    again = pickle.loads(pickle.dumps(err.value))
+    assert isinstance(again, LookupError) and isinstance(again, pf.ExportError) and str(again) == str(err.value)

@@ -241,4 +241,4 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             raise refusal from exc
         if isinstance(exc, tc.GuardOnDataDependentSymNode):
             raise refusals.data_dependent_branch(exc, op, source) from exc
-        raise ExportError(f"tracing failed: {type(exc).__name__}: {exc}", op=op, source=source) from exc
+        raise ExportError.wrapping(exc, op=op, source=source) from exc
