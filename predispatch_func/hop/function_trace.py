@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -34,12 +34,20 @@ from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
 from .autograd_function import fresh_like as _fresh
 from .autograd_function import pf_autograd_function
+from .hooks import route_register_hook, route_requires_grad_
 
 
-@dataclasses.dataclass
+class TraceBody(Protocol):
+    """How a body is traced into a functional subgraph: the driver's pipeline
+    (``pipeline.TraceSettings.trace_body``), handed down through the trace."""
+
+    def __call__(self, body: Callable[[list[Any], Any], list[Any]], inputs: list[Any], *,
+                 grad_enabled: bool) -> torch.fx.GraphModule: ...
+
+
+@dataclasses.dataclass(frozen=True)
 class _Settings:
-    policy: Any
-    decompositions: dict | None
+    trace_body: TraceBody
     pre_dispatch: bool
 
 
@@ -47,16 +55,15 @@ _active: list[_Settings] = []
 
 
 @contextlib.contextmanager
-def tracing_autograd_functions(policy: Any, decompositions: dict | None = None, *,
-                               pre_dispatch: bool = True):
+def tracing_autograd_functions(trace_body: TraceBody, *, pre_dispatch: bool = True):
     """While active (and a trace is running), user Functions become HOP calls, and
-    tensor hooks and ``requires_grad_()`` are recorded (``hooks.py``)."""
-    _active.append(_Settings(policy, decompositions, pre_dispatch))
+    tensor hooks and ``requires_grad_()`` are recorded (``hooks.py``); their bodies
+    are traced by ``trace_body``."""
+    _active.append(_Settings(trace_body, pre_dispatch))
     try:
         if len(_active) > 1:
             yield
             return
-        from .hooks import route_register_hook, route_requires_grad_
 
         def register_hook(original, tensor, hook, *args):
             return route_register_hook(original, tensor, hook, *args, trace_call=trace_call,
@@ -213,7 +220,7 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
         return outs + [wrapped[j] for j in extra] + saved_slots
 
     try:
-        fwd_gm = _trace_body(forward_body, inner, settings, grad_enabled=False)
+        fwd_gm = settings.trace_body(forward_body, inner, grad_enabled=False)
     except UnsupportedError as exc:
         if exc.kind is not Refusal.DATA_DEPENDENT_BRANCH:  # a branch on data: the Function is untraceable
             raise
@@ -264,8 +271,8 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
     wrapped_inputs = inner
     grad_vals = [_fresh(v, contiguous=True) for v in fwd_vals[:n_out]]
     try:
-        bwd_gm = _trace_body(backward_body, [_fresh(v) for v in saved_vals] + grad_vals, settings,
-                             grad_enabled=True)
+        bwd_gm = settings.trace_body(backward_body, [_fresh(v) for v in saved_vals] + grad_vals,
+                                     grad_enabled=True)
     except UnsupportedError as exc:
         if exc.kind is not Refusal.DATA_DEPENDENT_BRANCH:  # a branch on data: the Function is untraceable
             raise
@@ -298,11 +305,11 @@ def retrace_call(fwd: Callable[..., Any], bwd: Callable[..., Any], constants: tu
     settings = _active[-1]
     _, n_outputs, n_results, _, _ = constants
     inner = [tc.inner_of_functional(t) for t in operands]
-    fwd_gm = _trace_body(lambda wrapped, mode: list(fwd(*wrapped)), inner, settings, grad_enabled=False)
+    fwd_gm = settings.trace_body(lambda wrapped, mode: list(fwd(*wrapped)), inner, grad_enabled=False)
     vals = _output_vals(fwd_gm)
     grads = [_fresh(v, contiguous=True) for v in vals[:n_outputs]]
-    bwd_gm = _trace_body(lambda wrapped, mode: list(bwd(*wrapped)),
-                         [_fresh(v) for v in vals[n_results:]] + grads, settings, grad_enabled=True)
+    bwd_gm = settings.trace_body(lambda wrapped, mode: list(bwd(*wrapped)),
+                                 [_fresh(v) for v in vals[n_results:]] + grads, grad_enabled=True)
     with tc.outside_trace():
         results = [_fresh(v) for v in vals]
     tc.record_hop_call(pf_autograd_function,
@@ -369,49 +376,6 @@ def _reassemble(results: list[Any], operands: list[Any], info: dict[str, Any]) -
     it = iter(outs)
     out_flat = [next(it) if isinstance(o, torch.Tensor) else o for o in info["out_flat"]]
     return tc.pytree.tree_unflatten(out_flat, info["out_spec"])
-
-
-def _trace_body(body: Callable[[list[Any], Any], list[Any]], inputs: list[Any], settings: _Settings,
-                *, grad_enabled: bool) -> torch.fx.GraphModule:
-    """A functional subgraph of ``body`` over fresh fakes like ``inputs``: our whole
-    pipeline's trace and region outlining, outside the trace in progress."""
-    from ..program.graph_cleanup import eliminate_dead_code
-    from ..graphs import all_graph_modules
-    from ..modes import trace_functional
-    from .regions import outline_regions
-
-    ambient = tc.autocast_state()
-
-    def under_caller_autocast(wrapped: list[Any], mode: Any) -> list[Any]:
-        with tc.autocast_state_as(ambient):
-            return body(wrapped, mode)
-
-    off = {device: (False, dtype) for device, (_, dtype) in ambient.items()}
-    with tc.outside_trace(), tc.autocast_state_as(off):
-        fresh = [_fresh(t) for t in inputs]
-        trace = trace_functional(under_caller_autocast, fresh, policy=settings.policy, pre_dispatch=True,
-                                 decompositions=settings.decompositions)
-        _drop_entry_and_exit_markers(trace.graph_module.graph)
-        gm = outline_regions(trace.graph_module, trace.identity_edges, grad_enabled=grad_enabled)
-        eliminate_dead_code(gm)
-        for _, sub in all_graph_modules(gm):
-            sub.recompile()
-    return gm
-
-
-def _drop_entry_and_exit_markers(graph: torch.fx.Graph) -> None:
-    """The grad-mode markers the trace itself records around the body (it enters
-    ``enable_grad``): the body runs under the mode its caller gives it instead."""
-    from .frames import is_marker
-
-    ops = [n for n in graph.nodes if n.op not in ("placeholder", "output") and not is_marker(n)]
-    first, last = (ops[0], ops[-1]) if ops else (None, None)
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    for node in list(graph.nodes):
-        if node.target is tc.SET_GRAD_ENABLED and (
-                first is None or order[node] < order[first] or order[node] > order[last]):
-            graph.erase_node(node)
-
 
 
 def _output_vals(gm: torch.fx.GraphModule) -> list[Any]:

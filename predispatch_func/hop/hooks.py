@@ -23,6 +23,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
+from .autograd_function import fresh_like, pf_autograd_function
 
 
 def _traced(t: Any) -> bool:
@@ -70,8 +71,6 @@ def route_register_hook(original, tensor, hook, *args, trace_call=None, settings
 
 
 def _last_hop_call() -> torch.fx.Node | None:
-    from .autograd_function import pf_autograd_function
-
     graph = tc.current_proxy_tracer().graph
     return next((n for n in reversed(graph.nodes) if n.target is pf_autograd_function), None)
 
@@ -147,8 +146,6 @@ def _require_grad_functional(ctx: Any, value: torch.Tensor) -> torch.Tensor:
 
 @pf_require_grad.py_impl(tc.HopRules.proxy_mode_type())
 def _require_grad_proxy(mode: Any, value: torch.Tensor) -> torch.Tensor:
-    from .autograd_function import fresh_like
-
     result = fresh_like(value)
     tc.record_hop_call(pf_require_grad, [], (), [value], [result], single=True, tracer=mode.tracer)
     return result

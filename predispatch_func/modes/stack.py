@@ -25,6 +25,7 @@ import torch
 from .. import _torch_compat as tc
 from ..errors import ExportError, user_source_line
 from ..hop.extensions import traced_extensions
+from ..hop.function_trace import TraceBody
 from . import refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
@@ -181,15 +182,17 @@ class Trace:
 
 
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
-                     pre_dispatch: bool, decompositions: dict | None = None, fake_mode: Any = None
-                     ) -> Trace:
+                     pre_dispatch: bool, trace_body: TraceBody, decompositions: dict | None = None,
+                     fake_mode: Any = None) -> Trace:
     """Trace ``body`` over functional wrappers of ``flat_inputs`` into a flat graph.
 
     ``body`` receives the wrapped inputs and the mode, runs the user's code and
     returns the flat list of graph outputs (functional tensors or constants).
     Inputs must already be fake tensors (or non-tensor constants) of ``fake_mode``
     (default: theirs); tensors the body creates are fake in it too, also when there
-    are no tensor inputs at all (a model without inputs or state).
+    are no tensor inputs at all (a model without inputs or state). ``trace_body``
+    traces the bodies of custom Functions and hooks met on the way (the driver's
+    pipeline, ``pipeline.TraceSettings.trace_body``).
     """
     state: dict[str, Any] = {}
 
@@ -207,7 +210,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
         mode.add_graph_inputs(wrapped)
         with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
-                traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
+                traced_extensions(trace_body, pre_dispatch=pre_dispatch):
             # the caller's modes: outer regions
             with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes), \
                     tc.rng_reseeds_routed(mode.draws_after_reseed.note):
