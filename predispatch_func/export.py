@@ -11,6 +11,7 @@ from torch.export.graph_signature import InputKind
 
 from . import _torch_compat as tc
 from .aot import AotSignature, aot_export_module
+from .autograd_facts import may_carry_grad
 from .program.input_check import checked_call
 
 
@@ -55,7 +56,7 @@ def _detached(inputs: Any) -> Any:
     so the program can be deep-copied (torch refuses to deep-copy a non-leaf) and
     keeps no activation graph alive; a leaf that required grad still does."""
     def one(t: torch.Tensor) -> torch.Tensor:
-        return t.detach().requires_grad_(t.requires_grad and (t.is_floating_point() or t.is_complex()))
+        return t.detach().requires_grad_(t.requires_grad and may_carry_grad(t))
     return tc.pytree.tree_map_only(torch.Tensor, one, inputs)
 
 

@@ -18,6 +18,7 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
+from .autograd_facts import may_carry_grad
 from .errors import VerificationError
 from .export import AMBIENT_MODES
 from .graphs import all_graph_modules
@@ -105,7 +106,7 @@ def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None) -> An
     def one(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in memo:
             c = t.detach().clone()
-            wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
+            wants = t.requires_grad or (grad_for_floats and may_carry_grad(t))
             c.requires_grad_(wants)
             if leaf_of is not None and wants:
                 leaf, c = c, c.clone()

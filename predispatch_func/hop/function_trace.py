@@ -32,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import torch
 
 from .. import _torch_compat as tc
+from ..autograd_facts import may_carry_grad
 from ..errors import Refusal, UnsupportedError, user_source_line
 from .autograd_function import fresh_like as _fresh
 from .autograd_function import pf_autograd_function
@@ -132,7 +133,7 @@ class FunctionCall:
             if isinstance(a, torch.Tensor):
                 top_level[i] = positions.index(leaf)
             leaf += len(tc.pytree.tree_leaves(a))
-        needs = tuple(isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()) for a in args)
+        needs = tuple(may_carry_grad(a) for a in args)
         return cls(function, tuple(flat), spec, positions, top_level, needs, len(args), source)
 
     @property
@@ -245,7 +246,7 @@ def _trace_forward(call: FunctionCall, inner: list[Any], settings: _Settings) ->
                         and tc.has_data_mutation(w) and j not in dirty.values())
         saved, saved_tensors = SavedContext.of(ctx, call.name, call.source)
         non_diff = tuple(i for i, o in enumerate(outs)
-                         if _contains(ctx.non_differentiable, o) or not (o.is_floating_point() or o.is_complex()))
+                         if _contains(ctx.non_differentiable, o) or not may_carry_grad(o))
         learned.set(ForwardTrace(without_tensors(out_flat), out_spec, len(outs), dirty, returned, written,
                                  non_diff, saved))
         # an output that is an operand (not dirty) is a fresh value in a functional body;

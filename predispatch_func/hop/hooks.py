@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from ..autograd_facts import may_carry_grad
 from ..errors import Refusal, UnsupportedError, user_source_line
 from .autograd_function import fresh_like, pf_autograd_function
 
@@ -175,7 +176,7 @@ def route_requires_grad_(original, tensor, requires_grad: bool = True):
         detached = tensor.detach()
         tc.redirect_traced_tensor(inner, tc.proxy_node_of(tc.inner_of_functional(detached)))  # type: ignore[arg-type]
         return tensor
-    if not (tensor.is_floating_point() or tensor.is_complex()):
+    if not may_carry_grad(tensor):
         return original(tensor, requires_grad)  # eager raises: only float tensors can
     hop_node, _ = _record_require_grad(tensor)
     item = hop_node

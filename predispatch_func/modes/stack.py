@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import _torch_compat as tc
+from ..autograd_facts import may_carry_grad
 from ..errors import ExportError, user_source_line
 from ..hop.extensions import traced_extensions
 from ..hop.function_trace import TraceBody
@@ -113,7 +114,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             # require grad when the template does (eager's resize_as_ does not)
             return lambda self_, template, *a, **k: func(self_, template.detach(), *a, **k)
         if (func in COMPARISONS_IN_PLACE and torch.is_grad_enabled() and self.grad_reach.may_need_grad(args[1])
-                and (args[0].is_floating_point() or args[0].is_complex())
+                and may_carry_grad(args[0])
                 and torch.can_cast(args[1].dtype, args[0].dtype)):
             return lambda *a, **k: compare_in_place_keeping_grad(func, a, k)
         return self.policy.rerouted(func, args, kwargs)

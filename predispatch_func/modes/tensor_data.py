@@ -36,68 +36,9 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
-from .observers import OpCall, may_carry_grad
+from ..autograd_facts import Fact, has, may_carry_grad, saved_operands
+from .observers import OpCall
 from .out_variants import out_argument_names
-
-
-# ops whose derivative reads none of their inputs' values, only their sizes and dtypes (adding,
-# copying, viewing, joining, sums and means; derivatives.yaml), so autograd saves no tensor
-_aten = torch.ops.aten
-_SAVES_NO_INPUT = frozenset({
-    _aten.add.Tensor, _aten.sub.Tensor, _aten.add.Scalar, _aten.sub.Scalar, _aten.neg.default,
-    _aten.clone.default, _aten.detach.default, _aten._to_copy.default, _aten.expand.default,
-    _aten.view.default, _aten.reshape.default, _aten.slice.Tensor, _aten.select.int, _aten.t.default,
-    _aten.permute.default, _aten.unsqueeze.default, _aten.squeeze.dim, _aten.alias.default,
-    _aten.copy_.default, _aten.cat.default, _aten.stack.default, _aten.sum.default, _aten.sum.dim_IntList,
-    _aten.mean.default, _aten.mean.dim,
-    _aten.view.dtype,  # not differentiable: no autograd node at all
-})
-
-
-def _mul_saves(args: tuple, may_need_grad: Callable[[Any], bool]) -> list[Any]:
-    """``a * b``: autograd saves each factor only for the other's gradient (``x * 3`` saves nothing)."""
-    a, b = args[0], args[1]
-    return [t for t, other in ((a, b), (b, a))
-            if isinstance(t, torch.Tensor) and isinstance(other, torch.Tensor) and may_need_grad(other)]
-
-
-def _div_saves(args: tuple, may_need_grad: Callable[[Any], bool]) -> list[Any]:
-    """``a / b``: the divisor for both gradients, the dividend only for the divisor's (``x / 4`` saves nothing)."""
-    a, b = args[0], args[1]
-    if not isinstance(b, torch.Tensor):
-        return []
-    return [b, a] if isinstance(a, torch.Tensor) and may_need_grad(b) else [b]
-
-
-# ops that save only some of the tensors they read: op -> (args, may_need_grad) -> those saved
-_SAVED_OPERANDS: dict[Any, Callable[[tuple, Callable[[Any], bool]], list[Any]]] = {
-    _aten.mul.Tensor: _mul_saves, _aten.div.Tensor: _div_saves,
-}
-
-# ops whose backward does not read their own result. Any other op recorded with grad may save
-# it (exp, sigmoid, tanh, relu, softmax, CPU scaled_dot_product_attention, linalg ops): a `.data`
-# write to the result then changes eager's gradient, silently. Each is checked in eager by
-# tests/test_state.py (a write to the result leaves the gradient as it was).
-SAVES_NO_RESULT = frozenset({
-    _aten.add.Tensor, _aten.add.Scalar, _aten.sub.Tensor, _aten.sub.Scalar, _aten.mul.Tensor, _aten.mul.Scalar,
-    _aten.div.Tensor, _aten.div.Scalar, _aten.neg.default, _aten.abs.default, _aten.sgn.default,
-    _aten.mm.default, _aten.bmm.default, _aten.addmm.default, _aten.linear.default, _aten.matmul.default,
-    _aten.conv1d.default, _aten.conv2d.default, _aten.layer_norm.default, _aten.group_norm.default,
-    _aten.batch_norm.default, _aten.rms_norm.default, _aten.embedding.default, _aten.dropout.default,
-    _aten.where.self, _aten.index.Tensor, _aten.masked_fill.Scalar, _aten.clamp.default,
-    _aten.hardtanh.default, _aten.leaky_relu.default, _aten.elu.default, _aten.gelu.default, _aten.silu.default,
-    _aten.hardsigmoid.default, _aten.softplus.default, _aten.mish.default, _aten.log.default,
-    _aten.log1p.default, _aten.sin.default, _aten.cos.default, _aten.asin.default, _aten.atan.default,
-    _aten.sinh.default, _aten.cosh.default, _aten.erf.default, _aten.erfinv.default, _aten.lgamma.default,
-    _aten.digamma.default, _aten.logit.default, _aten.pow.Tensor_Scalar, _aten.var.correction,
-    _aten.max.dim, _aten.sort.default, _aten.topk.default, _aten.cummax.default, _aten.maximum.default,
-    _aten.minimum.default,
-    _aten.add_.Tensor, _aten.add_.Scalar, _aten.sub_.Tensor, _aten.mul_.Tensor, _aten.mul_.Scalar,
-    _aten.div_.Tensor, _aten.div_.Scalar, _aten.neg_.default, _aten.clamp_.default, _aten.masked_fill_.Scalar,
-    _aten.index_put_.default, _aten.fill_.Scalar, _aten.fill_.Tensor, _aten.zero_.default,
-    _aten.zeros_like.default, _aten.ones_like.default, _aten.empty_like.default, _aten.full_like.default,
-    _aten.rand_like.default, _aten.randn_like.default,  # no backward: the input gives only the shape
-})
 
 
 def _is_data(func: Any, accessor: str) -> bool:
@@ -244,13 +185,13 @@ class HiddenWrites:
                     "given; write through `.data` before that read, or under `torch.no_grad()` without "
                     "`.data` (eager then refuses the backward too)",
                     kind=Refusal.DATA_WRITE_AFTER_SAVED_READ, op=call.func, source=user_source_line())
-        if not call.grad or call.func in _SAVES_NO_INPUT or getattr(call.func, "is_view", False):
+        if not call.grad or has(call.func, Fact.SAVES_NO_INPUT) or getattr(call.func, "is_view", False):
             return  # a view's backward reads sizes only
         tensors = [t for t in call.tensors_read() if isinstance(t, tc.FunctionalTensor)]
         if not any(self._may_need_grad(t) for t in tensors):
             return  # no autograd history: nothing saved
         read = [t for t in tensors if all(t is not w for w in call.written)]
-        saves_only = _SAVED_OPERANDS.get(call.func)
+        saves_only = saved_operands(call.func)
         if saves_only is not None:
             kept = saves_only(call.args, self._may_need_grad)
             read = [t for t in read if any(t is k for k in kept)]
@@ -329,12 +270,12 @@ class HiddenWrites:
                         self._read_stale.setdefault(tc.storage_key(t), f"{call.func} (as its result)")
 
     def _may_save_result(self, op: Any) -> bool:
-        """Whether ``op``'s backward may read its result: not for the ops of :data:`SAVES_NO_RESULT`,
+        """Whether ``op``'s backward may read its result: not for the ops known to (autograd_facts.Fact.SAVES_NO_RESULT),
         views (a view's backward reads sizes only) or ``out=`` overloads (no autograd)."""
         known = self._saves_result.get(op)
         if known is None:
             known = self._saves_result[op] = not (
-                op in SAVES_NO_RESULT or getattr(op, "is_view", False) or not isinstance(op, tc.OpOverload)
+                has(op, Fact.SAVES_NO_RESULT) or getattr(op, "is_view", False) or not isinstance(op, tc.OpOverload)
                 or out_argument_names(op))
         return known
 

@@ -28,6 +28,7 @@ from torch.export.graph_signature import (
 )
 
 from .. import _torch_compat as tc
+from ..autograd_facts import may_carry_grad
 
 if TYPE_CHECKING:
     from .mutations import Mutations
@@ -120,8 +121,7 @@ def grad_sources(gm: torch.fx.GraphModule, inputs: Inputs) -> set[torch.fx.Node]
     sources = set()
     for node, slot in zip(_placeholders(gm), inputs.slots):
         val = node.meta.get("val")
-        floating = isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex())
-        if slot.kind is SlotKind.PARAMETER or (slot.kind is SlotKind.USER and floating):
+        if slot.kind is SlotKind.PARAMETER or (slot.kind is SlotKind.USER and may_carry_grad(val)):
             sources.add(node)
     return sources
 
