@@ -16,51 +16,27 @@ Functions and hooks go through the same ``trace_subgraph``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 from typing import Any
 
 import torch
-from torch.export.graph_signature import ExportGraphSignature
 
 from . import _torch_compat as tc
+from .artifacts import AotSignature, Inputs, Placeholders, SlotKind, Trace
 from .program import node_meta
 from .program.fakeify import Fakeifier
 from .program.graph_cleanup import copy_outputs_reading_written_inputs, lift_traced_constants, name_placeholders
 from .graphs import all_graph_modules
 from .program.lift import collect_inputs
 from .modes import CompositePolicy
-from .modes.stack import Trace
 from .pipeline import TraceSettings, trace_subgraph
-from .modes.composite_policy import Decision
 from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
 from .opsets.lowering import Lowering
 from .schema_audit import shipped_decision, shipped_untested_layouts
 from .program.state_guard import StateGuard
-from .program.signature import Inputs, SlotKind, build_signature, grad_sources, placeholders_of, written_placeholders
+from .program.signature import build_signature, grad_sources, written_placeholders
 from .program.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
-
-
-@dataclasses.dataclass(frozen=True)
-class AotSignature:
-    """What a caller needs to turn the graph into a program and call it."""
-
-    graph_signature: ExportGraphSignature
-    in_spec: tc.pytree.TreeSpec
-    out_spec: tc.pytree.TreeSpec
-    forward_arg_names: list[str]
-    state_dict: dict[str, torch.Tensor]
-    constants: dict[str, torch.Tensor]
-    range_constraints: dict[Any, Any]
-    composite_decisions: dict[str, tuple[Decision, str]]
-    grad_enabled_on_return: bool = True
-    ambient: Any = None  # modes.ambient.AmbientModes: the caller's modes, the program's outer regions
-    # input or buffer name -> its (sizes, strides, offset) before and after the call, for
-    # each one an in-place view op relaid (``x.t_()``); ep.module() restores the new layout
-    input_layouts: dict[str, tuple[tuple, tuple]] = dataclasses.field(default_factory=dict)
-    # preserve_module_call_signature: fqn -> the call's signature (module_signatures.py)
-    module_call_signatures: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = True,
@@ -97,19 +73,20 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
                                 fake_mode=fakeify.mode, prepare=functools.partial(_named_inputs, inputs, guard))
     trace, gm, mutations = traced.trace, traced.graph_module, call.mutations
     written_through_data = {inputs.slots[i] for i in trace.hidden_written}
-    inputs = traced.inputs  # with the constants the trace created
+    placeholders = traced.placeholders
+    inputs = placeholders.inputs  # with the constants the trace created
     # the user's torch._check on unbacked values (.item(), nonzero sizes) and the ranges the
     # trace learned for them: runtime asserts of the program, as torch.export keeps them
     tc.insert_deferred_runtime_asserts(gm, fakeify.shape_env, f"exported program {type(mod).__name__}", export=True)
     if lowering is not None:
         lowering.check(gm)
         lowering.warn_decomposed_members(policy.decisions)
-    copy_outputs_reading_written_inputs(gm, inputs, mutations)
-    written = written_placeholders(gm, inputs, mutations)
-    guard_saved_mutated_inputs(gm, written_placeholders(gm, inputs, mutations, skip=written_through_data),
-                               grad_sources(gm, inputs), placeholders_of(gm, inputs, mutations.rebound))
+    copy_outputs_reading_written_inputs(gm, placeholders, mutations)
+    written = written_placeholders(gm, placeholders, mutations)
+    guard_saved_mutated_inputs(gm, written_placeholders(gm, placeholders, mutations, skip=written_through_data),
+                               grad_sources(placeholders), frozenset(placeholders[s] for s in mutations.rebound))
     clone_relaid_inputs(gm, [p for p, layout in zip(written, mutations.layouts) if layout is not None])
-    signature = build_signature(gm, inputs, mutations)
+    signature = build_signature(gm, placeholders, mutations)
     node_meta.resolve_captured_module_stacks(gm, mod)
     node_meta.fill_missing(gm, type(mod))
     node_meta.without_torch_annotations(gm)
@@ -127,13 +104,13 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         module_call_signatures=module_call_signatures)
 
 
-def _named_inputs(inputs: Inputs, guard: StateGuard, trace: Trace) -> Inputs:
+def _named_inputs(inputs: Inputs, guard: StateGuard, trace: Trace) -> Placeholders:
     """Between the trace and the regions: no Python-level change left uncarried, the
     constants the trace created lifted to inputs, the placeholders named."""
     guard.refuse_uncarried_changes()
     inputs = lift_traced_constants(trace.graph_module, inputs)
     name_placeholders(trace.graph_module, inputs)
-    return inputs
+    return Placeholders.of(trace.graph_module, inputs)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,8 @@ from torch.export.exported_program import ExportedProgram, ModuleCallEntry, Modu
 from torch.export.graph_signature import InputKind
 
 from . import _torch_compat as tc
-from .aot import AotSignature, aot_export_module
+from .aot import aot_export_module
+from .artifacts import AotSignature
 from .autograd_facts import may_carry_grad
 from .program.input_check import checked_call
 

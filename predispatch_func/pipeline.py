@@ -15,37 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import torch
 
 from . import _torch_compat as tc
+from .artifacts import Named, Subgraph, Trace
 from .graphs import all_graph_modules
 from .hop import outline_regions
 from .hop.autograd_function import fresh_like
 from .hop.frames import drop_entry_and_exit_markers
 from .modes import CompositePolicy, trace_functional
-from .modes.stack import Body, Trace
+from .modes.stack import Body
 from .program.graph_cleanup import eliminate_dead_code
-from .program.signature import Inputs, grad_sources
-
-# what the step between the trace and the regions returns: the graph's named inputs, or
-# None for a body (whose placeholders are its operands, none known to require grad)
-Named = TypeVar("Named", bound="Inputs | None")
-
-
-@dataclasses.dataclass(frozen=True)
-class Subgraph(Generic[Named]):
-    """What :func:`trace_subgraph` returns: the trace (its graph now outlined) and the
-    inputs its ``prepare`` step named. Read by ``aot.py`` (the program) and
-    :meth:`TraceSettings.trace_body` (a Function's or hook's body)."""
-
-    trace: Trace
-    inputs: Named
-
-    @property
-    def graph_module(self) -> torch.fx.GraphModule:
-        return self.trace.graph_module
+from .program.signature import grad_sources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +65,8 @@ def trace_subgraph(fn: Body, inputs: Sequence[Any], *, grad_enabled: bool, setti
     """Trace ``fn`` over ``inputs`` (fakes) into a functional graph with its regions outlined.
 
     ``grad_enabled`` is the grad mode the graph runs under. ``prepare`` runs on the
-    flat traced graph before the regions are outlined; the inputs it returns say which
-    placeholders may require grad (the outliner refuses an identity it cannot carry).
+    flat traced graph before the regions are outlined; the placeholders it names say
+    which may require grad (the outliner refuses an identity it cannot carry).
     """
     trace = trace_functional(fn, inputs, policy=settings.policy, pre_dispatch=pre_dispatch,
                              decompositions=settings.decompositions, fake_mode=fake_mode,
@@ -91,7 +74,7 @@ def trace_subgraph(fn: Body, inputs: Sequence[Any], *, grad_enabled: bool, setti
     named = prepare(trace)
     gm = trace.graph_module
     outline_regions(gm, trace.identity_edges, grad_enabled=grad_enabled,
-                    grad_sources=grad_sources(gm, named) if named is not None else None)
+                    grad_sources=grad_sources(named) if named is not None else None)
     eliminate_dead_code(gm)
     return Subgraph(trace, named)
 
@@ -101,4 +84,4 @@ def _body_markers_dropped(trace: Trace) -> None:
     drop_entry_and_exit_markers(trace.graph_module.graph)
 
 
-__all__ = ["Subgraph", "TraceSettings", "trace_subgraph"]
+__all__ = ["TraceSettings", "trace_subgraph"]

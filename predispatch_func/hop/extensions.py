@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 from .. import _torch_compat as tc
-from .function_trace import TraceBody, tracing_autograd_functions
+from ..mode_capabilities import TraceBody
+from .function_trace import tracing_autograd_functions
 from .torch_hops import let_torch_hops_through
 from .torch_limits import torch_hop_limits_refused
 

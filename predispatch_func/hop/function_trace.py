@@ -27,27 +27,20 @@ import contextlib
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 
 from .. import _torch_compat as tc
 from ..autograd_facts import may_carry_grad
 from ..errors import Refusal, UnsupportedError, user_source_line
+from ..mode_capabilities import TraceBody, observer_of_opaque_calls
 from .autograd_function import fresh_like as _fresh
 from .autograd_function import pf_autograd_function
 from .function_ctx import TENSOR, SavedContext, TracingCtx, with_tensors, without_tensors
 from .hooks import route_register_hook, route_requires_grad_
 
 _T = TypeVar("_T")
-
-
-class TraceBody(Protocol):
-    """How a body is traced into a functional subgraph: the driver's pipeline
-    (``pipeline.TraceSettings.trace_body``), handed down through the trace."""
-
-    def __call__(self, body: Callable[[list[Any], Any], list[Any]], inputs: list[Any], *,
-                 grad_enabled: bool) -> torch.fx.GraphModule: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,9 +301,9 @@ def _record(constants: tuple, fwd_gm: torch.fx.GraphModule, bwd_gm: torch.fx.Gra
                        [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
                        constants, inner, results)
     wrapped = [tc.to_functional(r) for r in results[:exposed]]
-    observe = getattr(tc.active_functional_mode(), "observe_opaque_call", None)
-    if observe is not None:  # reads and results as an op's (a `.data` write must not slip past what it saved)
-        observe(f"autograd.Function {constants[0]}", operands, wrapped, keeps_inputs=True,
+    mode = observer_of_opaque_calls(tc.active_functional_mode())
+    if mode is not None:  # reads and results as an op's (a `.data` write must not slip past what it saved)
+        mode.observe_opaque_call(f"autograd.Function {constants[0]}", operands, wrapped, keeps_inputs=True,
                 non_differentiable=constants[3])
     return wrapped
 

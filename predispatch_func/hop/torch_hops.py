@@ -17,6 +17,7 @@ from typing import Any
 from .. import _torch_compat as tc
 from ..autograd_facts import Fact, has
 from ..errors import Refusal, UnsupportedError, user_source_line
+from ..mode_capabilities import observer_of_opaque_calls
 
 TORCH_EXPORT_FAILS_TOO = "torch.export.export fails on it too, strict and non-strict"
 # HOPs whose programs torch cannot represent, with why: refused when met
@@ -70,9 +71,9 @@ def _observed(hop: Any, rule: Callable[..., Any]):
 
     def observed(mode: Any, *args: Any, **kwargs: Any) -> Any:
         out = rule(mode, *args, **kwargs)
-        observe = getattr(mode, "observe_opaque_call", None)
-        if observe is not None:
-            observe(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)), tc.pytree.tree_leaves(out),
+        observer = observer_of_opaque_calls(mode)
+        if observer is not None:
+            observer.observe_opaque_call(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)), tc.pytree.tree_leaves(out),
                     keeps_inputs=False, backward_unchecked=unchecked)
         return out
     return observed

@@ -23,10 +23,11 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import _torch_compat as tc
+from ..artifacts import Trace
 from ..autograd_facts import may_carry_grad
 from ..errors import ExportError, user_source_line
 from ..hop.extensions import traced_extensions
-from ..hop.function_trace import TraceBody
+from ..mode_capabilities import TraceBody
 from . import refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
@@ -169,19 +170,6 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 Body = Callable[[list[Any], PolicyFunctionalMode], list[Any]]
 
 
-@dataclasses.dataclass(frozen=True)
-class Trace:
-    """The flat functional graph with its region markers, and what tracing learned."""
-
-    graph_module: torch.fx.GraphModule
-    identity_edges: dict[torch.fx.Node, torch.fx.Node]  # new value -> value it keeps identity of
-    grad_enabled_on_return: bool  # False: forward called set_grad_enabled(False) and never restored
-    # positions of the inputs written only through `.data` (their saved reads must see the write)
-    hidden_written: frozenset[int] = frozenset()
-    # the caller's grad/inference/autocast modes, traced as the program's outer regions
-    ambient: AmbientModes | None = None
-
-
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
                      pre_dispatch: bool, trace_body: TraceBody, decompositions: dict | None = None,
                      fake_mode: Any = None) -> Trace:
@@ -238,7 +226,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         raise
     except Exception as exc:  # enrich with the op and the user's line
         mode = state.get("mode")
-        op = getattr(mode, "failed_op", None)
+        op = mode.failed_op if mode is not None else None
         source = user_source_line(exc.__traceback__)
         refusal = refusals.known_torch_limit(exc, op, source)
         if refusal is not None:
