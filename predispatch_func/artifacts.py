@@ -182,7 +182,7 @@ class AotSignature:
     range_constraints: dict[Any, Any]
     composite_decisions: dict[str, tuple[Decision, str]]
     grad_enabled_on_return: bool = True
-    ambient: Any = None  # modes.ambient.AmbientModes: the caller's modes, the program's outer regions
+    ambient: AmbientModes | None = None  # the caller's modes, the program's outer regions
     # input or buffer name -> its (sizes, strides, offset) before and after the call, for
     # each one an in-place view op relaid (``x.t_()``); ep.module() restores the new layout
     input_layouts: dict[str, tuple[tuple, tuple]] = dataclasses.field(default_factory=dict)
@@ -190,4 +190,39 @@ class AotSignature:
     module_call_signatures: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-__all__ = ["AotSignature", "InputSlot", "Inputs", "Mutations", "Placeholders", "SlotKind", "Subgraph", "Trace"]
+@dataclasses.dataclass(frozen=True)
+class ProgramFacts:
+    """What a program of ours knows about itself beyond its graph and signature.
+
+    Made by ``export.to_exported_program`` from the :class:`AotSignature`, kept on
+    the graph module (one metadata entry, :func:`program_facts` reads it; a program
+    loaded from disk or made by torch has the defaults); read by ``ep.module()``
+    (layouts, grad mode on return), ``verify`` (the caller's modes), the renderer
+    and the ops report (composite decisions)."""
+
+    composite_decisions: dict[str, tuple[Decision, str]] = dataclasses.field(default_factory=dict)
+    # False when forward leaves grad mode off (set_grad_enabled(False) called and never
+    # restored); the IR cannot hold that side effect, module() replays it
+    grad_enabled_on_return: bool = True
+    # the caller's grad/inference/autocast modes at export (the program's outer regions):
+    # verify runs the eager model under them
+    ambient: AmbientModes | None = None
+    # input or buffer name -> (layout before, layout after) of each one an in-place view
+    # op relaid; module() restores them
+    input_layouts: dict[str, tuple[tuple, tuple]] = dataclasses.field(default_factory=dict)
+
+
+_PROGRAM_FACTS = "pf_program_facts"  # the graph module's metadata entry
+
+
+def program_facts(gm: torch.fx.GraphModule) -> ProgramFacts:
+    """The facts ``gm`` (a program's graph module) carries; the defaults if none."""
+    return gm.meta.get(_PROGRAM_FACTS) or ProgramFacts()
+
+
+def with_program_facts(gm: torch.fx.GraphModule, facts: ProgramFacts) -> None:
+    gm.meta[_PROGRAM_FACTS] = facts
+
+
+__all__ = ["AotSignature", "InputSlot", "Inputs", "Mutations", "Placeholders", "ProgramFacts", "SlotKind",
+           "Subgraph", "Trace", "program_facts", "with_program_facts"]

@@ -20,7 +20,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from . import _torch_compat as tc
 from .autograd_facts import may_carry_grad
 from .errors import VerificationError
-from .export import AMBIENT_MODES
+from .artifacts import program_facts
 from .graphs import all_graph_modules
 
 _FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
@@ -224,7 +224,7 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
         replay = replay_against_eager(program, model, args, kwargs, check_values=check_values,
                                       check_grads=check_grads, rtol=rtol, atol=atol, seed=seed,
                                       nonleaf_inputs=nonleaf_inputs,
-                                      ambient=ep.graph_module.meta.get(AMBIENT_MODES), calls=calls)
+                                      ambient=program_facts(ep.graph_module).ambient, calls=calls)
         if detached:
             replay.checked.append(f"program constants copied without their autograd history: {', '.join(detached)}")
         report.problems += replay.problems
