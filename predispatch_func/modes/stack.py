@@ -32,6 +32,7 @@ from . import refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
 from .fast_paths import eager_fast_paths
+from .saved_reads import SavedReads
 from .tensor_data import HiddenWrites, StorageAliases, TensorDataMode
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .out_variants import COMPARISONS_IN_PLACE, RANDOM_FILLS, compare_in_place_keeping_grad, fill_randomly_keeping_grad
@@ -71,29 +72,31 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
         # `.data` (tensor_data.py): `t.data = v` against live aliases; writes after a saved read
         self.storage_aliases = StorageAliases()
-        self.hidden_writes = HiddenWrites(self.grad_reach.may_need_grad) if pre_dispatch else None
+        self.saved_reads = SavedReads(self.grad_reach.may_need_grad) if pre_dispatch else None
+        self.hidden_writes = HiddenWrites(self.saved_reads) if self.saved_reads is not None else None
         self._observers: tuple[Observer, ...] = (
             self.view_modes, CopyTargetFlag(copy_target, self.bases), self.identity,
             detached, self.grad_reach, RequiresGradFlags(), self.bases, self.storage_aliases,
-            self.hidden_writes) if self.hidden_writes is not None else (self.storage_aliases,)
+            self.hidden_writes, self.saved_reads) if self.hidden_writes is not None and self.saved_reads is not None \
+            else (self.storage_aliases,)
 
     def add_graph_inputs(self, inputs: Sequence[Any]) -> None:
         self.bases.add_inputs(list(inputs))
         self.grad_reach.add_inputs(list(inputs))
         self.storage_aliases.add_inputs(list(inputs))
-        if self.hidden_writes is not None:
-            self.hidden_writes.add_inputs(list(inputs))
+        if self.saved_reads is not None:
+            self.saved_reads.add_inputs(list(inputs))
 
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
                             non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None:
         """A call this mode does not dispatch as one op (a torch HOP, a custom autograd.Function),
-        observed as an op's: its reads by the ``.data`` watch (tensor_data.HiddenWrites), its
+        observed as an op's: its reads by the saved-read watch (saved_reads.SavedReads), its
         results by every observer. Without it a write through a result found no base to keep its
         identity, and its ``requires_grad`` read False where eager's is True."""
-        if self.hidden_writes is not None:
-            self.hidden_writes.note_opaque_read(what, operands, keeps_inputs=keeps_inputs)
+        if self.saved_reads is not None:
+            self.saved_reads.note_opaque_read(what, operands, keeps_inputs=keeps_inputs)
             if backward_unchecked:
-                self.hidden_writes.note_unchecked_read(what, operands)
+                self.saved_reads.note_unchecked_read(what, operands)
         call = OpCall(what, tuple(t for t in operands if isinstance(t, torch.Tensor)), {}, [])
         for observer in self._observers:
             observer.after(call, results)
