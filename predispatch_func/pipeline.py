@@ -23,7 +23,7 @@ from . import _torch_compat as tc
 from .artifacts import Named, Subgraph, Trace
 from .graphs import all_graph_modules
 from .hop import outline_regions
-from .hop.autograd_function import fresh_like
+from .hop.fakes import fresh_like
 from .hop.frames import drop_entry_and_exit_markers
 from .modes import CompositePolicy, trace_functional
 from .modes.stack import Body

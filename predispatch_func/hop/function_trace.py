@@ -34,22 +34,15 @@ import torch
 from .. import _torch_compat as tc
 from ..autograd_facts import may_carry_grad
 from ..errors import Refusal, UnsupportedError, user_source_line
-from ..mode_capabilities import TraceBody, observer_of_opaque_calls
-from .autograd_function import fresh_like as _fresh
+from ..mode_capabilities import TraceBody
+from . import function_calls
 from .autograd_function import pf_autograd_function
+from .fakes import output_values
+from .function_calls import FunctionTracing, backward_inputs, record_call
 from .function_ctx import TENSOR, SavedContext, TracingCtx, with_tensors, without_tensors
 from .hooks import route_register_hook, route_requires_grad_
 
 _T = TypeVar("_T")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Settings:
-    trace_body: TraceBody
-    pre_dispatch: bool
-
-
-_active: list[_Settings] = []
 
 
 @contextlib.contextmanager
@@ -57,35 +50,33 @@ def tracing_autograd_functions(trace_body: TraceBody, *, pre_dispatch: bool = Tr
     """While active (and a trace is running), user Functions become HOP calls, and
     tensor hooks and ``requires_grad_()`` are recorded (``hooks.py``); their bodies
     are traced by ``trace_body``."""
-    _active.append(_Settings(trace_body, pre_dispatch))
-    try:
-        if len(_active) > 1:
+    with function_calls.tracing(FunctionTracing(trace_body, pre_dispatch)) as outermost:
+        if not outermost:
             yield
             return
 
         def register_hook(original, tensor, hook, *args):
             return route_register_hook(original, tensor, hook, *args, trace_call=trace_call,
-                                       settings=_active[-1] if _active else None)
+                                       settings=function_calls.current())
 
         with tc.patched_function_apply(_route), tc.dynamo_function_capture_refused(_refuse_in_hop_body), \
                 tc.patched_tensor_methods(
                 register_hook=register_hook, requires_grad_=route_requires_grad_):
             yield
-    finally:
-        _active.pop()
 
 
 def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    if _active and not _active[-1].pre_dispatch:
+    settings = function_calls.current()
+    if settings is not None and not settings.pre_dispatch:
         raise UnsupportedError(
             f"autograd.Function {cls.__name__} with pre_dispatch=False: a program after autograd "
             "has no backward of its own, so the Function's backward would be replaced by autograd "
             "of its forward; export with pre_dispatch=True", kind=Refusal.AUTOGRAD_FUNCTION_AFTER_AUTOGRAD,
             op=f"{cls.__name__}.apply",
             source=user_source_line())
-    if not _active or tc.current_proxy_tracer() is None:
+    if settings is None or tc.current_proxy_tracer() is None:
         return original(*args, **kwargs)
-    return trace_call(cls, args, kwargs, _active[-1])
+    return trace_call(cls, args, kwargs, settings)
 
 
 def _refuse_in_hop_body(cls: type) -> None:
@@ -190,7 +181,7 @@ class _Once(Generic[_T]):
         return self._value
 
 
-def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any:
+def trace_call(cls: type, args: tuple, kwargs: dict, settings: FunctionTracing) -> Any:
     """Record ``cls.apply(*args, **kwargs)`` as one ``pf_autograd_function`` call."""
     call = FunctionCall.bind(cls, args, kwargs)
     inner = [tc.inner_of_functional(t) for t in call.operands]
@@ -199,8 +190,8 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: _Settings) -> Any
     bwd_gm, grads_for = _traced_or_refused(call, "backward", lambda: _trace_backward(call, forward, inner, settings))
     non_diff = forward.non_differentiable + tuple(range(forward.n_out, forward.n_results))
     assert forward.graph is not None
-    results = _record((call.name, forward.n_out, forward.n_results, non_diff, grads_for), forward.graph, bwd_gm,
-                      forward.values, call.operands, inner, exposed=forward.n_results)
+    results = record_call(pf_autograd_function, (call.name, forward.n_out, forward.n_results, non_diff, grads_for),
+                          forward.graph, bwd_gm, forward.values, call.operands, inner, exposed=forward.n_results)
     return _reassemble(results, call.operands, forward)
 
 
@@ -216,7 +207,7 @@ def _traced_or_refused(call: FunctionCall, stage: str, trace: Callable[[], _T]) 
         raise call.failed(stage, exc) from exc
 
 
-def _trace_forward(call: FunctionCall, inner: list[Any], settings: _Settings) -> ForwardTrace:
+def _trace_forward(call: FunctionCall, inner: list[Any], settings: FunctionTracing) -> ForwardTrace:
     """Forward (grad off, as eager runs it) as a subgraph returning its tensor outputs, the
     operands it wrote without ``mark_dirty`` and every tensor the backward may read."""
     learned: _Once[ForwardTrace] = _Once()
@@ -247,10 +238,10 @@ def _trace_forward(call: FunctionCall, inner: list[Any], settings: _Settings) ->
         return outs + [wrapped[j] for j in written] + saved_tensors
 
     gm = settings.trace_body(forward_body, inner, grad_enabled=False)
-    return dataclasses.replace(learned.get(), graph=gm, values=tuple(_output_vals(gm)))
+    return dataclasses.replace(learned.get(), graph=gm, values=tuple(output_values(gm)))
 
 
-def _trace_backward(call: FunctionCall, forward: ForwardTrace, inner: list[Any], settings: _Settings
+def _trace_backward(call: FunctionCall, forward: ForwardTrace, inner: list[Any], settings: FunctionTracing
                     ) -> tuple[torch.fx.GraphModule, tuple[int, ...]]:
     """Backward as a subgraph from the saved tensors and one gradient per tensor output
     to the gradients of the operands it returns one for (which, the second result)."""
@@ -270,7 +261,7 @@ def _trace_backward(call: FunctionCall, forward: ForwardTrace, inner: list[Any],
         grads_for.set(tuple(grads))
         return list(grads.values())
 
-    gm = settings.trace_body(backward_body, _backward_inputs(forward.values, forward.n_out, forward.n_results),
+    gm = settings.trace_body(backward_body, backward_inputs(forward.values, forward.n_out, forward.n_results),
                              grad_enabled=True)
     return gm, grads_for.get()
 
@@ -282,47 +273,6 @@ def _as_operand_grad(grad: Any, operand: Any) -> Any:
     if grad.dtype != operand.dtype:
         grad = grad.to(operand.dtype)
     return grad
-
-
-def _backward_inputs(values: tuple, n_outputs: int, n_results: int) -> list[Any]:
-    """The backward subgraph's inputs: the saved tensors, then a (contiguous, as autograd
-    makes it) gradient per differentiable-group output."""
-    return [_fresh(v) for v in values[n_results:]] + [_fresh(v, contiguous=True) for v in values[:n_outputs]]
-
-
-def _record(constants: tuple, fwd_gm: torch.fx.GraphModule, bwd_gm: torch.fx.GraphModule, values: tuple,
-            operands: list[Any], inner: list[Any], *, exposed: int) -> list[Any]:
-    """Put one ``pf_autograd_function`` call on ``operands`` (``inner``: what they wrap) in
-    the caller's graph; its first ``exposed`` results as functional tensors, shown to the
-    mode as an op's results and reads."""
-    with tc.outside_trace():
-        results = [_fresh(v) for v in values]
-    tc.record_hop_call(pf_autograd_function,
-                       [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
-                       constants, inner, results)
-    wrapped = [tc.to_functional(r) for r in results[:exposed]]
-    mode = observer_of_opaque_calls(tc.active_functional_mode())
-    if mode is not None:  # reads and results as an op's (a `.data` write must not slip past what it saved)
-        mode.observe_opaque_call(f"autograd.Function {constants[0]}", operands, wrapped, keeps_inputs=True,
-                non_differentiable=constants[3])
-    return wrapped
-
-
-def retrace_call(fwd: Callable[..., Any], bwd: Callable[..., Any], constants: tuple,
-                 operands: list[Any]) -> tuple | None:
-    """A ``pf_autograd_function`` call met while our trace runs (re-exporting a program
-    that holds one): both bodies traced again by our pipeline, recorded as the same
-    call. None when no trace of ours is running (torch's rules then apply)."""
-    if not _active or tc.current_proxy_tracer() is None:
-        return None
-    settings = _active[-1]
-    _, n_outputs, n_results, _, _ = constants
-    inner = [tc.inner_of_functional(t) for t in operands]
-    fwd_gm = settings.trace_body(lambda wrapped, mode: list(fwd(*wrapped)), inner, grad_enabled=False)
-    values = tuple(_output_vals(fwd_gm))
-    bwd_gm = settings.trace_body(lambda wrapped, mode: list(bwd(*wrapped)),
-                                 _backward_inputs(values, n_outputs, n_results), grad_enabled=True)
-    return tuple(_record(constants, fwd_gm, bwd_gm, values, operands, inner, exposed=len(values)))
 
 
 def _grads_as_eager_passes(grads: list[Any], forward: ForwardTrace) -> list[Any]:
@@ -386,9 +336,4 @@ def _index_of(t: Any, group: list[Any]) -> int:
     return next(j for j, g in enumerate(group) if g is t)
 
 
-def _output_vals(gm: torch.fx.GraphModule) -> list[Any]:
-    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    return [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in out.args[0]]
-
-
-__all__ = ["ForwardTrace", "FunctionCall", "retrace_call", "trace_call", "tracing_autograd_functions"]
+__all__ = ["ForwardTrace", "FunctionCall", "trace_call", "tracing_autograd_functions"]
