@@ -4,7 +4,8 @@ See ``export`` (the entry point), ``aot_export_module`` (the layer under it)
 and ``verify`` (contract checks and replay against eager).
 """
 
-from .aot import AotSignature, aot_export_module
+from .aot import aot_export_module
+from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
 from .program.input_check import InputError
 from .opsets import OpSet

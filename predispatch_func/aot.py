@@ -5,59 +5,38 @@ functionalization (one trace through the mode stack) and the mutation
 metadata (which inputs the model wrote, and their final values as outputs).
 
 Pipeline, one artifact per stage (the stages live in ``program/``): ``Inputs`` (lift.py: the graph inputs,
-named) -> fakes (fakeify.py) -> ``Trace`` and ``Mutations`` (modes/, mutations.py:
-the flat functional graph with region markers, what the model wrote) -> graph
-passes (graph_cleanup.py, hop/, writeback_guard.py; each edits the graph and
-reads the artifacts) -> the signature, built once (signature.py).
+named) -> fakes (fakeify.py) -> ``Trace`` and ``Mutations`` (``pipeline.trace_subgraph``:
+the trace (modes/) with the constants it made lifted, its regions outlined (hop/),
+dead code dropped; mutations.py: what the model wrote) -> graph passes
+(graph_cleanup.py, writeback_guard.py; each edits the graph and reads the
+artifacts) -> the signature, built once (signature.py). The bodies of custom
+Functions and hooks go through the same ``trace_subgraph``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import functools
 from typing import Any
 
 import torch
-from torch.export.graph_signature import ExportGraphSignature
 
 from . import _torch_compat as tc
+from .artifacts import AotSignature, Inputs, Placeholders, SlotKind, Trace
 from .program import node_meta
 from .program.fakeify import Fakeifier
-from .program.graph_cleanup import (copy_outputs_reading_written_inputs, eliminate_dead_code,
-                            lift_traced_constants, name_placeholders)
+from .program.graph_cleanup import copy_outputs_reading_written_inputs, lift_traced_constants, name_placeholders
 from .graphs import all_graph_modules
-from .hop import outline_regions
 from .program.lift import collect_inputs
-from .modes import CompositePolicy, trace_functional
-from .modes.composite_policy import Decision
+from .modes import CompositePolicy
+from .pipeline import TraceSettings, trace_subgraph
 from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
 from .opsets.lowering import Lowering
 from .schema_audit import shipped_decision, shipped_untested_layouts
 from .program.state_guard import StateGuard
-from .program.signature import SlotKind, build_signature, grad_sources, placeholders_of, written_placeholders
+from .program.signature import build_signature, grad_sources, written_placeholders
 from .program.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
-
-
-@dataclasses.dataclass(frozen=True)
-class AotSignature:
-    """What a caller needs to turn the graph into a program and call it."""
-
-    graph_signature: ExportGraphSignature
-    in_spec: tc.pytree.TreeSpec
-    out_spec: tc.pytree.TreeSpec
-    forward_arg_names: list[str]
-    state_dict: dict[str, torch.Tensor]
-    constants: dict[str, torch.Tensor]
-    range_constraints: dict[Any, Any]
-    composite_decisions: dict[str, tuple[Decision, str]]
-    grad_enabled_on_return: bool = True
-    ambient: Any = None  # modes.ambient.AmbientModes: the caller's modes, the program's outer regions
-    # input or buffer name -> its (sizes, strides, offset) before and after the call, for
-    # each one an in-place view op relaid (``x.t_()``); ep.module() restores the new layout
-    input_layouts: dict[str, tuple[tuple, tuple]] = dataclasses.field(default_factory=dict)
-    # preserve_module_call_signature: fqn -> the call's signature (module_signatures.py)
-    module_call_signatures: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = True,
@@ -89,29 +68,26 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
                              untested_layouts=shipped_untested_layouts)
     preserved = PreservedCalls(mod, preserve_module_call_signature)
     call = ModelCall(mod, inputs, fakes, around=lambda: _observed(mod, preserved))
+    settings = TraceSettings(policy, {**(lowering.proxy_table() if lowering else {}), **(decompositions or {})})
     with StateGuard(mod, (args, kwargs), python_state=python_state) as guard:
-        trace = trace_functional(call, fakes, policy=policy, pre_dispatch=pre_dispatch, fake_mode=fakeify.mode,
-                                 decompositions={**(lowering.proxy_table() if lowering else {}),
-                                                 **(decompositions or {})})
-        guard.refuse_uncarried_changes()
-    gm, mutations = trace.graph_module, call.mutations
+        traced = trace_subgraph(call, fakes, grad_enabled=True, settings=settings, pre_dispatch=pre_dispatch,
+                                fake_mode=fakeify.mode, prepare=functools.partial(_named_inputs, inputs, guard))
+    trace, gm, mutations = traced.trace, traced.graph_module, call.mutations
     written_through_data = {inputs.slots[i] for i in trace.hidden_written}
-    inputs = lift_traced_constants(gm, inputs)
-    name_placeholders(gm, inputs)
-    outline_regions(gm, trace.identity_edges, grad_sources=grad_sources(gm, inputs))
-    eliminate_dead_code(gm)
+    placeholders = traced.placeholders
+    inputs = placeholders.inputs  # with the constants the trace created
     # the user's torch._check on unbacked values (.item(), nonzero sizes) and the ranges the
     # trace learned for them: runtime asserts of the program, as torch.export keeps them
     tc.insert_deferred_runtime_asserts(gm, fakeify.shape_env, f"exported program {type(mod).__name__}", export=True)
     if lowering is not None:
         lowering.check(gm)
         lowering.warn_decomposed_members(policy.decisions)
-    copy_outputs_reading_written_inputs(gm, inputs, mutations)
-    written = written_placeholders(gm, inputs, mutations)
-    guard_saved_mutated_inputs(gm, written_placeholders(gm, inputs, mutations, skip=written_through_data),
-                               grad_sources(gm, inputs), placeholders_of(gm, inputs, mutations.rebound))
+    copy_outputs_reading_written_inputs(gm, placeholders, mutations)
+    written = written_placeholders(gm, placeholders, mutations)
+    guard_saved_mutated_inputs(gm, written_placeholders(gm, placeholders, mutations, skip=written_through_data),
+                               grad_sources(placeholders), frozenset(placeholders[s] for s in mutations.rebound))
     clone_relaid_inputs(gm, [p for p, layout in zip(written, mutations.layouts) if layout is not None])
-    signature = build_signature(gm, inputs, mutations)
+    signature = build_signature(gm, placeholders, mutations)
     node_meta.resolve_captured_module_stacks(gm, mod)
     node_meta.fill_missing(gm, type(mod))
     node_meta.without_torch_annotations(gm)
@@ -127,6 +103,15 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         input_layouts={str(spec.target): layout for spec, layout in zip(signature.output_specs, mutations.layouts)
                        if layout is not None},
         module_call_signatures=module_call_signatures)
+
+
+def _named_inputs(inputs: Inputs, guard: StateGuard, trace: Trace) -> Placeholders:
+    """Between the trace and the regions: no Python-level change left uncarried, the
+    constants the trace created lifted to inputs, the placeholders named."""
+    guard.refuse_uncarried_changes()
+    inputs = lift_traced_constants(trace.graph_module, inputs)
+    name_placeholders(trace.graph_module, inputs)
+    return Placeholders.of(trace.graph_module, inputs)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,9 @@ from torch.export.exported_program import ExportedProgram, ModuleCallEntry, Modu
 from torch.export.graph_signature import InputKind
 
 from . import _torch_compat as tc
-from .aot import AotSignature, aot_export_module
+from .aot import aot_export_module
+from .artifacts import AotSignature, ProgramFacts, program_facts, with_program_facts
+from .autograd_facts import may_carry_grad
 from .program.input_check import checked_call
 
 
@@ -55,19 +57,10 @@ def _detached(inputs: Any) -> Any:
     so the program can be deep-copied (torch refuses to deep-copy a non-leaf) and
     keeps no activation graph alive; a leaf that required grad still does."""
     def one(t: torch.Tensor) -> torch.Tensor:
-        return t.detach().requires_grad_(t.requires_grad and (t.is_floating_point() or t.is_complex()))
+        return t.detach().requires_grad_(t.requires_grad and may_carry_grad(t))
     return tc.pytree.tree_map_only(torch.Tensor, one, inputs)
 
 
-# graph_module.meta key: False when forward leaves grad mode off (set_grad_enabled(False)
-# called and never restored); the IR cannot hold that side effect, module() replays it.
-GRAD_ON_RETURN = "grad_enabled_on_return"
-# the caller's grad/inference/autocast modes at export (the program's outer regions): verify
-# runs the eager model under them
-AMBIENT_MODES = "pf_ambient_modes"
-# graph_module.meta key: input or buffer name -> (layout before, layout after) of each one
-# an in-place view op relaid (aot.AotSignature.input_layouts); module() restores them
-INPUT_LAYOUTS = "input_layouts"
 Layout = tuple  # (sizes, strides, storage offset)
 
 
@@ -84,7 +77,8 @@ class FunctionalExportedProgram(ExportedProgram):
 
     def module(self, *args: Any, **kwargs: Any) -> torch.nn.Module:  # type: ignore[override]
         mod = super().module(*args, **kwargs)
-        layouts = self.graph_module.meta.get(INPUT_LAYOUTS, {})
+        facts = program_facts(self.graph_module)
+        layouts = facts.input_layouts
         # Our graphs hold no copy_ (contract point 2): every copy_ here is a write-back.
         for node in mod.graph.nodes:
             if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
@@ -94,7 +88,7 @@ class FunctionalExportedProgram(ExportedProgram):
                     node.args = (*node.args[:2], *layout)
                     with mod.graph.inserting_before(_first_call(mod.graph)):
                         mod.graph.call_function(expect_layout, (node.args[0], *layout))
-        if self.graph_module.meta.get(GRAD_ON_RETURN) is False:
+        if not facts.grad_enabled_on_return:
             with mod.graph.inserting_before(mod.graph.output_node()):
                 mod.graph.call_function(tc.SET_GRAD_ENABLED, (False,))
         mod.recompile()
@@ -146,7 +140,7 @@ def write_back(destination: torch.Tensor, value: torch.Tensor, before: Layout | 
     """``destination.copy_(value)``, under no_grad when it is a leaf requiring grad;
     a destination of another shape (a buffer the model resized) is resized first.
     With ``before``/``after`` (an in-place view op such as ``x.t_()`` relaid the input:
-    :data:`INPUT_LAYOUTS`), the destination, checked to have the exported layout,
+    ``ProgramFacts.input_layouts``), the destination, checked to have the exported layout,
     is given eager's new one first.
 
     Registered as a side effect, so fx's dead-code elimination (``recompile``
@@ -250,8 +244,7 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
                              for fqn, signature in sig.module_call_signatures.items())],
         example_inputs=example_inputs, constants=sig.constants,  # type: ignore[arg-type]
     )
-    ep.graph_module.meta["composite_decisions"] = sig.composite_decisions
-    ep.graph_module.meta[GRAD_ON_RETURN] = sig.grad_enabled_on_return
-    ep.graph_module.meta[AMBIENT_MODES] = sig.ambient
-    ep.graph_module.meta[INPUT_LAYOUTS] = dict(sig.input_layouts)
+    with_program_facts(ep.graph_module, ProgramFacts(
+        composite_decisions=sig.composite_decisions, grad_enabled_on_return=sig.grad_enabled_on_return,
+        ambient=sig.ambient, input_layouts=dict(sig.input_layouts)))
     return ep

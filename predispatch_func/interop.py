@@ -33,6 +33,7 @@ import warnings
 import torch
 from torch.export.graph_signature import ExportGraphSignature, OutputSpec, TensorArgument
 
+from .autograd_facts import may_carry_grad
 from .errors import Refusal, UnsupportedError
 from .hop.ops import pf_autocast_region, pf_grad_region
 
@@ -110,7 +111,7 @@ def _detach_grad_off_values(graph: torch.fx.Graph) -> None:
         if node.meta.pop(_GRAD_ENABLED, True):
             continue
         val = node.meta.get("val")
-        if not (isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex())):
+        if not may_carry_grad(val):
             continue
         with graph.inserting_after(node):
             detached = graph.call_function(torch.ops.aten.detach.default, (node,))

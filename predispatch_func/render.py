@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
+from .artifacts import program_facts
 from .graphs import all_graph_modules
 from .verify import VerifyReport
 
@@ -24,7 +25,7 @@ def render_program(ep: torch.export.ExportedProgram, console: Console) -> None:
     for spec in ep.graph_signature.output_specs:
         table.add_row("out", getattr(spec.arg, "name", ""), spec.kind.name, spec.target or "")
     console.print(table)
-    decisions = ep.graph_module.meta.get("composite_decisions") or {}
+    decisions = program_facts(ep.graph_module).composite_decisions
     if decisions:
         dt = Table(title="composites met while tracing")
         for col in ("op", "decision", "why"):

@@ -18,8 +18,9 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
+from .autograd_facts import may_carry_grad
 from .errors import VerificationError
-from .export import AMBIENT_MODES
+from .artifacts import program_facts
 from .graphs import all_graph_modules
 
 _FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
@@ -105,7 +106,7 @@ def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None) -> An
     def one(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in memo:
             c = t.detach().clone()
-            wants = t.requires_grad or (grad_for_floats and (t.is_floating_point() or t.is_complex()))
+            wants = t.requires_grad or (grad_for_floats and may_carry_grad(t))
             c.requires_grad_(wants)
             if leaf_of is not None and wants:
                 leaf, c = c, c.clone()
@@ -223,7 +224,7 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
         replay = replay_against_eager(program, model, args, kwargs, check_values=check_values,
                                       check_grads=check_grads, rtol=rtol, atol=atol, seed=seed,
                                       nonleaf_inputs=nonleaf_inputs,
-                                      ambient=ep.graph_module.meta.get(AMBIENT_MODES), calls=calls)
+                                      ambient=program_facts(ep.graph_module).ambient, calls=calls)
         if detached:
             replay.checked.append(f"program constants copied without their autograd history: {', '.join(detached)}")
         report.problems += replay.problems

@@ -14,6 +14,7 @@ from torch_release import torch_limit
 from predispatch_func.errors import ExportError, UnsupportedError
 from predispatch_func.modes.composite_policy import HONEST_TWINS
 from predispatch_func import _torch_compat as tc
+from predispatch_func.artifacts import program_facts
 from predispatch_func.schema_audit.checker import _aliases as aliases  # sparse-aware: indices, values
 from predispatch_func.schema_audit.checker import run_sample
 from predispatch_func.schema_audit.samples import samples_for
@@ -136,7 +137,7 @@ def test_lying_composite_then_inplace_equals_eager(name):
     args, kwargs = sample.materialize()
     tensors = tuple(v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor))
     ep = export_checked(model, (list(tensors),))
-    decisions = ep.graph_module.meta["composite_decisions"]
+    decisions = program_facts(ep.graph_module).composite_decisions
     if op in HONEST_TWINS:  # traced as the op that declares its alias (x.data -> detach)
         assert name not in decisions and str(HONEST_TWINS[op]) in str(ep.graph_module.graph)
     else:

@@ -367,10 +367,10 @@ def test_logical_in_place_ops_keep_autograd_history(name):
 
 def test_autograd_transparent_writes_match_eager_over_op_db():
     """The in-place ops whose eager write autograd does not record are exactly
-    :data:`AUTOGRAD_TRANSPARENT_WRITES` (among OpInfo's in-place variants)."""
+    the ops of ``Fact.WRITE_NOT_RECORDED`` (among OpInfo's in-place variants)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
-    from predispatch_func.modes.observers import AUTOGRAD_TRANSPARENT_WRITES
+    from predispatch_func.autograd_facts import Fact, ops_with
 
     found = set()
     for op in op_db:
@@ -388,7 +388,7 @@ def test_autograd_transparent_writes_match_eager_over_op_db():
             if y.grad_fn is before and result is y and s.input.numel():
                 found.add(op.name)
     dropouts = {n for n in found if "dropout" in n}  # p=0 / eval: eager returns the input untouched
-    assert found - dropouts == {op.overloadpacket.__name__[:-1] for op in AUTOGRAD_TRANSPARENT_WRITES}, found
+    assert found - dropouts == {op.overloadpacket.__name__[:-1] for op in ops_with(Fact.WRITE_NOT_RECORDED)}, found
 
 
 class ResizeAsBuffer(torch.nn.Module):

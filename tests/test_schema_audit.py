@@ -11,6 +11,7 @@ from torch_release import torch_release
 from oracle import export_checked, graph_code
 from predispatch_func import _torch_compat as tc
 from predispatch_func import cli
+from predispatch_func.artifacts import program_facts
 from predispatch_func.schema_audit import audit_custom_op, forget_custom_audits, shipped_decision
 from predispatch_func import schema_audit
 from predispatch_func.schema_audit import table as audit_table
@@ -159,7 +160,7 @@ class CustomLiesThenInplace(torch.nn.Module):
 def test_export_with_lying_custom_ops_equals_eager():
     forget_custom_audits()
     ep = export_checked(CustomLiesThenInplace(), (torch.randn(3),))
-    decisions = ep.graph_module.meta["composite_decisions"]
+    decisions = program_facts(ep.graph_module).composite_decisions
     assert decisions["auditdemo.returns_input.default"] == ("decompose", "schema audit")
     assert decisions["auditdemo.bumps_input.default"] == ("decompose", "schema audit")
     assert decisions["auditdemo.honest_double.default"] == ("keep", "audit")
@@ -224,7 +225,7 @@ class TypeAsLinear(torch.nn.Module):
 
 def test_exporter_obeys_the_table():
     ep = export_checked(TypeAsLinear(), (torch.randn(2, 3), torch.randn(2, 3)))
-    decisions = ep.graph_module.meta["composite_decisions"]
+    decisions = program_facts(ep.graph_module).composite_decisions
     assert decisions["aten.type_as.default"] == ("decompose", "schema audit")
     assert decisions["aten.linear.default"] == ("keep", "audit")
     assert "aten.linear.default" in graph_code(ep)
@@ -262,7 +263,7 @@ def test_without_a_table_composites_are_audited_when_met_and_cached(torch_withou
     cache, shipped_table = torch_without_table
     with pytest.warns(schema_audit.NoShippedAuditTable, match="audited the first time an export meets it"):
         ep = export_checked(TypeAsLinear(), (torch.randn(2, 3), torch.randn(2, 3)))
-    decisions = ep.graph_module.meta["composite_decisions"]
+    decisions = program_facts(ep.graph_module).composite_decisions
     assert decisions["aten.type_as.default"] == ("decompose", "schema audit")
     assert decisions["aten.linear.default"] == ("keep", "audit")
     lazily = schema_audit._aten_entries()
@@ -428,7 +429,7 @@ class RecurrentAndBag(torch.nn.Module):
 def test_composites_audited_through_recipes_are_kept_and_replay():
     args = (torch.randn(2, 1, 3), torch.tensor([1, 2, 3, 4]), torch.tensor([0, 2]))
     ep = export_checked(RecurrentAndBag(), args)
-    decisions = ep.graph_module.meta["composite_decisions"]
+    decisions = program_facts(ep.graph_module).composite_decisions
     for name in ("aten.lstm.input", "aten.gru.input", "aten.embedding_bag.padding_idx"):
         assert decisions[name] == ("keep", "audit"), decisions
 

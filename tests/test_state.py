@@ -915,7 +915,7 @@ def _in_place(op, *rest):
     return lambda x: op(x * 1, *rest)  # a non-leaf to write in place
 
 
-# a sample call of every op in tensor_data.SAVES_NO_RESULT, on x of shape (4, 3) with values in [0.5, 1.5]
+# a sample call of every op of autograd_facts.Fact.SAVES_NO_RESULT, on x of shape (4, 3) with values in [0.5, 1.5]
 _RESULT_NOT_READ_SAMPLES = {
     _A.add.Tensor: lambda x: _A.add.Tensor(x, x * 2), _A.add.Scalar: _on(_A.add.Scalar, 2.0),
     _A.sub.Tensor: lambda x: _A.sub.Tensor(x, x * 3), _A.sub.Scalar: _on(_A.sub.Scalar, 2.0),
@@ -974,9 +974,9 @@ def _grad_after_writing_the_result(call, write: bool) -> torch.Tensor:
 
 
 def test_every_op_taken_as_not_saving_its_result_leaves_eagers_gradient_when_its_result_is_written():
-    from predispatch_func.modes.tensor_data import SAVES_NO_RESULT
+    from predispatch_func.autograd_facts import Fact, ops_with
 
-    assert set(_RESULT_NOT_READ_SAMPLES) == set(SAVES_NO_RESULT)
+    assert set(_RESULT_NOT_READ_SAMPLES) == ops_with(Fact.SAVES_NO_RESULT)
     differ = [str(op) for op, call in _RESULT_NOT_READ_SAMPLES.items()
               if not torch.allclose(_grad_after_writing_the_result(call, False), _grad_after_writing_the_result(call, True))]
     assert differ == []

@@ -21,7 +21,7 @@ Calling it (the Autograd rule) runs an autograd.Function whose backward is
 ``bwd``, so ``ep.module()`` trains with the user's gradient. Below autograd
 the call stays one node under every tracer: torch's (``run_decompositions``,
 ``torch.export.export`` of ``ep.module()``) through the rules registered here,
-ours through ``function_trace.retrace_call``. Either way the bodies are traced
+ours through ``function_calls.retrace_call``. Either way the bodies are traced
 again by the tracer in progress, so its decompositions apply inside them.
 """
 
@@ -32,6 +32,8 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from .fakes import fresh_like, output_values
+from .function_calls import retrace_call
 
 _N_CONSTANTS = 5  # name, n_outputs, n_results, non_differentiable, grads_for
 
@@ -66,10 +68,8 @@ class AutogradFunctionHOP(tc.HigherOrderOperator):
 
     def __call__(self, fwd, bwd, name: str, n_outputs: int, n_results: int,
                  non_differentiable: tuple, grads_for: tuple, *operands):
-        from .function_trace import retrace_call
-
         constants = (name, n_outputs, n_results, tuple(non_differentiable), tuple(grads_for))
-        traced = retrace_call(fwd, bwd, constants, list(operands))
+        traced = retrace_call(self, fwd, bwd, constants, list(operands))
         if traced is not None:  # our own trace (re-exporting a program that holds this call)
             return traced
         return super().__call__(fwd, bwd, *constants, *operands)
@@ -121,18 +121,3 @@ def _proxy_rule(mode, fwd, bwd, *rest):
                        [("autograd_function_fwd", fwd_gm), ("autograd_function_bwd", bwd_gm)],
                        constants, operands, results, tracer=mode.tracer)
     return tuple(results)
-
-
-def output_values(gm: torch.fx.GraphModule) -> list[Any]:
-    """The ``val`` of each output of a traced graph."""
-    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    return [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in out.args[0]]
-
-
-def fresh_like(t: torch.Tensor, contiguous: bool = False) -> torch.Tensor:
-    """A new (fake) tensor with ``t``'s metadata, never an alias of an operand."""
-    mode = tc.fake_mode_of([t])
-    with tc.outside_trace(), (mode if mode is not None else torch.no_grad()):
-        if contiguous:
-            return torch.empty(t.shape, dtype=t.dtype, device=t.device)
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)

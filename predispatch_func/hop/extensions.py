@@ -16,20 +16,20 @@ Entered by the tracer around the user's code:
 from __future__ import annotations
 
 import contextlib
-from typing import Any
-
 from .. import _torch_compat as tc
+from ..mode_capabilities import TraceBody
 from .function_trace import tracing_autograd_functions
 from .torch_hops import let_torch_hops_through
 from .torch_limits import torch_hop_limits_refused
 
 
 @contextlib.contextmanager
-def traced_extensions(policy: Any, decompositions: dict | None = None, *, pre_dispatch: bool = True):
+def traced_extensions(trace_body: TraceBody, *, pre_dispatch: bool = True):
+    """``trace_body`` traces the bodies of Functions and hooks (the driver's pipeline)."""
     mode = tc.active_functional_mode()
     if mode is not None:
         let_torch_hops_through(type(mode))
-    with tracing_autograd_functions(policy, decompositions, pre_dispatch=pre_dispatch), \
+    with tracing_autograd_functions(trace_body, pre_dispatch=pre_dispatch), \
             tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly(), \
             torch_hop_limits_refused(), tc.hop_capture_static():
         yield

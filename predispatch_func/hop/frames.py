@@ -80,6 +80,18 @@ def is_marker(node: torch.fx.Node) -> bool:
         tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
 
 
+def drop_entry_and_exit_markers(graph: torch.fx.Graph) -> None:
+    """Erase the grad-mode markers a trace itself records around a body (it enters
+    ``enable_grad``): a body runs under the mode its caller gives it instead."""
+    ops = [n for n in graph.nodes if n.op not in ("placeholder", "output") and not is_marker(n)]
+    first, last = (ops[0], ops[-1]) if ops else (None, None)
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        if node.target is tc.SET_GRAD_ENABLED and (
+                first is None or order[node] < order[first] or order[node] > order[last]):
+            graph.erase_node(node)
+
+
 def assign_frames(graph: torch.fx.Graph, grad_enabled: bool = True
                   ) -> dict[torch.fx.Node, tuple[Frame, ...]]:
     """Frames (outermost first) for every non-marker node; raises if a mode leaks out.

@@ -22,7 +22,10 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from ..autograd_facts import may_carry_grad
 from ..errors import Refusal, UnsupportedError, user_source_line
+from .autograd_function import pf_autograd_function
+from .fakes import fresh_like
 
 
 def _traced(t: Any) -> bool:
@@ -70,8 +73,6 @@ def route_register_hook(original, tensor, hook, *args, trace_call=None, settings
 
 
 def _last_hop_call() -> torch.fx.Node | None:
-    from .autograd_function import pf_autograd_function
-
     graph = tc.current_proxy_tracer().graph
     return next((n for n in reversed(graph.nodes) if n.target is pf_autograd_function), None)
 
@@ -147,8 +148,6 @@ def _require_grad_functional(ctx: Any, value: torch.Tensor) -> torch.Tensor:
 
 @pf_require_grad.py_impl(tc.HopRules.proxy_mode_type())
 def _require_grad_proxy(mode: Any, value: torch.Tensor) -> torch.Tensor:
-    from .autograd_function import fresh_like
-
     result = fresh_like(value)
     tc.record_hop_call(pf_require_grad, [], (), [value], [result], single=True, tracer=mode.tracer)
     return result
@@ -178,7 +177,7 @@ def route_requires_grad_(original, tensor, requires_grad: bool = True):
         detached = tensor.detach()
         tc.redirect_traced_tensor(inner, tc.proxy_node_of(tc.inner_of_functional(detached)))  # type: ignore[arg-type]
         return tensor
-    if not (tensor.is_floating_point() or tensor.is_complex()):
+    if not may_carry_grad(tensor):
         return original(tensor, requires_grad)  # eager raises: only float tensors can
     hop_node, _ = _record_require_grad(tensor)
     item = hop_node

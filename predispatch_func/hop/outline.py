@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..autograd_facts import nodes_that_may_carry_grad
 from ..errors import Refusal, UnsupportedError, user_line_of_recorded
 from .frames import Frame
 
@@ -38,7 +39,7 @@ class Outliner:
         self._frames_of: dict[Any, tuple[Frame, ...]] = dict(frames_of)
         self._edges = edges  # new value -> the value whose autograd identity it keeps (flat nodes)
         self._carried: set[Node] = set()  # nodes that are such a new value with its identity carried
-        self._needs_grad = _reached(gm, grad_sources) if grad_sources is not None else None
+        self._needs_grad = nodes_that_may_carry_grad(gm.graph, grad_sources) if grad_sources is not None else None
         self._flat_of: dict[Node, Node] = {n: n for n in gm.graph.nodes}  # any node -> its flat node
         self._in_graph: dict[torch.fx.Graph, dict[Any, Node]] = {gm.graph: dict(self._flat_of)}
         self._order: dict[Any, int] = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -195,15 +196,6 @@ class Outliner:
                 flat = self._edges[flat]
             result.append(position.get(flat, -1) if flat is not start else -1)
         return tuple(result) if any(j >= 0 for j in result) else ()
-
-
-def _reached(gm: torch.fx.GraphModule, sources: set[Node]) -> set[Node]:
-    """Nodes of the flat graph whose value may carry autograd history from ``sources``."""
-    reached = set(sources)
-    for node in gm.graph.nodes:
-        if node.target is not torch.ops.aten.detach.default and any(i in reached for i in node.all_input_nodes):
-            reached.add(node)
-    return reached
 
 
 def _with_subgraph_refs(gm: torch.fx.GraphModule, nodes: list[Node]) -> list[Node]:

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _torch_compat as tc
+from ..autograd_facts import Fact, has
 from ..errors import Refusal, UnsupportedError, user_source_line
+from ..mode_capabilities import observer_of_opaque_calls
 
 TORCH_EXPORT_FAILS_TOO = "torch.export.export fails on it too, strict and non-strict"
 # HOPs whose programs torch cannot represent, with why: refused when met
@@ -48,12 +50,6 @@ _PREPARED: dict[str, Callable[[tuple, dict], tuple[tuple, dict]]] = {
 }
 
 
-# HOPs whose eager backward reads the operands without autograd's version check: a later
-# in-place write changes eager's gradient silently (cond and map raise, as ops do); found by
-# the hops fuzzer (seed 7)
-_BACKWARD_READS_UNCHECKED = frozenset({"while_loop", "scan"})
-
-
 def let_torch_hops_through(mode_type: type) -> None:
     """Register torch's FunctionalTensorMode rule of every HOP for ``mode_type`` too."""
     if mode_type is tc.FunctionalTensorMode:
@@ -64,19 +60,21 @@ def let_torch_hops_through(mode_type: type) -> None:
             refusal, prepare = _REFUSED.get(hop.name()), _PREPARED.get(hop.name())
             if prepare is not None:
                 rule = _preparing(rule, prepare)
-            rule = _observed(hop.name(), rule)
+            rule = _observed(hop, rule)
             hop.python_key_table[mode_type] = rule if refusal is None else _refusing(hop.name(), rule, refusal)
 
 
-def _observed(name: str, rule: Callable[..., Any]):
+def _observed(hop: Any, rule: Callable[..., Any]):
     """Show the mode the HOP as it sees an op (``observe_opaque_call``): its reads to the
     ``.data`` watch, its results to the observers (bases, grad reach, ``requires_grad``)."""
+    name, unchecked = hop.name(), has(hop, Fact.BACKWARD_READS_UNCHECKED)
+
     def observed(mode: Any, *args: Any, **kwargs: Any) -> Any:
         out = rule(mode, *args, **kwargs)
-        observe = getattr(mode, "observe_opaque_call", None)
-        if observe is not None:
-            observe(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)), tc.pytree.tree_leaves(out),
-                    keeps_inputs=False, backward_unchecked=name in _BACKWARD_READS_UNCHECKED)
+        observer = observer_of_opaque_calls(mode)
+        if observer is not None:
+            observer.observe_opaque_call(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)), tc.pytree.tree_leaves(out),
+                    keeps_inputs=False, backward_unchecked=unchecked)
         return out
     return observed
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import _torch_compat as tc
+from ..autograd_facts import may_carry_grad
 from .out_variants import (call_composite_out, call_inplace_through_twin, inplace_twin, is_composite_out,
                            writes_besides_out)
 
@@ -72,7 +73,7 @@ def _guard_key(op: Any, args: tuple, kwargs: dict) -> tuple[Any, bool]:
 
 def _fresh_like(t: torch.Tensor) -> torch.Tensor:
     fresh = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-    return fresh.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else fresh
+    return fresh.requires_grad_(t.requires_grad) if may_carry_grad(t) else fresh
 
 
 def _honest_twins() -> dict[Any, Any]:

@@ -25,30 +25,12 @@ from typing import Any, Protocol
 import torch
 
 from .. import _torch_compat as tc
+from ..autograd_facts import Fact, has, may_carry_grad
 from ..errors import Refusal, UnsupportedError, user_source_line
 from .differentiable_copy import CopyTarget
 
-_DETACH = torch.ops.aten.detach.default
 _COPY_ = torch.ops.aten.copy_.default
 _DETACH_ = torch.ops.aten.detach_.default
-# in-place ops eager's autograd does not record (their functional forms are not
-# differentiable): the data changes, the tensor's autograd history does not, as
-# for a write under no_grad
-AUTOGRAD_TRANSPARENT_WRITES = frozenset({
-    torch.ops.aten.logical_not_.default, torch.ops.aten.logical_and_.default,
-    torch.ops.aten.logical_or_.default, torch.ops.aten.logical_xor_.default,
-})
-
-
-_UNSEEN_ALIASES = (_DETACH, torch.ops.aten.view.dtype)
-# ops whose results never require grad, whatever their inputs (a *_like factory reads only
-# its input's metadata)
-_NEVER_DIFFERENTIABLE = frozenset({
-    _DETACH, torch.ops.aten.zeros_like.default, torch.ops.aten.ones_like.default,
-    torch.ops.aten.empty_like.default, torch.ops.aten.full_like.default, torch.ops.aten.rand_like.default,
-    torch.ops.aten.randn_like.default, torch.ops.aten.randint_like.default,
-})
-
 
 _NO_RESULT = object()  # OpCall.results before the op returned
 
@@ -130,11 +112,6 @@ def _written_arguments(func: Any) -> tuple[tuple[int, ...], tuple[str, ...]] | t
 _WRITTEN_ARGUMENTS: dict[Any, Any] = {}  # op -> _written_arguments(op), for the process
 
 
-def may_carry_grad(t: Any) -> bool:
-    """A floating or complex tensor: the dtypes autograd gives gradients."""
-    return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
-
-
 class Bases:
     """The base FunctionalTensor of each storage, and which bases are graph inputs.
 
@@ -210,7 +187,7 @@ class GradReach:
         pass
 
     def after(self, call: OpCall, out: Any) -> None:
-        if not call.grad or call.without_autograd or call.func in _NEVER_DIFFERENTIABLE:
+        if not call.grad or call.without_autograd or has(call.func, Fact.NEVER_DIFFERENTIABLE):
             return
         if any(self.may_need_grad(t) for t in call.tensors_read()):
             for t in [*call.results(out), *call.written]:
@@ -250,7 +227,7 @@ class RequiresGradFlags:
         if call.func is _DETACH_:  # eager: the tensor no longer requires grad
             set_requires_grad(call.args[0], False)
             return
-        if not call.grad or call.without_autograd or call.func in _NEVER_DIFFERENTIABLE:
+        if not call.grad or call.without_autograd or has(call.func, Fact.NEVER_DIFFERENTIABLE):
             return
         if any(t.requires_grad for t in call.tensors_read()):
             for t in [*call.results(out), *call.written]:
@@ -286,11 +263,12 @@ class DetachedAliases:
     def after(self, call: OpCall, out: Any) -> None:
         func, args = call.func, call.args
         # view(dtype) is a view autograd does not see (not differentiable): like detach()
-        if func in _UNSEEN_ALIASES or (getattr(func, "is_view", False) and args and self._holds(args[0])):
+        unseen = has(func, Fact.UNSEEN_ALIAS)
+        if unseen or (getattr(func, "is_view", False) and args and self._holds(args[0])):
             for t in call.results(out):
                 # an op that *may* alias (``to``) but copied is no detached alias
                 if isinstance(t, tc.FunctionalTensor) and (
-                        func in _UNSEEN_ALIASES or tc.storage_key(t) == tc.storage_key(args[0])):
+                        unseen or tc.storage_key(t) == tc.storage_key(args[0])):
                     self._held[id(t)] = t
 
 
@@ -320,7 +298,7 @@ class IdentityEdges:
     identity to the new value (``identity_of``). Such a write is dispatched
     with grad off (``call.without_autograd``); one through a detached alias with
     grad on, or by an op eager's autograd does not record
-    (:data:`AUTOGRAD_TRANSPARENT_WRITES`), also gets grad markers around it, so
+    (``Fact.WRITE_NOT_RECORDED``), also gets grad markers around it, so
     it becomes a no_grad region.
     """
 
@@ -342,7 +320,7 @@ class IdentityEdges:
 
     def before(self, call: OpCall) -> None:
         through_detach = call.grad and self._detached.holds_any(call.written)
-        transparent = call.grad and call.func in AUTOGRAD_TRANSPARENT_WRITES
+        transparent = call.grad and has(call.func, Fact.WRITE_NOT_RECORDED)
         call.without_autograd = bool(call.written) and (not call.grad or through_detach or transparent)
         if not call.without_autograd:
             return

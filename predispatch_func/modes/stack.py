@@ -23,12 +23,16 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import _torch_compat as tc
+from ..artifacts import Trace
+from ..autograd_facts import may_carry_grad
 from ..errors import ExportError, user_source_line
 from ..hop.extensions import traced_extensions
+from ..mode_capabilities import TraceBody
 from . import refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
 from .fast_paths import eager_fast_paths
+from .saved_reads import SavedReads
 from .tensor_data import HiddenWrites, StorageAliases, TensorDataMode
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .out_variants import COMPARISONS_IN_PLACE, RANDOM_FILLS, compare_in_place_keeping_grad, fill_randomly_keeping_grad
@@ -68,29 +72,31 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
         # `.data` (tensor_data.py): `t.data = v` against live aliases; writes after a saved read
         self.storage_aliases = StorageAliases()
-        self.hidden_writes = HiddenWrites(self.grad_reach.may_need_grad) if pre_dispatch else None
+        self.saved_reads = SavedReads(self.grad_reach.may_need_grad) if pre_dispatch else None
+        self.hidden_writes = HiddenWrites(self.saved_reads) if self.saved_reads is not None else None
         self._observers: tuple[Observer, ...] = (
             self.view_modes, CopyTargetFlag(copy_target, self.bases), self.identity,
             detached, self.grad_reach, RequiresGradFlags(), self.bases, self.storage_aliases,
-            self.hidden_writes) if self.hidden_writes is not None else (self.storage_aliases,)
+            self.hidden_writes, self.saved_reads) if self.hidden_writes is not None and self.saved_reads is not None \
+            else (self.storage_aliases,)
 
     def add_graph_inputs(self, inputs: Sequence[Any]) -> None:
         self.bases.add_inputs(list(inputs))
         self.grad_reach.add_inputs(list(inputs))
         self.storage_aliases.add_inputs(list(inputs))
-        if self.hidden_writes is not None:
-            self.hidden_writes.add_inputs(list(inputs))
+        if self.saved_reads is not None:
+            self.saved_reads.add_inputs(list(inputs))
 
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
                             non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None:
         """A call this mode does not dispatch as one op (a torch HOP, a custom autograd.Function),
-        observed as an op's: its reads by the ``.data`` watch (tensor_data.HiddenWrites), its
+        observed as an op's: its reads by the saved-read watch (saved_reads.SavedReads), its
         results by every observer. Without it a write through a result found no base to keep its
         identity, and its ``requires_grad`` read False where eager's is True."""
-        if self.hidden_writes is not None:
-            self.hidden_writes.note_opaque_read(what, operands, keeps_inputs=keeps_inputs)
+        if self.saved_reads is not None:
+            self.saved_reads.note_opaque_read(what, operands, keeps_inputs=keeps_inputs)
             if backward_unchecked:
-                self.hidden_writes.note_unchecked_read(what, operands)
+                self.saved_reads.note_unchecked_read(what, operands)
         call = OpCall(what, tuple(t for t in operands if isinstance(t, torch.Tensor)), {}, [])
         for observer in self._observers:
             observer.after(call, results)
@@ -112,7 +118,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             # require grad when the template does (eager's resize_as_ does not)
             return lambda self_, template, *a, **k: func(self_, template.detach(), *a, **k)
         if (func in COMPARISONS_IN_PLACE and torch.is_grad_enabled() and self.grad_reach.may_need_grad(args[1])
-                and (args[0].is_floating_point() or args[0].is_complex())
+                and may_carry_grad(args[0])
                 and torch.can_cast(args[1].dtype, args[0].dtype)):
             return lambda *a, **k: compare_in_place_keeping_grad(func, a, k)
         return self.policy.rerouted(func, args, kwargs)
@@ -167,29 +173,18 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 Body = Callable[[list[Any], PolicyFunctionalMode], list[Any]]
 
 
-@dataclasses.dataclass(frozen=True)
-class Trace:
-    """The flat functional graph with its region markers, and what tracing learned."""
-
-    graph_module: torch.fx.GraphModule
-    identity_edges: dict[torch.fx.Node, torch.fx.Node]  # new value -> value it keeps identity of
-    grad_enabled_on_return: bool  # False: forward called set_grad_enabled(False) and never restored
-    # positions of the inputs written only through `.data` (their saved reads must see the write)
-    hidden_written: frozenset[int] = frozenset()
-    # the caller's grad/inference/autocast modes, traced as the program's outer regions
-    ambient: AmbientModes | None = None
-
-
 def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
-                     pre_dispatch: bool, decompositions: dict | None = None, fake_mode: Any = None
-                     ) -> Trace:
+                     pre_dispatch: bool, trace_body: TraceBody, decompositions: dict | None = None,
+                     fake_mode: Any = None) -> Trace:
     """Trace ``body`` over functional wrappers of ``flat_inputs`` into a flat graph.
 
     ``body`` receives the wrapped inputs and the mode, runs the user's code and
     returns the flat list of graph outputs (functional tensors or constants).
     Inputs must already be fake tensors (or non-tensor constants) of ``fake_mode``
     (default: theirs); tensors the body creates are fake in it too, also when there
-    are no tensor inputs at all (a model without inputs or state).
+    are no tensor inputs at all (a model without inputs or state). ``trace_body``
+    traces the bodies of custom Functions and hooks met on the way (the driver's
+    pipeline, ``pipeline.TraceSettings.trace_body``).
     """
     state: dict[str, Any] = {}
 
@@ -207,7 +202,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
         mode.add_graph_inputs(wrapped)
         with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
-                traced_extensions(policy, decompositions, pre_dispatch=pre_dispatch):
+                traced_extensions(trace_body, pre_dispatch=pre_dispatch):
             # the caller's modes: outer regions
             with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes), \
                     tc.rng_reseeds_routed(mode.draws_after_reseed.note):
@@ -234,7 +229,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         raise
     except Exception as exc:  # enrich with the op and the user's line
         mode = state.get("mode")
-        op = getattr(mode, "failed_op", None)
+        op = mode.failed_op if mode is not None else None
         source = user_source_line(exc.__traceback__)
         refusal = refusals.known_torch_limit(exc, op, source)
         if refusal is not None:

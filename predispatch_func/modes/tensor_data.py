@@ -29,75 +29,15 @@ state has fixed metadata, so that is refused, as is a change of device.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
-from .observers import OpCall, may_carry_grad
-from .out_variants import out_argument_names
-
-
-# ops whose derivative reads none of their inputs' values, only their sizes and dtypes (adding,
-# copying, viewing, joining, sums and means; derivatives.yaml), so autograd saves no tensor
-_aten = torch.ops.aten
-_SAVES_NO_INPUT = frozenset({
-    _aten.add.Tensor, _aten.sub.Tensor, _aten.add.Scalar, _aten.sub.Scalar, _aten.neg.default,
-    _aten.clone.default, _aten.detach.default, _aten._to_copy.default, _aten.expand.default,
-    _aten.view.default, _aten.reshape.default, _aten.slice.Tensor, _aten.select.int, _aten.t.default,
-    _aten.permute.default, _aten.unsqueeze.default, _aten.squeeze.dim, _aten.alias.default,
-    _aten.copy_.default, _aten.cat.default, _aten.stack.default, _aten.sum.default, _aten.sum.dim_IntList,
-    _aten.mean.default, _aten.mean.dim,
-    _aten.view.dtype,  # not differentiable: no autograd node at all
-})
-
-
-def _mul_saves(args: tuple, may_need_grad: Callable[[Any], bool]) -> list[Any]:
-    """``a * b``: autograd saves each factor only for the other's gradient (``x * 3`` saves nothing)."""
-    a, b = args[0], args[1]
-    return [t for t, other in ((a, b), (b, a))
-            if isinstance(t, torch.Tensor) and isinstance(other, torch.Tensor) and may_need_grad(other)]
-
-
-def _div_saves(args: tuple, may_need_grad: Callable[[Any], bool]) -> list[Any]:
-    """``a / b``: the divisor for both gradients, the dividend only for the divisor's (``x / 4`` saves nothing)."""
-    a, b = args[0], args[1]
-    if not isinstance(b, torch.Tensor):
-        return []
-    return [b, a] if isinstance(a, torch.Tensor) and may_need_grad(b) else [b]
-
-
-# ops that save only some of the tensors they read: op -> (args, may_need_grad) -> those saved
-_SAVED_OPERANDS: dict[Any, Callable[[tuple, Callable[[Any], bool]], list[Any]]] = {
-    _aten.mul.Tensor: _mul_saves, _aten.div.Tensor: _div_saves,
-}
-
-# ops whose backward does not read their own result. Any other op recorded with grad may save
-# it (exp, sigmoid, tanh, relu, softmax, CPU scaled_dot_product_attention, linalg ops): a `.data`
-# write to the result then changes eager's gradient, silently. Each is checked in eager by
-# tests/test_state.py (a write to the result leaves the gradient as it was).
-SAVES_NO_RESULT = frozenset({
-    _aten.add.Tensor, _aten.add.Scalar, _aten.sub.Tensor, _aten.sub.Scalar, _aten.mul.Tensor, _aten.mul.Scalar,
-    _aten.div.Tensor, _aten.div.Scalar, _aten.neg.default, _aten.abs.default, _aten.sgn.default,
-    _aten.mm.default, _aten.bmm.default, _aten.addmm.default, _aten.linear.default, _aten.matmul.default,
-    _aten.conv1d.default, _aten.conv2d.default, _aten.layer_norm.default, _aten.group_norm.default,
-    _aten.batch_norm.default, _aten.rms_norm.default, _aten.embedding.default, _aten.dropout.default,
-    _aten.where.self, _aten.index.Tensor, _aten.masked_fill.Scalar, _aten.clamp.default,
-    _aten.hardtanh.default, _aten.leaky_relu.default, _aten.elu.default, _aten.gelu.default, _aten.silu.default,
-    _aten.hardsigmoid.default, _aten.softplus.default, _aten.mish.default, _aten.log.default,
-    _aten.log1p.default, _aten.sin.default, _aten.cos.default, _aten.asin.default, _aten.atan.default,
-    _aten.sinh.default, _aten.cosh.default, _aten.erf.default, _aten.erfinv.default, _aten.lgamma.default,
-    _aten.digamma.default, _aten.logit.default, _aten.pow.Tensor_Scalar, _aten.var.correction,
-    _aten.max.dim, _aten.sort.default, _aten.topk.default, _aten.cummax.default, _aten.maximum.default,
-    _aten.minimum.default,
-    _aten.add_.Tensor, _aten.add_.Scalar, _aten.sub_.Tensor, _aten.mul_.Tensor, _aten.mul_.Scalar,
-    _aten.div_.Tensor, _aten.div_.Scalar, _aten.neg_.default, _aten.clamp_.default, _aten.masked_fill_.Scalar,
-    _aten.index_put_.default, _aten.fill_.Scalar, _aten.fill_.Tensor, _aten.zero_.default,
-    _aten.zeros_like.default, _aten.ones_like.default, _aten.empty_like.default, _aten.full_like.default,
-    _aten.rand_like.default, _aten.randn_like.default,  # no backward: the input gives only the shape
-})
+from .observers import OpCall
+from .saved_reads import SavedReads
 
 
 def _is_data(func: Any, accessor: str) -> bool:
@@ -177,42 +117,29 @@ class StorageAliases:
 
 
 class HiddenWrites:
-    """Writes through ``.data`` after an op recorded with grad read the tensor written.
+    """Writes autograd does not see, refused where eager's backward would read them.
 
-    ``.data`` bumps no version, so eager's backward of that op reads the written
-    storage, silently. A program's backward reads the value the op was given.
-    The two agree only when that value is a graph input itself, unwritten
+    A write through ``.data`` bumps no version, so eager's backward of an op that
+    saved the written storage (:class:`~predispatch_func.modes.saved_reads.SavedReads`)
+    reads the write, silently. A program's backward reads the value the op was
+    given. The two agree only when that value is a graph input itself, unwritten
     before the op: ``ep.module()`` then writes the new value back into the very
     tensor autograd saved, keeping its version (``export.write_back``), and the
     write-back guard must not hand the op a clone (:meth:`hidden_only_inputs`).
-    Any other such write is refused. An op none of whose results can carry a
-    gradient (a comparison, ``argmax``) has no backward: its reads save nothing.
+    Any other such write is refused.
 
     It also refuses a visible in-place write to an operand of ``while_loop`` or
-    ``scan`` (:meth:`note_unchecked_read`): torch's backward of those two reads
-    the operand as ``.data`` would, without a version check.
+    ``scan``: torch's backward of those two reads the operand as ``.data`` would,
+    without a version check.
     """
 
-    __slots__ = ("_may_need_grad", "_inputs", "_data", "_read_stale", "_maybe_saved", "_read_unchecked", "_hidden",
-                 "_visible", "_saves_result", "_maybe_saved_inputs", "_read_as_input")
+    __slots__ = ("_saved", "_data", "_hidden", "_visible")
 
-    def __init__(self, may_need_grad: Callable[[Any], bool]):
-        self._may_need_grad = may_need_grad
-        self._inputs: dict[Any, int] = {}  # storage of each graph input -> its position
+    def __init__(self, saved: SavedReads):
+        self._saved = saved
         self._data: dict[int, weakref.ref] = {}  # `.data` aliases and views of them, by id
-        self._read_stale: dict[Any, Any] = {}  # storage -> the op of such a read
-        self._maybe_saved: dict[int, list[Any]] = {}  # by id(call): storages read, kept if the op saved them
-        self._read_unchecked: dict[Any, str] = {}  # storage -> the HOP whose backward reads it without a version check
         self._hidden: set[Any] = set()  # storages written through `.data`
         self._visible: set[Any] = set()  # storages written otherwise
-        self._saves_result: dict[Any, bool] = {}  # op -> self._may_save_result(op)
-        self._maybe_saved_inputs: dict[int, list[Any]] = {}  # by id(call): graph inputs read as they are
-        self._read_as_input: dict[Any, Any] = {}  # storage of such an input -> the op whose backward reads it
-
-    def add_inputs(self, inputs: list[Any]) -> None:
-        for i, t in enumerate(inputs):
-            if isinstance(t, tc.FunctionalTensor):
-                self._inputs.setdefault(tc.storage_key(t), i)
 
     def mark_data(self, t: Any) -> Any:
         self._data[id(t)] = weakref.ref(t)
@@ -224,11 +151,10 @@ class HiddenWrites:
 
     def hidden_only_inputs(self) -> frozenset[int]:
         """Positions of the graph inputs written through ``.data`` and never otherwise."""
-        return frozenset(i for key, i in self._inputs.items() if key in self._hidden and key not in self._visible)
+        return frozenset(i for key, i in self._saved.input_positions.items()
+                         if key in self._hidden and key not in self._visible)
 
     def before(self, call: OpCall) -> None:
-        self._maybe_saved.pop(id(call), None)  # left by an op whose dispatch raised (and the model caught)
-        self._maybe_saved_inputs.pop(id(call), None)
         for w in call.written:
             key = tc.storage_key(w)
             if not self._is_data(w):
@@ -236,31 +162,21 @@ class HiddenWrites:
                 self._refuse_unchecked(call, key)
                 continue
             self._hidden.add(key)
-            if key in self._read_stale:
+            saver = self._saved.saved_by(key)
+            if saver is not None:
                 raise UnsupportedError(
-                    f"a write through `.data` (by {call.func}) to a tensor that {self._read_stale[key]} saved for "
+                    f"a write through `.data` (by {call.func}) to a tensor that {saver} saved for "
                     "backward with grad on, at a value that is not a graph input's own: eager's backward of that op reads "
                     "the storage `.data` changed (no version bump), a program's reads the value it was "
                     "given; write through `.data` before that read, or under `torch.no_grad()` without "
                     "`.data` (eager then refuses the backward too)",
                     kind=Refusal.DATA_WRITE_AFTER_SAVED_READ, op=call.func, source=user_source_line())
-        if not call.grad or call.func in _SAVES_NO_INPUT or getattr(call.func, "is_view", False):
-            return  # a view's backward reads sizes only
-        tensors = [t for t in call.tensors_read() if isinstance(t, tc.FunctionalTensor)]
-        if not any(self._may_need_grad(t) for t in tensors):
-            return  # no autograd history: nothing saved
-        read = [t for t in tensors if all(t is not w for w in call.written)]
-        saves_only = _SAVED_OPERANDS.get(call.func)
-        if saves_only is not None:
-            kept = saves_only(call.args, self._may_need_grad)
-            read = [t for t in read if any(t is k for k in kept)]
-        # what the op saves if a result can carry a gradient (known in `after`), at the values
-        # it reads now: a graph input unwritten so far is saved as the input itself
-        keys = [(tc.storage_key(t), t) for t in read]
-        self._maybe_saved[id(call)] = [key for key, t in keys if key not in self._read_stale
-                                       and (key not in self._inputs or tc.storage_mutation_count(t) != 0)]
-        self._maybe_saved_inputs[id(call)] = [key for key, t in keys
-                                              if key in self._inputs and tc.storage_mutation_count(t) == 0]
+
+    def after(self, call: OpCall, out: Any) -> None:
+        if getattr(call.func, "is_view", False) and call.args and self._is_data(call.args[0]):
+            for t in call.results(out):
+                if isinstance(t, tc.FunctionalTensor):
+                    self.mark_data(t)
 
     def refuse_assign_after_saved_read(self, target: Any) -> None:
         """``t.data = v`` on a graph input a kept composite read with grad on: eager swaps ``t``'s
@@ -268,7 +184,7 @@ class HiddenWrites:
         ``w.t()``) keep the old values, so its backward mixes both; a program's reads one value
         (found by the fuzzer). An op with its own backward saves the input itself, which follows
         the swap as the program's write-back does."""
-        op = self._read_as_input.get(tc.storage_key(target))
+        op = self._saved.saved_as_input_by(tc.storage_key(target))
         if op is not None:
             raise UnsupportedError(
                 f"`tensor.data = value` on a tensor that {op} saved for backward with grad on: eager swaps the "
@@ -277,17 +193,8 @@ class HiddenWrites:
                 "(`t.data.copy_(value)`), or assign before the read",
                 kind=Refusal.DATA_WRITE_AFTER_SAVED_READ, op="Tensor.data.__set__", source=user_source_line())
 
-    def note_unchecked_read(self, what: str, operands: list[Any]) -> None:
-        """A HOP whose eager backward reads its operands without autograd's version check
-        (``while_loop``, ``scan`` in torch 2.13): after an in-place write to one, eager's
-        gradient silently uses the written value, which a program cannot."""
-        if torch.is_grad_enabled() and any(self._may_need_grad(t) for t in operands):
-            for t in operands:
-                if isinstance(t, tc.FunctionalTensor):
-                    self._read_unchecked.setdefault(tc.storage_key(t), what)
-
     def _refuse_unchecked(self, call: OpCall, key: Any) -> None:
-        what = self._read_unchecked.get(key)
+        what = self._saved.read_unchecked_by(key)
         if what is not None:
             raise UnsupportedError(
                 f"an in-place write (by {call.func}) to a tensor that {what} read with grad on: torch 2.13's "
@@ -295,61 +202,6 @@ class HiddenWrites:
                 "silently uses the written value (an op's backward would raise instead), which a program, "
                 "whose backward reads the value the call was given, cannot reproduce; write to a clone",
                 kind=Refusal.WRITE_AFTER_UNCHECKED_HOP_READ, op=call.func, source=user_source_line())
-
-    def note_opaque_read(self, what: str, operands: list[Any], *, keeps_inputs: bool) -> None:
-        """A call the mode does not see as one op read ``operands`` with grad on: a torch HOP
-        (``scan``, ``cond``, ...), whose rule may hand its body a copy even of a graph input
-        (``scan`` clones its ``xs``), or a custom autograd.Function, whose backward reads the
-        very input tensors it saved (``keeps_inputs``) but copies of anything else."""
-        tensors = [t for t in operands if isinstance(t, tc.FunctionalTensor)]
-        if not torch.is_grad_enabled() or not any(self._may_need_grad(t) for t in tensors):
-            return
-        for t in tensors:
-            key = tc.storage_key(t)
-            if keeps_inputs and key in self._inputs and tc.storage_mutation_count(t) == 0:
-                continue
-            self._read_stale.setdefault(key, what)
-
-    def after(self, call: OpCall, out: Any) -> None:
-        if getattr(call.func, "is_view", False) and call.args and self._is_data(call.args[0]):
-            for t in call.results(out):
-                if isinstance(t, tc.FunctionalTensor):
-                    self.mark_data(t)
-        saved = self._maybe_saved.pop(id(call), None)
-        saved_inputs = self._maybe_saved_inputs.pop(id(call), ())
-        if saved is not None and self._has_backward(call, out):
-            for key in saved:
-                self._read_stale.setdefault(key, call.func)  # no source line here: this runs for most ops
-            if isinstance(call.func, tc.OpOverload) and tc.has_composite_implicit_kernel(call.func):
-                for key in saved_inputs:  # a kept composite: its autograd may save views of the input
-                    self._read_as_input.setdefault(key, call.func)
-            if self._may_save_result(call.func):  # its backward may read its result: saved too
-                for t in call.results(out):
-                    if isinstance(t, tc.FunctionalTensor) and may_carry_grad(t):
-                        self._read_stale.setdefault(tc.storage_key(t), f"{call.func} (as its result)")
-
-    def _may_save_result(self, op: Any) -> bool:
-        """Whether ``op``'s backward may read its result: not for the ops of :data:`SAVES_NO_RESULT`,
-        views (a view's backward reads sizes only) or ``out=`` overloads (no autograd)."""
-        known = self._saves_result.get(op)
-        if known is None:
-            known = self._saves_result[op] = not (
-                op in SAVES_NO_RESULT or getattr(op, "is_view", False) or not isinstance(op, tc.OpOverload)
-                or out_argument_names(op))
-        return known
-
-    @staticmethod
-    def _has_backward(call: OpCall, out: Any) -> bool:
-        """Whether autograd recorded ``call`` as one op that may save what it read: not for
-        a comparison's bool result, an index or ``.item()`` (no result carries a gradient),
-        nor for an op that wrote nothing and returned an input as it is (``sum_to_size`` to
-        its own size: no autograd node), nor for a decomposed op (its ops save what they
-        read, and each came through here)."""
-        results = [*call.results(out), *call.written]
-        read = call.tensors_read()
-        returned_an_input = not call.written and all(
-            any(r is t for t in read) for r in results if isinstance(r, torch.Tensor))
-        return not call.decomposed and not returned_an_input and any(may_carry_grad(t) for t in results)
 
 
 class TensorDataMode(TorchFunctionMode):

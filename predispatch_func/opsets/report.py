@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from ..artifacts import program_facts
 from ..graphs import all_graph_modules
 from .lowering import Lowering, MissingOp, _user_line, is_infrastructure
 from .opset import OpSet
@@ -47,7 +48,7 @@ def ops_report(ep: torch.export.ExportedProgram, target: OpSet | None = None,
     """
     core = OpSet.core_aten()
     lowering = Lowering(target if target is not None else core)
-    decisions = ep.graph_module.meta.get("composite_decisions", {})
+    decisions = program_facts(ep.graph_module).composite_decisions
     counts: dict[Any, int] = {}
     places: dict[Any, list[str]] = {}
     for _, gm in all_graph_modules(ep.graph_module):

@@ -14,8 +14,8 @@ from .. import _torch_compat as tc
 from ..graphs import all_graph_modules, calls_view_op, graph_pass
 from ..hop.ops import region_body_and_operands
 from .lift import placeholder_name
-from .mutations import Mutations
-from .signature import Inputs, InputSlot, SlotKind, written_placeholders
+from ..artifacts import Inputs, InputSlot, Mutations, Placeholders, SlotKind
+from .signature import written_placeholders
 
 
 @graph_pass
@@ -125,7 +125,8 @@ def _operand_viewed_by_region_result(node: torch.fx.Node, gm: torch.fx.GraphModu
 
 
 @graph_pass
-def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mutations) -> None:
+def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, placeholders: Placeholders,
+                                        mutations: Mutations) -> None:
     """Give an output its own copy where module()'s write-back would change what it returns.
 
     module() writes each mutated input back with ``copy_``, then returns the outputs,
@@ -139,7 +140,7 @@ def copy_outputs_reading_written_inputs(gm: torch.fx.GraphModule, inputs: Inputs
       tensor (``y.copy_(w); return w``) would come back as the written input.
     Two mutations never share a node either: torch's signature keys them by output name.
     ``mutations.output_is_input[k]`` is the mutation position user output ``k`` really is, if any."""
-    written = written_placeholders(gm, inputs, mutations)
+    written = written_placeholders(gm, placeholders, mutations)
     rewritten = {p for p, v in written.items() if v is not p}
     out_node = gm.graph.output_node()
     outputs = list(out_node.args[0])  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from .signature import Inputs, InputSlot, SlotKind
+from ..artifacts import Inputs, InputSlot, SlotKind
 
 
 def collect_inputs(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Inputs:

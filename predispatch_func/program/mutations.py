@@ -3,13 +3,12 @@
 :class:`ModelCall` is the function ``modes.trace_functional`` traces: it runs
 the user's ``forward`` over the functional wrappers of the graph inputs and
 returns the graph outputs, the final values of the inputs it wrote first, then
-the user outputs. What it found is one frozen :class:`Mutations`, written once.
+the user outputs. What it found is one frozen ``artifacts.Mutations``, written once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable
 from typing import Any, ContextManager
 
@@ -17,27 +16,8 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError
-from .signature import Inputs, InputSlot, SlotKind
-
-
-@dataclasses.dataclass(frozen=True)
-class Mutations:
-    """Which inputs the model wrote, and how the user outputs relate to them.
-
-    ``mutated`` lists the written inputs in graph-output order; ``output_is_input[k]``
-    is the position in ``mutated`` of the input user output ``k`` is (eager
-    returned the written tensor itself), else None. ``layouts[k]``: for an input
-    whose layout an in-place view op changed (``x.t_()``), its (sizes, strides,
-    storage offset) before and after the call, which ``ep.module()`` restores.
-    """
-
-    mutated: tuple[InputSlot, ...]
-    output_is_input: tuple[int | None, ...]
-    out_spec: tc.pytree.TreeSpec
-    layouts: tuple[tuple[tuple, tuple] | None, ...] = ()
-    # the buffers replaced by assignment (``self.buf = ...``), not written in place: eager's ops
-    # that saved the old tensor keep reading it
-    rebound: frozenset[InputSlot] = frozenset()
+from ..mode_capabilities import TracingMode
+from ..artifacts import Inputs, InputSlot, Mutations, SlotKind
 
 
 class ModelCall:
@@ -58,7 +38,7 @@ class ModelCall:
         assert self._mutations is not None, "the model has not been traced"
         return self._mutations
 
-    def __call__(self, traced: list[Any], mode: Any) -> list[Any]:
+    def __call__(self, traced: list[Any], mode: TracingMode) -> list[Any]:
         slots, n_state = self._inputs.slots, self._inputs.n_state
         by_fqn = {s.target: t for s, t in zip(slots[:n_state], traced[:n_state])}
         call_args, call_kwargs = tc.pytree.tree_unflatten(traced[n_state:], self._inputs.in_spec)
@@ -81,10 +61,9 @@ class ModelCall:
             frozenset(slots[i] for i in reassigned))
         return [final[i] for i in mutated] + flat_out
 
-    def _relaid(self, traced: list[Any], mode: Any) -> dict[int, tuple[tuple, tuple]]:
+    def _relaid(self, traced: list[Any], mode: TracingMode) -> dict[int, tuple[tuple, tuple]]:
         """Inputs and buffers whose layout an in-place view op changed: index -> (before, after)."""
-        writes = getattr(mode, "metadata_writes", None)
-        changed = writes.changed() if writes is not None else {}
+        changed = mode.metadata_writes.changed()
         found = {i: changed[id(t)] for i, t in enumerate(traced) if id(t) in changed}
         for i in found:
             if self._inputs.slots[i].kind not in (SlotKind.USER, SlotKind.BUFFER):

@@ -1,17 +1,16 @@
-"""The program's inputs and its graph signature.
+"""The graph signature, built once at the end from the artifacts.
 
-:class:`Inputs` (built by ``lift.collect_inputs``) says what each placeholder
-is, in order: lifted state, then the flat user inputs. Tracing adds what the
-model wrote (``mutations.Mutations``). From both and the finished graph,
-:func:`build_signature` builds the ``ExportGraphSignature`` once, at the end;
-the passes before it read the same two artifacts, never a signature.
+:class:`~predispatch_func.artifacts.Inputs` says what each placeholder is, in
+order: lifted state, then the flat user inputs; tracing adds what the model
+wrote (:class:`~predispatch_func.artifacts.Mutations`). From both and the
+finished graph, :func:`build_signature` builds the ``ExportGraphSignature``;
+the passes before it read the same artifacts (through
+:class:`~predispatch_func.artifacts.Placeholders`), never a signature.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.export.graph_signature import (
@@ -27,101 +26,28 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from .. import _torch_compat as tc
-
-if TYPE_CHECKING:
-    from .mutations import Mutations
-
-
-class SlotKind(enum.Enum):
-    """What a graph input is, and how torch's signature names it and a write to it."""
-
-    PARAMETER = ("p", InputKind.PARAMETER, OutputKind.PARAMETER_MUTATION)
-    BUFFER = ("b", InputKind.BUFFER, OutputKind.BUFFER_MUTATION)
-    CONSTANT = ("c", InputKind.CONSTANT_TENSOR, None)
-    USER = ("", InputKind.USER_INPUT, OutputKind.USER_INPUT_MUTATION)
-
-    def __init__(self, prefix: str, input_kind: InputKind, mutation_kind: OutputKind | None):
-        self.prefix = prefix  # placeholder names: p_<fqn>, b_<fqn>, c_<fqn>
-        self.input_kind = input_kind
-        self.mutation_kind = mutation_kind
-
-
-@dataclasses.dataclass(frozen=True, eq=False)  # one slot per input: compared by identity
-class InputSlot:
-    """One graph input: what it is, its name (fqn, or the user input's name), its value."""
-
-    kind: SlotKind
-    target: str
-    value: Any
-    persistent: bool | None = None  # buffers only
-
-
-@dataclasses.dataclass(frozen=True)
-class Inputs:
-    """Every graph input in placeholder order: lifted state (parameters, buffers,
-    constants), then the flat user inputs; and how to rebuild the user's call."""
-
-    slots: tuple[InputSlot, ...]
-    n_state: int
-    in_spec: tc.pytree.TreeSpec
-    forward_arg_names: tuple[str, ...]
-    # other names of a lifted tensor (tied weights: ``head.weight`` of ``emb.weight``), as
-    # (alias, the slot's target): the graph reads one placeholder, the program's state
-    # dict (and ``module()``, ``unflatten``) has every name the model's has
-    aliases: tuple[tuple[str, str], ...] = ()
-
-    def with_constants(self, lifted: list[InputSlot]) -> Inputs:
-        """These inputs with constants created while tracing, placed after the state."""
-        slots = (*self.slots[:self.n_state], *lifted, *self.slots[self.n_state:])
-        return dataclasses.replace(self, slots=slots, n_state=self.n_state + len(lifted))
-
-    def positions(self) -> dict[InputSlot, int]:
-        """Each slot's placeholder position."""
-        return {s: i for i, s in enumerate(self.slots)}
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return self._with_aliases({s.target: s.value for s in self.slots
-                                   if s.kind is SlotKind.PARAMETER or (s.kind is SlotKind.BUFFER and s.persistent)})
-
-    def constants(self) -> dict[str, torch.Tensor]:
-        return self._with_aliases({s.target: s.value for s in self.slots
-                                   if s.kind is SlotKind.CONSTANT or (s.kind is SlotKind.BUFFER and not s.persistent)})
-
-    def _with_aliases(self, named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return named | {alias: named[target] for alias, target in self.aliases if target in named}
-
-
-def _placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    return [n for n in gm.graph.nodes if n.op == "placeholder"]
+from ..artifacts import InputSlot, Mutations, Placeholders, SlotKind
+from ..autograd_facts import may_carry_grad
 
 
 def _returned(gm: torch.fx.GraphModule) -> list[Any]:
     return list(gm.graph.output_node().args[0])  # type: ignore[arg-type]
 
 
-def written_placeholders(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mutations,
+def written_placeholders(gm: torch.fx.GraphModule, placeholders: Placeholders, mutations: Mutations,
                          skip: set[InputSlot] | frozenset[InputSlot] = frozenset()
                          ) -> dict[torch.fx.Node, torch.fx.Node]:
     """Each written input's placeholder (but those of ``skip``) -> the node holding its final value."""
-    placeholders, returned, position = _placeholders(gm), _returned(gm), inputs.positions()
-    return {placeholders[position[slot]]: returned[k] for k, slot in enumerate(mutations.mutated)
-            if slot not in skip}
+    returned = _returned(gm)
+    return {placeholders[slot]: returned[k] for k, slot in enumerate(mutations.mutated) if slot not in skip}
 
 
-def placeholders_of(gm: torch.fx.GraphModule, inputs: Inputs, slots: Any) -> frozenset[torch.fx.Node]:
-    """The placeholders of ``slots``."""
-    placeholders, position = _placeholders(gm), inputs.positions()
-    return frozenset(placeholders[position[slot]] for slot in slots)
-
-
-def grad_sources(gm: torch.fx.GraphModule, inputs: Inputs) -> set[torch.fx.Node]:
+def grad_sources(placeholders: Placeholders) -> set[torch.fx.Node]:
     """The placeholders that may require grad: parameters and float user inputs."""
     sources = set()
-    for node, slot in zip(_placeholders(gm), inputs.slots):
+    for node, slot in placeholders.pairs():
         val = node.meta.get("val")
-        floating = isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex())
-        if slot.kind is SlotKind.PARAMETER or (slot.kind is SlotKind.USER and floating):
+        if slot.kind is SlotKind.PARAMETER or (slot.kind is SlotKind.USER and may_carry_grad(val)):
             sources.add(node)
     return sources
 
@@ -141,9 +67,10 @@ def argument(node: Any) -> Any:
     return ConstantArgument(name="", value=node)
 
 
-def build_signature(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mutations) -> ExportGraphSignature:
+def build_signature(gm: torch.fx.GraphModule, placeholders: Placeholders, mutations: Mutations
+                    ) -> ExportGraphSignature:
     input_specs = []
-    for node, slot in zip(_placeholders(gm), inputs.slots):
+    for node, slot in placeholders.pairs():
         if slot.kind is SlotKind.USER:
             # an int input declared dynamic (Dim.DYNAMIC on a Python int) was traced as a SymInt
             symbolic = isinstance(slot.value, (torch.Tensor, torch.SymInt)) or isinstance(node.meta.get("val"),
@@ -153,12 +80,12 @@ def build_signature(gm: torch.fx.GraphModule, inputs: Inputs, mutations: Mutatio
         else:
             input_specs.append(InputSpec(slot.kind.input_kind, TensorArgument(node.name),
                                          target=slot.target, persistent=slot.persistent))
-    returned, placeholders, position = _returned(gm), _placeholders(gm), inputs.positions()
+    returned = _returned(gm)
     n_mut = len(mutations.mutated)
     # a user input mutation names its placeholder, which fx may have renamed
     # (a forward argument called ``input`` shadows a builtin: ``input_1``)
     output_specs = [OutputSpec(slot.kind.mutation_kind, argument(out),  # type: ignore[arg-type]
-                               target=placeholders[position[slot]].name if slot.kind is SlotKind.USER
+                               target=placeholders[slot].name if slot.kind is SlotKind.USER
                                else slot.target)
                     for slot, out in zip(mutations.mutated, returned)]
     output_specs += [OutputSpec(OutputKind.USER_OUTPUT, argument(out), target=None) for out in returned[n_mut:]]

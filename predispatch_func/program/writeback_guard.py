@@ -19,47 +19,14 @@ import functools
 
 import torch
 
+from ..autograd_facts import Fact, has, may_carry_grad, nodes_that_may_carry_grad
 from ..graphs import calls_view_op, graph_pass
 from ..hop.ops import pf_grad_region
 
 
-def _may_need_grad(gm: torch.fx.GraphModule, grad_sources: set[torch.fx.Node]) -> set[torch.fx.Node]:
-    """Nodes whose value may carry autograd history (fed by a parameter or float input)."""
-    reached = set(grad_sources)
-    for node in gm.graph.nodes:
-        if node.target is torch.ops.aten.detach.default:
-            continue
-        if any(inp in reached for inp in node.all_input_nodes):
-            reached.add(node)
-    return reached
-
-
-aten = torch.ops.aten
-# Ops whose derivative never reads the tensor being overwritten (their ``self``).
-_SELF_NOT_SAVED = {
-    aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar, aten._to_copy.default,
-    aten.clone.default, aten.expand.default, aten.slice_scatter.default,
-    aten.select_scatter.default, aten.diagonal_scatter.default, aten.as_strided_scatter.default,
-    aten.index_put.default, aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten.fill.Scalar,
-    aten.zeros_like.default, aten.detach.default,
-}
-
-
-# Ops whose derivative for ``self`` never reads ``self`` (it reads the other
-# operand, the result, or nothing): they save ``self`` only for another
-# input's gradient.
-_OWN_GRAD_IGNORES_SELF = {
-    aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar, aten.relu.default,
-    aten.fill.Tensor, aten.zero.default, aten.neg.default, aten.sigmoid.default, aten.tanh.default,
-    aten.exp.default,
-}
-
-
 def _may_save_self_for_itself(node: torch.fx.Node) -> bool:
     """Whether ``node``'s gradient for its first input may read that input's value."""
-    val = node.meta.get("val")
-    differentiable = isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex())
-    return differentiable and node.target not in _OWN_GRAD_IGNORES_SELF
+    return may_carry_grad(node.meta.get("val")) and not has(node.target, Fact.OWN_GRAD_IGNORES_SELF)
 
 
 def _saves_nothing(node: torch.fx.Node) -> bool:
@@ -67,7 +34,7 @@ def _saves_nothing(node: torch.fx.Node) -> bool:
     region records no history, and some ops' derivatives never read ``self``."""
     if node.target is pf_grad_region and node.args[0] is False:
         return True
-    return node.target in _SELF_NOT_SAVED
+    return has(node.target, Fact.SELF_NOT_SAVED)
 
 
 def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
@@ -103,7 +70,7 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
     (a buffer replaced by assignment) guards every op that may save it: eager never writes
     the old tensor, so those ops' backward reads it as it was, where the write-back would
     give it the new value."""
-    may_need_grad = _may_need_grad(gm, grad_sources)
+    may_need_grad = nodes_that_may_carry_grad(gm.graph, grad_sources)
     for placeholder, final in written.items():
         feeding = set(gm.graph.nodes) if placeholder in rebound else _ancestors(final) | {final}
         aliases = _view_chain(placeholder)

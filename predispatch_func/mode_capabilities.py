@@ -1,0 +1,54 @@
+"""What the tracing mode and the driver offer the code that runs inside a trace, as Protocols.
+
+``hop/`` (the Function and hook tracers, torch's HOP rules) and the model
+call (``program/mutations.py``) run under the mode of ``modes/`` but must not
+import it (``hop/`` sits below the stages), and a HOP rule may meet torch's
+own FunctionalTensorMode instead of ours. They name what they need here;
+``modes.stack.PolicyFunctionalMode`` and ``pipeline.TraceSettings`` provide it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+
+class TraceBody(Protocol):
+    """How a body is traced into a functional subgraph: the driver's pipeline
+    (``pipeline.TraceSettings.trace_body``), handed down through the trace."""
+
+    def __call__(self, body: Callable[[list[Any], Any], list[Any]], inputs: list[Any], *,
+                 grad_enabled: bool) -> torch.fx.GraphModule: ...
+
+
+@runtime_checkable
+class ObservesOpaqueCalls(Protocol):
+    """A mode that wants to see a call it does not dispatch as one op (a torch HOP, a custom
+    Function) as an op: its reads and its results (``PolicyFunctionalMode``)."""
+
+    def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
+                            non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None: ...
+
+
+class LayoutChanges(Protocol):
+    def changed(self) -> dict[int, tuple[tuple, tuple]]:
+        """id of each input whose layout changed -> (layout before, layout after)."""
+        ...
+
+
+class TracingMode(Protocol):
+    """What a traced body is handed besides its inputs: the mode's record of in-place
+    layout changes of the inputs (``x.t_()``), which the model call carries as mutations."""
+
+    @property
+    def metadata_writes(self) -> LayoutChanges: ...
+
+
+def observer_of_opaque_calls(mode: Any) -> ObservesOpaqueCalls | None:
+    """``mode`` if it observes opaque calls, else None (torch's own mode)."""
+    return mode if isinstance(mode, ObservesOpaqueCalls) else None
+
+
+__all__ = ["LayoutChanges", "ObservesOpaqueCalls", "TraceBody", "TracingMode", "observer_of_opaque_calls"]

@@ -1,0 +1,54 @@
+"""The package's import structure, read statically (scripts/import_picture.py; imports
+inside functions and under TYPE_CHECKING count): the direction the pipeline promises."""
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import predispatch_func
+
+PACKAGE = Path(predispatch_func.__file__).parent
+_spec = importlib.util.spec_from_file_location("import_picture", PACKAGE.parent / "scripts" / "import_picture.py")
+picture = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(picture)
+
+# cycles still there, to shrink (a cycle gone from the package may go from here; none may be added)
+_REMAINING_CYCLES = {
+    ("predispatch_func.cli", "predispatch_func.opsets.cli"),
+    ("predispatch_func.schema_audit.layouts", "predispatch_func.schema_audit.opinfo",
+     "predispatch_func.schema_audit.recipes", "predispatch_func.schema_audit.samples"),
+}
+
+
+def test_no_import_cycle_but_the_known_remaining_ones():
+    found = {tuple(c) for c in picture.cycles(picture.graph_of(PACKAGE))}
+    assert found <= _REMAINING_CYCLES, found - _REMAINING_CYCLES
+
+
+def test_hop_imports_neither_modes_nor_program():
+    # hop/ sits below the stages: the driver hands it what it needs (pipeline.TraceSettings.trace_body)
+    assert picture.upward(picture.graph_of(PACKAGE), PACKAGE.name) == []
+
+
+def test_the_walk_sees_imports_inside_functions():
+    graph = picture.graph_of(PACKAGE)
+    assert graph["predispatch_func.hop.function_trace"]["predispatch_func.mode_capabilities"] is False
+    assert any(nested for targets in graph.values() for nested in targets.values())
+
+
+def _getattr_on_a_mode(tree: ast.AST) -> list[int]:
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and "mode" in ast.unparse(node.args[0]).lower()]
+
+
+def test_no_capability_of_a_mode_is_looked_up_by_name():
+    # a mode's optional capabilities are Protocols (mode_capabilities.py); _torch_compat may probe torch's modes
+    found = {str(path.relative_to(PACKAGE)): lines for path in PACKAGE.rglob("*.py")
+             if "_torch_compat" not in path.parts and (lines := _getattr_on_a_mode(ast.parse(path.read_text())))}
+    assert found == {}
+
+
+def test_the_check_finds_a_lookup_by_name():
+    assert _getattr_on_a_mode(ast.parse('observe = getattr(tc.active_functional_mode(), "observe_opaque_call", None)'))
