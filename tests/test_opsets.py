@@ -196,7 +196,7 @@ def _ops_table(width, *argv):
 
     from rich.console import Console
 
-    from predispatch_func.opsets.cli import cmd_ops
+    from predispatch_func.commands.ops import run as cmd_ops
 
     console = Console(width=width, record=True, color_system=None)
     ns = argparse.Namespace(factory="test_opsets:make_gate", program=None, target=None, json=False, wide=False)

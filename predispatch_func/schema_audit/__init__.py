@@ -9,7 +9,8 @@ other namespace is audited the same way, cached per process. None means no
 answer: then the trace-time guard in ``modes/composite_policy.py`` decides alone.
 
 Pipeline: ``samples`` (inputs) -> ``checker`` (verdict) -> ``tagger``
-(decision) -> ``table`` (shipped aten tables, the lazy cache) -> ``report`` / ``cli``.
+(decision) -> ``table`` (shipped aten tables, the lazy cache) -> ``report`` (shown by
+``predispatch-func audit``, in ``commands/audit.py``).
 """
 
 from __future__ import annotations

@@ -13,9 +13,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import sys
 import time
 from typing import Any
 
@@ -23,9 +21,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import _torch_compat as tc
-from .checker import VERDICTS
-from .report import render_summary, render_table, to_json
-from .tagger import DECOMPOSE, KEEP, apply_overrides
+from ..schema_audit.checker import VERDICTS
+from ..schema_audit.report import render_diff, render_summary, render_table, to_json
+from ..schema_audit.tagger import DECOMPOSE, KEEP, apply_overrides
+from .user_code import import_user_module
 
 
 def register(subparsers: Any) -> None:
@@ -47,11 +46,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--against", metavar="RELEASE",
                    help="with --diff: the newer release (default: the installed torch's)")
     p.add_argument("--all-ops", action="store_true", help="with --diff: kernels too, not only composites")
-    p.set_defaults(run=cmd_audit)
+    p.set_defaults(run=run)
 
 
 def _select_ops(ns: argparse.Namespace) -> list[tc.OpOverload]:
-    from .runner import audit_scope, overloads_in
+    from ..schema_audit.runner import audit_scope, overloads_in
 
     if not ns.op:
         return audit_scope(ns.namespace)
@@ -82,15 +81,15 @@ def _overrides(specs: list[str]) -> dict[str, str]:
     return out
 
 
-def cmd_audit(ns: argparse.Namespace, console: Console) -> int:
-    from .table import audit_entries
+def run(ns: argparse.Namespace, console: Console) -> int:
+    # deferred: --help and --diff need not load the audit's runner and samples
+    from ..schema_audit.table import audit_entries
 
     if ns.diff:
-        return cmd_diff(ns, console)
+        return run_diff(ns, console)
 
-    sys.path.insert(0, "")
     for module in ns.imports:
-        importlib.import_module(module)
+        import_user_module(module)
     ops = _select_ops(ns)
     start = time.perf_counter()
     use_opinfo = not ns.no_opinfo and ns.namespace == "aten"
@@ -116,10 +115,9 @@ def cmd_audit(ns: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def cmd_diff(ns: argparse.Namespace, console: Console) -> int:
+def run_diff(ns: argparse.Namespace, console: Console) -> int:
     """What a user upgrading torch from ``--diff`` to ``--against`` must look at."""
-    from .report import render_diff
-    from .table import diff, installed_release, load_release
+    from ..schema_audit.table import diff, installed_release, load_release
 
     against = ns.against or installed_release()
     try:

@@ -20,38 +20,35 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .lowering import TargetUnreachableError
-from .opset import OpSet
-from .report import OpUse, ops_report
+from ..export import export, load
+from ..opsets.lowering import TargetUnreachableError
+from ..opsets.opset import OpSet
+from ..opsets.report import OpUse, ops_report
+from .user_code import FACTORY_HELP, load_factory
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("ops", help="list the operators a model's program uses")
-    p.add_argument("factory", nargs="?", help="MODULE:FACTORY returning (model, args[, kwargs])")
+    p.add_argument("factory", nargs="?", help=FACTORY_HELP)
     p.add_argument("--program", metavar="FILE.pt2", help="a program saved with torch.export.save")
     p.add_argument("--target", metavar="FILE|core_aten",
                    help="an op set (one name a line) or core_aten: show what it lacks and why")
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per op")
     p.add_argument("--wide", action="store_true",
                    help="show each place's source line too (by default: module, type and file:line)")
-    p.set_defaults(run=cmd_ops)
+    p.set_defaults(run=run)
 
 
-def cmd_ops(ns: argparse.Namespace, console: Console) -> int:
+def run(ns: argparse.Namespace, console: Console) -> int:
     if (ns.factory is None) == (ns.program is None):
         raise SystemExit("give MODULE:FACTORY or --program FILE.pt2 (one of them)")
     target = OpSet.parse(ns.target) if ns.target else None
     missing = None
     ep: torch.export.ExportedProgram
     if ns.program:
-        from ..export import load
-
         ep = load(ns.program)
     else:
-        from ..cli import _load_factory
-        from ..export import export
-
-        model, args, kwargs = _load_factory(ns.factory)
+        model, args, kwargs = load_factory(ns.factory)
         ep = export(model, args, kwargs)
         if target is not None:  # can the lowering reach the target? ask it
             try:
