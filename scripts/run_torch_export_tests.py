@@ -28,7 +28,7 @@ Usage::
 
     python scripts/run_torch_export_tests.py [--test-file .testexport/test_export.py]
         [--torch-export-only | --ours-only] [-k REGEX] [--limit N] [--timeout 60]
-    python scripts/run_torch_export_tests.py --report docs/torch_export_tests.md \\
+    python scripts/run_torch_export_tests.py --report docs/runs/torch_export_tests.md \\
         --results .testexport/results-torch-2.13.0.jsonl .testexport/results-torch-2.15.0.jsonl
 """
 
@@ -557,7 +557,7 @@ def report(paths: list[str], out: str, source: str) -> None:
              f"PYTHONPATH=. $PY {here} --timeout 60           # -> .testexport/results-torch-2.13.0.jsonl",
              f"PYTHONPATH=. $PY {here} -k 'test_cond' --rerun   # a subset again; --ours-only, --limit N",
              f"PYTHONPATH=. $PY {here} --patch-torch-export     # ours also behind torch.export.export (extra row)",
-             f"python3 {here} --report docs/torch_export_tests.md \\",
+             f"python3 {here} --report docs/runs/torch_export_tests.md \\",
              "  --results .testexport/results-torch-2.13.0.jsonl .testexport/results-torch-2.15.0.jsonl",
              "```", ""]
     for path in paths:

@@ -170,7 +170,7 @@ class ParameterInADict(torch.nn.Module):
 def test_parameter_held_in_a_dict_is_a_constant_module_can_hold():
     """Regression: ep.module() failed "`lifted_tensor_0` is not a buffer". Held where no
     ``named_parameters()`` finds it, it is a constant that does not train, in torch.export's
-    program as in ours (README, known limits)."""
+    program as in ours (docs/limits.md)."""
     model, x = ParameterInADict(), torch.randn(3)
     ours, theirs = pf.export(model, (x,)), torch.export.export(model, (x,))
     assert ours.module()(x).requires_grad == theirs.module()(x).requires_grad == False  # noqa: E712

@@ -1,6 +1,6 @@
 """The installed torch's release, and strict xfails for torch's own limits.
 
-A torch limit (README, Known limits, rows marked *(torch)*) is a strict xfail
+A torch limit (docs/limits.md, rows marked *(torch)*) is a strict xfail
 on every release that still has it: the test asks for what eager does (export
 and replay), and fails loudly once torch fixes the case. Then that release is
 named in ``lifted_in``, and from it on the test must pass, while older

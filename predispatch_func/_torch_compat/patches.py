@@ -254,7 +254,7 @@ def rng_reseeds_routed(on_reseed: Callable[[str], None]) -> Iterator[None]:
 def inference_mode_as_grad_mode() -> Iterator[None]:
     """``torch.inference_mode(m)`` sets grad mode to ``not m`` (recorded like ``no_grad``)
     instead of entering C++ inference mode, which a trace cannot hold: its values are
-    a ``no_grad`` region's (see README, Regions)."""
+    a ``no_grad`` region's (see docs/regions.md)."""
     cls = torch.autograd.grad_mode.inference_mode
     enter, exit_ = cls.__enter__, cls.__exit__
 

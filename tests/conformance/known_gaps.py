@@ -24,7 +24,7 @@ PATH = os.path.join(os.path.dirname(__file__), "known_gaps.json")
 _REASONS = {
     "in-place metadata change (shape/stride) of a graph input":
         "an in-place metadata change of an input to a symbolic layout, or of a parameter: refused "
-        "(README, known limits)",
+        "(docs/limits.md)",
     "output: requires_grad is True in eager, False in program":
         "eager marks the result of an in-place comparison (eq_, gt_, ...) written into a float "
         "tensor as requiring grad (with a zero gradient) when another operand does; ours does not",
