@@ -207,8 +207,8 @@ def first_line(exc: BaseException) -> str:
 
 
 def _load_test_module(test_file: str):
-    folder = os.path.dirname(test_file)
-    sys.path.insert(0, folder)
+    """Import the test file by name: its folder is on the worker's PYTHONPATH (``Worker``), so
+    the file's own imports of its neighbours resolve as in torch's tree."""
     sys.modules["testing"] = _testing_shim()
     import importlib
 
@@ -298,8 +298,9 @@ class Worker:
         self.proc = subprocess.Popen([python, os.path.abspath(__file__), "--worker", str(w), "--test-file", test_file],
                                      stdin=subprocess.PIPE, stdout=log, stderr=log, text=True,
                                      pass_fds=(w,), start_new_session=True,
-                                     env={**os.environ, "PYTHONPATH": _ROOT + os.pathsep +
-                                          os.environ.get("PYTHONPATH", "")},
+                                     env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                         [os.path.dirname(os.path.abspath(test_file)), _ROOT,
+                                          os.environ.get("PYTHONPATH", "")])},
                                      )
         os.close(w)
         self.results = os.fdopen(r, "r")

@@ -10,7 +10,7 @@ import copy
 
 import pytest
 import torch
-from oracle import _assert_same, _fresh
+from tests.support.oracle import _assert_same, _fresh
 from torch import nn
 
 import predispatch_func as pf

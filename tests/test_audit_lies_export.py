@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils import _pytree as pytree
 
-from oracle import export_checked
-from torch_release import torch_limit
+from tests.support.oracle import export_checked
+from tests.support.torch_release import torch_limit
 from predispatch_func.errors import ExportError, UnsupportedError
 from predispatch_func.modes.composite_policy import HONEST_TWINS
 from predispatch_func import _torch_compat as tc

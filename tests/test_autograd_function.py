@@ -11,7 +11,7 @@ import io
 
 import torch
 from expecttest import TestCase
-from oracle import call_targets, export_checked, graph_code
+from tests.support.oracle import call_targets, export_checked, graph_code
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError

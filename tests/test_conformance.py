@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conformance import SUITES, case_names, sampled_cases
-from conformance.judge import judge
-from conformance.known_gaps import is_gap, known_gaps
-from conformance.runner import load_results, run
+from tests.conformance import SUITES, case_names, sampled_cases
+from tests.conformance.judge import judge
+from tests.conformance.known_gaps import is_gap, known_gaps
+from tests.conformance.runner import load_results, run
 
 
 def _sample() -> list:
@@ -58,7 +58,7 @@ def test_every_case(tmp_path):
 
 
 def test_torch_release_drops_the_build_tag():
-    from conformance import release_key, torch_release
+    from tests.conformance import release_key, torch_release
 
     assert torch_release("2.15.0+cu132") == torch_release("2.15.0+cpu") == torch_release("2.15.0") == "2.15.0"
     assert sorted(["2.15.0", "2.9.1", "2.14.1"], key=release_key) == ["2.9.1", "2.14.1", "2.15.0"]
@@ -66,7 +66,7 @@ def test_torch_release_drops_the_build_tag():
 
 def test_known_gaps_are_per_torch_release():
     """Updating from one torch's results sets or clears that release only."""
-    from conformance import known_gaps as kg
+    from tests.conformance import known_gaps as kg
 
     ok, err, wrong = {"status": "ok"}, {"status": "error", "signature": "E"}, {"status": "wrong", "detail": "d"}
     gaps = {"a": {"reason": "why a", "torch": ["2.13.0", "2.15.0"]},

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conformance import Case
-from conformance.case import Call
-from conformance.judge import judge_case
+from tests.conformance import Case
+from tests.conformance.case import Call
+from tests.conformance.judge import judge_case
 from torch.testing._internal.common_utils import freeze_rng_state
-from torch_release import torch_limit
+from tests.support.torch_release import torch_limit
 
 
 def assert_ok(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, **case_kwargs) -> None:

@@ -1,11 +1,11 @@
-"""First edge cases of the core exporter; the full catalogue is tests/cases_core.py (test_edge_*.py)."""
+"""First edge cases of the core exporter; the full catalogue is tests/support/cases_core.py (test_edge_*.py)."""
 
 import torch
 from expecttest import TestCase
 
 import predispatch_func as pf
-from expect_refusal import refused
-from oracle import export_checked, graph_code
+from tests.support.expect_refusal import refused
+from tests.support.oracle import export_checked, graph_code
 
 
 class TypeAsThenInplace(torch.nn.Module):

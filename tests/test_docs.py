@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from support.import_graph import module_files
+from tests.support.import_graph import module_files
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"

@@ -10,9 +10,9 @@ from expecttest import TestCase
 from torch.export import Dim
 
 import predispatch_func as pf
-from cases_core import build
-from torch_release import torch_release
-from oracle import export_case, graph_code, mutations
+from tests.support.cases_core import build
+from tests.support.torch_release import torch_release
+from tests.support.oracle import export_case, graph_code, mutations
 
 
 def _verify_at(ep, name: str, *shapes: tuple[int, ...]) -> None:

@@ -1,14 +1,14 @@
 """Edge cases about user inputs: in-place writes, aliases, inputs that are outputs, pytrees.
 
-Each test exports one catalogue case (tests/cases_core.py) through
+Each test exports one catalogue case (tests/support/cases_core.py) through
 ``export_checked`` (contract + replay against eager + caller untouched) and
 snapshots the graph.
 """
 
 from expecttest import TestCase
 
-from torch_release import torch_release
-from oracle import export_case, graph_code, mutations
+from tests.support.torch_release import torch_release
+from tests.support.oracle import export_case, graph_code, mutations
 
 
 class TestInplaceOnInputs(TestCase):

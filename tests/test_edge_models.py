@@ -6,8 +6,8 @@ from pathlib import Path
 from expecttest import TestCase
 
 import predispatch_func as pf
-from cases_core import CASES, build
-from oracle import call_targets, export_case, graph_code, mutations
+from tests.support.cases_core import CASES, build
+from tests.support.oracle import call_targets, export_case, graph_code, mutations
 
 
 def _checked_gradients(name: str, ep) -> bool:

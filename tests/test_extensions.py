@@ -8,7 +8,7 @@ region), the program runs: that is the one difference, shown below.
 import pytest
 import torch
 from expecttest import TestCase
-from oracle import export_checked, graph_code
+from tests.support.oracle import export_checked, graph_code
 
 import predispatch_func as pf
 

@@ -8,8 +8,8 @@ A failure prints the shrunk program as the source of an ``nn.Module`` with its
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 
-from fuzz.harness import KnownRefusal, check_program
-from fuzz.strategies import FuzzConfig, programs
+from tests.fuzz.harness import KnownRefusal, check_program
+from tests.fuzz.strategies import FuzzConfig, programs
 
 REGIONS = True  # grad-mode / autocast regions (landed on main)
 _SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck),

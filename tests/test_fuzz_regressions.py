@@ -10,9 +10,9 @@ import torch
 from expecttest import TestCase
 
 import predispatch_func as pf
-from expect_refusal import refused
-from torch_release import torch_limit
-from oracle import export_checked, graph_code
+from tests.support.expect_refusal import refused
+from tests.support.torch_release import torch_limit
+from tests.support.oracle import export_checked, graph_code
 
 
 class CopyIntoBufferFromGradInput(torch.nn.Module):

@@ -7,8 +7,8 @@ exporting state set while tracing it takes data-dependent branches.
 import unittest
 
 import predispatch_func as pf
-from models.corpus import build
-from oracle import call_targets, export_checked
+from tests.models.corpus import build
+from tests.support.oracle import call_targets, export_checked
 
 
 def bert():

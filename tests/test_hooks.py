@@ -3,7 +3,7 @@ each keeps eager's gradients (replayed through ``export_checked``) or is refused
 
 import torch
 from expecttest import TestCase
-from oracle import export_checked
+from tests.support.oracle import export_checked
 from torch._higher_order_ops.register_hook import register_hook_op
 
 import predispatch_func as pf

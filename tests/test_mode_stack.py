@@ -2,7 +2,7 @@
 
 HOP dispatch finds the active mode's rule by its exact type; our mode shares
 FunctionalTensorMode's rules, so ``torch.cond`` reaches torch's
-functionalization rule for cond. (Full HOP coverage: issue 12.)
+functionalization rule for cond. (Every torch HOP: tests/test_torch_hops.py.)
 """
 
 import unittest.mock
@@ -11,7 +11,7 @@ import torch
 from expecttest import TestCase
 
 
-from oracle import export_checked, graph_code
+from tests.support.oracle import export_checked, graph_code
 
 
 class CondOnTensorPredicate(torch.nn.Module):

@@ -5,7 +5,7 @@ compilation), so torch's own tracing annotations must not leak into it."""
 import torch
 import torch.fx.traceback as fx_traceback
 
-from oracle import export_checked
+from tests.support.oracle import export_checked
 from predispatch_func.graphs import all_graph_modules
 
 

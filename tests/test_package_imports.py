@@ -6,7 +6,7 @@ assembles a program from the pipeline. The import cycles that remain are
 printed, and pinned so a new one shows up here.
 """
 
-from support.import_graph import PACKAGE, import_cycles, import_graph, picture, upward_imports
+from tests.support.import_graph import PACKAGE, import_cycles, import_graph, picture, upward_imports
 
 # the front modules: the command line, and export() assembling the pipeline's output
 FRONT = ("cli", "commands", "export")

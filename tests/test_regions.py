@@ -1,4 +1,4 @@
-"""Grad-mode and autocast regions: every form, every gradient trap of issue 3.
+"""Grad-mode and autocast regions: every form, and every trap where a region can lose a gradient.
 
 Each case snapshots the top graph and every region body and replays the
 program against eager (outputs, written-back mutations, gradients, grad mode
@@ -12,8 +12,8 @@ import torch
 from expecttest import TestCase
 
 import predispatch_func as pf
-from expect_refusal import refused
-from oracle import export_checked, graph_code
+from tests.support.expect_refusal import refused
+from tests.support.oracle import export_checked, graph_code
 from predispatch_func.hop.ops import REGION_HOPS
 
 

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-import custom_ops_for_audit  # noqa: F401  (registers the auditdemo namespace)
-from torch_release import torch_release
-from oracle import export_checked, graph_code
+from tests.support import custom_ops_for_audit  # noqa: F401  (registers the auditdemo namespace)
+from tests.support.torch_release import torch_release
+from tests.support.oracle import export_checked, graph_code
 from predispatch_func import _torch_compat as tc
 from predispatch_func import cli
 from predispatch_func.schema_audit import audit_custom_op, forget_custom_audits, shipped_decision
@@ -334,7 +334,7 @@ def test_cli_verdict_filter_and_override(capsys):
 
 
 def test_cli_audits_a_users_namespace(capsys):
-    rows = _cli_json(capsys, "--import", "custom_ops_for_audit", "--namespace", "auditdemo")
+    rows = _cli_json(capsys, "--import", "tests.support.custom_ops_for_audit", "--namespace", "auditdemo")
     verdicts = {r["op"]: r["verdict"] for r in rows}
     assert verdicts == {"auditdemo.aliases_the_other.default": "lies_alias",
                         "auditdemo.bumps_input.default": "lies_mutation",

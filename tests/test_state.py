@@ -8,11 +8,11 @@ import warnings
 
 import pytest
 import torch
-from oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
+from tests.support.oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
 from torch import nn
 
 import predispatch_func as pf
-from torch_release import torch_limit
+from tests.support.torch_release import torch_limit
 
 
 def _line(code: str) -> str:
@@ -313,7 +313,7 @@ def test_write_backs_survive_reexport_by_torch_and_by_us():
 
 
 def test_write_backs_survive_inline_regions():
-    """The issue's row: after inline_regions the buffer was folded into a constant."""
+    """After inline_regions the buffer is still written back (it was once folded into a constant)."""
     from predispatch_func.interop import inline_regions
 
     ep, x, expected = _fresh_program()
@@ -413,7 +413,7 @@ class ResizesByDataAssignment(nn.Module):
 
 
 class WritesThroughViewDtype(nn.Module):
-    """The issue's case: a write through x.view(float32) (not differentiable) after a
+    """A write through x.view(float32) (not differentiable) after a
     copy of a grad-requiring value into x through another view."""
 
     def __init__(self):
@@ -449,7 +449,7 @@ def test_write_through_view_dtype_keeps_eagers_grad():
 
 
 class CopiesIntoInputThenWritesItsAliases(nn.Module):
-    """The issue's row: a whole-tensor copy_ of a grad-requiring value into an input, then
+    """A whole-tensor copy_ of a grad-requiring value into an input, then
     aliases of it that return the input itself or a view (``.cpu()``, ``.to("cpu")``,
     ``.view(dtype)``) written under no_grad and autocast."""
 

@@ -9,7 +9,7 @@ import io
 import torch
 
 import predispatch_func as pf
-from oracle import export_checked
+from tests.support.oracle import export_checked
 
 
 class TiedHead(torch.nn.Module):

@@ -231,7 +231,7 @@ class TestModePushShortcut(TestCase):
     torch never caches one."""
 
     def test_no_op_caches_a_pre_dispatch_handler_after_ours_and_torch_export(self):
-        from oracle import export_checked
+        from tests.support.oracle import export_checked
 
         model, x = _Decomposed(), torch.randn(4, 4)
         export_checked(model, (x,))
@@ -257,7 +257,7 @@ class TestModePushShortcut(TestCase):
 
 def test_torch_still_fails_to_functionalize_fused_adam_out():
     """OUT_WITH_OTHER_WRITES (modes/out_variants.py)."""
-    from test_conformance_regressions import FusedAdamOut
+    from tests.test_conformance_regressions import FusedAdamOut
 
     args = (torch.randn(3), torch.randn(3), torch.rand(3), torch.rand(3), torch.ones(()), torch.zeros(3))
     with pytest.raises(RuntimeError, match="mutating a non-functional tensor with a functional tensor"):
@@ -267,7 +267,7 @@ def test_torch_still_fails_to_functionalize_fused_adam_out():
 def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
     """AUTOGRAD_FUNCTION_IN_HOP_BODY (hop/function_trace.py): torch.export's program of a
     cond branch calling a Function has the gradient of the Function's forward, not its backward."""
-    from test_torch_hops import FunctionInsideCond
+    from tests.test_torch_hops import FunctionInsideCond
 
     x = torch.randn(2, 3).abs()
     ep = torch.export.export(FunctionInsideCond(), (x,))
@@ -281,7 +281,7 @@ def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
 @pytest.mark.parametrize("strict", [False, True])
 def test_torch_export_still_cannot_represent(name, strict):
     """HOP_NOT_REPRESENTABLE (hop/torch_hops.py): torch.export fails these hop_db cases."""
-    from hop_db_cases import hop_db_cases
+    from tests.support.hop_db_cases import hop_db_cases
 
     model, args = next((m, a) for n, m, a, _ in hop_db_cases(1) if n == name)
     with pytest.raises(Exception):  # noqa: B017  (torch's errors differ per release: see test_hop_db.py)
@@ -289,8 +289,8 @@ def test_torch_export_still_cannot_represent(name, strict):
 
 
 def test_a_torch_limit_is_strict_until_the_release_that_lifts_it():
-    """tests/torch_release.py: the xfail applies before ``lifted_in`` and not from it on."""
-    from torch_release import torch_limit, torch_release
+    """tests/support/torch_release.py: the xfail applies before ``lifted_in`` and not from it on."""
+    from tests.support.torch_release import torch_limit, torch_release
 
     release = torch_release()
     assert release[:2] >= (2, 13) and torch.__version__.startswith(".".join(map(str, release[:2])))

@@ -34,7 +34,7 @@ class TestStraightFunctionalization(TestCase):
         from predispatch_func.errors import ExportError
         from predispatch_func.graphs import all_graph_modules
 
-        from cases_core import CASES, build
+        from tests.support.cases_core import CASES, build
 
         def program(name: str, pre_dispatch: bool) -> str:
             model, args, kwargs = build(name)

@@ -6,18 +6,18 @@ goes through ``pf.export``: it must be refused with the entry's kind, and torch'
 exception must be in the refusal's cause chain and match the entry. When torch
 rewords a message the refusal stops firing and the test of that entry fails,
 naming it; when torch fixes the limit the program exports and the test fails
-too (then mark the release in the strict xfail of the case, tests/torch_release.py).
+too (then mark the release in the strict xfail of the case, tests/support/torch_release.py).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from test_conformance_regressions import GrowInput
-from test_edge_errors import GradValueWrittenIntoIntegerTensor, WriteThroughAsStridedOfAView
-from test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
-from test_state import ViewDtypeOfWrittenInputUnderNoGrad
-from test_torch_hops import AssociativeScan, CondWritesOperand, RegionsInsideCondBranches, _WhileLoopResultIntoHop
+from tests.test_conformance_regressions import GrowInput
+from tests.test_edge_errors import GradValueWrittenIntoIntegerTensor, WriteThroughAsStridedOfAView
+from tests.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
+from tests.test_state import ViewDtypeOfWrittenInputUnderNoGrad
+from tests.test_torch_hops import AssociativeScan, CondWritesOperand, RegionsInsideCondBranches, _WhileLoopResultIntoHop
 
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc

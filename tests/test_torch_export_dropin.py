@@ -11,7 +11,7 @@ from torch.export import AdditionalInputs, Dim, ShapesCollection
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 import predispatch_func as pf
-from oracle import export_checked
+from tests.support.oracle import export_checked
 
 
 def test_takes_every_argument_torch_export_takes():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import predispatch_func as pf
-from oracle import export_checked
+from tests.support.oracle import export_checked
 
 
 class OneTimeRescale(torch.nn.Module):

@@ -11,7 +11,7 @@ import copy
 
 import pytest
 import torch
-from corpus import CASES, build
+from tests.models.corpus import CASES, build
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules

@@ -7,7 +7,7 @@ names the submodule ``x`` where one exists. An edge goes to the module that is
 named, not to the packages above it that Python also initialises, so a cycle
 reported here is a cycle a reader sees in the code.
 
-Run it to print the picture: ``python tests/support/import_graph.py``.
+Run it to print the picture: ``python -m tests.support.import_graph``.
 """
 
 from __future__ import annotations

@@ -53,8 +53,8 @@ def graph_code(ep: torch.export.ExportedProgram) -> str:
 
 
 def export_case(name: str, **export_kwargs) -> torch.export.ExportedProgram:
-    """Build the catalogue case ``name`` (tests/cases_core.py) and :func:`export_checked` it."""
-    from cases_core import CASES
+    """Build the catalogue case ``name`` (tests/support/cases_core.py) and :func:`export_checked` it."""
+    from tests.support.cases_core import CASES
 
     case = CASES[name]
     model, args, kwargs = case.build()

@@ -1,7 +1,7 @@
 """Custom composites for the schema-audit tests (namespace ``auditdemo``).
 
 Imported once per process (by the tests and by ``predispatch-func audit
---import custom_ops_for_audit --namespace auditdemo``).
+--import tests.support.custom_ops_for_audit --namespace auditdemo``).
 """
 
 import torch
