@@ -37,10 +37,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore")
 
 import predispatch_func as pf  # noqa: E402
-from tests.models.corpus import CASES, build  # noqa: E402
-from scripts.export_7b_on_meta import build_on_meta  # noqa: E402
 from predispatch_func._torch_compat import exporting_state, pytree, torch_aot_export_module  # noqa: E402
 from predispatch_func.graphs import all_graph_modules  # noqa: E402
+from scripts.export_7b_on_meta import build_on_meta  # noqa: E402
+from tests.models.corpus import CASES, build  # noqa: E402
 
 
 class _KwargsBound(torch.nn.Module):

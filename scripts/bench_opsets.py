@@ -35,11 +35,10 @@ from rich.table import Table
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore")
 
-from tests.models.corpus import CASES, build
-
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
 from predispatch_func.opsets import TargetUnreachableError, is_infrastructure
+from tests.models.corpus import CASES, build
 
 
 def distinct_ops(ep: torch.export.ExportedProgram) -> set[str]:

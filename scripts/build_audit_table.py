@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 

@@ -27,15 +27,14 @@ import warnings
 from typing import Any, Callable
 
 import torch
-
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
 
 import predispatch_func as pf  # noqa: E402
 from predispatch_func import _torch_compat as tc  # noqa: E402
 from predispatch_func.verify import VerifyReport, mutable_target_reason  # noqa: E402
 from predispatch_func.verify import replay_against_eager as replay  # noqa: E402
 from tests.support.cases_core import REFUSED, Case, all_cases  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
 Outcome = tuple[str, str]  # (status, detail)
 

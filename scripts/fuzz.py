@@ -22,7 +22,6 @@ import time
 import traceback
 import warnings
 
-
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 from tests.fuzz.harness import KnownRefusal, check_program  # noqa: E402

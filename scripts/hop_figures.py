@@ -16,7 +16,6 @@ import sys
 import traceback
 import warnings
 
-
 from tests.support.hop_db_cases import exportdb_cases, hop_db_cases, judge
 
 

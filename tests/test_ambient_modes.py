@@ -10,11 +10,11 @@ import copy
 
 import pytest
 import torch
-from tests.support.oracle import _assert_same, _fresh
 from torch import nn
 
 import predispatch_func as pf
 from predispatch_func.verify import check_contract
+from tests.support.oracle import _assert_same, _fresh
 
 MODES = {
     "no_grad": torch.no_grad,

@@ -9,15 +9,15 @@ import pytest
 import torch
 from torch.utils import _pytree as pytree
 
-from tests.support.oracle import export_checked
-from tests.support.torch_release import torch_limit
+from predispatch_func import _torch_compat as tc
 from predispatch_func.errors import ExportError, UnsupportedError
 from predispatch_func.modes.composite_policy import HONEST_TWINS
-from predispatch_func import _torch_compat as tc
 from predispatch_func.schema_audit.checker import _aliases as aliases  # sparse-aware: indices, values
 from predispatch_func.schema_audit.checker import run_sample
 from predispatch_func.schema_audit.samples import samples_for
 from predispatch_func.schema_audit.table import load
+from tests.support.oracle import export_checked
+from tests.support.torch_release import torch_limit
 
 TABLE = load()
 LYING_KEPT_BY_TORCH = sorted(e.op for e in TABLE.entries.values() if e.composite and e.lies and e.torch_keeps)

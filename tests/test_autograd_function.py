@@ -11,12 +11,12 @@ import io
 
 import torch
 from expecttest import TestCase
-from tests.support.oracle import call_targets, export_checked, graph_code
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
 from predispatch_func.hop.autograd_function import pf_autograd_function
 from predispatch_func.verify import replay_against_eager
+from tests.support.oracle import call_targets, export_checked, graph_code
 
 
 def hop_calls(ep):

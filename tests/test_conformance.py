@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from tests.conformance import SUITES, case_names, sampled_cases
 from tests.conformance.judge import judge
 from tests.conformance.known_gaps import is_gap, known_gaps

@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.testing._internal.common_utils import freeze_rng_state
+
 from tests.conformance import Case
 from tests.conformance.case import Call
 from tests.conformance.judge import judge_case
-from torch.testing._internal.common_utils import freeze_rng_state
 from tests.support.torch_release import torch_limit
 
 

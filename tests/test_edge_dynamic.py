@@ -11,8 +11,8 @@ from torch.export import Dim
 
 import predispatch_func as pf
 from tests.support.cases_core import build
-from tests.support.torch_release import torch_release
 from tests.support.oracle import export_case, graph_code, mutations
+from tests.support.torch_release import torch_release
 
 
 def _verify_at(ep, name: str, *shapes: tuple[int, ...]) -> None:

@@ -6,9 +6,9 @@ from expecttest import TestCase
 from torch import nn
 
 import predispatch_func as pf
+from tests.support.cases_core import REFUSED
 from tests.support.expect_refusal import refused
 from tests.support.torch_release import torch_limit
-from tests.support.cases_core import REFUSED
 
 
 def _at_line(code: str) -> str:

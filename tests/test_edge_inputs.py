@@ -7,8 +7,8 @@ snapshots the graph.
 
 from expecttest import TestCase
 
-from tests.support.torch_release import torch_release
 from tests.support.oracle import export_case, graph_code, mutations
+from tests.support.torch_release import torch_release
 
 
 class TestInplaceOnInputs(TestCase):

@@ -8,9 +8,9 @@ region), the program runs: that is the one difference, shown below.
 import pytest
 import torch
 from expecttest import TestCase
-from tests.support.oracle import export_checked, graph_code
 
 import predispatch_func as pf
+from tests.support.oracle import export_checked, graph_code
 
 
 class InferenceModeFeature(torch.nn.Module):

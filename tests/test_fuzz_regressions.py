@@ -11,8 +11,8 @@ from expecttest import TestCase
 
 import predispatch_func as pf
 from tests.support.expect_refusal import refused
-from tests.support.torch_release import torch_limit
 from tests.support.oracle import export_checked, graph_code
+from tests.support.torch_release import torch_limit
 
 
 class CopyIntoBufferFromGradInput(torch.nn.Module):

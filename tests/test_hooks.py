@@ -3,13 +3,13 @@ each keeps eager's gradients (replayed through ``export_checked``) or is refused
 
 import torch
 from expecttest import TestCase
-from tests.support.oracle import export_checked
 from torch._higher_order_ops.register_hook import register_hook_op
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
 from predispatch_func.hop.autograd_function import pf_autograd_function
 from predispatch_func.hop.hooks import pf_require_grad
+from tests.support.oracle import export_checked
 
 
 def targets(ep):

@@ -5,10 +5,10 @@ program (torch.export fails the same way), a clear UnsupportedError: strict xfai
 
 import pytest
 import torch
-from tests.support.hop_db_cases import exportdb_cases, hop_db_cases
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
+from tests.support.hop_db_cases import exportdb_cases, hop_db_cases
 from tests.support.torch_release import torch_limit
 
 TORCH_CANNOT = {  # checked with torch 2.13.0, 2.14.1, 2.15.0: torch.export.export fails each, strict and non-strict;

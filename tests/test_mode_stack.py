@@ -10,7 +10,6 @@ import unittest.mock
 import torch
 from expecttest import TestCase
 
-
 from tests.support.oracle import export_checked, graph_code
 
 

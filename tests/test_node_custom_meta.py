@@ -5,8 +5,8 @@ compilation), so torch's own tracing annotations must not leak into it."""
 import torch
 import torch.fx.traceback as fx_traceback
 
-from tests.support.oracle import export_checked
 from predispatch_func.graphs import all_graph_modules
+from tests.support.oracle import export_checked
 
 
 class AnnotatedWithRegion(torch.nn.Module):

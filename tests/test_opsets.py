@@ -9,10 +9,10 @@ import warnings
 
 import pytest
 import torch
-from tests.support.oracle import call_targets, export_checked, graph_code
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
+from tests.support.oracle import call_targets, export_checked, graph_code
 
 aten = torch.ops.aten
 BACKEND = pf.OpSet.core_aten() | pf.OpSet.from_names(

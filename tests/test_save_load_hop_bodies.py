@@ -10,8 +10,8 @@ from torch._higher_order_ops.map import map as torch_map
 from torch._higher_order_ops.scan import scan
 
 import predispatch_func as pf
-from tests.support.oracle import export_checked
 from predispatch_func.graphs import all_graph_modules
+from tests.support.oracle import export_checked
 
 
 class Block(torch.nn.Module):

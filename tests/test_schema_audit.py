@@ -6,17 +6,16 @@ import json
 import pytest
 import torch
 
-from tests.support import custom_ops_for_audit  # noqa: F401  (registers the auditdemo namespace)
-from tests.support.torch_release import torch_release
-from tests.support.oracle import export_checked, graph_code
 from predispatch_func import _torch_compat as tc
-from predispatch_func import cli
+from predispatch_func import cli, schema_audit
 from predispatch_func.schema_audit import audit_custom_op, forget_custom_audits, shipped_decision
-from predispatch_func import schema_audit
 from predispatch_func.schema_audit import table as audit_table
-from predispatch_func.torch_support import SUPPORTED_TORCH_RELEASES
 from predispatch_func.schema_audit.runner import audit_many, audit_op, overloads_in
 from predispatch_func.schema_audit.tagger import DECOMPOSE, KEEP, LIES, apply_overrides, tag
+from predispatch_func.torch_support import SUPPORTED_TORCH_RELEASES
+from tests.support import custom_ops_for_audit  # noqa: F401  (registers the auditdemo namespace)
+from tests.support.oracle import export_checked, graph_code
+from tests.support.torch_release import torch_release
 
 A = torch.ops.aten
 DEMO = torch.ops.auditdemo

@@ -8,10 +8,10 @@ import warnings
 
 import pytest
 import torch
-from tests.support.oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
 from torch import nn
 
 import predispatch_func as pf
+from tests.support.oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
 from tests.support.torch_release import torch_limit
 
 

@@ -33,7 +33,6 @@ class TestStraightFunctionalization(TestCase):
     def test_every_edge_case_exports_the_same_program_through_torchs_dispatch(self):
         from predispatch_func.errors import ExportError
         from predispatch_func.graphs import all_graph_modules
-
         from tests.support.cases_core import CASES, build
 
         def program(name: str, pre_dispatch: bool) -> str:

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.test_conformance_regressions import GrowInput
-from tests.test_edge_errors import GradValueWrittenIntoIntegerTensor, WriteThroughAsStridedOfAView
-from tests.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
-from tests.test_state import ViewDtypeOfWrittenInputUnderNoGrad
-from tests.test_torch_hops import AssociativeScan, CondWritesOperand, RegionsInsideCondBranches, _WhileLoopResultIntoHop
 
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from predispatch_func.hop import torch_limits
 from predispatch_func.modes import refusals
+from tests.test_conformance_regressions import GrowInput
+from tests.test_edge_errors import GradValueWrittenIntoIntegerTensor, WriteThroughAsStridedOfAView
+from tests.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
+from tests.test_state import ViewDtypeOfWrittenInputUnderNoGrad
+from tests.test_torch_hops import AssociativeScan, CondWritesOperand, RegionsInsideCondBranches, _WhileLoopResultIntoHop
 
 R = pf.Refusal
 

@@ -5,10 +5,10 @@ both directions, replayed against eager with gradients (``export_checked``)."""
 import pytest
 import torch
 from expecttest import TestCase
-from tests.support.oracle import export_checked, graph_code
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
+from tests.support.oracle import export_checked, graph_code
 from tests.support.torch_release import torch_limit
 
 TORCH_VMAP = ("torch's functional pre-dispatch tracing (ours and aot_export_module(pre_dispatch=True)) "

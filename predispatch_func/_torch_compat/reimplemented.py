@@ -18,9 +18,20 @@ from typing import Any, Callable
 import torch
 
 from .patches import outside_trace
-from .reexports import (SET_GRAD_ENABLED, FakeTensor, FakeTensorMode, FunctionalTensor, FunctionalTensorMode,
-                        OpOverload, _can_decompose_fast, current_proxy_tracer, fake_mode_of, has_composite_implicit_kernel,
-                        inner_of_functional, torch_tags_unsafe)
+from .reexports import (
+    SET_GRAD_ENABLED,
+    FakeTensor,
+    FakeTensorMode,
+    FunctionalTensor,
+    FunctionalTensorMode,
+    OpOverload,
+    _can_decompose_fast,
+    current_proxy_tracer,
+    fake_mode_of,
+    has_composite_implicit_kernel,
+    inner_of_functional,
+    torch_tags_unsafe,
+)
 
 _FUNCTIONALIZE = torch._C.DispatchKey.Functionalize
 

@@ -21,7 +21,6 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import _torch_compat as tc
-
 from .samples import Sample
 
 LIES_ALIAS = "lies_alias"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-
 from .. import _torch_compat as tc
 from .checker import HONEST, LIES_ALIAS, LIES_MUTATION, MAYBE_ALIAS, UNTESTED, CheckResult
 

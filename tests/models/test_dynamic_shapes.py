@@ -12,8 +12,8 @@ import torch
 from torch.export import Dim
 
 import predispatch_func as pf
-from tests.support.expect_refusal import refused
 from tests.models.corpus import CASES, _ids, build
+from tests.support.expect_refusal import refused
 from tests.support.oracle import export_checked
 
 _LLMS = [name for name, case in CASES.items() if case.decoder_llm]
