@@ -27,7 +27,8 @@ import os
 import statistics
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from rich.console import Console

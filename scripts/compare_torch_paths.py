@@ -24,7 +24,8 @@ from __future__ import annotations
 import argparse
 import copy
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from rich.console import Console  # noqa: E402

@@ -13,7 +13,8 @@ stack traces and runtime shape checks.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import faulthandler
 import multiprocessing
 import os
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 

@@ -48,7 +48,7 @@ class Entry:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Entry":
+    def from_json(cls, data: dict[str, Any]) -> Entry:
         return cls(**data)
 
 

@@ -13,7 +13,7 @@ so a case can be exported, replayed and compared any number of times.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -7,7 +7,7 @@ message must name (the op, the user's line), never for which limit it is.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
