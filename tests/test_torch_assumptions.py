@@ -244,7 +244,7 @@ class TestModePushShortcut(TestCase):
             def forward(self, x):
                 raise ValueError("boom")
 
-        with self.assertRaises(Exception):
+        with self.assertRaises(pf.ExportError):  # the model's ValueError, wrapped with its line
             pf.export(Fails(), (torch.randn(2),))
         self.assertTrue(tc.push_mode_is_torchs())
 
