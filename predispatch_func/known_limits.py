@@ -23,8 +23,8 @@ named there (`lifted_in`, older releases keep the xfail) and in its row here,
 as "(fixed in torch 2.x)". The three refused before torch raises
 (`OUT_WITH_OTHER_WRITES`, `AUTOGRAD_FUNCTION_IN_HOP_BODY`,
 `HOP_NOT_REPRESENTABLE`) are watched by running torch's own path
-(`tests/test_torch_assumptions.py`); the error texts the others are recognised
-by are provoked in `tests/test_torch_error_texts.py`.
+(`tests/torch_compat/test_torch_assumptions.py`); the error texts the others are recognised
+by are provoked in `tests/torch_compat/test_torch_error_texts.py`.
 """
 
 WHAT_IS_REFUSED: dict[Refusal, str] = {
@@ -194,7 +194,7 @@ OTHER_LIMITS = """\
   require grad).
 - torch's fake kernels of `linear`/`mm` (2.13 to 2.15) do not check dtypes, so a model
   eager refuses for a dtype mismatch (an int64 input to a float `Linear`)
-  exports; the program raises when run (strict xfail in `tests/test_state.py`).
+  exports; the program raises when run (strict xfail in `tests/state/test_state.py`).
 - `torch.inference_mode()` inside a model exports as a `no_grad` region
   (`inference_mode(False)` as `enable_grad`): values and gradients are eager's
   wherever eager runs; where eager raises because an inference tensor leaves

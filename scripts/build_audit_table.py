@@ -1,7 +1,7 @@
 """Rebuild ``predispatch_func/schema_audit/tables/aten-<release>.json``: a full audit of aten
 on the torch of this interpreter.
 
-Run after adding a torch release (``tests/test_schema_audit.py`` fails while the
+Run after adding a torch release (``tests/audit/test_schema_audit.py`` fails while the
 installed torch's table is missing or stale)::
 
     python scripts/build_audit_table.py            # writes the installed torch's table, prints the summary

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample", type=int, help="a seeded random N cases per suite")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--test-sample", action="store_true",
-                   help="the cases tests/test_conformance.py samples (with --sample, -k or --rerun-gaps: those too)")
+                   help="the cases tests/external/test_conformance.py samples (with --sample, -k or --rerun-gaps: those too)")
     p.add_argument("--gap-cases", action="store_true",
                    help="also the cases known_gaps.json lists, for any torch (with --sample: the fixed sample)")
     p.add_argument("--write-known-gaps", action="store_true",

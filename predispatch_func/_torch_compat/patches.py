@@ -1,7 +1,7 @@
 """Patches of torch's globals and thread-local state, for the length of a trace.
 
 Each is a context manager that restores what it changed on every path, the
-error path included (``tests/test_torch_assumptions.py`` raises inside each
+error path included (``tests/torch_compat/test_torch_assumptions.py`` raises inside each
 and checks). What breaks here on a torch upgrade: the patched attribute moves
 or torch stops reading it; both show as failing tests of the behaviour.
 """

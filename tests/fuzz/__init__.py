@@ -7,7 +7,7 @@
 * ``harness.py``: the property: export, contract check, replay against eager;
 * ``torch_baselines.py``: the same property on torch 2.13's own functional paths.
 
-Run: ``python -m pytest tests/test_fuzz.py`` (bounded, deterministic),
-``python -m pytest -m fuzz_long tests/test_fuzz.py``, or
+Run: ``python -m pytest tests/fuzz/test_fuzz.py`` (bounded, deterministic),
+``python -m pytest -m fuzz_long tests/fuzz/test_fuzz.py``, or
 ``python -m scripts.fuzz --budget N --seed S [--regions] [--against torch] [--shrink]``.
 """

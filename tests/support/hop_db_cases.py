@@ -1,5 +1,5 @@
 """Cases from torch's hop_db and from the ExportDB cond_*/map/autograd_function examples,
-and the judge both ``tests/test_hop_db.py`` and ``scripts/hop_figures.py`` use."""
+and the judge both ``tests/hops/test_hop_db.py`` and ``scripts/hop_figures.py`` use."""
 
 from __future__ import annotations
 

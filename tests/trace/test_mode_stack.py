@@ -2,7 +2,7 @@
 
 HOP dispatch finds the active mode's rule by its exact type; our mode shares
 FunctionalTensorMode's rules, so ``torch.cond`` reaches torch's
-functionalization rule for cond. (Every torch HOP: tests/test_torch_hops.py.)
+functionalization rule for cond. (Every torch HOP: tests/hops/test_torch_hops.py.)
 """
 
 import unittest.mock

@@ -18,11 +18,16 @@ import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from predispatch_func.hop import torch_limits
 from predispatch_func.modes import refusals
-from tests.test_conformance_regressions import GrowInput
-from tests.test_edge_errors import GradValueWrittenIntoIntegerTensor, WriteThroughAsStridedOfAView
-from tests.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
-from tests.test_state import ViewDtypeOfWrittenInputUnderNoGrad
-from tests.test_torch_hops import AssociativeScan, CondWritesOperand, RegionsInsideCondBranches, _WhileLoopResultIntoHop
+from tests.external.test_conformance_regressions import GrowInput
+from tests.fuzz.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
+from tests.hops.test_torch_hops import (
+    AssociativeScan,
+    CondWritesOperand,
+    RegionsInsideCondBranches,
+    _WhileLoopResultIntoHop,
+)
+from tests.state.test_state import ViewDtypeOfWrittenInputUnderNoGrad
+from tests.trace.test_edge_errors import GradValueWrittenIntoIntegerTensor, WriteThroughAsStridedOfAView
 
 R = pf.Refusal
 

@@ -95,7 +95,7 @@ class TestStateReplacedByAssignment(TestCase):
             pf.export(M(), (torch.randn(3),))
 
     def test_buffer_replaced_with_other_dtype_is_refused(self):
-        """(another shape is carried: tests/test_state.py)"""
+        """(another shape is carried: tests/state/test_state.py)"""
         class M(nn.Module):
             def __init__(self):
                 super().__init__()

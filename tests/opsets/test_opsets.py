@@ -172,13 +172,13 @@ def _ops_json(capsys, *argv):
 
 
 def test_ops_cli_lists_ops_and_what_a_target_lacks(capsys, tmp_path):
-    rc, rows = _ops_json(capsys, "tests.test_opsets:make_gate")
+    rc, rows = _ops_json(capsys, "tests.opsets.test_opsets:make_gate")
     assert rc == 0 and rows["aten.linear.default"]["composite"] == "kept (audit)"
     assert rows["aten.linear.default"]["count"] == 1 and rows["aten.linear.default"]["has_decomposition"]
     where = rows["aten.softmax.int"]["where"]
     assert len(where) == 1 and where[0].startswith("<root> (Gate) test_opsets.py:") and "torch.softmax" in where[0]
 
-    rc, rows = _ops_json(capsys, "tests.test_opsets:make_gate", "--target", "core_aten")
+    rc, rows = _ops_json(capsys, "tests.opsets.test_opsets:make_gate", "--target", "core_aten")
     assert rc == 1  # var_mean cannot be lowered into Core ATen
     assert rows["aten.mul.Tensor"]["in_target"] is True
     assert rows["aten.linear.default"]["missing_why"].startswith("decomposes")
@@ -199,7 +199,7 @@ def _ops_table(width, *argv):
     from predispatch_func.commands.ops import run as cmd_ops
 
     console = Console(width=width, record=True, color_system=None)
-    ns = argparse.Namespace(factory="tests.test_opsets:make_gate", program=None, target=None, json=False, wide=False)
+    ns = argparse.Namespace(factory="tests.opsets.test_opsets:make_gate", program=None, target=None, json=False, wide=False)
     for flag in argv:
         setattr(ns, flag.lstrip("-"), flag.startswith("--wide") or getattr(ns, flag.lstrip("-")))
     cmd_ops(ns, console)

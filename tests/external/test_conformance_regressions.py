@@ -591,7 +591,7 @@ class FusedAdamOut(torch.nn.Module):
 
 @torch_limit("torch's functionalization of _fused_adam.out fails an internal assert ('mutating a "
              "non-functional tensor with a functional tensor'); refused as OUT_WITH_OTHER_WRITES before torch "
-             "raises, so tests/test_torch_assumptions.py checks that torch still fails it (the judge's "
+             "raises, so tests/torch_compat/test_torch_assumptions.py checks that torch still fails it (the judge's "
              "outcome is not ok)", raises=AssertionError)
 def test_fused_adam_out_variant():
     assert_ok(FusedAdamOut(), (torch.randn(3), torch.randn(3), torch.rand(3), torch.rand(3), torch.ones(()),

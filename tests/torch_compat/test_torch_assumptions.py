@@ -257,7 +257,7 @@ class TestModePushShortcut(TestCase):
 
 def test_torch_still_fails_to_functionalize_fused_adam_out():
     """OUT_WITH_OTHER_WRITES (modes/out_variants.py)."""
-    from tests.test_conformance_regressions import FusedAdamOut
+    from tests.external.test_conformance_regressions import FusedAdamOut
 
     args = (torch.randn(3), torch.randn(3), torch.rand(3), torch.rand(3), torch.ones(()), torch.zeros(3))
     with pytest.raises(RuntimeError, match="mutating a non-functional tensor with a functional tensor"):
@@ -267,7 +267,7 @@ def test_torch_still_fails_to_functionalize_fused_adam_out():
 def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
     """AUTOGRAD_FUNCTION_IN_HOP_BODY (hop/function_trace.py): torch.export's program of a
     cond branch calling a Function has the gradient of the Function's forward, not its backward."""
-    from tests.test_torch_hops import FunctionInsideCond
+    from tests.hops.test_torch_hops import FunctionInsideCond
 
     x = torch.randn(2, 3).abs()
     ep = torch.export.export(FunctionInsideCond(), (x,))

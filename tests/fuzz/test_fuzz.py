@@ -2,7 +2,7 @@
 the default suite, a longer one under the ``fuzz_long`` marker.
 
 A failure prints the shrunk program as the source of an ``nn.Module`` with its
-``make_args()``: paste it into tests/test_fuzz_regressions.py.
+``make_args()``: paste it into tests/fuzz/test_fuzz_regressions.py.
 """
 
 import pytest

@@ -12,7 +12,7 @@ from tests.support.hop_db_cases import exportdb_cases, hop_db_cases
 from tests.support.torch_release import torch_limit
 
 TORCH_CANNOT = {  # checked with torch 2.13.0, 2.14.1, 2.15.0: torch.export.export fails each, strict and non-strict;
-    # refused as HOP_NOT_REPRESENTABLE before torch fails (tests/test_torch_assumptions.py checks torch still does)
+    # refused as HOP_NOT_REPRESENTABLE before torch fails (tests/torch_compat/test_torch_assumptions.py checks torch still does)
     "hop/invoke_quant.simple/0": (
         "InvokeQuant options become a graph node without a value: torch.export.export fails with "
         "'Node.meta invoke_quant is missing val field', strict=True and strict=False alike"),
