@@ -7,9 +7,9 @@ and ``verify`` (contract checks and replay against eager).
 from .aot import aot_export_module
 from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
-from .program.input_check import InputError
-from .opsets import OpSet
 from .export import FunctionalExportedProgram, export, functionalize, load
+from .opsets import OpSet
+from .program.input_check import InputError
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
 
 __all__ = [

@@ -122,7 +122,7 @@ def _rebuild_wrapped(torch_error: type[BaseException], message: str) -> ExportEr
 
 
 class Refusal(enum.Enum):
-    """Why a model was refused: one kind per limit, each listed in the README's known limits.
+    """Why a model was refused: one kind per limit, each listed in docs/limits.md (text: known_limits.py).
 
     Tests, the fuzz harness and callers match on the kind, never on message text,
     so a reworded message cannot change what counts as a known refusal. ``torch_limit``

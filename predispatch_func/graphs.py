@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import torch
 

@@ -117,7 +117,7 @@ def _detach_grad_off_values(graph: torch.fx.Graph) -> None:
             detached = graph.call_function(torch.ops.aten.detach.default, (node,))
         detached.meta["val"] = val
         detached.meta["stack_trace"] = node.meta.get("stack_trace")
-        node.replace_all_uses_with(detached, delete_user_cb=lambda user: user is not detached)
+        node.replace_all_uses_with(detached, delete_user_cb=lambda user: user is not detached)  # noqa: B023 (called here)
 
 
 def _outputs_renamed(sig: ExportGraphSignature, graph: torch.fx.Graph) -> ExportGraphSignature:

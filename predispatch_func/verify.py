@@ -18,9 +18,9 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
+from .artifacts import program_facts
 from .autograd_facts import may_carry_grad
 from .errors import VerificationError
-from .artifacts import program_facts
 from .graphs import all_graph_modules
 
 _FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)

@@ -15,7 +15,7 @@ torch.export: of the two medians, and the median of the per-round ratios
 Then a depth sweep: the 7B Llama config on ``meta`` at 2, 8 and 32 layers,
 ours and ``torch.export.export``. Prints rich tables and writes JSON.
 
-Run: python scripts/bench_export.py [--rounds 5] [--models gpt2,llama] [--json out.json]
+Run: python -m scripts.bench_export [--rounds 5] [--models gpt2,llama] [--json out.json]
 """
 
 from __future__ import annotations
@@ -25,27 +25,23 @@ import gc
 import json
 import os
 import statistics
-import sys
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore")
 
 import predispatch_func as pf  # noqa: E402
-from corpus import CASES, build  # noqa: E402
-from export_7b_on_meta import build_on_meta  # noqa: E402
 from predispatch_func._torch_compat import exporting_state, pytree, torch_aot_export_module  # noqa: E402
 from predispatch_func.graphs import all_graph_modules  # noqa: E402
+from scripts.export_7b_on_meta import build_on_meta  # noqa: E402
+from tests.models.corpus import CASES, build  # noqa: E402
 
 
 class _KwargsBound(torch.nn.Module):

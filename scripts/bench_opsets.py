@@ -15,7 +15,7 @@ A model torch cannot lower completely (an op with no ATen decomposition) is
 exported to Core ATen plus the ops our lowering names. Prints a rich table and
 optionally writes JSON.
 
-Run: python scripts/bench_opsets.py [--rounds 3] [--models bert,gpt2] [--json out.json]
+Run: python -m scripts.bench_opsets [--rounds 3] [--models bert,gpt2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import copy
 import json
 import os
 import statistics
-import sys
 import time
 import warnings
 
@@ -33,17 +32,13 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore")
-
-from corpus import CASES, build
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
 from predispatch_func.opsets import TargetUnreachableError, is_infrastructure
+from tests.models.corpus import CASES, build
 
 
 def distinct_ops(ep: torch.export.ExportedProgram) -> set[str]:

@@ -1,7 +1,7 @@
 """Rebuild ``predispatch_func/schema_audit/tables/aten-<release>.json``: a full audit of aten
 on the torch of this interpreter.
 
-Run after adding a torch release (``tests/test_schema_audit.py`` fails while the
+Run after adding a torch release (``tests/audit/test_schema_audit.py`` fails while the
 installed torch's table is missing or stale)::
 
     python scripts/build_audit_table.py            # writes the installed torch's table, prints the summary
@@ -17,8 +17,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402

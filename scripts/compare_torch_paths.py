@@ -1,6 +1,6 @@
 """Run the edge-case catalogue through our exporter and torch 2.13's functional paths.
 
-Every case of ``tests/cases_core.py`` is exported three ways, and each result
+Every case of ``tests/support/cases_core.py`` is exported three ways, and each result
 is replayed against eager by the same code (``predispatch_func.verify``):
 outputs, written-back inputs and buffers, and gradients. The contract check
 (no mutable node) is applied to all three.
@@ -16,30 +16,26 @@ A cell reads ``ok``, ``WRONG`` (the program runs but differs from eager, or
 holds a mutable node, or raises when replayed) or ``error`` (the exporter
 raised). A second table runs the cases we refuse (``REFUSED``): ours reads
 ``refused`` when it raises its clear UnsupportedError. Usage:
-``python scripts/compare_torch_paths.py [-k SUBSTRING]``.
+``python -m scripts.compare_torch_paths [-k SUBSTRING]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import os
-import sys
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [_ROOT, os.path.join(_ROOT, "tests")]  # this checkout's package and test cases
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
 
 import predispatch_func as pf  # noqa: E402
 from predispatch_func import _torch_compat as tc  # noqa: E402
 from predispatch_func.verify import VerifyReport, mutable_target_reason  # noqa: E402
 from predispatch_func.verify import replay_against_eager as replay  # noqa: E402
-from cases_core import REFUSED, Case, all_cases  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from tests.support.cases_core import REFUSED, Case, all_cases  # noqa: E402
 
 Outcome = tuple[str, str]  # (status, detail)
 

@@ -1,4 +1,4 @@
-"""Differential fuzzing against eager: ``python scripts/fuzz.py --budget N --seed S``.
+"""Differential fuzzing against eager: ``python -m scripts.fuzz --budget N --seed S``.
 
 Generates N programs (tests/fuzz/strategies.py), exports each with
 ``predispatch_func.export``, checks the contract and replays it against eager.
@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import re
 import sys
 import time
 import traceback
 import warnings
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
-from fuzz.harness import KnownRefusal, check_program  # noqa: E402
-from fuzz.strategies import FuzzConfig, programs  # noqa: E402
+from tests.fuzz.harness import KnownRefusal, check_program  # noqa: E402
+from tests.fuzz.strategies import FuzzConfig, programs  # noqa: E402
 
 
 def _signature(exc: BaseException) -> str:
@@ -49,7 +46,7 @@ def run_ours(program) -> tuple[str, str]:
 
 
 def run_torch(program) -> dict[str, tuple[str, str]]:
-    from fuzz.torch_baselines import check_torch_aot, check_torch_export
+    from tests.fuzz.torch_baselines import check_torch_aot, check_torch_export
 
     return {"torch.export+run_decompositions": _as_pair(check_torch_export(program)),
             "aot_export_module(pre_dispatch)": _as_pair(check_torch_aot(program))}

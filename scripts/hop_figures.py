@@ -4,7 +4,7 @@ Each case is exported with ``predispatch_func.export`` and replayed against
 eager by ``pf.verify`` (outputs, write-backs, gradients where eager has them).
 Prints one line per case and a summary table; ``--json`` writes the results.
 
-    PYTHONPATH=$PWD python scripts/hop_figures.py [--samples 2] [--json out.json] [-k SUBSTR]
+    PYTHONPATH=$PWD python -m scripts.hop_figures [--samples 2] [--json out.json] [-k SUBSTR]
 """
 
 from __future__ import annotations
@@ -12,15 +12,11 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import sys
 import traceback
 import warnings
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [_ROOT, os.path.join(_ROOT, "tests")]
-
-from hop_db_cases import exportdb_cases, hop_db_cases, judge
+from tests.support.hop_db_cases import exportdb_cases, hop_db_cases, judge
 
 
 def main() -> int:

@@ -28,7 +28,7 @@ Usage::
 
     python scripts/run_torch_export_tests.py [--test-file .testexport/test_export.py]
         [--torch-export-only | --ours-only] [-k REGEX] [--limit N] [--timeout 60]
-    python scripts/run_torch_export_tests.py --report docs/torch_export_tests.md \\
+    python scripts/run_torch_export_tests.py --report docs/runs/torch_export_tests.md \\
         --results .testexport/results-torch-2.13.0.jsonl .testexport/results-torch-2.15.0.jsonl
 """
 
@@ -207,8 +207,8 @@ def first_line(exc: BaseException) -> str:
 
 
 def _load_test_module(test_file: str):
-    folder = os.path.dirname(test_file)
-    sys.path.insert(0, folder)
+    """Import the test file by name: its folder is on the worker's PYTHONPATH (``Worker``), so
+    the file's own imports of its neighbours resolve as in torch's tree."""
     sys.modules["testing"] = _testing_shim()
     import importlib
 
@@ -298,8 +298,9 @@ class Worker:
         self.proc = subprocess.Popen([python, os.path.abspath(__file__), "--worker", str(w), "--test-file", test_file],
                                      stdin=subprocess.PIPE, stdout=log, stderr=log, text=True,
                                      pass_fds=(w,), start_new_session=True,
-                                     env={**os.environ, "PYTHONPATH": _ROOT + os.pathsep +
-                                          os.environ.get("PYTHONPATH", "")},
+                                     env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                         [os.path.dirname(os.path.abspath(test_file)), _ROOT,
+                                          os.environ.get("PYTHONPATH", "")])},
                                      )
         os.close(w)
         self.results = os.fdopen(r, "r")
@@ -557,7 +558,7 @@ def report(paths: list[str], out: str, source: str) -> None:
              f"PYTHONPATH=. $PY {here} --timeout 60           # -> .testexport/results-torch-2.13.0.jsonl",
              f"PYTHONPATH=. $PY {here} -k 'test_cond' --rerun   # a subset again; --ours-only, --limit N",
              f"PYTHONPATH=. $PY {here} --patch-torch-export     # ours also behind torch.export.export (extra row)",
-             f"python3 {here} --report docs/torch_export_tests.md \\",
+             f"python3 {here} --report docs/runs/torch_export_tests.md \\",
              "  --results .testexport/results-torch-2.13.0.jsonl .testexport/results-torch-2.15.0.jsonl",
              "```", ""]
     for path in paths:

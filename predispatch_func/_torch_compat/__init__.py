@@ -2,11 +2,11 @@
 it can break on a torch upgrade (we support torch 2.13, 2.14 and 2.15):
 
 - ``reexports``: private names re-exported or wrapped in a line. A name that
-  moved fails loudly, at import or in ``tests/test_torch_assumptions.py``.
+  moved fails loudly, at import or in ``tests/torch_compat/test_torch_assumptions.py``.
 - ``patches``: context managers that patch torch's globals for the length of a
   trace, each restoring on every path (checked, error path included).
 - ``reimplemented``: code restating torch internals, each with a drift test
-  running our path and torch's on the same programs (``tests/test_torch_drift.py``).
+  running our path and torch's on the same programs (``tests/torch_compat/test_torch_drift.py``).
 - ``error_texts``: the texts of torch's error messages we translate into
   refusals, each provoked on the installed torch by a test.
 

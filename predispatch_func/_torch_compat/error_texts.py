@@ -9,7 +9,7 @@ torch captures a higher-order op's body).
 What breaks here on a torch upgrade: torch rewords a message, or raises another
 type. The refusal then no longer fires and the user gets torch's raw error (or,
 where torch fixed the limit, nothing: the case exports). Every entry is
-provoked on the installed torch by ``tests/test_torch_error_texts.py``, which
+provoked on the installed torch by ``tests/torch_compat/test_torch_error_texts.py``, which
 also checks that no entry goes without a provoking program.
 """
 

@@ -1,7 +1,7 @@
 """Patches of torch's globals and thread-local state, for the length of a trace.
 
 Each is a context manager that restores what it changed on every path, the
-error path included (``tests/test_torch_assumptions.py`` raises inside each
+error path included (``tests/torch_compat/test_torch_assumptions.py`` raises inside each
 and checks). What breaks here on a torch upgrade: the patched attribute moves
 or torch stops reading it; both show as failing tests of the behaviour.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -254,7 +255,7 @@ def rng_reseeds_routed(on_reseed: Callable[[str], None]) -> Iterator[None]:
 def inference_mode_as_grad_mode() -> Iterator[None]:
     """``torch.inference_mode(m)`` sets grad mode to ``not m`` (recorded like ``no_grad``)
     instead of entering C++ inference mode, which a trace cannot hold: its values are
-    a ``no_grad`` region's (see README, Regions)."""
+    a ``no_grad`` region's (see docs/regions.md)."""
     cls = torch.autograd.grad_mode.inference_mode
     enter, exit_ = cls.__enter__, cls.__exit__
 

@@ -2,14 +2,15 @@
 
 What breaks here on a torch upgrade breaks loudly: a name that moved fails at
 import (module top) or, for the names imported lazily (slow modules, or only
-some commands need them), in ``tests/test_torch_assumptions.py``, which
+some commands need them), in ``tests/torch_compat/test_torch_assumptions.py``, which
 resolves every private name this package reaches for.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree

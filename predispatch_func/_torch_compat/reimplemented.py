@@ -2,7 +2,7 @@
 
 Each may silently diverge from torch when torch changes, so each has a drift
 test that runs our path and torch's on the same inputs and compares
-(``tests/test_torch_drift.py``): ``functionalize_kept_op`` against
+(``tests/torch_compat/test_torch_drift.py``): ``functionalize_kept_op`` against
 FunctionalTensorMode's dispatch on the edge-case catalogue,
 ``torch_export_keeps`` against ``aot_export_module(pre_dispatch=True)``'s
 graphs, the node recorders against the graphs torch's tracer records,
@@ -13,14 +13,26 @@ stack traces and runtime shape checks.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .patches import outside_trace
-from .reexports import (SET_GRAD_ENABLED, FakeTensor, FakeTensorMode, FunctionalTensor, FunctionalTensorMode,
-                        OpOverload, _can_decompose_fast, current_proxy_tracer, fake_mode_of, has_composite_implicit_kernel,
-                        inner_of_functional, torch_tags_unsafe)
+from .reexports import (
+    SET_GRAD_ENABLED,
+    FakeTensor,
+    FakeTensorMode,
+    FunctionalTensor,
+    FunctionalTensorMode,
+    OpOverload,
+    _can_decompose_fast,
+    current_proxy_tracer,
+    fake_mode_of,
+    has_composite_implicit_kernel,
+    inner_of_functional,
+    torch_tags_unsafe,
+)
 
 _FUNCTIONALIZE = torch._C.DispatchKey.Functionalize
 
@@ -49,7 +61,7 @@ def functionalize_kept_op(mode: FunctionalTensorMode, op: OpOverload, args: tupl
     the mode keeps, without the generic part that costs a tenth of a trace: two pytree walks per
     op and per-op checks for custom ops, effects and TorchBind. It runs the same steps (unwrap,
     C++ functionalization with views reapplied, wrap, the in-place view's metadata,
-    aliasing correction), so its results are torch's (tests/test_torch_drift.py compares programs)."""
+    aliasing correction), so its results are torch's (tests/torch_compat/test_torch_drift.py compares programs)."""
     include = torch._C._dispatch_tls_local_include_set() | torch._C.DispatchKeySet(_FUNCTIONALIZE)
     exclude = torch._C._dispatch_tls_local_exclude_set().remove(_FUNCTIONALIZE) - FunctionalTensor._extra_dispatch_keys
     inner_args = tuple(_inner_elems(a) for a in args)

@@ -9,7 +9,8 @@ other namespace is audited the same way, cached per process. None means no
 answer: then the trace-time guard in ``modes/composite_policy.py`` decides alone.
 
 Pipeline: ``samples`` (inputs) -> ``checker`` (verdict) -> ``tagger``
-(decision) -> ``table`` (shipped aten tables, the lazy cache) -> ``report`` / ``cli``.
+(decision) -> ``table`` (shipped aten tables, the lazy cache) -> ``report`` (shown by
+``predispatch-func audit``, in ``commands/audit.py``).
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ import warnings
 from .. import _torch_compat as tc
 
 _lock = threading.Lock()
-_aten: "AtenEntries | None" = None
-_custom: dict[str, "Entry"] = {}
+_aten: AtenEntries | None = None
+_custom: dict[str, Entry] = {}
 
 
 class NoShippedAuditTable(UserWarning):
     """The installed torch has no shipped audit table: aten composites are audited lazily."""
 
 
-def _aten_entries() -> "AtenEntries":
+def _aten_entries() -> AtenEntries:
     global _aten
     if _aten is None:
         with _lock:
@@ -61,13 +62,13 @@ def shipped_untested_layouts(op: tc.OpOverload) -> list[str]:
     return audit_custom_op(op).untested_layouts
 
 
-def use_aten_entries(entries: "AtenEntries | None") -> None:
+def use_aten_entries(entries: AtenEntries | None) -> None:
     """Answer aten lookups from ``entries`` (None: the installed torch's, chosen again)."""
     global _aten
     _aten = entries
 
 
-def audit_custom_op(op: tc.OpOverload) -> "Entry":
+def audit_custom_op(op: tc.OpOverload) -> Entry:
     """Audit a non-aten composite now (once per process), even from inside a trace."""
     name = str(op)
     if name not in _custom:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from .. import _torch_compat as tc
-
 from .samples import Sample
 
 LIES_ALIAS = "lies_alias"

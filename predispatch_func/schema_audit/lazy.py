@@ -45,7 +45,7 @@ class AtenEntries:
         self.audited_now: list[str] = []  # overloads this process audited (lazy mode)
 
     @classmethod
-    def for_installed_torch(cls) -> "AtenEntries":
+    def for_installed_torch(cls) -> AtenEntries:
         from .table import load, table_path
 
         if table_path().exists():
@@ -53,7 +53,7 @@ class AtenEntries:
         return cls.lazily(lazy_cache_path())
 
     @classmethod
-    def lazily(cls, cache_path: Path | None) -> "AtenEntries":
+    def lazily(cls, cache_path: Path | None) -> AtenEntries:
         entries: dict[str, Entry] = {}
         if cache_path is not None and cache_path.exists():
             try:

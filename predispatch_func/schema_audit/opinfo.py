@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-
 from .samples import Sample
 
 MAX_OPINFO_SAMPLES = 6

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from .. import _torch_compat as tc
-
 from .samples import Sample
 
 

@@ -7,7 +7,6 @@ import dataclasses
 import json
 
 import torch
-
 from rich.console import Console
 from rich.table import Table
 

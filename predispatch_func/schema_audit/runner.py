@@ -13,7 +13,7 @@ from __future__ import annotations
 import faulthandler
 import multiprocessing
 import os
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -98,8 +98,9 @@ def _child(ops: list[tc.OpOverload], start: int, skip: dict[int, dict[int, str]]
         op = ops[i]
         conn.send(("start", i))
         try:
+            # the callback runs inside this audit_op call, so it sees this iteration's op
             result = audit_op(op, use_opinfo=use_opinfo, skip=skip.get(i, {}),
-                              on_sample=lambda j, s: conn.send(("sample", j, s.describe(str(op)))))
+                              on_sample=lambda j, s: conn.send(("sample", j, s.describe(str(op)))))  # noqa: B023
         except Exception as exc:  # a bug of ours must not pass for a crash of torch's
             result = CheckResult(str(op), UNTESTED, f"the audit itself failed: {type(exc).__name__}: {exc}")
         conn.send(("done", i, result))

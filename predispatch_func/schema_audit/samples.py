@@ -21,7 +21,8 @@ tensors each time, so one run cannot leak a mutation into the next.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

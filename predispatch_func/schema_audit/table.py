@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import torch
 
@@ -57,7 +57,7 @@ class AuditTable:
                 "entries": [e.to_json() for e in sorted(self.entries.values(), key=lambda e: e.op)]}
 
     @classmethod
-    def from_json(cls, data: dict) -> "AuditTable":
+    def from_json(cls, data: dict) -> AuditTable:
         if data.get("format") != FORMAT:
             raise ValueError(f"audit table format {data.get('format')!r}, expected {FORMAT}")
         entries = {e["op"]: Entry.from_json(e) for e in data["entries"]}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-
 from .. import _torch_compat as tc
 from .checker import HONEST, LIES_ALIAS, LIES_MUTATION, MAYBE_ALIAS, UNTESTED, CheckResult
 
@@ -49,7 +48,7 @@ class Entry:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Entry":
+    def from_json(cls, data: dict[str, Any]) -> Entry:
         return cls(**data)
 
 

@@ -41,7 +41,7 @@ TEST_SAMPLE = {"exportdb": 6, "modules": 8, "opinfo": 20, "hop": 4}
 
 
 def sampled_cases() -> list[str]:
-    """The cases ``tests/test_conformance.py`` judges in the default run."""
+    """The cases ``tests/external/test_conformance.py`` judges in the default run."""
     import random
 
     rng = random.Random(11)

@@ -3,7 +3,7 @@
 ``known_gaps.json`` maps a case name to ``{"reason": ..., "torch": [releases]}``:
 the torch releases (``2.15.0``, no local build tag) on which the case is a gap
 (torch.export is ok and we are not, or we are silently wrong and torch.export
-is not). ``python scripts/conformance.py --write-known-gaps`` updates it from
+is not). ``python -m scripts.conformance --write-known-gaps`` updates it from
 the results of the interpreter's torch: it adds or removes that release for the
 cases that run judged, and leaves other releases and cases alone. Tests mark
 the installed torch's gaps ``xfail(strict=True)``: a gap that closes fails the
@@ -24,7 +24,7 @@ PATH = os.path.join(os.path.dirname(__file__), "known_gaps.json")
 _REASONS = {
     "in-place metadata change (shape/stride) of a graph input":
         "an in-place metadata change of an input to a symbolic layout, or of a parameter: refused "
-        "(README, known limits)",
+        "(docs/limits.md)",
     "output: requires_grad is True in eager, False in program":
         "eager marks the result of an in-place comparison (eq_, gt_, ...) written into a float "
         "tensor as requiring grad (with a zero gradient) when another operand does; ours does not",
@@ -32,7 +32,7 @@ _REASONS = {
         "resize_as_ of a buffer to an operand that requires grad: eager's buffer does not require grad",
     "Cannot access data pointer of Tensor":
         "the forward reassigns a Python attribute to new tensors; export leaves tracing tensors "
-        "there (issue 15: the Python-state guard)",
+        "there (the Python-state guard now refuses it)",
     "silu does not support automatic differentiation for outputs with complex dtype":
         "torch bug: eager's silu_ differentiates a complex input without conjugation (its gradient is "
         "grad * f'(z), PyTorch's convention is grad * conj(f'(z))) while silu refuses complex autograd; "

@@ -33,17 +33,17 @@ _import_every_module_of(pf)
 
 
 # Refusals the exporter makes on purpose, for cases torch blocks or the IR cannot hold;
-# each has a regression test (a strict xfail in tests/test_fuzz_regressions.py for torch's).
+# each has a regression test (a strict xfail in tests/fuzz/test_fuzz_regressions.py for torch's).
 KNOWN_REFUSALS = frozenset({
     pf.Refusal.VIEW_REPLAY_AFTER_STRIDED_WRITE,
     pf.Refusal.GRAD_VALUE_THROUGH_DETACH,
     pf.Refusal.GRAD_VALUE_INTO_INTEGER,
     pf.Refusal.WRITE_THROUGH_AS_STRIDED_OF_VIEW,
     pf.Refusal.VIEW_DTYPE_REBUILD,
-    pf.Refusal.DATA_ASSIGN_ALIASED,  # the IR's limits on `.data`: tests/test_state.py pins them
+    pf.Refusal.DATA_ASSIGN_ALIASED,  # the IR's limits on `.data`: tests/state/test_state.py pins them
     pf.Refusal.DATA_WRITE_AFTER_SAVED_READ,
-    pf.Refusal.WRITE_AFTER_UNCHECKED_HOP_READ,  # torch's while_loop/scan backward: tests/test_torch_hops.py
-    pf.Refusal.HOP_OPERAND_OF_WHILE_LOOP,  # torch's HOP capture of a while_loop result: tests/test_torch_hops.py
+    pf.Refusal.WRITE_AFTER_UNCHECKED_HOP_READ,  # torch's while_loop/scan backward: tests/hops/test_torch_hops.py
+    pf.Refusal.HOP_OPERAND_OF_WHILE_LOOP,  # torch's HOP capture of a while_loop result: tests/hops/test_torch_hops.py
 })
 
 

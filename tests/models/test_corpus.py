@@ -8,8 +8,8 @@ default suite; the whole corpus runs with ``-m models``.
 
 import pytest
 
-from corpus import CASES, build
-from oracle import export_checked
+from tests.models.corpus import CASES, build
+from tests.support.oracle import export_checked
 
 _QUICK = [name for name, case in CASES.items() if case.quick]
 

@@ -12,9 +12,9 @@ import torch
 from torch.export import Dim
 
 import predispatch_func as pf
-from expect_refusal import refused
-from corpus import CASES, _ids, build
-from oracle import export_checked
+from tests.models.corpus import CASES, _ids, build
+from tests.support.expect_refusal import refused
+from tests.support.oracle import export_checked
 
 _LLMS = [name for name, case in CASES.items() if case.decoder_llm]
 _OTHER_SIZES = [(3, 5), (1, 16)]

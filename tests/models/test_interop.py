@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import predispatch_func as pf
-from expect_refusal import refused
-from corpus import CASES, build
-from oracle import export_checked, graph_code
-from torch_release import torch_limit
 from predispatch_func.interop import inline_regions
+from tests.models.corpus import CASES, build
+from tests.support.expect_refusal import refused
+from tests.support.oracle import export_checked, graph_code
+from tests.support.torch_release import torch_limit
 
 # small_cnn in train mode writes BatchNorm buffers; llama has a no_grad region (rotary).
 _QUICK = [("small_cnn", True), ("bert", False), ("llama", True)]

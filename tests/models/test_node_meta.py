@@ -11,10 +11,10 @@ import copy
 
 import pytest
 import torch
-from corpus import CASES, build
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
+from tests.models.corpus import CASES, build
 
 KEYS = ("nn_module_stack", "torch_fn", "stack_trace", "source_fn_stack")
 

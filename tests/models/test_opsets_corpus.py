@@ -9,12 +9,12 @@ target holds them. The quick model runs in the default suite.
 
 import pytest
 import torch
-from corpus import CASES, build
-from torch_release import torch_release
-from oracle import export_checked
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
+from tests.models.corpus import CASES, build
+from tests.support.oracle import export_checked
+from tests.support.torch_release import torch_release
 
 BACKEND = pf.OpSet.core_aten() | pf.OpSet.from_names(
     ["aten.linear.default", "aten.layer_norm.default", "aten.softmax.int", "aten.gelu.default",

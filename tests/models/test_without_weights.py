@@ -17,7 +17,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import predispatch_func as pf
-from corpus import CASES, _ids, build
+from tests.models.corpus import CASES, _ids, build
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

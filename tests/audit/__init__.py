@@ -1,0 +1,1 @@
+"""The schema audit and what export does with the composites it judges."""

@@ -1,0 +1,1 @@
+"""The program: signature and metadata, the torch.export drop-in, verify over several calls."""

@@ -1,0 +1,544 @@
+"""``pf.export`` where ``torch.export.export`` stood: its arguments, its dynamic-shape forms,
+and the error classes a pipeline written for it catches. Every program is replayed
+against eager, at the example sizes and at others the trace never saw."""
+
+import dataclasses
+import inspect
+import math
+
+import pytest
+import torch
+from torch._dynamo.exc import UserError
+from torch.export import AdditionalInputs, Dim, ShapesCollection
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+import predispatch_func as pf
+from tests.support.oracle import export_checked
+
+
+def test_takes_every_argument_torch_export_takes():
+    """Positional ones by position (torch calls the model ``mod``), keyword-only ones by name:
+    a keyword torch.export adds on a new release fails here."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    theirs, ours = inspect.signature(torch.export.export).parameters, inspect.signature(pf.export).parameters
+    positional = [n for n, p in theirs.items() if p.kind in kinds]
+    assert len([n for n, p in ours.items() if p.kind in kinds]) == len(positional)
+    for name, param in theirs.items():
+        if param.kind is inspect.Parameter.KEYWORD_ONLY:
+            assert name in ours and ours[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+            assert ours[name].default == param.default, name
+
+
+def test_strict_and_deferred_asserts_are_accepted():
+    model, x = torch.nn.Linear(3, 2), torch.randn(4, 3)
+    for strict in (False, True):
+        ep = export_checked(model, (x,), strict=strict, prefer_deferred_runtime_asserts_over_guards=True)
+        assert "aten.linear.default" in str(ep.graph)
+
+
+class KeywordOnly(torch.nn.Module):
+    def forward(self, x, *, kw1, kw2):
+        return x.sum() + kw1 * 2 + kw2.sum()
+
+
+def test_sequence_spec_follows_the_signature_not_the_call_order():
+    """Regression: the spec of kw1 was applied to kw2 when the call passed kw2 first."""
+    model = KeywordOnly()
+    x, kw1, kw2 = torch.randn(3), torch.randn(4), torch.randn(5)
+    spec = (None, {0: Dim("a")}, {0: Dim("b")})  # x, kw1, kw2: forward's order
+    ep = export_checked(model, (x,), {"kw2": kw2, "kw1": kw1}, dynamic_shapes=spec)
+    assert len(ep.range_constraints) == 2
+    for n1, n2 in ((6, 7), (9, 2)):
+        kwargs = {"kw1": torch.randn(n1), "kw2": torch.randn(n2)}
+        pf.verify(ep, model, (x,), kwargs, raise_on_failure=True)
+        torch.testing.assert_close(ep.module()(x, **kwargs), model(x, **kwargs))
+
+
+def test_sequence_spec_of_the_wrong_length_is_a_clear_error():
+    with pytest.raises(pf.UnsupportedError, match="has 2 entries but the call binds 3 arguments"):
+        pf.export(KeywordOnly(), (torch.randn(3),), {"kw1": torch.randn(4), "kw2": torch.randn(5)},
+                  dynamic_shapes=(None, {0: Dim("a")}))
+
+
+class AddSum(torch.nn.Module):
+    def forward(self, x, y):
+        return x * 2 + y.sum()
+
+
+def test_shapes_collection():
+    model, x, y = AddSum(), torch.randn(4, 3), torch.randn(2)
+    shapes = ShapesCollection()
+    shapes[x] = {0: Dim("n")}
+    ep = export_checked(model, (x, y), dynamic_shapes=shapes)
+    (constraint,) = ep.range_constraints.values()
+    pf.verify(ep, model, (torch.randn(9, 3), y), raise_on_failure=True)
+    with pytest.raises(Exception, match="y"):  # y stayed static: the program guards it
+        ep.module()(torch.randn(4, 3), torch.randn(3))
+
+
+def test_additional_inputs():
+    model, x, y = AddSum(), torch.randn(4, 3), torch.randn(2)
+    extra = AdditionalInputs()
+    extra.add((torch.randn(7, 3), torch.randn(5)))
+    ep = export_checked(model, (x, y), dynamic_shapes=extra)
+    assert len(ep.range_constraints) == 2
+    extra.verify(ep)  # torch's own check: the program runs the additional inputs
+    pf.verify(ep, model, (torch.randn(9, 3), torch.randn(3)), raise_on_failure=True)
+
+
+class Specialises(torch.nn.Module):
+    def forward(self, x):
+        return x.view(4, -1) if x.shape[0] == 8 else x
+
+
+def test_dim_refusals_are_the_classes_torch_export_raises():
+    x = torch.randn(8, 2)
+    with pytest.raises(UserError) as specialised:  # torch.export: UserError(CONSTRAINT_VIOLATION)
+        pf.export(Specialises(), (x,), dynamic_shapes={"x": {0: Dim("n")}})
+    assert specialised.value.kind is pf.Refusal.DIM_NOT_DYNAMIC and "specialized it to be a constant (8)" in str(specialised.value)
+    with pytest.raises(ConstraintViolationError) as out_of_range:  # torch.export: ConstraintViolationError
+        pf.export(Specialises(), (x,), dynamic_shapes={"x": {0: Dim("n", max=4)}})
+    assert isinstance(out_of_range.value, pf.UnsupportedError)
+    assert out_of_range.value.kind is pf.Refusal.DYNAMIC_SHAPES_SPEC
+    for exporter in (torch.export.export, pf.export):  # the same except clause catches both
+        with pytest.raises((UserError, ConstraintViolationError)):
+            exporter(Specialises(), (x,), dynamic_shapes={"x": {0: Dim("n", max=4)}})
+
+
+def test_script_module_is_refused_up_front_as_torch_export_refuses_it():
+    scripted = torch.jit.script(torch.nn.Linear(2, 2))
+    for exporter in (torch.export.export, pf.export):
+        with pytest.raises(ValueError, match="ScriptModule|TorchScript"):
+            exporter(scripted, (torch.randn(1, 2),))
+
+
+class ChecksAnUnbackedValue(torch.nn.Module):
+    def forward(self, x):
+        n = x.sum().to(torch.int64).item()
+        torch._check(n >= 0)
+        torch._check(n < 100)
+        return torch.zeros(3) + n
+
+
+class NonzeroSized(torch.nn.Module):
+    def forward(self, x):
+        idx = torch.nonzero(x > 0)
+        torch._check(idx.shape[0] <= 4)
+        return idx.sum() + x.sum()
+
+
+@pytest.mark.parametrize("model_cls, good, bad", [
+    (ChecksAnUnbackedValue, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
+    (NonzeroSized, torch.tensor([1.0, -1.0, 2.0, 0.0, 3.0]), torch.tensor([1.0, 1.0, 2.0, 5.0, 3.0])),
+], ids=["item", "nonzero"])
+def test_users_checks_on_unbacked_values_stay_in_the_program(model_cls, good, bad):
+    """Regression: the program accepted inputs the model rejects (torch._check was dropped)."""
+    model = model_cls()
+    ep = export_checked(model, (good,))
+    assert "aten._assert_scalar.default" in str(ep.graph)
+    with pytest.raises(RuntimeError):
+        model(bad)  # eager refuses
+    with pytest.raises(RuntimeError, match="Runtime assertion failed"):
+        ep.module()(bad)  # and so does the program, as torch.export's does
+    pf.verify(ep, model, (good * 2,), raise_on_failure=True)
+
+
+class ScaleByInt(torch.nn.Module):
+    def forward(self, x, n):
+        return x * n + n
+
+
+def test_dim_dynamic_on_a_python_int_makes_it_a_symbolic_input():
+    """Regression: the program guarded ``n == 4``; torch.export takes any n."""
+    model, x = ScaleByInt(), torch.randn(3)
+    ep = export_checked(model, (x, 4), dynamic_shapes=(None, Dim.DYNAMIC))
+    assert type(ep.graph_signature.input_specs[1].arg).__name__ == "SymIntArgument"
+    for n in (0, 1, 7):
+        torch.testing.assert_close(ep.module()(x, n), model(x, n))
+    static = export_checked(model, (x, 4))
+    with pytest.raises(Exception, match="n == 4"):  # without a Dim the int is a constant the program checks
+        static.module()(x, 5)
+
+
+class ParameterInADict(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.held = {"w": torch.nn.Parameter(torch.randn(3))}
+
+    def forward(self, x):
+        return x * self.held["w"]
+
+
+def test_parameter_held_in_a_dict_is_a_constant_module_can_hold():
+    """Regression: ep.module() failed "`lifted_tensor_0` is not a buffer". Held where no
+    ``named_parameters()`` finds it, it is a constant that does not train, in torch.export's
+    program as in ours (docs/limits.md)."""
+    model, x = ParameterInADict(), torch.randn(3)
+    ours, theirs = pf.export(model, (x,)), torch.export.export(model, (x,))
+    assert ours.module()(x).requires_grad == theirs.module()(x).requires_grad == False  # noqa: E712
+    torch.testing.assert_close(ours.module()(x), model(x).detach())
+    pf.verify(ours, model, (x,), check_grads=False, raise_on_failure=True)
+
+
+class NoInputs(torch.nn.Module):
+    def forward(self):
+        return torch.ones(3) * 2
+
+
+def test_model_without_inputs_or_state():
+    """Regression: a trace with no fake input ran on real tensors, and the program's fake
+    values came from two modes."""
+    ep = export_checked(NoInputs(), ())
+    torch.testing.assert_close(ep.module()(), torch.full((3,), 2.0))
+
+
+class BranchesOnData(torch.nn.Module):
+    def forward(self, x):
+        n = (x > 0).sum().item()
+        if n > 2:  # the line the refusal names
+            return x[:n]
+        return x
+
+
+def test_branch_on_tensor_data_says_what_to_write_and_is_torchs_class():
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    for exporter in (torch.export.export, pf.export):  # one except clause for both
+        with pytest.raises(GuardOnDataDependentSymNode):
+            exporter(BranchesOnData(), (torch.randn(5),))
+    with pytest.raises(pf.UnsupportedError) as info:
+        pf.export(BranchesOnData(), (torch.randn(5),))
+    assert info.value.kind is pf.Refusal.DATA_DEPENDENT_BRANCH
+    text = str(info.value)
+    assert "torch._check" in text and "torch.cond" in text
+    assert "test_torch_export_dropin.py" in text and "if n > 2" in text, text
+
+
+class SetOnInput(torch.nn.Module):
+    def forward(self, x, y):
+        x.set_(y)
+        return x * 2
+
+
+class SetOnIntermediate(torch.nn.Module):
+    def forward(self, x, y):
+        z = x.clone()
+        z.set_(y)
+        return z * 2
+
+
+class SetOnBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.zeros(3))
+
+    def forward(self, y):
+        self.b.set_(y)
+        return self.b * 2
+
+
+@pytest.mark.parametrize("model_cls, n_args", [(SetOnInput, 2), (SetOnIntermediate, 2), (SetOnBuffer, 1)],
+                         ids=["input", "intermediate", "buffer"])
+def test_set_storage_is_a_clear_refusal(model_cls, n_args):
+    """Regression: a raw SpecViolationError out of torch's program check ('aten.set_.source_Tensor
+    is not functional')."""
+    args = tuple(torch.randn(3) for _ in range(n_args))
+    with pytest.raises(pf.UnsupportedError) as info:
+        pf.export(model_cls(), args)
+    assert info.value.kind is pf.Refusal.STORAGE_SWAP
+    assert ".set_(" in str(info.value) and "test_torch_export_dropin.py" in str(info.value)
+
+
+class HoldsAConstant(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.constant = torch.ones(4, 4)
+
+    def forward(self, x):
+        return x + self.constant, self.constant
+
+
+class CallsABoundMethod(torch.nn.Module):
+    """The constant's module is reachable only through a bound method: not lifted up front."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def test_constant_met_while_tracing_and_read_twice_is_one_input():
+    """Regression (PyTorch's test_tensor_constant_with_wrapped_method): the second read kept a
+    get_attr of the attribute the first lift had removed."""
+    model, x = CallsABoundMethod(HoldsAConstant().forward), torch.zeros(4, 4)
+    ep = export_checked(model, (x,))
+    assert list(ep.constants) == ["lifted_tensor_0"]
+    for ours, eager in zip(ep.module()(x), model(x)):
+        torch.testing.assert_close(ours, eager)
+
+
+@pytest.mark.parametrize("size", [0, 1])
+def test_dynamic_dim_with_an_example_size_torch_specialises(size):
+    """Regression: "'int' object has no attribute 'node'". A named Dim or Dim.DYNAMIC on an example
+    of size 0 or 1 is refused as torch.export refuses it (UserError); Dim.AUTO lets it be static."""
+    model, x = AddSum(), torch.randn(size, 3)
+    for dim in (Dim("b"), Dim.DYNAMIC):
+        with pytest.raises(UserError, match="torch specialises sizes 0 and 1"):
+            pf.export(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: dim}, "y": None})
+    ep = export_checked(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": None})
+    assert not ep.range_constraints
+
+
+def test_bounds_of_a_dim_hint_are_the_programs_runtime_guards():
+    """Regression: Dim.AUTO(min=3, max=8) exported [0, inf) and the program took any size."""
+    model, y = AddSum(), torch.randn(2)
+    for exporter in (torch.export.export, pf.export):
+        ep = exporter(model, (torch.randn(4, 3), y), dynamic_shapes={"x": {0: Dim.AUTO(min=3, max=8)}, "y": None})
+        assert [(r.lower, r.upper) for r in ep.range_constraints.values()] == [(3, 8)]
+        for n in (2, 9):
+            with pytest.raises(Exception, match="Guard failed"):
+                ep.module()(torch.randn(n, 3), y)
+        torch.testing.assert_close(ep.module()(torch.randn(5, 3).zero_(), y), model(torch.zeros(5, 3), y))
+
+
+class ShiftAdd(torch.nn.Module):
+    def forward(self, x, y):
+        return x[1:] + y
+
+
+def test_derived_dim_declared_before_its_root():
+    """``dx + 1`` on the first input, ``dx`` on the second: the first size is that expression
+    of the second's symbol, checked by the program at other sizes, as torch.export's."""
+    model, dx = ShiftAdd(), Dim("dx", min=3, max=10)
+    ep = export_checked(model, (torch.randn(6), torch.randn(5)), dynamic_shapes=({0: dx + 1}, {0: dx}))
+    theirs = torch.export.export(model, (torch.randn(6), torch.randn(5)), dynamic_shapes=({0: dx + 1}, {0: dx}))
+    assert sorted((r.lower, r.upper) for r in ep.range_constraints.values()) == \
+        sorted((r.lower, r.upper) for r in theirs.range_constraints.values()) == [(3, 10), (4, 11)]
+    for n in (3, 8, 10):
+        pf.verify(ep, model, (torch.randn(n + 1), torch.randn(n)), raise_on_failure=True)
+    with pytest.raises(Exception):  # the relation is part of the program's input checks
+        ep.module()(torch.randn(7), torch.randn(5))
+
+
+class Pairs(torch.nn.Module):
+    def forward(self, x):
+        return x.view(-1, 2).sum(1)
+
+
+def test_derived_dim_whose_root_no_input_has():
+    """``2 * dx`` alone: dx gets a symbol of its own (torch's phantom root), so odd sizes are refused."""
+    model, dx = Pairs(), Dim("dx", min=2, max=16)
+    ep = export_checked(model, (torch.randn(8),), dynamic_shapes=({0: 2 * dx},))
+    for n in (4, 10, 32):
+        pf.verify(ep, model, (torch.randn(n),), raise_on_failure=True)
+    with pytest.raises(Exception):
+        ep.module()(torch.randn(7))
+
+
+def test_derived_dim_example_that_breaks_the_relation_is_refused():
+    dx = Dim("dx", min=3, max=10)
+    with pytest.raises(UserError, match=r"Expected input size \(user input 0, dim 0\) to be equal to dx \+ 1, "
+                                        r"where dx = 5 .*but got 7"):
+        pf.export(ShiftAdd(), (torch.randn(7), torch.randn(5)), dynamic_shapes=({0: dx + 1}, {0: dx}))
+    with pytest.raises(UserError, match=r"form 2\*dx, where dx is an integer"):
+        pf.export(Pairs(), (torch.randn(9),), dynamic_shapes=({0: 2 * dx},))
+
+
+def test_named_dims_the_model_relates_are_refused_with_the_derived_dim_to_declare():
+    with pytest.raises(UserError, match=r"Constraints violated \(dy\)!(.|\n)*Suggested fixes:\n  dy = dx \+ 1") as err:
+        pf.export(ShiftAdd(), (torch.randn(6), torch.randn(5)), dynamic_shapes=({0: Dim("dy")}, {0: Dim("dx")}))
+    assert err.value.kind is pf.Refusal.DIM_NOT_DYNAMIC
+
+
+def test_dynamic_hints_the_model_relates_are_accepted():
+    """Dim.DYNAMIC / AUTO let the model relate sizes (torch.export infers the relation too)."""
+    class Relations(torch.nn.Module):
+        def forward(self, u, w, y, z):
+            return u[1:] + w, y.flatten() + z
+
+    model, dyn = Relations(), Dim.DYNAMIC
+    args = (torch.randn(5), torch.randn(4), torch.randn(4, 4), torch.randn(16))
+    ep = export_checked(model, args, dynamic_shapes=((dyn,), (dyn,), (dyn, dyn), (dyn,)))
+    pf.verify(ep, model, (torch.randn(6), torch.randn(5), torch.randn(7, 8), torch.randn(56)), raise_on_failure=True)
+
+
+def test_specialised_dims_are_listed_together_in_torch_export_words():
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    dx = Dim("dx", min=1, max=2)
+    with pytest.raises(UserError, match=r"You marked 2\*dx as dynamic but your code specialized it to be a constant "
+                                        r"\(2\).*\n.*You marked dx \+ 1 as dynamic"):
+        pf.export(Add(), (torch.randn(2, 3), torch.randn(2, 3)),
+                  dynamic_shapes={"x": (2 * dx, Dim.STATIC), "y": (dx + 1, Dim.STATIC)})
+
+
+def test_static_int_in_the_spec_must_match_the_example():
+    with pytest.raises(UserError, match="Static shape constraint of 5 does not match input size of 4"):
+        pf.export(AddSum(), (torch.randn(4, 3), torch.randn(2)), dynamic_shapes=((5, None), None))
+
+
+@dataclasses.dataclass
+class Pair:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+torch.export.register_dataclass(Pair, serialized_type_name="test_torch_export_dropin.Pair")
+
+
+class PairSum(torch.nn.Module):
+    def forward(self, p):
+        return p.x * 2 + p.y
+
+
+def test_spec_of_a_registered_dataclass_input():
+    n = Dim("n", max=10)
+    p = Pair(torch.randn(4), torch.randn(4))
+    ep = export_checked(PairSum(), (p,), dynamic_shapes=(Pair(x=(n,), y=(n,)),))
+    (symbol,) = ep.range_constraints
+    assert [str(tuple(node.meta["val"].shape)) for node in ep.graph.nodes if node.op == "placeholder"] == \
+        [f"({symbol},)"] * 2
+    pf.verify(ep, PairSum(), (Pair(torch.randn(7), torch.randn(7)),), raise_on_failure=True)
+
+
+class Bounded(torch.nn.Module):
+    def forward(self, x, y):
+        if x.shape[0] >= 6 and y.shape[0] <= 16:
+            return x * 2.0, y + 1
+        return x, y
+
+
+def test_suggested_fixes_refine_the_spec_as_torch_export_s_do():
+    """torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes reads our error's
+    ``msg`` and the re-export with the refined spec succeeds and runs right."""
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    model, args = Bounded(), (torch.randn(16), torch.randn(12))
+    spec = {"x": (Dim("dx"),), "y": (Dim("dy"),)}
+    with pytest.raises(UserError, match=r"Constraints violated \(dx, dy\)!") as err:
+        pf.export(model, args, dynamic_shapes=spec)
+    refined = refine_dynamic_shapes_from_suggested_fixes(err.value.msg, spec)
+    assert (refined["x"][0].min, refined["y"][0].max) == (6, 16)
+    ep = export_checked(model, args, dynamic_shapes=refined)
+    pf.verify(ep, model, (torch.randn(9), torch.randn(3)), raise_on_failure=True)
+
+
+class ThirdsOfAtLeastNine(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] >= 9:
+            return x.reshape([-1, 3])
+        return x
+
+
+def test_a_named_dim_the_model_needs_divisible_is_refused_with_the_derived_dim_to_declare():
+    """Before, the program claimed every size >= 9 and failed inside ``view`` on 10; torch.export
+    refuses too. The suggested ``dx = 3*_dx`` re-exports and runs right."""
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    model, args, spec = ThirdsOfAtLeastNine(), (torch.randn(15),), ((Dim("dx"),),)
+    with pytest.raises(UserError, match=r"dx \(user input 0, dim 0\) must always be divisible by 3") as err:
+        pf.export(model, args, dynamic_shapes=spec)
+    assert "_dx = Dim('_dx', min=3)\n  dx = 3*_dx" in err.value.msg
+    refined = refine_dynamic_shapes_from_suggested_fixes(err.value.msg, spec)
+    ep = export_checked(model, args, dynamic_shapes=refined)
+    pf.verify(ep, model, (torch.randn(24),), raise_on_failure=True)
+    with pytest.raises(Exception):
+        ep.module()(torch.randn(10))
+
+
+class PickByValue(torch.nn.Module):
+    def forward(self, x, y):
+        b = x.item()
+        torch._check(b >= 0)
+        torch._check(b < y.shape[0])
+        return y[0, b], torch.tensor([b, 2 * b])
+
+
+def test_indexing_and_tensor_constructors_with_symbolic_ints():
+    """torch.export's non-strict rewrites (``y[0, b]`` as ``select``, ``torch.tensor`` of SymInts
+    in its traceable form) run under our trace too."""
+    model, y = PickByValue(), torch.randn(10, 10)
+    ep = export_checked(model, (torch.tensor(4), y))
+    for b in (0, 7, 9):
+        pf.verify(ep, model, (torch.tensor(b), y), raise_on_failure=True)
+    with pytest.raises(Exception):  # the user's torch._check is part of the program
+        ep.module()(torch.tensor(10), y)
+
+
+class AllReduce(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = self.linear(x).abs().clamp(max=1.0) * 2
+        torch.distributed.all_reduce(y)
+        return y
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
+def test_in_place_collectives_become_functional_collectives():
+    """``all_reduce`` writes its input in place; as in torch.export it is traced as the functional
+    collective plus ``wait_tensor``, so the program has no mutation."""
+    torch.distributed.init_process_group(backend="fake", world_size=2, rank=0)
+    try:
+        model, x = AllReduce(), torch.randn(4, 4)
+        ep = export_checked(model, (x,))
+        targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+        assert {"_c10d_functional.all_reduce.default", "_c10d_functional.wait_tensor.default"} <= targets
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+class SumOfThree(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return q + k + v if mask is None else q
+
+
+def test_one_tensor_passed_three_times_with_a_dim_each_and_a_none_input():
+    """Regression: a None input under a None spec recursed forever in the spec walk."""
+    q, model = torch.randn(4, 3), SumOfThree()
+    spec = {"q": {0: Dim("nq")}, "k": {0: Dim("nk")}, "v": {0: Dim("nv")}, "mask": None}
+    ep = export_checked(model, (q, q, q, None), dynamic_shapes=spec)
+    other = torch.randn(7, 3)
+    pf.verify(ep, model, (other, other, other, None), raise_on_failure=True)
+
+
+class BuiltinsOnSymbolicInts(torch.nn.Module):
+    def forward(self, x, y):
+        b = x.item()
+        p = math.pow(min(b, 10), 2)
+        return y * p, torch.ones(max(b, 3)), torch.ones(2) * max(y.sum(), y.mean())
+
+
+def test_builtin_max_min_and_pow_of_symbolic_ints():
+    """``max(u0, 3)`` and ``min``/``math.pow`` on a value read from data trace as torch.export
+    traces them (sym_max / sym_min / **), not as a Python decision on data."""
+    model, y = BuiltinsOnSymbolicInts(), torch.randn(5)
+    ep = export_checked(model, (torch.tensor(5), y))
+    assert "sym_min" in str(ep.graph) and "sym_max" in str(ep.graph)
+    for b in (1, 7, 12):
+        pf.verify(ep, model, (torch.tensor(b), y), raise_on_failure=True)
+
+
+class RaisesFromForward(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 2:
+            raise LookupError("no entry for this size")
+        return x
+
+
+def test_an_error_we_do_not_translate_is_also_the_class_torch_export_raises():
+    """torch.export lets the model's (or torch's) exception through; ours adds the op and the
+    user's line and stays catchable as that class, and survives pickling (worker processes)."""
+    import pickle
+
+    with pytest.raises(LookupError, match="no entry for this size") as err:
+        pf.export(RaisesFromForward(), (torch.randn(4),))
+    assert isinstance(err.value, pf.ExportError) and "in forward" in str(err.value)
+    again = pickle.loads(pickle.dumps(err.value))
+    assert isinstance(again, LookupError) and isinstance(again, pf.ExportError) and str(again) == str(err.value)

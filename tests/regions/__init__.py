@@ -1,0 +1,1 @@
+"""Grad-mode and autocast regions, the model's own and the caller's."""

@@ -1,0 +1,204 @@
+"""Edge cases about module state: buffer mutations, BatchNorm, Dropout, and export
+leaving the caller's model, inputs and RNG exactly as they were."""
+
+import torch
+from expecttest import TestCase
+
+import predispatch_func as pf
+from tests.support.cases_core import build
+from tests.support.oracle import call_targets, export_case, graph_code, mutations
+
+_BN_BUFFERS = ["running_mean", "running_var", "num_batches_tracked"]
+
+
+class TestBufferMutations(TestCase):
+    def test_buffer_counter(self):
+        ep = export_case("buffer_counter")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "calls")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, b_calls, x):
+    add = torch.ops.aten.add.Tensor(b_calls, 1);  b_calls = None
+    mul = torch.ops.aten.mul.Tensor(x, add);  x = None
+    return (add, mul)""")
+
+    def test_buffer_accumulator(self):
+        ep = export_case("buffer_accumulator")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "total")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, b_total, x):
+    detach = torch.ops.aten.detach.default(x)
+    add = torch.ops.aten.add.Tensor(b_total, detach);  b_total = detach = None
+    mul = torch.ops.aten.mul.Tensor(x, add);  x = None
+    return (add, mul)""")
+
+    def test_non_persistent_buffer_mutated_through_view(self):
+        ep = export_case("non_persistent_buffer_mutated_through_view")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "cache")])
+        self.assertEqual(list(ep.graph_signature.non_persistent_buffers), ["cache"])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, b_cache, x):
+    detach = torch.ops.aten.detach.default(x)
+    select_scatter = torch.ops.aten.select_scatter.default(b_cache, detach, 0, 0);  b_cache = detach = None
+    sum_1 = torch.ops.aten.sum.dim_IntList(select_scatter, [0])
+    add = torch.ops.aten.add.Tensor(sum_1, x);  sum_1 = x = None
+    return (select_scatter, add)""")
+
+    def test_buffer_ema_with_lerp(self):
+        ep = export_case("buffer_ema_with_lerp")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "ema")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_lin_weight, p_lin_bias, b_ema, x):
+    linear = torch.ops.aten.linear.default(x, p_lin_weight, p_lin_bias);  x = p_lin_weight = p_lin_bias = None
+    detach = torch.ops.aten.detach.default(linear)
+    mean = torch.ops.aten.mean.dim(detach, [0]);  detach = None
+    lerp = torch.ops.aten.lerp.Scalar(b_ema, mean, 0.1);  b_ema = mean = None
+    sub = torch.ops.aten.sub.Tensor(linear, lerp);  linear = None
+    return (lerp, sub)""")
+
+    def test_buffer_reassigned_in_forward(self):
+        ep = export_case("buffer_reassigned_in_forward")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "seen")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, b_seen, x):
+    detach = torch.ops.aten.detach.default(x)
+    add = torch.ops.aten.add.Tensor(b_seen, detach);  b_seen = detach = None
+    mul = torch.ops.aten.mul.Tensor(x, add);  x = None
+    return (add, mul)""")
+
+
+class TestBatchNorm(TestCase):
+    def test_batchnorm_train(self):
+        ep = export_case("batchnorm_train")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", b) for b in _BN_BUFFERS])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_weight, p_bias, b_running_mean, b_running_var, b_num_batches_tracked, input_1):
+    add = torch.ops.aten.add.Tensor(b_num_batches_tracked, 1);  b_num_batches_tracked = None
+    clone_default = torch.ops.aten.clone.default(b_running_mean);  b_running_mean = None
+    clone_default_1 = torch.ops.aten.clone.default(b_running_var);  b_running_var = None
+    _native_batch_norm_legit_functional = torch.ops.aten._native_batch_norm_legit_functional.default(input_1, p_weight, p_bias, clone_default, clone_default_1, True, 0.1, 1e-05);  input_1 = p_weight = p_bias = clone_default = clone_default_1 = None
+    getitem = _native_batch_norm_legit_functional[0]
+    getitem_3 = _native_batch_norm_legit_functional[3]
+    getitem_4 = _native_batch_norm_legit_functional[4];  _native_batch_norm_legit_functional = None
+    return (getitem_3, getitem_4, add, getitem)""")
+
+    def test_batchnorm_train_backward_after_replay(self):
+        """The replayed program writes the running stats back, then backward still runs."""
+        model, (x,), _ = build("batchnorm_train")
+        program = pf.export(model, (x,)).module()
+        before = program.running_mean.clone()
+        x = x.clone().requires_grad_()
+        program(x).pow(2).sum().backward()
+        self.assertFalse(torch.equal(program.running_mean, before))
+        self.assertIsNotNone(x.grad)
+        self.assertIsNotNone(program.weight.grad)
+
+    def test_batchnorm_called_twice_train(self):
+        """Two updates of the same running stats; the second reads the first's result."""
+        ep = export_case("batchnorm_called_twice_train")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", f"bn.{b}") for b in _BN_BUFFERS])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_bn_weight, p_bn_bias, b_bn_running_mean, b_bn_running_var, b_bn_num_batches_tracked, x):
+    add = torch.ops.aten.add.Tensor(b_bn_num_batches_tracked, 1);  b_bn_num_batches_tracked = None
+    clone_default = torch.ops.aten.clone.default(b_bn_running_mean);  b_bn_running_mean = None
+    clone_default_1 = torch.ops.aten.clone.default(b_bn_running_var);  b_bn_running_var = None
+    _native_batch_norm_legit_functional = torch.ops.aten._native_batch_norm_legit_functional.default(x, p_bn_weight, p_bn_bias, clone_default, clone_default_1, True, 0.1, 1e-05);  x = clone_default = clone_default_1 = None
+    getitem = _native_batch_norm_legit_functional[0]
+    getitem_3 = _native_batch_norm_legit_functional[3]
+    getitem_4 = _native_batch_norm_legit_functional[4];  _native_batch_norm_legit_functional = None
+    mul = torch.ops.aten.mul.Tensor(getitem, 2);  getitem = None
+    add_1 = torch.ops.aten.add.Tensor(add, 1);  add = None
+    _native_batch_norm_legit_functional_1 = torch.ops.aten._native_batch_norm_legit_functional.default(mul, p_bn_weight, p_bn_bias, getitem_3, getitem_4, True, 0.1, 1e-05);  mul = p_bn_weight = p_bn_bias = getitem_3 = getitem_4 = None
+    getitem_5 = _native_batch_norm_legit_functional_1[0]
+    getitem_8 = _native_batch_norm_legit_functional_1[3]
+    getitem_9 = _native_batch_norm_legit_functional_1[4];  _native_batch_norm_legit_functional_1 = None
+    return (getitem_8, getitem_9, add_1, getitem_5)""")
+
+    def test_batchnorm_eval(self):
+        ep = export_case("batchnorm_eval")
+        self.assertEqual(mutations(ep), [])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p_weight, p_bias, b_running_mean, b_running_var, b_num_batches_tracked, input_1):
+    _native_batch_norm_legit_no_training = torch.ops.aten._native_batch_norm_legit_no_training.default(input_1, p_weight, p_bias, b_running_mean, b_running_var, 0.1, 1e-05);  input_1 = p_weight = p_bias = b_running_mean = b_running_var = None
+    getitem = _native_batch_norm_legit_no_training[0];  _native_batch_norm_legit_no_training = None
+    return (getitem,)""")
+
+    def test_conv_batchnorm2d_train(self):
+        ep = export_case("conv_batchnorm2d_train")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", f"1.{b}") for b in _BN_BUFFERS])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p__0_weight, p__0_bias, p__1_weight, p__1_bias, b__1_running_mean, b__1_running_var, b__1_num_batches_tracked, input_1):
+    conv2d = torch.ops.aten.conv2d.default(input_1, p__0_weight, p__0_bias);  input_1 = p__0_weight = p__0_bias = None
+    add = torch.ops.aten.add.Tensor(b__1_num_batches_tracked, 1);  b__1_num_batches_tracked = None
+    clone_default = torch.ops.aten.clone.default(b__1_running_mean);  b__1_running_mean = None
+    clone_default_1 = torch.ops.aten.clone.default(b__1_running_var);  b__1_running_var = None
+    _native_batch_norm_legit_functional = torch.ops.aten._native_batch_norm_legit_functional.default(conv2d, p__1_weight, p__1_bias, clone_default, clone_default_1, True, 0.1, 1e-05);  conv2d = p__1_weight = p__1_bias = clone_default = clone_default_1 = None
+    getitem = _native_batch_norm_legit_functional[0]
+    getitem_3 = _native_batch_norm_legit_functional[3]
+    getitem_4 = _native_batch_norm_legit_functional[4];  _native_batch_norm_legit_functional = None
+    return (getitem_3, getitem_4, add, getitem)""")
+
+
+class TestDropout(TestCase):
+    def test_dropout_train(self):
+        """Values differ from eager (random mask), so the replay checks shapes; the
+        program must still be functional: no in-place bernoulli, no mutation."""
+        ep = export_case("dropout_train")
+        self.assertEqual(mutations(ep), [])
+        self.assertTrue(pf.check_contract(ep).ok)
+        self.assertEqual([t for t in call_targets(ep) if t.startswith("aten.") and t.split(".")[1].endswith("_")], [])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p__0_weight, p__0_bias, input_1):
+    linear = torch.ops.aten.linear.default(input_1, p__0_weight, p__0_bias);  input_1 = p__0_weight = p__0_bias = None
+    native_dropout = torch.ops.aten.native_dropout.default(linear, 0.5, True);  linear = None
+    getitem = native_dropout[0];  native_dropout = None
+    return (getitem,)""")
+
+    def test_functional_dropout_eval_then_inplace(self):
+        """Eager's dropout returns its input in eval mode; torch's decomposition clones it."""
+        ep = export_case("functional_dropout_eval_then_inplace")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    add = torch.ops.aten.add.Tensor(x, 1);  x = None
+    mul = torch.ops.aten.mul.Tensor(add, 2)
+    return (add, mul)""")
+
+    def test_functional_dropout_p0_train_then_inplace(self):
+        ep = export_case("functional_dropout_p0_train_then_inplace")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x):
+    mul = torch.ops.aten.mul.Tensor(x, 3);  x = None
+    add = torch.ops.aten.add.Tensor(mul, mul)
+    return (mul, add)""")
+
+    def test_dropout_eval_is_identity(self):
+        ep = export_case("dropout_eval_is_identity")
+        self.assertNotIn("aten.dropout.default", call_targets(ep))
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, p__0_weight, p__0_bias, input_1):
+    linear = torch.ops.aten.linear.default(input_1, p__0_weight, p__0_bias);  input_1 = p__0_weight = p__0_bias = None
+    return (linear,)""")
+
+
+class TestExportLeavesCallerUntouched(TestCase):
+    def test_model_inputs_buffers_and_rng_unchanged_by_export(self):
+        """export_checked checks this on every case; here every kind of state at once,
+        including versions (a write undone later would still bump them) and grads."""
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3),
+                                    torch.nn.Dropout(0.5)).train()
+        x = torch.randn(4, 3)
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        versions = {k: v._version for k, v in model.state_dict(keep_vars=True).items()}
+        x_before, x_version = x.clone(), x._version
+        rng = torch.get_rng_state()
+        pf.export(model, (x,))
+        self.assertTrue(torch.equal(torch.get_rng_state(), rng))
+        self.assertTrue(model.training and model[1].training)
+        for k, v in model.state_dict(keep_vars=True).items():
+            self.assertTrue(torch.equal(v, state[k]), k)
+            self.assertEqual(v._version, versions[k], k)
+        self.assertTrue(all(p.grad is None for p in model.parameters()))
+        self.assertTrue(torch.equal(x, x_before))
+        self.assertEqual(x._version, x_version)

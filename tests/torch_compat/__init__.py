@@ -1,0 +1,1 @@
+"""What we assume of torch: drift of restated internals, error texts, private APIs."""

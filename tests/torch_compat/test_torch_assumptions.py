@@ -1,0 +1,305 @@
+"""What ``predispatch_func/_torch_compat/`` assumes of the installed torch, checked on it.
+
+- every private torch name the package reaches for inside a function (imported
+  lazily, or read as ``torch._x.y``) resolves;
+- every context manager of ``patches.py`` restores what it patched when its
+  body raises;
+- torch never caches a PreDispatch handler (the mode-push shortcut's premise);
+- the torch limits we refuse *before* torch raises (so no strict xfail can turn
+  green when torch fixes them) are still torch's limits.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import math
+import pathlib
+
+import pytest
+import torch
+from expecttest import TestCase
+
+import predispatch_func as pf
+from predispatch_func import _torch_compat as tc
+from predispatch_func._torch_compat import patches
+
+COMPAT = pathlib.Path(tc.__file__).parent
+
+
+# --- private names resolve ----------------------------------------------------------------
+
+
+def _resolve(dotted: str):
+    """The object at ``a.b.c``: attributes from the longest importable module prefix."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(dotted)
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id, *reversed(names)]
+
+
+def _lazy_private_names() -> list[tuple[str, str]]:
+    """(file:line, dotted name) for each name the package resolves only when a function runs:
+    ``import``/``from ... import`` inside a function, attributes read through such an
+    import, and ``torch._x...`` attribute chains inside functions."""
+    found = []
+    for path in sorted(COMPAT.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            bound = {"torch": "torch"}  # local name -> dotted path
+            for node in ast.walk(func):
+                where = f"{path.name}:{getattr(node, 'lineno', 0)}"
+                if isinstance(node, ast.Import):
+                    for alias in node.names:
+                        found.append((where, alias.name))
+                        bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname \
+                            else alias.name.split(".")[0]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    for alias in node.names:
+                        found.append((where, f"{node.module}.{alias.name}"))
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            for node in ast.walk(func):
+                if isinstance(node, ast.Attribute) and not isinstance(getattr(node, "_pf_parent", None), ast.Attribute):
+                    chain = _dotted(node)
+                    if chain and chain[0] in bound and any(p.startswith("_") and not p.startswith("__")
+                                                           for p in chain[1:]):
+                        found.append((f"{path.name}:{node.lineno}", ".".join([bound[chain[0]], *chain[1:]])))
+                for child in ast.iter_child_nodes(node):
+                    child._pf_parent = node  # type: ignore[attr-defined]
+    return sorted(set(found))
+
+
+LAZY_NAMES = _lazy_private_names()
+
+
+def test_the_walk_finds_the_lazy_imports():
+    names = {name for _, name in LAZY_NAMES}
+    assert "torch._ops.get_cached_ops" in names
+    assert "torch.utils._python_dispatch.return_and_correct_aliasing" in names
+    assert "torch._C._dispatch_tls_local_include_set" in names  # an attribute chain, not an import
+    assert len(LAZY_NAMES) > 40
+
+
+@pytest.mark.parametrize("where,name", LAZY_NAMES, ids=[f"{n}@{w}" for w, n in LAZY_NAMES])
+def test_private_name_resolves(where, name):
+    _resolve(name)
+
+
+# private attributes of objects (not modules) the package reads
+INSTANCE_ATTRIBUTES = [
+    (lambda: torch.ops.aten.add.Tensor, ("_op_dk", "_schema", "_overloadname", "_dispatch_cache", "py_kernels")),
+    (lambda: tc.FunctionalTensorMode, ("_sync_view_replay_annotations",)),
+    (lambda: tc.FunctionalTensor, ("_extra_dispatch_keys", "metadata_fns", "elem", "to_functional")),
+    (lambda: torch.Tensor, ("_version", "_indices", "_values")),
+    (lambda: torch.nn.Module(), ("_parameters", "_buffers", "_non_persistent_buffers_set")),
+    (lambda: torch.fx.Node, ("_rename",)),
+    (lambda: torch.fx.Graph(), ("_root",)),
+]
+
+
+@pytest.mark.parametrize("index", range(len(INSTANCE_ATTRIBUTES)))
+def test_private_attributes_exist(index):
+    make, names = INSTANCE_ATTRIBUTES[index]
+    obj = make()
+    for name in names:  # a per-instance attribute shows as the class's annotation
+        assert hasattr(obj, name) or name in getattr(obj, "__annotations__", {}), f"{obj} has no {name}"
+
+
+# --- patches restore on the error path ----------------------------------------------------
+
+
+def _state() -> dict:
+    """Everything a patch of patches.py may change."""
+    import torch.fx._lazy_graph_module as lazy
+    import torch.random
+    import torch.utils._python_dispatch as python_dispatch
+    from torch._dynamo.eval_frame import OptimizedModule
+    from torch._dynamo.variables.misc import AutogradFunctionVariable
+
+    inference = torch.autograd.grad_mode.inference_mode
+    return {
+        "compiling": torch.compiler._is_compiling_flag,
+        "exporting": torch.compiler._is_exporting_flag,
+        "push_mode": python_dispatch._push_mode,
+        "lazy_graph_module": lazy._use_lazy_graph_module_flag,
+        "autocast_cache": torch.is_autocast_cache_enabled(),
+        "autocast": tc.autocast_state(),
+        "grad": torch.is_grad_enabled(),
+        "include": str(torch._C._dispatch_tls_local_include_set()),
+        "exclude": str(torch._C._dispatch_tls_local_exclude_set()),
+        "dispatch_modes": torch._C._len_torch_dispatch_stack(),
+        "function_apply": torch.autograd.Function.__dict__["apply"],
+        "tensor_methods": {n: torch.Tensor.__dict__.get(n) for n in ("register_hook", "requires_grad_")},
+        "rng": {n: (getattr(torch.random, n), getattr(torch, n)) for n in ("manual_seed", "seed", "set_rng_state")},
+        "inference_mode": (inference.__enter__, inference.__exit__),
+        "optimized_module_call": OptimizedModule.__dict__.get("__call__"),
+        "tracing_context": torch._guards.TracingContext.try_get(),
+        "automatic_dynamic_shapes": torch._dynamo.config.automatic_dynamic_shapes,
+        "dynamo_call_apply": AutogradFunctionVariable.call_apply,
+        "builtins": (builtins.max, builtins.min, math.pow),
+        "function_modes": torch._C._len_torch_function_stack(),
+    }
+
+
+class _NoopMode(torch.utils._python_dispatch.TorchDispatchMode):
+    """A mode on the stack, so that the patches that pop modes have one to pop."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+PATCHES = {  # name -> () -> the context manager, entered with a body that raises
+    "below_pre_dispatch": lambda: patches.below_pre_dispatch(),
+    "exporting_state": lambda: patches.exporting_state(),
+    "lazy_graph_modules": lambda: patches.lazy_graph_modules(),
+    "pre_dispatch_pushes_without_uncache": lambda: patches.pre_dispatch_pushes_without_uncache(),
+    "autocast_cache_as": lambda: patches.autocast_cache_as(not torch.is_autocast_cache_enabled()),
+    "grad_mode_untraced": lambda: patches.grad_mode_untraced(not torch.is_grad_enabled()),
+    "outside_all_modes": lambda: patches.outside_all_modes(),
+    "patched_function_apply": lambda: patches.patched_function_apply(lambda cls, original, *a, **k: original(*a, **k)),
+    "outside_trace": lambda: patches.outside_trace(),
+    "autocast_state_as": lambda: patches.autocast_state_as({"cpu": (True, torch.float16)}),
+    "patched_tensor_methods": lambda: patches.patched_tensor_methods(
+        register_hook=lambda original, t, *a: original(t, *a), requires_grad_=lambda original, t, *a: original(t, *a)),
+    "rng_reseeds_routed": lambda: patches.rng_reseeds_routed(lambda name: None),
+    "inference_mode_as_grad_mode": lambda: patches.inference_mode_as_grad_mode(),
+    "compiled_modules_run_eagerly": lambda: patches.compiled_modules_run_eagerly(),
+    "hop_capture_static": lambda: patches.hop_capture_static(),
+    "dynamo_function_capture_refused": lambda: patches.dynamo_function_capture_refused(lambda cls: None),
+    "below_autograd": lambda: patches.below_autograd(),
+    "non_strict_call_rewrites": lambda: patches.non_strict_call_rewrites(),
+}
+NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs"}
+
+
+class _Boom(Exception):
+    pass
+
+
+def test_every_patch_is_checked():
+    assert sorted(PATCHES) == sorted(set(patches.__all__) - NOT_CONTEXT_MANAGERS)
+
+
+@pytest.mark.parametrize("name", sorted(PATCHES))
+def test_patch_restores_what_it_changed_when_the_body_raises(name):
+    with _NoopMode():
+        before = _state()
+        inside = None
+        with pytest.raises(_Boom):
+            with PATCHES[name]():
+                inside = _state()
+                raise _Boom
+        after = _state()
+    assert inside != before, f"{name} changed nothing this test sees: add what it patches to _state()"
+    assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+
+
+# --- the mode-push shortcut ---------------------------------------------------------------
+
+
+class _Decomposed(torch.nn.Module):
+    """Decompositions (reshape, contiguous, dropout, to) re-enter the functional mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = torch.nn.functional.dropout(self.lin(x).reshape(2, 8).t().contiguous(), 0.0, training=False)
+        with torch.no_grad():
+            z = y.to(torch.float64).sum()
+        return torch.cond(z > 0, lambda t: t.sin(), lambda t: t.cos(), (y,))
+
+
+class TestModePushShortcut(TestCase):
+    """The trace pushes PreDispatch modes without torch's loop that drops every op's cached
+    PreDispatch handler (``patches.pre_dispatch_pushes_without_uncache``): sound only while
+    torch never caches one."""
+
+    def test_no_op_caches_a_pre_dispatch_handler_after_ours_and_torch_export(self):
+        from tests.support.oracle import export_checked
+
+        model, x = _Decomposed(), torch.randn(4, 4)
+        export_checked(model, (x,))
+        torch.export.export(model, (x,))
+        self.assertEqual(tc.ops_with_cached_pre_dispatch_handler(), [])
+        self.assertTrue(tc.push_mode_is_torchs())
+
+    def test_torchs_push_is_restored_when_the_trace_fails(self):
+        class Fails(torch.nn.Module):
+            def forward(self, x):
+                raise ValueError("boom")
+
+        with self.assertRaises(pf.ExportError):  # the model's ValueError, wrapped with its line
+            pf.export(Fails(), (torch.randn(2),))
+        self.assertTrue(tc.push_mode_is_torchs())
+
+
+# --- torch limits we refuse before torch raises --------------------------------------------
+# These refusals fire before torch would fail, so a strict xfail of the case cannot turn
+# green when torch fixes it: each test here runs torch's own path and fails once the limit
+# is gone (then lift the refusal on that release, and name it in the xfail's lifted_in).
+
+
+def test_torch_still_fails_to_functionalize_fused_adam_out():
+    """OUT_WITH_OTHER_WRITES (modes/out_variants.py)."""
+    from tests.external.test_conformance_regressions import FusedAdamOut
+
+    args = (torch.randn(3), torch.randn(3), torch.rand(3), torch.rand(3), torch.ones(()), torch.zeros(3))
+    with pytest.raises(RuntimeError, match="mutating a non-functional tensor with a functional tensor"):
+        tc.torch_aot_export_module(FusedAdamOut(), args)
+
+
+def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
+    """AUTOGRAD_FUNCTION_IN_HOP_BODY (hop/function_trace.py): torch.export's program of a
+    cond branch calling a Function has the gradient of the Function's forward, not its backward."""
+    from tests.hops.test_torch_hops import FunctionInsideCond
+
+    x = torch.randn(2, 3).abs()
+    ep = torch.export.export(FunctionInsideCond(), (x,))
+    eager_x, program_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    FunctionInsideCond()(eager_x).sum().backward()
+    ep.module()(program_x).sum().backward()
+    assert not torch.allclose(eager_x.grad, program_x.grad)
+
+
+@pytest.mark.parametrize("name", ["hop/invoke_quant.simple/0", "hop/local_map_hop.simple/0"])
+@pytest.mark.parametrize("strict", [False, True])
+def test_torch_export_still_cannot_represent(name, strict):
+    """HOP_NOT_REPRESENTABLE (hop/torch_hops.py): torch.export fails these hop_db cases."""
+    from tests.support.hop_db_cases import hop_db_cases
+
+    model, args = next((m, a) for n, m, a, _ in hop_db_cases(1) if n == name)
+    with pytest.raises(Exception):  # noqa: B017  (torch's errors differ per release: see test_hop_db.py)
+        torch.export.export(model, args, strict=strict)
+
+
+def test_a_torch_limit_is_strict_until_the_release_that_lifts_it():
+    """tests/support/torch_release.py: the xfail applies before ``lifted_in`` and not from it on."""
+    from tests.support.torch_release import torch_limit, torch_release
+
+    release = torch_release()
+    assert release[:2] >= (2, 13) and torch.__version__.startswith(".".join(map(str, release[:2])))
+    assert torch_limit("r").args[0] is True  # (the mark's condition) no release named: strict everywhere
+    assert torch_limit("r", lifted_in=(release[0], release[1] + 1)).args[0] is True
+    assert torch_limit("r", lifted_in=release[:2]).args[0] is False
+    assert torch_limit("r").kwargs["strict"] is True

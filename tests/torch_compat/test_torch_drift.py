@@ -1,0 +1,381 @@
+"""Drift tests: each function of ``_torch_compat/reimplemented.py`` that restates torch code,
+run next to torch's own path on the same inputs and compared.
+
+A failure here means the installed torch no longer does what our restatement
+does: read torch's change and update the restatement (or the probe that picks
+between releases), never the expected value.
+"""
+
+from __future__ import annotations
+
+import unittest.mock
+
+import pytest
+import torch
+from expecttest import TestCase
+
+import predispatch_func as pf
+from predispatch_func import _torch_compat as tc
+
+A = torch.ops.aten
+
+
+# --- functionalize_kept_op ------------------------------------------------------------------
+
+
+class TestStraightFunctionalization(TestCase):
+    """``functionalize_kept_op`` restates ``FunctionalTensorMode.__torch_dispatch__`` for the
+    aten ops our mode keeps (unwrap, C++ functionalization with views reapplied, wrap,
+    the in-place view's metadata, aliasing correction), and ``goes_straight_to_functionalization``
+    /``only_functionalized_tensor_types`` say when torch's generic dispatch would do nothing
+    more. Pins: every edge case gives the very program torch's dispatch gives."""
+
+    def test_every_edge_case_exports_the_same_program_through_torchs_dispatch(self):
+        from predispatch_func.errors import ExportError
+        from predispatch_func.graphs import all_graph_modules
+        from tests.support.cases_core import CASES, build
+
+        def program(name: str, pre_dispatch: bool) -> str:
+            model, args, kwargs = build(name)
+            try:
+                ep = pf.export(model, args, kwargs, pre_dispatch=pre_dispatch)
+            except ExportError as exc:
+                return f"refused: {exc}"
+            return "\n".join([str(ep.graph_signature)] + [f"{path}:\n{gm.code}" for path, gm in all_graph_modules(ep.graph_module)])
+
+        compared = 0
+        for name in sorted(CASES):
+            for pre_dispatch in (True, False):
+                fast = program(name, pre_dispatch)
+                with unittest.mock.patch.object(tc, "goes_straight_to_functionalization", lambda op: False):
+                    torchs = program(name, pre_dispatch)
+                self.assertEqual(fast, torchs, f"{name} (pre_dispatch={pre_dispatch})")
+                compared += not fast.startswith("refused")
+        self.assertGreater(compared, 100)
+
+
+# --- torch_export_keeps ---------------------------------------------------------------------
+
+
+def _r(*shape):
+    return torch.randn(*shape)
+
+
+# op -> (tensor inputs, how forward calls the op on them)
+KEEPS_CASES = {
+    A.linear.default: ((_r(2, 3), _r(4, 3), _r(4)), lambda x, w, b: A.linear.default(x, w, b)),
+    A.layer_norm.default: ((_r(2, 3),), lambda x: A.layer_norm.default(x, [3])),
+    A.group_norm.default: ((_r(2, 4, 3),), lambda x: A.group_norm.default(x, 2)),
+    A.matmul.default: ((_r(2, 3), _r(3, 4)), lambda a, b: A.matmul.default(a, b)),
+    A.einsum.default: ((_r(2, 3),), lambda x: A.einsum.default("ij->ji", [x])),
+    A.type_as.default: ((_r(2, 3), _r(2, 3).double()), lambda x, y: A.type_as.default(x, y)),
+    A.sum_to_size.default: ((_r(2, 3),), lambda x: A.sum_to_size.default(x, [1, 3])),
+    A.dropout.default: ((_r(2, 3),), lambda x: A.dropout.default(x, 0.5, False)),
+    A.flatten.using_ints: ((_r(2, 3, 4),), lambda x: A.flatten.using_ints(x)),
+    A.reshape.default: ((_r(2, 3),), lambda x: A.reshape.default(x, [3, 2])),
+    A.unflatten.int: ((_r(6),), lambda x: A.unflatten.int(x, 0, [2, 3])),
+    A.contiguous.default: ((_r(3, 2),), lambda x: A.contiguous.default(x.t())),
+    A.to.dtype: ((_r(2, 3),), lambda x: A.to.dtype(x, torch.float64)),
+    A.conv2d.default: ((_r(1, 1, 4, 4), _r(1, 1, 3, 3)), lambda x, w: A.conv2d.default(x, w)),
+    A.scaled_dot_product_attention.default: ((_r(1, 2, 4, 8), _r(1, 2, 4, 8), _r(1, 2, 4, 8)),
+                                             lambda q, k, v: A.scaled_dot_product_attention.default(q, k, v)),
+    A.softmax.int: ((_r(2, 3),), lambda x: A.softmax.int(x, 0)),
+    A.native_batch_norm.default: ((_r(2, 3), _r(3), _r(3), _r(3), _r(3).abs()),
+                                  lambda x, w, b, m, v: A.native_batch_norm.default(x, w, b, m, v, False, 0.1, 1e-5)),
+    A.instance_norm.default: ((_r(2, 3, 4),),
+                              lambda x: A.instance_norm.default(x, None, None, None, None, True, 0.1, 1e-5, False)),
+    A.pad.default: ((_r(2, 3),), lambda x: A.pad.default(x, [1, 1])),
+    A.cosine_similarity.default: ((_r(2, 3), _r(2, 3)), lambda a, b: A.cosine_similarity.default(a, b)),
+    A.bilinear.default: ((_r(2, 3), _r(2, 4), _r(5, 3, 4), _r(5)), lambda a, b, w, c: A.bilinear.default(a, b, w, c)),
+    A.cross_entropy_loss.default: ((_r(2, 3), torch.tensor([0, 2])), lambda x, t: A.cross_entropy_loss.default(x, t)),
+    A.rms_norm.default: ((_r(2, 3),), lambda x: A.rms_norm.default(x, [3])),
+    A.relu.default: ((_r(2, 3),), lambda x: A.relu.default(x)),  # kernels: always kept
+    A.addmm.default: ((_r(2, 4), _r(2, 3), _r(3, 4)), lambda a, b, c: A.addmm.default(a, b, c)),
+}
+
+
+class _Calls(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *tensors):
+        out = self.fn(*tensors)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+@pytest.mark.parametrize("op", list(KEEPS_CASES), ids=str)
+def test_torch_export_keeps_says_what_torchs_functional_pre_dispatch_export_keeps(op):
+    """``torch_export_keeps`` restates the keep-or-decompose decision of torch's functional
+    pre-dispatch export (FunctionalTensorMode with export=True: ``_can_decompose_fast``,
+    the maybe_aliasing_or_mutating tag, native_batch_norm's forced decomposition). Pins:
+    for these composites and kernels, ``op`` is a node of ``aot_export_module(pre_dispatch=True)``'s
+    graph exactly when we say torch keeps it (the audit table's ``torch_keeps`` column)."""
+    tensors, fn = KEEPS_CASES[op]
+    gm, _ = tc.torch_aot_export_module(_Calls(fn), tensors)
+    torch_kept = any(n.target is op for n in gm.graph.nodes)
+    assert tc.torch_export_keeps(op) == torch_kept
+
+
+def test_the_keeps_cases_cover_both_answers():
+    answers = [tc.torch_export_keeps(op) for op in KEEPS_CASES]
+    assert answers.count(True) >= 5 and answers.count(False) >= 5
+
+
+# --- stack_trace_filter ---------------------------------------------------------------------
+
+
+def _relu_in_a_helper(t):  # not a forward frame: fx drops it
+    return torch.nn.functional.relu(t)
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return _relu_in_a_helper(self.lin(x)).sin()
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _Inner()
+        self.seq = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh())
+
+    def forward(self, x):
+        y = self.inner(x)
+        z = self.seq(y)
+        return torch.nn.functional.layer_norm(z.cos() * 2, [3])
+
+
+def _traces(ep) -> list[tuple[str, str]]:
+    return [(str(n.target), n.meta.get("stack_trace")) for n in ep.graph.nodes if n.op == "call_function"]
+
+
+def test_stack_traces_are_the_ones_torch_export_records():
+    """``stack_trace_filter`` restates which frames fx's tracer keeps in a node's ``stack_trace``
+    (``forward`` frames and torch's registered anchors, less torch's uninteresting files), and
+    ``program/node_meta.py`` formats them as fx does. Pins: on a functional model (same nodes
+    in both programs) every node's stack_trace equals the one ``torch.export.export`` records."""
+    x = torch.randn(2, 3)
+    torch.manual_seed(0)
+    ours = _traces(pf.export(_Outer(), (x,)))
+    torch.manual_seed(0)
+    torchs = _traces(torch.export.export(_Outer(), (x,)))
+    assert [t for t, _ in ours] == [t for t, _ in torchs]
+    assert all(trace for _, trace in ours)
+    assert ours == torchs
+
+
+# --- record_grad_marker, record_hop_call ----------------------------------------------------
+
+
+def _structure(gm: torch.fx.GraphModule) -> list[tuple]:
+    """Nodes as (op, target, args with nodes by position, meta keys, val's shapes): what a
+    consumer reads, without the names a recorder chose for get_attr submodules."""
+    index = {n: i for i, n in enumerate(gm.graph.nodes)}
+
+    def arg(a):
+        if isinstance(a, torch.fx.Node):
+            return ("node", index[a])
+        if isinstance(a, (tuple, list)):
+            return type(a)(arg(b) for b in a)
+        return a
+
+    def shapes(v):
+        if isinstance(v, torch.Tensor):
+            return tuple(v.shape), v.dtype
+        if isinstance(v, (tuple, list)):
+            return tuple(shapes(u) for u in v)
+        return v
+
+    return [(n.op, "attr" if n.op == "get_attr" else n.target, arg(n.args), arg(n.kwargs), sorted(n.meta),
+             shapes(n.meta.get("val"))) for n in gm.graph.nodes]
+
+
+def test_grad_marker_is_the_node_torchs_pre_dispatch_tracer_records():
+    """``record_grad_marker`` restates the node torch's pre-dispatch tracer records for a
+    grad-mode change (``torch._C._set_grad_enabled(b)``, val None). Pins: a ``no_grad`` block
+    traced by torch and our two markers around the same op give the same nodes."""
+    def torchs(x):
+        with torch.no_grad():
+            y = x * 2
+        return y + 1
+
+    def ours(x):
+        tc.record_grad_marker(False)
+        y = x * 2
+        tc.record_grad_marker(True)
+        return y + 1
+
+    x = torch.randn(3)
+    expected = tc.make_fx(torchs, pre_dispatch=True)(x)
+    got = tc.make_fx(ours, pre_dispatch=True)(x)
+    assert sum(n.target is tc.SET_GRAD_ENABLED for n in expected.graph.nodes) == 2
+    assert _structure(got) == _structure(expected)
+
+
+def test_hop_call_is_the_node_torchs_proxy_rule_records():
+    """``record_hop_call`` restates what torch's HOP proxy rules do (register each subgraph
+    on the tracer's root, a get_attr per subgraph, the call node, results tracked as its
+    items). Pins: for ``invoke_subgraph`` (subgraph, identifier, *operands: our layout), the
+    nodes equal those torch's own rule records, submodule names aside."""
+    from torch._higher_order_ops.invoke_subgraph import invoke_subgraph
+
+    body = torch.fx.symbolic_trace(lambda a: (a.sin() * 2,))
+
+    def torchs(x):
+        return invoke_subgraph(body, "sub", x)[0] + 1
+
+    def ours(x):
+        tracer = tc.current_proxy_tracer()
+        with tc.disable_proxy_modes_tracing():  # as at our call sites: below the proxy mode
+            result = body(x)[0]
+            tc.record_hop_call(invoke_subgraph, [("subgraph", body)], ("sub",), [x], [result], tracer=tracer)
+        return result + 1
+
+    x = torch.randn(3)
+    expected = tc.make_fx(torchs, pre_dispatch=True)(x)
+    got = tc.make_fx(ours, pre_dispatch=True)(x)
+    assert _structure(got) == _structure(expected)
+    [attr] = [n for n in got.graph.nodes if n.op == "get_attr"]
+    assert getattr(got, attr.target) is not None
+
+
+# --- fake_with_dynamic_dims -----------------------------------------------------------------
+
+
+class _TwoInputs(torch.nn.Module):
+    def forward(self, x, pair):
+        return x.sum(0) + pair["a"] * pair["b"].mean()
+
+
+def test_dynamic_dim_guards_name_the_users_arguments_as_torch_export_does():
+    """``fake_with_dynamic_dims`` names each dynamic input ``flat_args[i]``, the source torch's
+    unlifting rewrites into the user's argument path when it turns shape guards into
+    ``ep.module()``'s runtime checks. Pins: for inputs outside the exported ranges, our
+    program's check fails with torch.export's very message (``x.size()[0] <= 10``)."""
+    n = torch.export.Dim("n", min=2, max=10)
+    m = torch.export.Dim("m", min=2, max=8)
+    args = (torch.randn(4, 3), {"a": torch.randn(3), "b": torch.randn(5)})
+    spec = ({0: n}, {"a": None, "b": {0: m}})
+    bad_calls = [
+        (torch.randn(11, 3), {"a": torch.randn(3), "b": torch.randn(5)}),
+        (torch.randn(4, 5), {"a": torch.randn(3), "b": torch.randn(5)}),
+        (torch.randn(4, 3), {"a": torch.randn(3), "b": torch.randn(9)}),
+    ]
+
+    def messages(program):
+        found = []
+        for call in bad_calls:
+            with pytest.raises(Exception) as info:  # noqa: B017  (torch's type may change; its text is compared)
+                program(*call)
+            found.append(str(info.value).splitlines()[0])
+        return found
+
+    ours = messages(pf.export(_TwoInputs(), args, dynamic_shapes=spec).module())
+    torchs = messages(torch.export.export(_TwoInputs(), args, dynamic_shapes=spec).module())
+    assert ours == torchs
+    assert "x.size()[0]" in ours[0] and "flat_args" not in " ".join(ours)
+
+
+# --- last_recorded_node, erase_if_last_recorded, redirect_traced_tensor ---------------------
+
+
+def test_last_recorded_node_is_the_last_node_of_torchs_tracer_graph():
+    """``last_recorded_node`` reads the tracer graph's sentinel (``graph._root.prev``) and
+    ``erase_if_last_recorded`` erases only a node nothing came after. Pins: fx's graph keeps
+    its nodes as a list closed by ``_root``, in the order torch's pre-dispatch tracer records."""
+    seen = {}
+
+    def f(x):
+        y = x * 2
+        seen["after_mul"] = tc.last_recorded_node()
+        marker = tc.record_grad_marker(False)
+        seen["erased"] = tc.erase_if_last_recorded(marker)
+        marker = tc.record_grad_marker(False)
+        z = y + 1
+        seen["kept"] = tc.erase_if_last_recorded(marker)
+        return z
+
+    gm = tc.make_fx(f, pre_dispatch=True)(torch.randn(3))
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert seen["after_mul"] is calls[0] and calls[0].target is A.mul.Tensor
+    assert seen["erased"] is True and seen["kept"] is False
+    assert [n.target for n in calls] == [A.mul.Tensor, tc.SET_GRAD_ENABLED, A.add.Tensor]
+    assert tc.last_recorded_node() is None  # outside a trace
+
+
+def test_redirected_tensor_is_read_through_the_given_node():
+    """``redirect_traced_tensor`` rewrites the tracer's ``tensor_tracker`` entry
+    (``_ProxyTensor``). Pins: an op reading the tensor afterwards records the node given,
+    as torch's tracer records a tensor it tracks."""
+    def f(x):
+        y = x * 2
+        tc.redirect_traced_tensor(x, tc.proxy_node_of(y))
+        return x + 1
+
+    gm = tc.make_fx(f, pre_dispatch=True)(torch.randn(3))
+    mul, add = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert add.target is A.add.Tensor and add.args[0] is mul
+
+
+# --- flex_attention_joint_graph -------------------------------------------------------------
+
+
+def test_flex_attention_joint_graph_is_the_one_torchs_flex_attention_autograd_builds():
+    """``flex_attention_joint_graph`` restates the example values torch's flex_attention
+    autograd hands ``create_fw_bw_graph`` (a 0-d float that requires grad, four 0-d ints).
+    Pins: torch's flex_attention HOP run eagerly on inputs that require grad and our function
+    build their joint graphs from the same example values, and get the same graph."""
+    import importlib
+
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    flex_module = importlib.import_module("torch._higher_order_ops.flex_attention")  # the HOP shadows it
+    calls = []
+    original = flex_module.create_fw_bw_graph
+
+    def recording(score_mod, index_values, other_buffers):
+        fw, joint = original(score_mod, index_values, other_buffers)
+        calls.append(([(tuple(v.shape), v.dtype, v.requires_grad) for v in index_values], joint.code))
+        return fw, joint
+
+    def score_mod(s, b, h, qi, ki):
+        return s * 0.5 + (qi - ki)
+
+    q, k, v = (torch.randn(1, 2, 128, 16, requires_grad=True) for _ in range(3))
+    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, 128, 128, device="cpu")
+    with unittest.mock.patch.object(flex_module, "create_fw_bw_graph", recording):
+        # the HOP itself: torch.nn.attention's wrapper refuses backward on CPU before it
+        flex_module.flex_attention(q, k, v, score_mod, mask.as_tuple(), 0.25, {})
+        torchs = calls[-1]
+        tc.flex_attention_joint_graph(score_mod, q.detach(), ())
+        ours = calls[-1]
+    assert len(calls) == 2
+    assert ours == torchs
+
+
+def test_symbolic_int_input_is_the_one_torch_export_makes():
+    """``symbolic_int`` (a Python int input under Dim.DYNAMIC) restates how torch.export makes
+    such an input symbolic: the same SymIntArgument in the signature, the same unbounded range,
+    and ``ep.module()`` taking every int torch's program takes."""
+    from torch.export import Dim
+
+    class ScaleByInt(torch.nn.Module):
+        def forward(self, x, n):
+            return x * n
+
+    model, x = ScaleByInt(), torch.randn(3)
+    ours = pf.export(model, (x, 4), dynamic_shapes=(None, Dim.DYNAMIC))
+    theirs = torch.export.export(model, (x, 4), dynamic_shapes=(None, Dim.DYNAMIC))
+    for ep in (ours, theirs):
+        assert type(ep.graph_signature.input_specs[-1].arg).__name__ == "SymIntArgument"
+    assert [(r.lower, r.upper) for r in ours.range_constraints.values()] == \
+        [(r.lower, r.upper) for r in theirs.range_constraints.values()]
+    for n in (0, 1, 5, 1000):
+        torch.testing.assert_close(ours.module()(x, n), theirs.module()(x, n))
+    with pytest.raises(pf.UnsupportedError, match="named Dim"):  # torch.export refuses these too
+        pf.export(model, (x, 4), dynamic_shapes=(None, Dim("n")))
