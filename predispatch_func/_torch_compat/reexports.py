@@ -59,7 +59,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "rename_node",
     "value_range",
     "symbol_range",
-    "narrow_symbol_range", "relate_symbol", "phantom_symbol", "divisibility_guards",
+    "narrow_symbol_range", "relate_symbol", "phantom_symbol", "divisibility_guards", "record_guard", "divisible_by",
     "proxy_node_of",
     "is_functional_base",
     "storage_key",
@@ -261,6 +261,23 @@ def symbol_range(env: ShapeEnv, symbol: Any) -> Any:
 
 def narrow_symbol_range(env: ShapeEnv, symbol: Any, lower: int, upper: Any) -> None:
     env.constrain_symbol_range(symbol, compiler_min=lower, compiler_max=upper)
+
+
+def record_guard(env: ShapeEnv, expr: Any) -> None:
+    """Keep ``expr`` among the trace's guards, which ``ep.module()`` checks on every call
+    (``Guard failed: ...``), where it holds by construction (a relation we imposed) and so
+    would never be guarded by evaluating it."""
+    from torch.fx.experimental.symbolic_shapes import ShapeGuard
+
+    env.guards.append(ShapeGuard(expr, env._get_sloc(), size_oblivious=False))
+
+
+def divisible_by(expr: Any, k: int) -> Any:
+    """``Eq(expr % k, 0)`` in the form torch's shape guards print."""
+    import sympy
+    from torch.utils._sympy.functions import Mod
+
+    return sympy.Eq(Mod(expr, k), 0)
 
 
 def divisibility_guards(env: ShapeEnv) -> list[tuple[Any, int]]:

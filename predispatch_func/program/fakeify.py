@@ -37,6 +37,7 @@ class _DeclaredDim:
     size: torch.SymInt | int  # an int: a phantom root torch specialised
     where: str
     example: int
+    phantom: bool = False  # a derived Dim's root no input has as a size
 
 
 @dataclasses.dataclass
@@ -134,9 +135,22 @@ class Fakeifier:
                     kind=Refusal.DYNAMIC_SHAPES_SPEC)
             symbol = _expr(use.size)
             if symbol.is_symbol:
+                self._guard_relation(symbol, use.dim.fn, root_symbol, phantom=root.phantom)
                 tc.relate_symbol(self.shape_env, symbol, use.dim.fn(root_symbol))
             else:  # another use of the same derived Dim already fixed it
                 tc.check(use.size == use.dim.fn(root.size))
+
+    def _guard_relation(self, symbol: Any, fn: Any, root: Any, *, phantom: bool) -> None:
+        """What ``ep.module()`` checks of a derived size: its relation to its root's size, or,
+        when no input has the root, that it is of the form ``a*r + b`` at all."""
+        if not phantom:
+            tc.record_guard(self.shape_env, sympy.Eq(symbol, fn(root)))
+            return
+        free = sympy.Symbol("r", integer=True)
+        form = sympy.expand(fn(free))
+        scale, offset = form.coeff(free), form.subs(free, 0)
+        if scale.is_Integer and offset.is_Integer and abs(int(scale)) > 1:
+            tc.record_guard(self.shape_env, tc.divisible_by(symbol - offset, abs(int(scale))))
 
     def _phantom_root(self, use: _DerivedUse) -> _DeclaredDim:
         """The root of ``use`` when no input has it as a size: a symbol of its own, its hint solved
@@ -153,7 +167,8 @@ class Fakeifier:
         lower, upper = int(root_dim.min or 0), root_dim.max
         if isinstance(size, torch.SymInt):  # a hint of 0 or 1 is specialised, as for an input's size
             tc.narrow_symbol_range(self.shape_env, size.node.expr, max(2, lower), upper)
-        root = _DeclaredDim(root_dim.__name__, lower, upper, True, False, False, size, f"{dim.__name__}'s root", hint)
+        root = _DeclaredDim(root_dim.__name__, lower, upper, True, False, False, size, f"{dim.__name__}'s root", hint,
+                            phantom=True)
         self._declared[root.name] = root
         return root
 
