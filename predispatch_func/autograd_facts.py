@@ -10,7 +10,7 @@ never records). Each prediction rests on a fact about an op, kept here as data::
 
 An op has the facts registered for it by :func:`_facts` below; an op without
 an entry has none (the safe default: it may save anything, its results may
-require grad). tests/test_autograd_facts.py provokes every (op, fact) in
+require grad). tests/trace/test_autograd_facts.py provokes every (op, fact) in
 eager and fails when torch changes one. :func:`may_carry_grad` and
 :func:`nodes_that_may_carry_grad` say which values can hold a gradient at all.
 """
