@@ -87,7 +87,7 @@ _facts(Fact.SAVES_NO_INPUT, (  # adding, copying, viewing, joining, sums and mea
 # changes eager's gradient, silently.
 _facts(Fact.SAVES_NO_RESULT, (
     _aten.add.Tensor, _aten.add.Scalar, _aten.sub.Tensor, _aten.sub.Scalar, _aten.mul.Tensor, _aten.mul.Scalar,
-    _aten.div.Tensor, _aten.div.Scalar, _aten.neg.default, _aten.abs.default, _aten.sgn.default,
+    _aten.div.Tensor, _aten.div.Scalar, _aten.neg.default, _aten.abs.default,
     _aten.mm.default, _aten.bmm.default, _aten.addmm.default, _aten.linear.default, _aten.matmul.default,
     _aten.conv1d.default, _aten.conv2d.default, _aten.layer_norm.default, _aten.group_norm.default,
     _aten.batch_norm.default, _aten.rms_norm.default, _aten.embedding.default, _aten.dropout.default,

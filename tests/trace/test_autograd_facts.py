@@ -180,12 +180,7 @@ _PROBES = {
 }
 
 # entries the table holds although eager does otherwise, each with why it is kept
-_KNOWN_WRONG = {
-    (Fact.SAVES_NO_RESULT, _A.sgn.default): (
-        "autograd saves sgn's result: its backward reads it for complex inputs (a `.data` write to the "
-        "result changes a complex gradient), for real ones the gradient is 0 whatever it holds; the "
-        "entry serves real dtypes only"),
-}
+_KNOWN_WRONG: dict = {}  # none today; an entry needs its reason (sgn was one: it saves its result)
 _ENTRIES = [pytest.param(fact, op, id=f"{fact.name}-{op}",
                          marks=[pytest.mark.xfail(strict=True, reason=_KNOWN_WRONG[fact, op])]
                          if (fact, op) in _KNOWN_WRONG else [])
@@ -215,3 +210,21 @@ def test_an_op_without_an_entry_has_no_fact():
     # the safe default: exp saves its result, its results may require grad
     assert not any(has(_A.exp.default, fact) for fact in Fact if fact is not Fact.OWN_GRAD_IGNORES_SELF)
     assert not any(has(_A.softmax.int, fact) for fact in Fact)
+
+
+class _SgnThenDataWrite(torch.nn.Module):
+    def forward(self, x):
+        y = x.sgn()
+        y.data.mul_(-3)
+        return y
+
+
+def test_a_data_write_to_sgn_s_saved_result_is_refused():
+    """Regression: the table said sgn saves no result, so this export passed while eager's complex
+    gradient reads the written result and the program's does not (verify compares no complex grads)."""
+    import predispatch_func as pf
+    from tests.support.expect_refusal import refused
+
+    x = torch.randn(4, dtype=torch.complex64, requires_grad=True)
+    with refused(pf.Refusal.DATA_WRITE_AFTER_SAVED_READ, "aten.sgn.default"):
+        pf.export(_SgnThenDataWrite(), (x,))
