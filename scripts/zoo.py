@@ -60,6 +60,9 @@ def run(args: argparse.Namespace) -> None:
             and (not args.k or args.k in m.name)][:args.limit]
     if not todo:
         return
+    # round robin over the libraries, so an interrupted run has covered each of them
+    position = {m.name: i for lib in LIBRARIES for i, m in enumerate(m for m in todo if m.library == lib)}
+    todo.sort(key=lambda m: position[m.name])
     warm_up()
     os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
     for i, zm in enumerate(todo):
