@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> None:
         return
     # round robin over the libraries, so an interrupted run has covered each of them
     position = {m.name: i for lib in LIBRARIES for i, m in enumerate(m for m in todo if m.library == lib)}
-    todo.sort(key=lambda m: position[m.name])
+    todo.sort(key=lambda m: (m.heavy, position[m.name]))  # the heavy models last
     warm_up()
     os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
     for i, zm in enumerate(todo):

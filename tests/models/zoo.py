@@ -34,6 +34,7 @@ class ZooModel:
     build: Callable[[], Built]
     train: bool = False  # replayed in training mode, gradients compared
     sample: bool = False  # one of the few the default suite runs
+    heavy: bool = False  # tens of millions of parameters: minutes per model on a busy machine
 
 
 def _image(size: int, batch: int = 2) -> torch.Tensor:
@@ -114,11 +115,20 @@ def _torchvision_other() -> list[tuple[str, str, Callable[[], Built]]]:
     ]
 
 
+_HEAVY = {"torchvision/resnet50", "torchvision/resnext50_32x4d", "torchvision/wide_resnet50_2",
+          "torchvision/vgg11_bn", "torchvision/alexnet", "torchvision/efficientnet_v2_s", "torchvision/convnext_tiny",
+          "torchvision/swin_t", "torchvision/swin_v2_t", "torchvision/vit_b_16", "torchvision/maxvit_t",
+          "torchvision/inception_v3", "torchvision/fcn_resnet50", "torchvision/r3d_18", "torchvision/mc3_18",
+          "torchvision/r2plus1d_18", "timm/resnet50d", "timm/cspresnet50", "timm/xception41", "timm/mixer_s16_224"}
+
+
 def _torchvision_zoo() -> list[ZooModel]:
     found = [ZooModel(f"torchvision/{name}", "torchvision", family,
-                      _seeded(_torchvision_classifier(name, size), False), sample=name == "mobilenet_v3_small")
+                      _seeded(_torchvision_classifier(name, size), False), sample=name == "mobilenet_v3_small",
+                      heavy=f"torchvision/{name}" in _HEAVY)
              for name, (family, size) in _TORCHVISION.items()]
-    found += [ZooModel(f"torchvision/{name}", "torchvision", family, _seeded(make, False))
+    found += [ZooModel(f"torchvision/{name}", "torchvision", family, _seeded(make, False),
+                       heavy=f"torchvision/{name}" in _HEAVY)
               for name, family, make in _torchvision_other()]
     found += [ZooModel(f"torchvision/{name}[train]", "torchvision", "conv",
                        _seeded(_torchvision_classifier(name, 64), True), train=True)
@@ -155,7 +165,7 @@ def _timm_model(name: str, size: int) -> Callable[[], Built]:
 
 def _timm_zoo() -> list[ZooModel]:
     found = [ZooModel(f"timm/{name}", "timm", family, _seeded(_timm_model(name, size), False),
-                      sample=name == "resnet10t")
+                      sample=name == "resnet10t", heavy=f"timm/{name}" in _HEAVY)
              for name, (family, size) in _TIMM.items()]
     found += [ZooModel(f"timm/{name}[train]", "timm", "conv", _seeded(_timm_model(name, 64), True), train=True)
               for name in ("resnet10t", "efficientnet_b0", "convnext_atto")]
