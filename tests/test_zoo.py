@@ -23,7 +23,8 @@ def test_sample_model_exports_and_equals_eager_over_three_calls(zm):
 
 
 @pytest.mark.zoo
-@pytest.mark.parametrize("zm", zoo(), ids=_ids(zoo()))
+@pytest.mark.parametrize("zm", [pytest.param(m, marks=[pytest.mark.zoo_heavy] if m.heavy else [], id=m.name)
+                                for m in zoo()])
 def test_zoo_model_ours_is_right_wherever_torch_export_is(zm):
     result = run_one(zm)
     if not result.built:
