@@ -30,12 +30,17 @@ TORCH_CANNOT_SAVE = {  # checked with torch 2.13.0: torch.export's own program o
 def _round_trips(ep, model, args, kwargs=None, *, grads=True):
     buffer = io.BytesIO()
     torch.export.save(ep, buffer)
-    for load in (torch.export.load, pf.load):
-        buffer.seek(0)
-        loaded = load(buffer)
-        report = pf.verify(loaded)
-        assert report.ok, (load.__qualname__, report)
-        replay_calls(loaded, model, args, kwargs, calls=2, grads=grads)
+    buffer.seek(0)
+    loaded = pf.load(buffer)
+    report = pf.verify(loaded)
+    assert report.ok, report
+    replay_calls(loaded, model, args, kwargs, calls=2, grads=grads)
+    # plain torch.export.load: torch's module() registers only the signature's names, so a
+    # tied weight's other name (gpt2's lm_head.weight) is missing from its state_dict;
+    # outputs, write-backs and gradients are eager's
+    buffer.seek(0)
+    report = pf.verify(torch.export.load(buffer), model, args, kwargs, calls=2, check_grads=grads)
+    assert report.ok, report
 
 
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
