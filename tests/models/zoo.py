@@ -103,8 +103,8 @@ def _torchvision_other() -> list[tuple[str, str, Callable[[], Built]]]:
         ("r3d_18", "video", lambda: (video.r3d_18(num_classes=10), (clip(),), {})),
         ("mc3_18", "video", lambda: (video.mc3_18(num_classes=10), (clip(),), {})),
         ("r2plus1d_18", "video", lambda: (video.r2plus1d_18(num_classes=10), (clip(),), {})),
-        ("raft_small", "optical-flow", lambda: (optical_flow.raft_small(weights=None, num_flow_updates=2),
-                                                (_image(128, 1), _image(128, 1)), {})),
+        ("raft_small", "optical-flow", lambda: (optical_flow.raft_small(weights=None),
+                                                (_image(128, 1), _image(128, 1)), {"num_flow_updates": 2})),
         ("ssdlite320_mobilenet_v3_large", "detection", lambda: (detection.ssdlite320_mobilenet_v3_large(
             weights=None, weights_backbone=None, num_classes=3), ([_image(128, 1)[0]],), {})),
         ("fasterrcnn_mobilenet_v3_large_320_fpn", "detection", lambda: (
