@@ -132,6 +132,10 @@ def report(results: str) -> None:
              "random weights, exported by ours and by `torch.export.export` in the same run, each program "
              f"replayed against eager over {3} calls (outputs, inputs written back, buffers; gradients for the "
              "`[train]` rows), ours contract-checked. *Silently wrong*: exported without error, replay differs.", ""]
+    planned = len(zoo())
+    if len(rows) < planned:
+        lines += [f"**Partial run**: {len(rows)} of the {planned} zoo models this install can build were run "
+                  "(`python scripts/zoo.py` resumes from its results file).", ""]
     if missing:
         lines += [f"Not run on this torch: {', '.join(missing)} (no torchvision wheel loads on this torch build; "
                   "timm imports torchvision).", ""]
