@@ -212,7 +212,21 @@ def load(f: Any) -> FunctionalExportedProgram:
     """
     ep = torch.export.load(f)
     ep.__class__ = FunctionalExportedProgram
+    _one_object_per_tied_weight(ep.state_dict)
     return ep  # type: ignore[return-value]
+
+
+def _one_object_per_tied_weight(state_dict: dict[str, torch.Tensor]) -> None:
+    """Loading gives each name of a tied weight its own tensor over one storage; make them one
+    object again, as in the saved program, so a deepcopy of the loaded program keeps them tied
+    (``module()`` registers a tied weight's other names by finding the same tensor)."""
+    seen: dict[Any, torch.Tensor] = {}
+    for name, tensor in state_dict.items():
+        if tensor.device.type == "meta" or tensor.untyped_storage().data_ptr() == 0:
+            continue
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+               tuple(tensor.stride()), tensor.dtype, type(tensor))
+        state_dict[name] = seen.setdefault(key, tensor)
 
 
 def functionalize(ep: ExportedProgram, args: tuple | None = None,

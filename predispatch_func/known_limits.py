@@ -41,7 +41,9 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
     Refusal.STATE_REPLACED: ('a parameter, or a buffer by one of another dtype, replaced by assignment '
                              '(another shape is carried)'),
     Refusal.PYTHON_STATE_CHANGED: ('a Python attribute, container, buffer, parameter or submodule set '
-                                   'in `forward` (`python_state="warn"` to bake the traced value)'),
+                                   "in `forward` that eager's later calls keep changing (a counter, a log) "
+                                   'or read back differently (a stale cache); judged by eager over three '
+                                   'calls on copies (`python_state="warn"` to bake the traced value)'),
     Refusal.RNG_STATE_SET: ('a draw from the global RNG after `torch.manual_seed`, `torch.seed` or a '
                             "state-changing `torch.set_rng_state` in `forward` (OpInfo's "
                             '`wrapper_set_seed`), or a reseed left in place when `forward` returns: '

@@ -205,6 +205,9 @@ class Fakeifier:
                 if isinstance(size, torch.SymInt):
                     for sym in size.node.expr.free_symbols:
                         out.setdefault(sym, tc.symbol_range(self.shape_env, sym))
+        for node in gm.graph.nodes:  # unbacked symbols the program binds (a HOP's data-dependent
+            for sym in node.meta.get("unbacked_bindings") or ():  # size): torch.export.load reads their ranges
+                out.setdefault(sym, tc.symbol_range(self.shape_env, sym))
         return out
 
     def _declared_range(self, d: _DeclaredDim, symbol: Any, violations: _Violations, *, suggest: bool) -> Any:

@@ -11,10 +11,12 @@ before the trace and puts it back afterwards, whatever happened::
 
 While the guard is active it also records, for every attribute the model's
 code sets or registers, the user's source line, so a refusal can name it. A
-program holds tensors only: ``self.counter += 1`` or a buffer registered in
-``forward`` cannot be carried (every call of the program would replay the
-first call), so they are refused (or, with ``python_state="warn"``, warned
-about); the model is restored in both cases.
+program holds tensors only and replays the first call, so a change is judged
+by eager over several calls (:mod:`.python_state`): a memo cache, a flag or
+hook set up once, a value recomputed and stored each call are carried; a
+counter or a stale cache (``self.counter += 1``, a buffer registered and then
+accumulated) is refused (or, with ``python_state="warn"``, warned about). The
+model is restored in every case: exporting never changes it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, _is_user_frame
+from .python_state import Written, judge_over_calls
 
 # the Module methods through which model code changes what a module holds
 _RECORDED = ("__setattr__", "__delattr__", "register_buffer", "register_parameter",
@@ -130,13 +133,18 @@ class StateGuard:
 
     def __enter__(self) -> StateGuard:
         self._take()
-        self._recording = _recording_attribute_writes(self.writes, self.by_torch)
+        self._recording: Any = _recording_attribute_writes(self.writes, self.by_torch)
         self._recording.__enter__()
         return self
 
+    def _stop_recording(self) -> None:
+        if self._recording is not None:
+            recording, self._recording = self._recording, None
+            recording.__exit__(None, None, None)
+
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
-            self._recording.__exit__(exc_type, exc, tb)
+            self._stop_recording()
         finally:
             self._restore()
         written = [t for t in self.tensors if _version(t.tensor) != t.version]
@@ -145,7 +153,7 @@ class StateGuard:
 
     # --- what changed ----------------------------------------------------------------
 
-    def changes(self) -> list[str]:
+    def changes(self) -> list[Change]:
         """Each Python-level change of the model since the snapshot, with the user's line."""
         found = []
         names = {id(m): n for n, m in self.mod.named_modules()}
@@ -156,47 +164,71 @@ class StateGuard:
                 before, after = snap.contents.get(table, {}), now.get(table, {})
                 kind = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "submodule"}[table]
                 for name in after.keys() - before.keys():
-                    found.append(self._describe(snap, where, name, f"registers {kind}"))
+                    found.append(self._change(snap, where, name, f"registers {kind}"))
                 for name in before.keys() - after.keys():
-                    found.append(self._describe(snap, where, name, f"removes {kind}"))
+                    found.append(self._change(snap, where, name, f"removes {kind}"))
             for name in now.keys() | snap.attrs.keys():
                 key = (id(snap.module), name)
                 if name in ("_parameters", "_buffers", "_modules", "training") or (
                         key in self.by_torch and key not in self.writes):
                     continue
                 if name not in snap.attrs:
-                    found.append(self._describe(snap, where, name, "sets a new attribute"))
+                    found.append(self._change(snap, where, name, "sets a new attribute"))
                 elif name not in now:
-                    found.append(self._describe(snap, where, name, "deletes attribute"))
+                    found.append(self._change(snap, where, name, "deletes attribute"))
                 elif not _same(now[name], snap.attrs[name]):
-                    found.append(self._describe(snap, where, name, "changes attribute"))
+                    found.append(self._change(snap, where, name, "changes attribute"))
                 elif (not _same(_contents(now[name]), snap.contents[name]) if name in snap.contents
                       else name in snap.empty and len(now[name]) > 0):
-                    found.append(self._describe(snap, where, name, "changes the contents of attribute"))
+                    found.append(self._change(snap, where, name, "changes the contents of attribute"))
             if snap.module.training != snap.training:
-                found.append(self._describe(snap, where, "training", "switches train/eval mode of"))
+                found.append(self._change(snap, where, "training", "switches train/eval mode of"))
         return found
 
-    def _describe(self, snap: _ModuleSnapshot, where: str, name: str, what: str) -> str:
-        fqn = f"{where}.{name}" if where else name
-        line = self.writes.get((id(snap.module), name))
-        return f"the model {what} {fqn!r}" + (f" at {line}" if line else "")
+    def _change(self, snap: _ModuleSnapshot, where: str, name: str, what: str) -> Change:
+        return Change(Written(where, name), what, self.writes.get((id(snap.module), name)))
 
     def refuse_uncarried_changes(self) -> None:
-        """Raise (or warn) for every change a program cannot carry; call before exit."""
+        """Raise (or warn) for every change a program cannot carry; call before exit.
+
+        Changes are judged by eager over several calls (:mod:`.python_state`), on copies,
+        after the model is restored; what is carried leaves the caller's model as it was
+        (exporting never changes it, and eager's first call starts from there too).
+        """
         found = self.changes()
         if not found:
             return
-        why = ("an exported program holds tensors only: each call would replay what the first "
+        self._stop_recording()
+        self._restore()
+        judged = judge_over_calls(self.mod, self.inputs, [c.written for c in found])
+        refused = [f"{c}\n  eager: the attribute {judged[c.written]}" for c in found
+                   if not judged[c.written].carried]
+        if not refused:
+            return
+        why = ("an exported program holds tensors only: each call replays what the first "
                "call saw, and eager would not")
         if self.python_state == "warn":
-            warnings.warn("; ".join(found) + f"; {why}; the program keeps the values seen while "
+            warnings.warn("; ".join(refused) + f"; {why}; the program keeps the values seen while "
                           "tracing and the model is left as it was", stacklevel=3)
             return
         raise UnsupportedError(
-            kind=Refusal.PYTHON_STATE_CHANGED, message="\n".join(found) + f"\n{why}. Register state the model updates as a buffer in "
-            "__init__ and update it in place (self.buf.add_(1)), or export with "
+            kind=Refusal.PYTHON_STATE_CHANGED, message="\n".join(refused) + f"\n{why}. Register state the model "
+            "updates as a buffer in __init__ and update it in place (self.buf.add_(1)), or export with "
             "python_state='warn' to keep the values seen while tracing")
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One Python-level change a trace made to the model, and the user's line that made it."""
+
+    written: Written
+    what: str  # "changes attribute", "registers buffer", ...
+    line: str | None
+
+    def __str__(self) -> str:
+        fqn = f"{self.written.module}.{self.written.name}" if self.written.module else self.written.name
+        return f"the model {self.what} {fqn!r}" + (f" at {self.line}" if self.line else "")
+
 
 def _user_line_of_caller() -> str | None:
     """The user's line that called into torch, or None when our own code did (lifting)."""

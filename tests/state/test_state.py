@@ -89,12 +89,6 @@ class RegistersCacheInForward(nn.Module):
         return x * self.cache
 
 
-class StashesActivation(nn.Module):
-    def forward(self, x):
-        self.last = x.relu()
-        return self.last * 2
-
-
 class AppendsToHistory(nn.Module):
     def __init__(self):
         super().__init__()
@@ -122,11 +116,12 @@ def test_buffer_registered_in_forward_is_refused_and_model_keeps_no_fake_buffer(
     assert torch.equal(model.cache, 1 + x)
 
 
-def test_tensor_stashed_on_the_module_and_list_appended_are_refused():
-    with pytest.raises(pf.UnsupportedError, match=r"sets a new attribute 'last' at " + _line("self.last = x.relu()")):
-        pf.export(StashesActivation(), (torch.randn(3),))
+def test_list_appended_each_call_is_refused():
+    """A log grows on every eager call; a tensor stashed and recomputed each call is carried
+    (tests/test_python_state.py)."""
     model = AppendsToHistory()
-    with pytest.raises(pf.UnsupportedError, match=r"changes the contents of attribute 'history'"):
+    with pytest.raises(pf.UnsupportedError, match=r"changes the contents of attribute 'history'[\s\S]*"
+                       r"changes again on a second identical call"):
         pf.export(model, (torch.randn(3),))
     assert model.history == []
 
@@ -921,7 +916,7 @@ _RESULT_NOT_READ_SAMPLES = {
     _A.sub.Tensor: lambda x: _A.sub.Tensor(x, x * 3), _A.sub.Scalar: _on(_A.sub.Scalar, 2.0),
     _A.mul.Tensor: lambda x: _A.mul.Tensor(x, x), _A.mul.Scalar: _on(_A.mul.Scalar, 2.0),
     _A.div.Tensor: lambda x: _A.div.Tensor(x + 1, x), _A.div.Scalar: _on(_A.div.Scalar, 2.0),
-    _A.neg.default: _on(_A.neg.default), _A.abs.default: _on(_A.abs.default), _A.sgn.default: _on(_A.sgn.default),
+    _A.neg.default: _on(_A.neg.default), _A.abs.default: _on(_A.abs.default),
     _A.mm.default: lambda x: _A.mm.default(x, x.T), _A.bmm.default: lambda x: _A.bmm.default(x[None], x.T[None]),
     _A.addmm.default: lambda x: _A.addmm.default(x[0], x.T, x), _A.linear.default: lambda x: _A.linear.default(x, x * 2, x[:, 0]),
     _A.matmul.default: lambda x: _A.matmul.default(x, x.T),

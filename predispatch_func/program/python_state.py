@@ -1,0 +1,271 @@
+"""Python state that ``forward`` writes, judged by what eager does over several calls.
+
+A program holds tensors only, so it replays the first call: the traced
+``forward`` started from the model's Python state as the user left it. That is
+right exactly when eager's later calls compute what its first call computes.
+Whether an attribute was written says little (a memo cache, a flag set once, a
+hook installed on the first call, a value recomputed and stored each call all
+write one); eager's behaviour over calls says it all. So, on deep copies (the
+caller's model, inputs and RNG are never touched), :func:`judge_over_calls`
+runs two models side by side for three calls::
+
+    live     one model called again and again: eager as the user will see it
+    replica  a fresh copy of the model as it was, given live's tensors before
+             each call: what the program computes on that call
+
+Calls 1 and 2 take the caller's inputs, call 3 the same tensors with their
+elements shuffled (a cache of the inputs shows itself there). Each written
+attribute is then
+
+- *carried* when live and replica agree on every call (outputs, tensors, the
+  inputs written back) and the attribute settles: the second identical call
+  leaves it as the first did;
+- *drifting* when a second identical call changes it again (a counter, a log):
+  the program cannot hold what eager keeps accumulating;
+- *read back* when it settles but live and replica disagree (a stale cache,
+  a set-up that changes what later calls compute): later calls of the program
+  would differ from eager's.
+
+If eager cannot be asked (meta or fake tensors, a model that cannot be copied,
+a call that raises), nothing is carried.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+
+_CALLS = 3
+_RTOL, _ATOL = 1.3e-6, 1e-5  # a cache and its recomputation may round differently
+
+
+class Verdict(enum.Enum):
+    CARRIED = "settles after the first call and later calls compute what the first did"
+    DRIFTING = "changes again on a second identical call (a counter or a log): the program keeps the first call's value"
+    READ_BACK = ("later eager calls read it and compute differently from the first call (a stale cache or a "
+                 "one-time change): the program would repeat the first call")
+    UNJUDGED = "eager could not be run to judge it"
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """One attribute a traced call wrote: ``module`` is its module's qualified name."""
+
+    module: str
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    detail: str = ""  # why eager could not be run, for UNJUDGED
+
+    @property
+    def carried(self) -> bool:
+        return self.verdict is Verdict.CARRIED
+
+    def __str__(self) -> str:
+        return self.verdict.value + (f" ({self.detail})" if self.detail else "")
+
+
+def judge_over_calls(model: torch.nn.Module, inputs: tuple[tuple, dict],
+                     written: list[Written]) -> dict[Written, Judgement]:
+    """Run deep copies of ``model`` over three calls and judge each of ``written``."""
+    unjudged = _why_eager_cannot_run(model, inputs)
+    if unjudged is None:
+        try:
+            with torch.random.fork_rng(devices=_cuda_devices(model, inputs)):
+                return _judge(model, inputs, written)
+        except Exception as e:  # noqa: BLE001 (any failure of the user's eager code leaves it unjudged)
+            unjudged = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+    return dict.fromkeys(written, Judgement(Verdict.UNJUDGED, unjudged))
+
+
+def _judge(model: torch.nn.Module, inputs: tuple[tuple, dict], written: list[Written]) -> dict[Written, Judgement]:
+    pristine = copy.deepcopy(model)
+    live = copy.deepcopy(model)
+    calls = [inputs, inputs, _shuffled(inputs)]
+    agree, seen = True, []
+    for call, call_inputs in enumerate(calls):
+        replica = copy.deepcopy(pristine) if call else None  # on the first call it would be live
+        if replica is not None:
+            _give_tensors(live, replica)
+        live_in = _fresh(call_inputs)
+        torch.manual_seed(call)
+        live_out = live(*live_in[0], **live_in[1])
+        if replica is not None:
+            replica_in = _fresh(call_inputs)
+            torch.manual_seed(call)
+            replica_out = replica(*replica_in[0], **replica_in[1])
+            agree = agree and _alike(live_out, replica_out) and _alike(live_in, replica_in) \
+                and _alike(_tensors(live), _tensors(replica))
+        seen.append({w: _frozen(_read(live, w)) for w in written})
+    verdicts = {}
+    for w in written:
+        if seen[0][w] != seen[1][w]:
+            verdicts[w] = Judgement(Verdict.DRIFTING)
+        else:
+            verdicts[w] = Judgement(Verdict.CARRIED if agree else Verdict.READ_BACK)
+    return verdicts
+
+
+# --- running eager on copies ------------------------------------------------------------
+
+
+def _why_eager_cannot_run(model: torch.nn.Module, inputs: Any) -> str | None:
+    tensors = [*model.parameters(), *model.buffers(),
+               *(t for t in tc.pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor))]
+    if any(t.is_meta or isinstance(t, tc.FakeTensor) for t in tensors):
+        return "the model or its inputs hold meta or fake tensors"
+    return None
+
+
+def _cuda_devices(model: torch.nn.Module, inputs: Any) -> list[int]:
+    tensors = [*model.parameters(), *model.buffers(),
+               *(t for t in tc.pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor))]
+    return sorted({t.device.index or 0 for t in tensors if t.device.type == "cuda"})
+
+
+def _fresh(value: Any) -> Any:
+    """Clones of every tensor leaf, keeping requires_grad; a tensor passed twice stays one."""
+    memo: dict[int, torch.Tensor] = {}
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in memo:
+            memo[id(t)] = t.detach().clone().requires_grad_(t.requires_grad)
+        return memo[id(t)]
+    return tc.pytree.tree_map_only(torch.Tensor, one, value)
+
+
+def _shuffled(value: Any) -> Any:
+    """The same tensors with their elements permuted: the same values (valid token ids,
+    masks) in other places, so a result cached from one call's inputs shows as stale."""
+    generator = torch.Generator().manual_seed(0)
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        if t.numel() < 2:
+            return t
+        order = torch.randperm(t.numel(), generator=generator).to(t.device)
+        return t.detach().reshape(-1)[order].reshape(t.shape).requires_grad_(t.requires_grad)
+    return tc.pytree.tree_map_only(torch.Tensor, one, value)
+
+
+def _give_tensors(source: torch.nn.Module, target: torch.nn.Module) -> None:
+    """Give ``target`` (a copy of an earlier ``source``) source's parameter and buffer values."""
+    clones: dict[int, torch.Tensor] = {}
+
+    def clone(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in clones:
+            clones[id(t)] = t.detach().clone()
+        return clones[id(t)]
+    with torch.no_grad():
+        for name, module in target.named_modules(remove_duplicate=False):
+            try:
+                source_module = source.get_submodule(name)
+            except AttributeError:
+                continue
+            for table in ("_parameters", "_buffers"):  # nn.Module's own tables: .data keeps ties
+                given = vars(source_module)[table]
+                held = vars(module)[table]
+                for key, tensor in list(held.items()):
+                    if tensor is None or given.get(key) is None:
+                        continue
+                    if table == "_parameters":
+                        tensor.data = clone(given[key])
+                    else:
+                        held[key] = clone(given[key])
+
+
+def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(model.named_parameters(remove_duplicate=False)),
+            **dict(model.named_buffers(remove_duplicate=False))}
+
+
+def _alike(a: Any, b: Any) -> bool:
+    leaves_a, spec_a = tc.pytree.tree_flatten(a)
+    leaves_b, spec_b = tc.pytree.tree_flatten(b)
+    if spec_a != spec_b:
+        return False
+    return all(_same_leaf(x, y) for x, y in zip(leaves_a, leaves_b))
+
+
+def _same_leaf(x: Any, y: Any) -> bool:
+    if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        x, y = x.detach(), y.detach()
+        if x.is_floating_point() or x.is_complex():
+            return torch.allclose(x, y, rtol=_RTOL, atol=_ATOL, equal_nan=True)
+        return torch.equal(x, y)
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return False
+    try:
+        return bool(type(x) is type(y) and x == y)
+    except Exception:  # noqa: BLE001 (objects whose == raises or is ambiguous)
+        return x is y
+
+
+# --- reading and comparing what was written -----------------------------------------------
+
+_MISSING = object()
+
+
+def _read(model: torch.nn.Module, w: Written) -> Any:
+    try:
+        module = model.get_submodule(w.module)
+    except AttributeError:
+        return _MISSING
+    if w.name == "training":
+        return module.training
+    for table in ("_parameters", "_buffers", "_modules"):
+        held = vars(module).get(table, {})
+        if w.name in held:
+            return held[w.name]
+    return vars(module).get(w.name, _MISSING)
+
+
+def _frozen(value: Any, depth: int = 0) -> Any:
+    """A comparable copy of ``value`` taken now: tensors by value, containers by contents,
+    modules and functions by identity, other objects by their attributes (a few levels)."""
+    if isinstance(value, torch.Tensor):
+        return _TensorValue(value.detach().clone())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_frozen(v, depth + 1) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _frozen(v, depth + 1)) for k, v in value.items()))
+    if isinstance(value, (set, frozenset)):
+        return ("set", frozenset(value)) if all(_hashable(v) for v in value) else ("id", id(value))
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes, enum.Enum, type)):
+        return value
+    if isinstance(value, (torch.nn.Module, Callable)) or depth >= 3 or not hasattr(value, "__dict__"):  # type: ignore[arg-type]
+        return ("id", id(value))
+    return (type(value), _frozen(dict(vars(value)), depth + 1))
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+class _TensorValue:
+    """A tensor compared by shape, dtype and values."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _TensorValue) and _same_leaf(self.tensor, other.tensor)
+
+    __hash__ = None  # type: ignore[assignment]

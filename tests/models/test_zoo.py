@@ -1,0 +1,35 @@
+"""The third-party model zoo (tests/models/zoo.py): models nobody here wrote.
+
+Every model: where torch.export exports a program that equals eager over three calls,
+ours must too; ours is never silently wrong. The full zoo runs under the ``zoo``
+marker (``python -m scripts.zoo`` writes the same results as a table in docs/zoo/); a sample
+of one model per library runs in the default suite, ours only.
+"""
+
+import pytest
+
+from tests.models.zoo import sample, zoo
+from tests.models.zoo_run import run_one
+
+
+def _ids(models):
+    return [m.name for m in models]
+
+
+@pytest.mark.parametrize("zm", sample(), ids=_ids(sample()))
+def test_sample_model_exports_and_equals_eager_over_three_calls(zm):
+    result = run_one(zm, exporters=("ours",))
+    assert result.built, result.build_error
+    assert result.ours.status == "ok", result.ours
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("zm", [pytest.param(m, marks=[pytest.mark.zoo_heavy] if m.heavy else [], id=m.name)
+                                for m in zoo()])
+def test_zoo_model_ours_is_right_wherever_torch_export_is(zm):
+    result = run_one(zm)
+    if not result.built:
+        pytest.skip(f"not built on this install: {result.build_error}")
+    assert result.ours.status != "wrong", f"ours silently wrong: {result.ours.error}"
+    if result.torch.status == "ok":
+        assert result.ours.status == "ok", f"torch.export exports and is right; ours: {result.ours}"

@@ -1,0 +1,367 @@
+"""Python attributes written in ``forward``, judged by eager's behaviour over calls.
+
+One tiny module per kind of write the world's models make (timm's and transformers'
+memo caches, flags and hooks set up on the first call, values recomputed and stored
+each call), each exported by default and replayed against eager over three calls;
+and the writes that make a later call differ (a counter, a log, a stale cache, a
+one-time change of the weights), each refused naming the attribute and its line.
+The real models these come from are at the end.
+"""
+
+import re
+
+import pytest
+import torch
+from torch import nn
+
+import predispatch_func as pf
+from tests.support.oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
+
+
+def _line(code: str) -> str:
+    return r"\S*test_python_state\.py:\d+ in \w+\n\s+" + re.escape(code)
+
+
+def _exports_and_equals_eager_over_three_calls(model, args, *, grads=True):
+    before = caller_state(model, args)
+    ep = export_checked(model, args, check_grads=grads)
+    assert_same_caller_state(before, caller_state(model, args), "export")
+    replay_calls(ep, model, args, calls=3, grads=grads)
+    return ep
+
+
+# --- carried: caches recomputed from the model's tensors ------------------------------------
+
+
+class AttentionBiasCacheByDevice(nn.Module):
+    """timm levit/efficientformerv2: in eval, the gathered bias is memoised per device."""
+
+    def __init__(self):
+        super().__init__()
+        self.biases = nn.Parameter(torch.randn(2, 5))
+        self.register_buffer("idxs", torch.tensor([[0, 1, 2], [2, 3, 4], [4, 0, 1]]), persistent=False)
+        self.bias_cache = {}
+
+    def train(self, mode=True):
+        super().train(mode)
+        if mode and self.bias_cache:
+            self.bias_cache = {}  # stale once the weights train
+        return self
+
+    def bias(self, device):
+        if self.training:
+            return self.biases[:, self.idxs]
+        key = str(device)
+        if key not in self.bias_cache:
+            self.bias_cache[key] = self.biases[:, self.idxs]
+        return self.bias_cache[key]
+
+    def forward(self, x):
+        return (x @ x.transpose(-1, -2)) + self.bias(x.device)
+
+
+class CacheFilledOnFirstCall(nn.Module):
+    """transformers levit: ``attention_bias_cache`` is an attribute set when empty."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.cached = None
+
+    def forward(self, x):
+        if self.cached is None:
+            self.cached = self.lin.weight.detach().t().softmax(-1)
+        return self.lin(x) @ self.cached
+
+
+def test_memo_cache_of_the_models_tensors_by_device_is_carried():
+    model = AttentionBiasCacheByDevice().eval()
+    _exports_and_equals_eager_over_three_calls(model, (torch.randn(2, 3, 4),), grads=False)
+    assert model.bias_cache == {}
+
+
+def test_memo_cache_in_train_mode_is_not_even_written():
+    _exports_and_equals_eager_over_three_calls(AttentionBiasCacheByDevice().train(), (torch.randn(2, 3, 4),))
+
+
+def test_cache_attribute_filled_on_first_call_is_carried_and_left_empty():
+    model = CacheFilledOnFirstCall()
+    _exports_and_equals_eager_over_three_calls(model, (torch.randn(2, 4),))
+    assert model.cached is None
+
+
+# --- carried: flags and set-up done once --------------------------------------------------------
+
+
+class RescalesOnceBehindAFlag(nn.Module):
+    """transformers rwkv: ``layers_are_rescaled`` guards an in-place rescale of the weights
+    by ``2 ** (layer // rescale_every)``; with few layers the factor is 1."""
+
+    def __init__(self, factor=1.0):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.factor = factor
+        self.rescaled = False
+
+    def forward(self, x):
+        if self.rescaled != (not self.training):
+            with torch.no_grad():
+                self.lin.weight.div_(self.factor)
+            self.rescaled = not self.training
+        return self.lin(x)
+
+
+class CaptureHooksInstalledOnFirstCall(nn.Module):
+    """transformers segformer (output capturing): forward hooks installed on the first call
+    collect the blocks' outputs into a dict the forward reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+        self.hooks_installed = False
+        self.captured = {}
+
+    def _install(self):
+        for i, block in enumerate(self.blocks):
+            block.register_forward_hook(lambda mod, args, out, i=i: self.captured.__setitem__(i, out))
+        self.hooks_installed = True
+
+    def forward(self, x):
+        if not self.hooks_installed:
+            self._install()
+        self.captured = {}
+        for block in self.blocks:
+            x = block(x).relu()
+        return x, sum(self.captured.values())
+
+
+def test_flag_guarding_a_no_op_rescale_is_carried():
+    model = RescalesOnceBehindAFlag().eval()
+    _exports_and_equals_eager_over_three_calls(model, (torch.randn(2, 4),))
+    assert model.rescaled is False
+
+
+def test_hooks_installed_on_first_call_are_carried_and_not_left_on_the_model():
+    model = CaptureHooksInstalledOnFirstCall()
+    _exports_and_equals_eager_over_three_calls(model, (torch.randn(2, 4),))
+    assert not model.hooks_installed and not model.blocks[0]._forward_hooks
+
+
+# --- carried: values recomputed each call and stored ---------------------------------------------
+
+
+class PoolingMultRecomputed(nn.Module):
+    """transformers funnel: ``pooling_mult`` reset then doubled per block, each call."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.pooling_mult = None
+
+    def forward(self, x):
+        self.pooling_mult = 1
+        for _ in range(2):
+            x = self.lin(x) * self.pooling_mult
+            self.pooling_mult *= 2
+        return x
+
+
+class RecurrentStateResetThenStored(nn.Module):
+    """transformers recurrent_gemma: ``recurrent_states`` reset then set from the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = nn.Linear(4, 4)
+        self.recurrent_states = None
+
+    def forward(self, x):
+        self.recurrent_states = None
+        h = torch.zeros_like(x[:, 0])
+        for t in range(x.shape[1]):
+            h = torch.sigmoid(self.gate(x[:, t])) * h + x[:, t]
+        self.recurrent_states = h
+        return h
+
+
+class CorrelationPyramidStored(nn.Module):
+    """torchvision raft: ``corr_pyramid`` built from the inputs each call, read the same call."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 1)
+
+    def build(self, a, b):
+        corr = a * b
+        self.corr_pyramid = [corr]
+        for _ in range(2):
+            corr = nn.functional.avg_pool2d(corr, 2)
+            self.corr_pyramid.append(corr)
+
+    def forward(self, a, b):
+        self.build(self.conv(a), self.conv(b))
+        return sum(level.mean((-1, -2)) for level in self.corr_pyramid)
+
+
+class StashesActivation(nn.Module):
+    def forward(self, x):
+        self.last = x.relu()
+        return self.last * 2
+
+
+def test_value_recomputed_identically_each_call_is_carried():
+    model = PoolingMultRecomputed()
+    _exports_and_equals_eager_over_three_calls(model, (torch.randn(2, 4),))
+    assert model.pooling_mult is None
+
+
+def test_tensor_recomputed_from_the_input_and_stored_each_call_is_carried():
+    model = RecurrentStateResetThenStored()
+    _exports_and_equals_eager_over_three_calls(model, (torch.randn(2, 3, 4),))
+    assert model.recurrent_states is None
+
+
+def test_list_of_tensors_rebuilt_each_call_is_carried():
+    model = CorrelationPyramidStored()
+    _exports_and_equals_eager_over_three_calls(model, (torch.randn(1, 2, 8, 8), torch.randn(1, 2, 8, 8)))
+    assert not hasattr(model, "corr_pyramid")
+
+
+def test_activation_stashed_on_the_module_is_carried():
+    model = StashesActivation()
+    _exports_and_equals_eager_over_three_calls(model, (torch.randn(3),))
+    assert not hasattr(model, "last")
+
+
+# --- refused: what makes a later call differ -----------------------------------------------------
+
+
+class CountsCalls(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.counter = 0
+
+    def forward(self, x):
+        self.counter += 1
+        return x * self.counter
+
+
+class CountsCallsUnread(nn.Module):
+    """The counter does not reach the output, but eager keeps counting: nothing could hold it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x + 1
+
+
+class CachesItsFirstInput(nn.Module):
+    """A cache of the inputs: right on the first call, stale on any other input."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache = None
+
+    def forward(self, x):
+        if self.cache is None:
+            self.cache = x.mean(0)
+        return x - self.cache
+
+
+def test_counter_is_refused_naming_the_attribute_its_line_and_why():
+    with pytest.raises(pf.UnsupportedError, match=r"changes attribute 'counter' at " + _line("self.counter += 1")
+                       + r"\n  eager: the attribute changes again on a second identical call"):
+        pf.export(CountsCalls(), (torch.randn(3),))
+
+
+def test_counter_nobody_reads_is_still_refused():
+    with pytest.raises(pf.UnsupportedError, match=r"changes attribute 'calls'[\s\S]*\n  eager: the attribute changes "
+                       "again"):
+        pf.export(CountsCallsUnread(), (torch.randn(3),))
+
+
+def test_cache_of_the_first_input_is_refused_as_stale():
+    model = CachesItsFirstInput()
+    with pytest.raises(pf.UnsupportedError, match=r"changes attribute 'cache' at " + _line(
+            "self.cache = x.mean(0)") + r"\n  eager: the attribute later eager calls read it"):
+        pf.export(model, (torch.randn(4, 3),))
+    assert model.cache is None
+
+
+def test_rescale_done_once_behind_a_flag_is_refused_as_the_program_would_repeat_it():
+    """Where the one-time change is real (factor 2), every program call would rescale again."""
+    model = RescalesOnceBehindAFlag(factor=2.0).eval()
+    weight = model.lin.weight.detach().clone()
+    with pytest.raises(pf.UnsupportedError, match=r"changes attribute 'rescaled'[\s\S]*\n  eager: the attribute later "
+                       "eager calls read it"):
+        pf.export(model, (torch.randn(2, 4),))
+    assert torch.equal(model.lin.weight, weight) and model.rescaled is False
+
+
+def test_state_eager_cannot_judge_on_meta_tensors_is_refused_as_before():
+    with torch.device("meta"):
+        model = CacheFilledOnFirstCall()
+    with pytest.raises(pf.UnsupportedError, match=r"eager: the attribute eager could not be run to judge it "
+                       r"\(the model or its inputs hold meta or fake tensors\)"):
+        pf.export(model, (torch.randn(2, 4, device="meta"),))
+
+
+def test_judging_leaves_the_callers_rng_and_model_as_they_were():
+    class DropsOutAndCaches(CacheFilledOnFirstCall):
+        def forward(self, x):
+            return nn.functional.dropout(super().forward(x), 0.5, self.training)
+
+    model, x = DropsOutAndCaches().train(), torch.randn(2, 4)
+    rng = torch.get_rng_state()
+    pf.export(model, (x,))
+    assert torch.equal(torch.get_rng_state(), rng) and model.cached is None
+    _exports_and_equals_eager_over_three_calls(model, (x,))
+
+
+def test_warn_mode_warns_only_for_what_eager_refuses():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pf.export(PoolingMultRecomputed(), (torch.randn(2, 4),), python_state="warn")
+    with pytest.warns(UserWarning, match="changes attribute 'counter'"):
+        pf.export(CountsCalls(), (torch.randn(3),), python_state="warn")
+
+
+# --- the real models these come from (transformers, tiny configs) ---------------------------------
+
+
+def _real(name):
+    from tests.models.stateful import build
+
+    return build(name)
+
+
+@pytest.mark.parametrize("name", [
+    "rwkv",
+    *(pytest.param(n, marks=pytest.mark.models) for n in ("levit", "segformer", "funnel", "recurrent_gemma")),
+])
+def test_real_model_writing_python_state_exports_by_default_and_equals_eager_over_three_calls(name):
+    model, args, kwargs = _real(name)
+    before = caller_state(model, (args, kwargs))
+    ep = export_checked(model, args, kwargs, check_grads=name != "levit")
+    assert_same_caller_state(before, caller_state(model, (args, kwargs)), name)
+    # levit's cache holds a tensor with the graph of its first call: eager's own second
+    # backward fails, so levit is replayed without gradients (it caches in eval only)
+    replay_calls(ep, model, args, kwargs, calls=3, grads=name != "levit")
+
+
+@pytest.mark.models
+def test_rwkv_rescaling_its_weights_once_is_refused_where_the_rescale_is_real():
+    """With ``rescale_every=1`` eager divides layer 1's weights by 2 on its first call only;
+    a program traced from the unscaled model would divide on every call (torch.export's
+    program does, silently)."""
+    from tests.models.stateful import rwkv
+
+    torch.manual_seed(0)
+    model, args, _ = rwkv(rescale_every=1)
+    with pytest.raises(pf.UnsupportedError, match=r"changes attribute 'layers_are_rescaled'[\s\S]*later eager calls "
+                       "read it"):
+        pf.export(model.eval(), args)
