@@ -12,16 +12,8 @@ _spec = importlib.util.spec_from_file_location("import_picture", PACKAGE.parent 
 picture = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(picture)
 
-# cycles still there, to shrink (a cycle gone from the package may go from here; none may be added)
-_REMAINING_CYCLES = {
-    ("predispatch_func.schema_audit.layouts", "predispatch_func.schema_audit.opinfo",
-     "predispatch_func.schema_audit.recipes", "predispatch_func.schema_audit.samples"),
-}
-
-
-def test_no_import_cycle_but_the_known_remaining_ones():
-    found = {tuple(c) for c in picture.cycles(picture.graph_of(PACKAGE))}
-    assert found <= _REMAINING_CYCLES, found - _REMAINING_CYCLES
+def test_no_import_cycle():
+    assert picture.cycles(picture.graph_of(PACKAGE)) == []
 
 
 # the front modules: the command line, and export() assembling the pipeline's output

@@ -20,7 +20,8 @@ import torch
 from .. import _torch_compat as tc
 from .checker import UNTESTED, CheckResult, check
 from .opinfo import opinfo_samples
-from .samples import Sample, samples_for
+from .sample_sources import samples_for
+from .samples import Sample
 
 OP_TIMEOUT_S = 30.0
 Progress = Callable[[str], None]

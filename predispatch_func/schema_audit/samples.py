@@ -410,21 +410,3 @@ def _float_for(name: str, arg: Any, profile: Profile) -> float | None:
     if arg.has_default_value():
         return arg.default_value
     return 1.0
-
-
-def samples_for(op: tc.OpOverload, *, use_opinfo: bool = True) -> tuple[list[Sample], list[str]]:
-    """All samples for ``op``: hand-written recipes first (inputs a schema cannot guess), then
-    the schema profiles (aimed at identity fast paths), then OpInfo's."""
-    from .recipes import recipe_samples
-
-    samples, reasons = schema_samples(op)
-    samples = recipe_samples(op) + samples
-    if use_opinfo and op.namespace == "aten":
-        from .opinfo import opinfo_samples
-
-        samples += opinfo_samples(op)
-    from .layouts import layout_samples
-
-    samples += layout_samples(op, samples)
-    return samples, reasons
-

@@ -15,7 +15,7 @@ from predispatch_func.errors import ExportError, UnsupportedError
 from predispatch_func.modes.composite_policy import HONEST_TWINS
 from predispatch_func.schema_audit.checker import _aliases as aliases  # sparse-aware: indices, values
 from predispatch_func.schema_audit.checker import run_sample
-from predispatch_func.schema_audit.samples import samples_for
+from predispatch_func.schema_audit.sample_sources import samples_for
 from predispatch_func.schema_audit.table import load
 from tests.support.oracle import export_checked
 from tests.support.torch_release import torch_limit

@@ -463,7 +463,7 @@ def test_an_accepted_layout_no_sample_ran_on_is_untested():
 
 
 def test_sparse_samples_are_fresh_and_keep_their_layout():
-    from predispatch_func.schema_audit.samples import samples_for
+    from predispatch_func.schema_audit.sample_sources import samples_for
 
     samples, _ = samples_for(A.to_sparse_csr.default)
     sparse = [s for s in samples if s.layout != "strided"]
