@@ -23,20 +23,20 @@ import torch
 
 from . import _torch_compat as tc
 from .artifacts import AotSignature, Inputs, Placeholders, SlotKind, Trace
+from .graphs import all_graph_modules
+from .modes import CompositePolicy
+from .opsets.lowering import Lowering
+from .pipeline import TraceSettings, trace_subgraph
 from .program import node_meta
 from .program.fakeify import Fakeifier
 from .program.graph_cleanup import copy_outputs_reading_written_inputs, lift_traced_constants, name_placeholders
-from .graphs import all_graph_modules
 from .program.lift import collect_inputs
-from .modes import CompositePolicy
-from .pipeline import TraceSettings, trace_subgraph
 from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
-from .opsets.lowering import Lowering
-from .schema_audit import shipped_decision, shipped_untested_layouts
-from .program.state_guard import StateGuard
 from .program.signature import build_signature, grad_sources, written_placeholders
+from .program.state_guard import StateGuard
 from .program.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
+from .schema_audit import shipped_decision, shipped_untested_layouts
 
 
 def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = True,

@@ -16,6 +16,7 @@ Entered by the tracer around the user's code:
 from __future__ import annotations
 
 import contextlib
+
 from .. import _torch_compat as tc
 from ..mode_capabilities import TraceBody
 from .function_trace import tracing_autograd_functions

@@ -23,16 +23,23 @@ from __future__ import annotations
 
 import enum
 import functools
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from .. import _torch_compat as tc
 from ..autograd_facts import may_carry_grad
-from .out_variants import (call_composite_out, call_inplace_through_twin, inplace_twin, is_composite_out,
-                           writes_besides_out)
+from .out_variants import (
+    call_composite_out,
+    call_inplace_through_twin,
+    inplace_twin,
+    is_composite_out,
+    writes_besides_out,
+)
 
-class Decision(str, enum.Enum):
+
+class Decision(str, enum.Enum):  # noqa: UP042 (StrEnum would change what str() prints)
     """Keep a composite as one node, or decompose it (equal to its string, as users write it)."""
 
     KEEP = "keep"

@@ -7,7 +7,8 @@ raises while tracing are translated into refusals by :func:`known_torch_limit`.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

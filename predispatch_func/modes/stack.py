@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -31,15 +32,24 @@ from ..mode_capabilities import TraceBody
 from . import refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
+from .differentiable_copy import CopyTarget, copy_decompositions
 from .fast_paths import eager_fast_paths
+from .observers import (
+    Bases,
+    CopyTargetFlag,
+    DetachedAliases,
+    GradReach,
+    IdentityEdges,
+    Observer,
+    OpCall,
+    RequiresGradFlags,
+    set_requires_grad,
+    written_tensors,
+)
+from .out_variants import COMPARISONS_IN_PLACE, RANDOM_FILLS, compare_in_place_keeping_grad, fill_randomly_keeping_grad
 from .saved_reads import SavedReads
 from .tensor_data import HiddenWrites, StorageAliases, TensorDataMode
-from .differentiable_copy import CopyTarget, copy_decompositions
-from .out_variants import COMPARISONS_IN_PLACE, RANDOM_FILLS, compare_in_place_keeping_grad, fill_randomly_keeping_grad
-from .observers import (Bases, CopyTargetFlag, DetachedAliases, GradReach, IdentityEdges, Observer, OpCall,
-                        RequiresGradFlags, set_requires_grad, written_tensors)
 from .view_grad_modes import ViewGradModes
-
 
 _RESIZE_AS_ = torch.ops.aten.resize_as_.default
 

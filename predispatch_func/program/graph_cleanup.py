@@ -11,10 +11,10 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from ..artifacts import Inputs, InputSlot, Mutations, Placeholders, SlotKind
 from ..graphs import all_graph_modules, calls_view_op, graph_pass
 from ..hop.ops import region_body_and_operands
 from .lift import placeholder_name
-from ..artifacts import Inputs, InputSlot, Mutations, Placeholders, SlotKind
 from .signature import written_placeholders
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 
 from .. import _torch_compat as tc
+from ..artifacts import Inputs, InputSlot, Mutations, SlotKind
 from ..errors import Refusal, UnsupportedError
 from ..mode_capabilities import TracingMode
-from ..artifacts import Inputs, InputSlot, Mutations, SlotKind
 
 
 class ModelCall:
@@ -26,7 +26,7 @@ class ModelCall:
     __slots__ = ("_mod", "_inputs", "_aliased", "_mutations", "_around")
 
     def __init__(self, mod: torch.nn.Module, inputs: Inputs, fake_inputs: list[Any],
-                 around: Callable[[], ContextManager[Any]] = contextlib.nullcontext):
+                 around: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext):
         self._mod = mod
         self._around = around  # observers of the call (node metadata, preserved signatures)
         self._inputs = inputs

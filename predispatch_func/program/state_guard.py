@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import linecache
 import inspect
+import linecache
 import warnings
 from collections.abc import Iterator
 from typing import Any
