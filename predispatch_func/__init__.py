@@ -10,6 +10,7 @@ from .program.input_check import InputError
 from .opsets import OpSet
 from .export import FunctionalExportedProgram, export, functionalize, load
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
+from . import eager
 
 __all__ = [
     "AotSignature",
@@ -21,6 +22,7 @@ __all__ = [
     "VerifyReport",
     "aot_export_module",
     "check_contract",
+    "eager",
     "FunctionalExportedProgram",
     "export",
     "load",

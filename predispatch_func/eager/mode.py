@@ -1,0 +1,252 @@
+"""``pf.eager.on(target)``: run eagerly as if the backend had only ``target``.
+
+A dispatch mode below autograd sees every op that reaches the backend level:
+the forward ops, and the ops autograd's backward formulas call. Each op in
+``target | RUNTIME_FLOOR`` runs as it is; every other op runs by its
+:class:`~.plans.Plan`, whose own ops come back through this mode, so lowering
+repeats until only target ops run::
+
+    with pf.eager.on(pf.OpSet.core_aten()) as session:
+        loss = model(x).sum()
+        loss.backward()
+    session.stats.decomposed   # which ops the backend was spared, and how often
+
+Decompositions are traced once per signature into graphs of target ops
+(``cache``) and replayed. An op with no path into the target raises
+:class:`EagerUnreachableError` naming it, the target and the user's line; with
+``on_unreachable="run"`` it runs as it is and is recorded instead (the CLI's
+survey of a model).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from ..errors import Refusal, UnsupportedError, user_source_line
+from ..opsets import Lowering, OpSet, is_infrastructure
+from . import above_autograd, cache
+from .floor import RUNTIME_FLOOR
+from .plans import How, Plan, plan_for
+from .stats import EagerStats
+
+aten = torch.ops.aten
+_MAX_NESTING = 4  # a decomposition may call its own op again (other arguments); a cycle goes deeper
+
+
+class EagerUnreachableError(UnsupportedError):
+    """An op ran under ``pf.eager.on`` that has no path into the target op set."""
+
+    def __init__(self, op: object, target: OpSet, why: str, source: str | None):
+        super().__init__(
+            f"{op} has no path into the target op set {target.name!r} ({why}); add it to the target "
+            "or avoid the call", kind=Refusal.EAGER_OP_UNREACHABLE, op=op, source=source)
+
+
+class _NotTraceable(Exception):
+    """Raised inside a trace by a plan that must run as itself each call."""
+
+
+class _Kernels:
+    """Per target: the plans and the traced kernels, shared by every session on it."""
+
+    def __init__(self, target: OpSet, floor: OpSet):
+        self.target, self.floor = target, floor
+        self.lowering = Lowering(target | floor)
+        self.direct = frozenset(target | floor)
+        self.plans: dict[tc.OpOverload, Plan] = {}
+        self.graphs: dict[tuple, Any] = {}
+        self.lifted = above_autograd.ops_to_lift(self.lowering)
+
+    def plan(self, op: tc.OpOverload) -> Plan:
+        found = self.plans.get(op)
+        if found is None:
+            found = self.plans[op] = plan_for(op, self.lowering)
+        return found
+
+
+def kernels_for(target: OpSet, floor: OpSet = RUNTIME_FLOOR) -> _Kernels:
+    """The kernels of one (target, floor), kept for the process: a later session reuses its traces."""
+    return _kernels_for(target, floor)
+
+
+@functools.lru_cache(maxsize=16)
+def _kernels_for(target: OpSet, floor: OpSet) -> _Kernels:
+    return _Kernels(target, floor)
+
+
+class EagerMode(tc.TorchDispatchMode):
+    """The dispatch mode of one session (see the module docstring)."""
+
+    def __init__(self, target: OpSet, *, use_cache: bool = True, on_unreachable: str = "raise",
+                 stats: EagerStats | None = None, floor: OpSet = RUNTIME_FLOOR, tracing: bool = False):
+        super().__init__()
+        self.tracing = tracing
+        if on_unreachable not in ("raise", "run"):
+            raise ValueError(f"on_unreachable must be 'raise' or 'run', not {on_unreachable!r}")
+        self.kernels = kernels_for(target, floor)
+        self._lowering_now: collections.Counter = collections.Counter()  # ops being lowered, nested
+        self.use_cache = use_cache
+        self.on_unreachable = on_unreachable
+        self.stats = stats if stats is not None else EagerStats()
+        self._direct = self.kernels.direct
+        self._reached = self.stats.reached
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func in self._direct:
+            self._reached[func] += 1
+            return func(*args, **(kwargs or {}))
+        return self.run(func, args, kwargs or {})
+
+    def run(self, op: Any, args: tuple, kwargs: dict) -> Any:
+        """``op(*args, **kwargs)`` with only target ops reaching the backend; called with
+        this mode off (inside dispatch)."""
+        if not isinstance(op, tc.OpOverload) or is_infrastructure(op) or op.namespace != "aten":
+            return op(*args, **kwargs)  # the target names aten ops; others (profiler, custom) are the caller's
+        plan = self.kernels.plan(op)
+        if plan.how is How.UNREACHABLE:
+            return self._unreachable(plan, args, kwargs)
+        if self._lowering_now[op] >= _MAX_NESTING:
+            raise EagerUnreachableError(op, self.kernels.target, "its lowering leads back to itself: without the "
+                                        "runtime floor nothing ends the recursion", user_source_line())
+        self._lowering_now[op] += 1
+        try:
+            return self._run_plan(plan, args, kwargs)
+        finally:
+            self._lowering_now[op] -= 1
+
+    def _run_plan(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
+        op = plan.op
+        self.stats.decomposed[op] += 1
+        if plan.how is How.DECOMPOSE:
+            return self._decompose(plan, args, kwargs)
+        if plan.how is How.THROUGH_TWIN:
+            return self._through_twin(plan, args, kwargs)
+        if plan.how is How.VIEW_IN_PLACE:
+            view = self._call(plan.twin, args, kwargs)
+            return self._call(aten.as_strided_.default, (args[0], view.size(), view.stride(), view.storage_offset()), {})
+        if self.tracing:  # a C++ kernel met by fake tensors would be baked into the graph as a constant
+            raise _NotTraceable(op)
+        self.stats.uncached[op] += 1
+        with self:
+            if plan.how is How.COMPOSITE_KERNEL:
+                return tc.call_backend_kernel(op, _device_of(args, kwargs), *args, **kwargs)
+            return plan.decomposition(*args, **kwargs)  # type: ignore[misc]
+
+    def _call(self, op: Any, args: tuple, kwargs: dict) -> Any:
+        if op in self._direct:
+            self._reached[op] += 1
+            return op(*args, **kwargs)
+        return self.run(op, args, kwargs)
+
+    def _decompose(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
+        decomposition: Callable = plan.decomposition  # type: ignore[assignment]
+        if not self.use_cache:
+            with self:
+                return decomposition(*args, **kwargs)
+        key, tensors = cache.signature(args, kwargs)
+        key = (plan.op, *key)
+        graphs = self.kernels.graphs
+        graph = graphs.get(key)
+        if graph is None:
+            self.stats.cache_misses[plan.op] += 1
+            graph = graphs[key] = cache.trace(self._tracing_call(decomposition), args, kwargs)
+            if graph is not cache.UNCACHEABLE:
+                self._reached.update({op: 0 for op in cache.ops_of(graph)})
+        elif graph is not cache.UNCACHEABLE:
+            self.stats.cache_hits[plan.op] += 1
+        if graph is cache.UNCACHEABLE:
+            self.stats.uncached[plan.op] += 1
+            with self:
+                return decomposition(*args, **kwargs)
+        return graph(*tensors)  # type: ignore[operator]
+
+    def _tracing_call(self, decomposition: Callable) -> Callable[[tuple, dict], Any]:
+        """The decomposition run under a fresh, uncached mode of the same target, so the
+        trace records only the target ops it ends in."""
+        def call(args: tuple, kwargs: dict) -> Any:
+            with EagerMode(self.kernels.target, use_cache=False, on_unreachable="raise", floor=self.kernels.floor,
+                           tracing=True):
+                out = decomposition(*args, **kwargs)
+            return tuple(out) if isinstance(out, tuple) else out  # named tuples do not survive codegen
+        return call
+
+    def _through_twin(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
+        names = [a.name for a in tc.schema_of(plan.op).arguments]
+        bound = dict(zip(names, args), **kwargs)
+        destinations = [bound.pop(name) for name in plan.written] if kwargs.keys() & set(plan.written) else None
+        if destinations is None:  # in-place: self is both an argument and the destination
+            destinations = [bound[plan.written[0]]]
+        twin: tc.OpOverload = plan.twin  # type: ignore[assignment]
+        twin_names = [a.name for a in tc.schema_of(twin).arguments]
+        twin_args = tuple(bound[n] for n in twin_names if n in bound and not _kwarg_only(twin, n))
+        twin_kwargs = {n: bound[n] for n in twin_names if n in bound and _kwarg_only(twin, n)}
+        result = self._call(twin, twin_args, twin_kwargs)
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        for destination, value in zip(destinations, results):
+            if destination.shape != value.shape:
+                self._call(aten.resize_.default, (destination, value.shape), {})
+            self._call(aten.copy_.default, (destination, value), {})
+        if isinstance(result, (tuple, list)):
+            return tuple(destinations)
+        return destinations[0]
+
+    def _unreachable(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
+        source = user_source_line()
+        if self.on_unreachable == "raise":
+            raise EagerUnreachableError(plan.op, self.kernels.target, plan.why, source)
+        lines = self.stats.unreachable.setdefault(plan.op, [])
+        if source and source not in lines:
+            lines.append(source)
+        self._reached[plan.op] += 1
+        return plan.op(*args, **kwargs)
+
+
+def _device_of(args: tuple, kwargs: dict) -> torch.device:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value.device
+        if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
+            return value[0].device
+    device = kwargs.get("device")
+    return torch.device(device) if device is not None else torch.get_default_device()
+
+
+def _kwarg_only(op: tc.OpOverload, name: str) -> bool:
+    return any(a.name == name and a.kwarg_only for a in tc.schema_of(op).arguments)
+
+
+class on(contextlib.ContextDecorator):  # noqa: N801  (reads as pf.eager.on(target))
+    """Context manager and decorator: run eagerly on ``target`` (see the module docstring).
+
+    ``session.stats`` (:class:`EagerStats`) accumulates over every entry.
+    """
+
+    def __init__(self, target: OpSet, *, use_cache: bool = True, on_unreachable: str = "raise",
+                 floor: OpSet = RUNTIME_FLOOR):
+        self.target = target
+        self.stats = EagerStats()
+        self._mode = EagerMode(target, use_cache=use_cache, on_unreachable=on_unreachable, stats=self.stats,
+                               floor=floor)
+        self._stack: list[contextlib.ExitStack] = []
+
+    def __enter__(self) -> on:
+        stack = contextlib.ExitStack()
+        stack.enter_context(above_autograd.AutogradKernels(
+            self._mode.kernels.lifted, on_call=self._count_lifted))
+        stack.enter_context(self._mode)
+        self._stack.append(stack)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.pop().close()
+
+    def _count_lifted(self, op: tc.OpOverload) -> None:
+        self.stats.above_autograd[op] += 1
+        self.stats.decomposed[op] += 1
