@@ -471,9 +471,9 @@ class HopRules:
 
 
 def backend_has_kernel(op: torch._ops.OpOverload, key: str) -> bool:
-    """Whether ``op`` runs a kernel of its own (or a fallback) on dispatch key ``key``
-    (``"PrivateUse1"``), composites included: what a backend can run without help."""
-    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(op.name(), key)
+    """Whether a kernel for ``op`` is registered on dispatch key ``key`` (``"PrivateUse1"``) itself:
+    torch's composite kernel of a floor op (``copy_``) would only call the backend's own."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
 
 
 def has_composite_explicit_kernel(op: torch._ops.OpOverload) -> bool:

@@ -9,6 +9,8 @@ a real backend's dispatch key.
 
 from .floor import RUNTIME_FLOOR
 from .mode import EagerMode, EagerUnreachableError, on
+from .register import BackendLacksFloorError, Registration, register
 from .stats import EagerStats
 
-__all__ = ["RUNTIME_FLOOR", "EagerMode", "EagerStats", "EagerUnreachableError", "on"]
+__all__ = ["RUNTIME_FLOOR", "BackendLacksFloorError", "EagerMode", "EagerStats", "EagerUnreachableError",
+           "Registration", "on", "register"]

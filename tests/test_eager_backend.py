@@ -1,0 +1,88 @@
+"""``pf.eager.register`` on a real dispatch key, proven on a backend without hardware.
+
+``eager_test_backend`` implements only Core ATen and the runtime floor on
+PrivateUse1 and raises on anything else. With ``pf.eager.register`` the corpus
+models run forward and backward on it, equal to plain eager on the CPU.
+"""
+
+import copy
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "models"))
+from corpus import CASES, build  # noqa: E402
+
+import eager_test_backend as backend
+import predispatch_func as pf
+
+CORE = pf.OpSet.core_aten()
+# ops torch cannot lower into Core ATen (as for export): the backend must have them too
+NOT_LOWERABLE = {"mixtral", "wav2vec2"}
+
+
+@pytest.fixture(scope="module")
+def registration():
+    backend.setup()
+    registration = pf.eager.register("PrivateUse1", CORE)
+    yield registration
+    registration.remove()
+
+
+def test_backend_refuses_ops_outside_its_set_until_registered():
+    backend.setup()
+    x = backend.to_device(torch.rand(4))
+    with pytest.raises(backend.NotOnBackend, match="aten.logit"):
+        torch.logit(x, 1e-3)
+    registration = pf.eager.register("PrivateUse1", CORE)
+    try:
+        got = torch.logit(x, 1e-3)
+    finally:
+        registration.remove()
+    assert torch.equal(backend.from_device(got), torch.logit(backend.from_device(x), 1e-3))
+    with pytest.raises(backend.NotOnBackend, match="aten.logit"):
+        torch.logit(x, 1e-3)
+
+
+def test_register_refuses_a_backend_without_the_floor():
+    with pytest.raises(pf.eager.BackendLacksFloorError) as info:
+        pf.eager.register("PrivateUse3", CORE)  # no kernels there at all
+    assert info.value.kind is pf.Refusal.EAGER_BACKEND_LACKS_FLOOR
+    assert "aten.copy_.default" in info.value.missing
+
+
+def _loss(out):
+    if isinstance(out, torch.Tensor):
+        out = [out]
+    values = out.values() if hasattr(out, "values") else out
+    return sum(v.float().pow(2).mean() for v in values if isinstance(v, torch.Tensor) and v.is_floating_point())
+
+
+def _forward_backward_on_backend(name):
+    model, args, kwargs = build(name)
+    model.train()
+    on_device = copy.deepcopy(model).to(torch.device(backend.DEVICE, 0))
+    loss = _loss(model(*args, **kwargs))
+    loss.backward()
+    dev_args = [backend.to_device(a) if isinstance(a, torch.Tensor) else a for a in args]
+    dev_kwargs = {k: backend.to_device(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    dev_loss = _loss(on_device(*dev_args, **dev_kwargs))
+    dev_loss.backward()
+    torch.testing.assert_close(backend.from_device(dev_loss.detach()), loss.detach(), rtol=1e-4, atol=1e-5)
+    for (n, p), (_, q) in zip(model.named_parameters(), on_device.named_parameters()):
+        if p.grad is None:
+            assert q.grad is None, n
+        else:
+            torch.testing.assert_close(backend.from_device(q.grad), p.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_quick_model_forward_backward_on_the_backend(registration):
+    _forward_backward_on_backend("small_cnn")
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", [n for n in CASES if n not in NOT_LOWERABLE])
+def test_corpus_model_forward_backward_on_the_backend(registration, name):
+    _forward_backward_on_backend(name)
