@@ -7,7 +7,9 @@ output the fused kernel does. Where it does not, the backward reads the
 wrong values silently: CPU ``scaled_dot_product_attention`` runs
 ``_scaled_dot_product_flash_attention_for_cpu``, whose decomposition returns
 the attention weights where the kernel returns the logsumexp its backward
-reads. Such ops get a kernel on the Autograd key for the length of the
+reads. And where the fused backward has no decomposition at all
+(``_weight_norm_interface_backward``), only autograd of the decomposition
+stays inside the target. Such ops get a kernel on the Autograd key for the length of the
 session, running the decomposition, so autograd records the decomposition's
 ops instead (and the fused backward is never called).
 
@@ -32,6 +34,9 @@ WHY: dict[str, str] = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default":
         "its decomposition returns the attention weights where the kernel returns the logsumexp "
         "that its fused backward reads",
+    "aten._weight_norm_interface.default":
+        "its fused backward (_weight_norm_interface_backward) has no decomposition into ATen; autograd "
+        "differentiating the decomposition needs none",
 }
 
 _lock = threading.Lock()
