@@ -22,6 +22,9 @@ NEEDS = {
     "aten.as_strided.default": lambda: torch.zeros(6).as_strided((2,), (2,)),
     "aten.view.default": lambda: torch.zeros(2, 3).view(6),
     "aten._local_scalar_dense.default": lambda: torch.ones(1).item(),
+    "aten.set_.source_Storage": lambda: torch.zeros(0).set_(torch.ones(3).untyped_storage()),
+    "aten.set_.source_Storage_storage_offset":
+        lambda: torch.zeros(0).set_(torch.arange(6.0).untyped_storage(), 1, (2, 2), (1, 2)),
     "aten.uniform_.default": lambda: torch.zeros(3).uniform_(),
     "aten.normal_.default": lambda: torch.zeros(3).normal_(),
     "aten.bernoulli_.float": lambda: torch.zeros(3).bernoulli_(0.5),

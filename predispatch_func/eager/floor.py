@@ -37,6 +37,10 @@ WHY: dict[str, str] = {
                                "view_as_real...) land on it, and its result must share memory",
     "aten.view.default": "reshaping views (reshape, flatten, _unsafe_view land on it); a copy would break "
                          "eager's aliasing of later writes",
+    "aten.set_.source_Storage": "a tensor given existing memory (deepcopy, torch.load, Tensor.set_): "
+                                "sharing memory is what it does, a copy would not",
+    "aten.set_.source_Storage_storage_offset": "the same with an offset, sizes and strides "
+                                              "(deepcopy of a view, Tensor.set_(storage, offset, size))",
     "aten._local_scalar_dense.default": "Python reading a value (.item(), if x: ...): the value leaves the "
                                         "device, no tensor op can return it",
 }
