@@ -143,3 +143,27 @@ def test_target_is_extended_by_the_runtime_floor():
     with pf.eager.on(CORE) as session:
         x.add_(1)
     assert aten.copy_.default in session.stats.reached
+
+
+def test_op_whose_kernel_cycles_through_its_out_form_is_named():
+    # cummax's kernel for every backend calls cummax.out, whose functional form is cummax again
+    x = torch.randn(5)
+    with pytest.raises(pf.eager.EagerUnreachableError, match="aten.cummax"):
+        with pf.eager.on(CORE):
+            torch.cummax(x, 0)
+
+
+def test_decomposition_declining_its_arguments_is_named_not_returned():
+    # torch's adaptive_max_pool2d decomposition returns NotImplemented for these sizes
+    x = torch.randn(1, 2, 5, 7)
+    with pytest.raises(pf.eager.EagerUnreachableError, match="adaptive_max_pool2d"):
+        with pf.eager.on(CORE):
+            torch.nn.functional.adaptive_max_pool2d(x, (3, 2))
+
+
+def test_sparse_inputs_are_named_not_decomposed():
+    x = torch.eye(3).to_sparse()
+    with pf.eager.on(CORE, on_unreachable="run") as session:
+        got = torch.sparse.mm(x, torch.ones(3, 2))
+    assert torch.equal(got, torch.ones(3, 2))
+    assert session.stats.unreachable

@@ -38,6 +38,10 @@ from .stats import EagerStats
 
 aten = torch.ops.aten
 _MAX_NESTING = 4  # a decomposition may call its own op again (other arguments); a cycle goes deeper
+_CYCLE = ("its lowering leads back to itself (torch's kernel for it calls its out= form, whose functional form "
+          "is the op again)")
+_SPARSE = "a sparse or other non-strided input: torch's decompositions are written for strided tensors"
+_DECLINED = "its decomposition declines these arguments (returns NotImplemented)"
 
 
 class EagerUnreachableError(UnsupportedError):
@@ -113,8 +117,9 @@ class EagerMode(tc.TorchDispatchMode):
         if plan.how is How.UNREACHABLE:
             return self._unreachable(plan, args, kwargs)
         if self._lowering_now[op] >= _MAX_NESTING:
-            raise EagerUnreachableError(op, self.kernels.target, "its lowering leads back to itself: without the "
-                                        "runtime floor nothing ends the recursion", user_source_line())
+            return self._unreachable(Plan(How.UNREACHABLE, op, why=_CYCLE), args, kwargs)
+        if any(isinstance(t, torch.Tensor) and t.layout != torch.strided for t in _tensor_args(args, kwargs)):
+            return self._unreachable(Plan(How.UNREACHABLE, op, why=_SPARSE), args, kwargs)
         self._lowering_now[op] += 1
         try:
             return self._run_plan(plan, args, kwargs)
@@ -149,7 +154,12 @@ class EagerMode(tc.TorchDispatchMode):
         decomposition: Callable = plan.decomposition  # type: ignore[assignment]
         if not self.use_cache:
             with self:
-                return decomposition(*args, **kwargs)
+                out = decomposition(*args, **kwargs)
+            if out is NotImplemented:
+                if self.tracing:
+                    raise _NotTraceable(plan.op)
+                return self._unreachable(Plan(How.UNREACHABLE, plan.op, why=_DECLINED), args, kwargs)
+            return out
         key, tensors = cache.signature(args, kwargs)
         key = (plan.op, *key)
         graphs = self.kernels.graphs
@@ -164,7 +174,10 @@ class EagerMode(tc.TorchDispatchMode):
         if graph is cache.UNCACHEABLE:
             self.stats.uncached[plan.op] += 1
             with self:
-                return decomposition(*args, **kwargs)
+                out = decomposition(*args, **kwargs)
+            if out is NotImplemented:
+                return self._unreachable(Plan(How.UNREACHABLE, plan.op, why=_DECLINED), args, kwargs)
+            return out
         return graph(*tensors)  # type: ignore[operator]
 
     def _tracing_call(self, decomposition: Callable) -> Callable[[tuple, dict], Any]:
@@ -174,6 +187,8 @@ class EagerMode(tc.TorchDispatchMode):
             with EagerMode(self.kernels.target, use_cache=False, on_unreachable="raise", floor=self.kernels.floor,
                            tracing=True):
                 out = decomposition(*args, **kwargs)
+            if out is NotImplemented:
+                raise _NotTraceable(decomposition)
             return tuple(out) if isinstance(out, tuple) else out  # named tuples do not survive codegen
         return call
 
@@ -206,6 +221,16 @@ class EagerMode(tc.TorchDispatchMode):
             lines.append(source)
         self._reached[plan.op] += 1
         return plan.op(*args, **kwargs)
+
+
+def _tensor_args(args: tuple, kwargs: dict) -> list:
+    found = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (tuple, list)):
+            found.extend(value)
+        else:
+            found.append(value)
+    return found
 
 
 def _device_of(args: tuple, kwargs: dict) -> torch.device:
