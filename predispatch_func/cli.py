@@ -96,6 +96,7 @@ def _register_optional(sub: Any) -> None:
 
     register_ops(sub)
     register_audit(sub)
+    importlib.import_module(".commands.eager", __package__).register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

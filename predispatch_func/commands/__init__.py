@@ -1,0 +1,1 @@
+"""Subcommands of ``predispatch-func`` that live in their own modules, each exposing ``register(subparsers)``."""
