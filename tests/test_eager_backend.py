@@ -5,7 +5,6 @@ PrivateUse1 and raises on anything else. With ``pf.eager.register`` the corpus
 models run forward and backward on it, equal to plain eager on the CPU.
 """
 
-import copy
 import os
 import sys
 
@@ -63,15 +62,19 @@ def _loss(out):
 def _forward_backward_on_backend(name):
     model, args, kwargs = build(name)
     model.train()
-    on_device = copy.deepcopy(model).to(torch.device(backend.DEVICE, 0))
-    loss = _loss(model(*args, **kwargs))
-    loss.backward()
+    # one device tensor per distinct CPU tensor, so tied weights stay tied
+    moved: dict[int, torch.Tensor] = {}
+    state = {n: moved.setdefault(id(t), backend.to_device(t)) for n, t in
+             [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]}
     dev_args = [backend.to_device(a) if isinstance(a, torch.Tensor) else a for a in args]
     dev_kwargs = {k: backend.to_device(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-    dev_loss = _loss(on_device(*dev_args, **dev_kwargs))
+    dev_loss = _loss(torch.func.functional_call(model, state, tuple(dev_args), dev_kwargs))
     dev_loss.backward()
+    loss = _loss(model(*args, **kwargs))
+    loss.backward()
     torch.testing.assert_close(backend.from_device(dev_loss.detach()), loss.detach(), rtol=1e-4, atol=1e-5)
-    for (n, p), (_, q) in zip(model.named_parameters(), on_device.named_parameters()):
+    for n, p in model.named_parameters():
+        q = state[n]
         if p.grad is None:
             assert q.grad is None, n
         else:
