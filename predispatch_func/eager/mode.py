@@ -224,7 +224,7 @@ class EagerMode(tc.TorchDispatchMode):
 
 
 def _tensor_args(args: tuple, kwargs: dict) -> list:
-    found = []
+    found: list[Any] = []
     for value in (*args, *kwargs.values()):
         if isinstance(value, (tuple, list)):
             found.extend(value)
