@@ -54,3 +54,17 @@ def test_python_privateuse1_backend_setup_exists():
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     assert callable(_setup_privateuseone_for_python_backend)
+
+
+def test_our_flash_attention_decomposition_returns_the_kernels_logsumexp():
+    kernel = aten._scaled_dot_product_flash_attention_for_cpu.default
+    ours = extra_decompositions.CORRECTED[kernel]
+    q, k = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 6, 8)
+    mask = torch.zeros(5, 6).masked_fill(torch.rand(5, 6) > 0.7, float("-inf"))
+    mask[:, 0] = 0.0
+    for kwargs in ({}, {"is_causal": True}, {"attn_mask": mask}, {"attn_mask": torch.randn(5, 6), "scale": 0.3}):
+        causal = kwargs.pop("is_causal", False)
+        expected = kernel(q, k, k, 0.0, causal, **kwargs)
+        got = ours(q, k, k, 0.0, causal, **kwargs)
+        torch.testing.assert_close(got, expected)
+        assert got[1].stride() == expected[1].stride()

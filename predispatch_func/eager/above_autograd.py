@@ -29,11 +29,13 @@ import torch
 
 from .. import _torch_compat as tc
 from ..opsets import Lowering
+from . import extra_decompositions
 
 WHY: dict[str, str] = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default":
-        "its decomposition returns the attention weights where the kernel returns the logsumexp "
-        "that its fused backward reads",
+        "its fused backward (_scaled_dot_product_flash_attention_for_cpu_backward) has no decomposition "
+        "into ATen, and torch's decomposition of the forward returns the attention weights where the "
+        "kernel returns the logsumexp that backward reads (ours returns the logsumexp)",
     "aten._weight_norm_interface.default":
         "its fused backward (_weight_norm_interface_backward) has no decomposition into ATen; autograd "
         "differentiating the decomposition needs none",
@@ -48,7 +50,7 @@ def ops_to_lift(lowering: Lowering) -> list[tuple[tc.OpOverload, Callable]]:
     found = []
     for name in WHY:
         op = tc.resolve_overload("aten", name.removeprefix("aten."))
-        decomposition = lowering.decomposition(op) if op is not None else None
+        decomposition = (extra_decompositions.for_op(op) or lowering.decomposition(op)) if op is not None else None
         if op is not None and decomposition is not None:
             found.append((op, decomposition))
     return found

@@ -58,7 +58,7 @@ def plan_for(op: tc.OpOverload, lowering: Lowering) -> Plan:
     if composite and torch.Tag.nondeterministic_seeded in op.tags:
         return Plan(How.COMPOSITE_KERNEL, op)
     if not schema.is_mutable:
-        decomposition = extra_decompositions.TABLE.get(op) or lowering.decomposition(op)
+        decomposition = extra_decompositions.for_op(op) or lowering.decomposition(op)
         if decomposition is not None:
             return Plan(How.DECOMPOSE, op, decomposition=decomposition)
         if composite:
