@@ -45,7 +45,7 @@ TABLE: dict[Any, Callable] = {
 }
 
 
-_FLASH_CPU = tc.resolve_overload("aten", "_scaled_dot_product_flash_attention_for_cpu.default")
+_FLASH_CPU: Any = tc.resolve_overload("aten", "_scaled_dot_product_flash_attention_for_cpu.default")
 
 
 def _flash_attention_for_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float = 0.0,
