@@ -18,6 +18,9 @@ import eager_test_backend as backend
 import predispatch_func as pf
 
 CORE = pf.OpSet.core_aten()
+# at collection, before any test runs a backward: torch's autograd engine sizes its per-device
+# queues when it first starts, and a PrivateUse1 device set up after that has none
+backend.setup()
 # ops torch cannot lower into Core ATen (as for export): the backend must have them too
 NOT_LOWERABLE = {"mixtral", "wav2vec2"}
 

@@ -64,15 +64,18 @@ class _Kernels:
         self.target, self.floor = target, floor
         self.lowering = Lowering(target | floor)
         self.direct = frozenset(target | floor)
-        self.plans: dict[tc.OpOverload, Plan] = {}
+        self.direct_ids = frozenset(id(op) for op in self.direct)  # OpOverload hashes in Python: ids do not
+        self.plans: dict[int, Plan | None] = {}
         self.graphs: dict[tuple, Any] = {}
         self.lifted = above_autograd.ops_to_lift(self.lowering)
 
-    def plan(self, op: tc.OpOverload) -> Plan:
-        found = self.plans.get(op)
-        if found is None:
-            found = self.plans[op] = plan_for(op, self.lowering)
-        return found
+    def plan(self, op: Any) -> Plan | None:
+        """The op's plan; None for what the target does not govern (non-aten ops, bookkeeping)."""
+        key = id(op)
+        if key not in self.plans:
+            governed = isinstance(op, tc.OpOverload) and op.namespace == "aten" and not is_infrastructure(op)
+            self.plans[key] = plan_for(op, self.lowering) if governed else None
+        return self.plans[key]
 
 
 def kernels_for(target: OpSet, floor: OpSet = RUNTIME_FLOOR) -> _Kernels:
@@ -95,40 +98,46 @@ class EagerMode(tc.TorchDispatchMode):
         if on_unreachable not in ("raise", "run"):
             raise ValueError(f"on_unreachable must be 'raise' or 'run', not {on_unreachable!r}")
         self.kernels = kernels_for(target, floor)
-        self._lowering_now: collections.Counter = collections.Counter()  # ops being lowered, nested
+        self._lowering_now: dict[int, int] = collections.defaultdict(int)  # ops being lowered, nested, by id
         self.use_cache = use_cache
         self.on_unreachable = on_unreachable
         self.stats = stats if stats is not None else EagerStats()
-        self._direct = self.kernels.direct
-        self._reached = self.stats.reached
+        self._direct_ids = self.kernels.direct_ids
+        self._reached = self.stats.reached.by_id
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if func in self._direct:
-            self._reached[func] += 1
+        key = id(func)
+        if key in self._direct_ids:
+            counted = self._reached.get(key)
+            if counted is None:
+                self._reached[key] = [func, 1]
+            else:
+                counted[1] += 1
             return func(*args, **(kwargs or {}))
         return self.run(func, args, kwargs or {})
 
     def run(self, op: Any, args: tuple, kwargs: dict) -> Any:
         """``op(*args, **kwargs)`` with only target ops reaching the backend; called with
         this mode off (inside dispatch)."""
-        if not isinstance(op, tc.OpOverload) or is_infrastructure(op) or op.namespace != "aten":
-            return op(*args, **kwargs)  # the target names aten ops; others (profiler, custom) are the caller's
         plan = self.kernels.plan(op)
+        if plan is None:
+            return op(*args, **kwargs)  # the target names aten ops; others (profiler, custom) are the caller's
         if plan.how is How.UNREACHABLE:
             return self._unreachable(plan, args, kwargs)
-        if self._lowering_now[op] >= _MAX_NESTING:
+        key = id(op)
+        if self._lowering_now[key] >= _MAX_NESTING:
             return self._unreachable(Plan(How.UNREACHABLE, op, why=_CYCLE), args, kwargs)
         if any(isinstance(t, torch.Tensor) and t.layout != torch.strided for t in _tensor_args(args, kwargs)):
             return self._unreachable(Plan(How.UNREACHABLE, op, why=_SPARSE), args, kwargs)
-        self._lowering_now[op] += 1
+        self._lowering_now[key] += 1
         try:
             return self._run_plan(plan, args, kwargs)
         finally:
-            self._lowering_now[op] -= 1
+            self._lowering_now[key] -= 1
 
     def _run_plan(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
         op = plan.op
-        self.stats.decomposed[op] += 1
+        self.stats.decomposed.add(op)
         if plan.how is How.DECOMPOSE:
             return self._decompose(plan, args, kwargs)
         if plan.how is How.THROUGH_TWIN:
@@ -138,15 +147,15 @@ class EagerMode(tc.TorchDispatchMode):
             return self._call(aten.as_strided_.default, (args[0], view.size(), view.stride(), view.storage_offset()), {})
         if self.tracing:  # a C++ kernel met by fake tensors would be baked into the graph as a constant
             raise _NotTraceable(op)
-        self.stats.uncached[op] += 1
+        self.stats.uncached.add(op)
         with self:
             if plan.how is How.COMPOSITE_KERNEL:
                 return tc.call_backend_kernel(op, _device_of(args, kwargs), *args, **kwargs)
             return plan.decomposition(*args, **kwargs)  # type: ignore[misc]
 
     def _call(self, op: Any, args: tuple, kwargs: dict) -> Any:
-        if op in self._direct:
-            self._reached[op] += 1
+        if id(op) in self._direct_ids:
+            self.stats.reached.add(op)
             return op(*args, **kwargs)
         return self.run(op, args, kwargs)
 
@@ -165,20 +174,21 @@ class EagerMode(tc.TorchDispatchMode):
         graphs = self.kernels.graphs
         graph = graphs.get(key)
         if graph is None:
-            self.stats.cache_misses[plan.op] += 1
+            self.stats.cache_misses.add(plan.op)
             graph = graphs[key] = cache.trace(self._tracing_call(decomposition), args, kwargs)
             if graph is not cache.UNCACHEABLE:
-                self._reached.update({op: 0 for op in cache.ops_of(graph)})
+                for op in cache.ops_of(graph):
+                    self.stats.reached.add(op, 0)
         elif graph is not cache.UNCACHEABLE:
-            self.stats.cache_hits[plan.op] += 1
+            self.stats.cache_hits.add(plan.op)
         if graph is cache.UNCACHEABLE:
-            self.stats.uncached[plan.op] += 1
+            self.stats.uncached.add(plan.op)
             with self:
                 out = decomposition(*args, **kwargs)
             if out is NotImplemented:
                 return self._unreachable(Plan(How.UNREACHABLE, plan.op, why=_DECLINED), args, kwargs)
             return out
-        return graph(*tensors)  # type: ignore[operator]
+        return graph.forward(*tensors)  # type: ignore[union-attr]
 
     def _tracing_call(self, decomposition: Callable) -> Callable[[tuple, dict], Any]:
         """The decomposition run under a fresh, uncached mode of the same target, so the
@@ -219,7 +229,7 @@ class EagerMode(tc.TorchDispatchMode):
         lines = self.stats.unreachable.setdefault(plan.op, [])
         if source and source not in lines:
             lines.append(source)
-        self._reached[plan.op] += 1
+        self.stats.reached.add(plan.op)
         return plan.op(*args, **kwargs)
 
 
@@ -273,5 +283,5 @@ class on(contextlib.ContextDecorator):  # noqa: N801  (reads as pf.eager.on(targ
         self._stack.pop().close()
 
     def _count_lifted(self, op: tc.OpOverload) -> None:
-        self.stats.above_autograd[op] += 1
-        self.stats.decomposed[op] += 1
+        self.stats.above_autograd.add(op)
+        self.stats.decomposed.add(op)

@@ -76,7 +76,7 @@ def register(key: str, target: OpSet, *, floor: OpSet = RUNTIME_FLOOR) -> Regist
             if op is None or op in kernels.direct or tc.has_composite_implicit_kernel(op):
                 continue
             plan = kernels.plan(op)
-            if plan.how in (How.UNREACHABLE, How.COMPOSITE_KERNEL):
+            if plan is None or plan.how in (How.UNREACHABLE, How.COMPOSITE_KERNEL):
                 continue  # the backend runs torch's composite kernel itself, or fails by its own means
             library.impl(op, _kernel(mode, op), key)
             registered.append(op)

@@ -2,9 +2,45 @@
 
 from __future__ import annotations
 
-import collections
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
+
+
+class OpCounter:
+    """Calls by op, keyed by the op's ``id``: ``OpOverload.__hash__`` is Python code, and the
+    mode counts on every call."""
+
+    __slots__ = ("by_id",)
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, list[Any]] = {}
+
+    def add(self, op: Any, n: int = 1) -> None:
+        entry = self.by_id.get(id(op))
+        if entry is None:
+            self.by_id[id(op)] = [op, n]
+        else:
+            entry[1] += n
+
+    def __getitem__(self, op: Any) -> int:
+        entry = self.by_id.get(id(op))
+        return entry[1] if entry is not None else 0
+
+    def __contains__(self, op: object) -> bool:
+        return id(op) in self.by_id
+
+    def __iter__(self) -> Iterator[Any]:
+        return (entry[0] for entry in list(self.by_id.values()))
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def items(self) -> list[tuple[Any, int]]:
+        return [(entry[0], entry[1]) for entry in self.by_id.values()]
+
+    def __repr__(self) -> str:
+        return f"OpCounter({dict((str(op), n) for op, n in self.items())})"
 
 
 @dataclasses.dataclass
@@ -21,16 +57,16 @@ class EagerStats:
     the session runs them anyway, ``on_unreachable="run"``).
     """
 
-    reached: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    decomposed: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    cache_hits: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    cache_misses: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    uncached: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    above_autograd: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    reached: OpCounter = dataclasses.field(default_factory=OpCounter)
+    decomposed: OpCounter = dataclasses.field(default_factory=OpCounter)
+    cache_hits: OpCounter = dataclasses.field(default_factory=OpCounter)
+    cache_misses: OpCounter = dataclasses.field(default_factory=OpCounter)
+    uncached: OpCounter = dataclasses.field(default_factory=OpCounter)
+    above_autograd: OpCounter = dataclasses.field(default_factory=OpCounter)
     unreachable: dict[Any, list[str]] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        def named(counter: collections.Counter) -> dict[str, int]:
+        def named(counter: OpCounter) -> dict[str, int]:
             return {str(op): n for op, n in sorted(counter.items(), key=lambda kv: str(kv[0]))}
         return {
             "reached": named(self.reached),
