@@ -15,11 +15,25 @@ import functools
 
 import torch
 import torch.utils._pytree as pytree
-from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
 
 import predispatch_func as pf
 
 DEVICE = "pfdev"
+
+
+class _DeviceModule(_DummyBackendModule):
+    """torch.pfdev: the device has no generator of its own (random ops run on CPU tensors), but
+    code that saves and restores every device's RNG (fork_rng) asks it for one."""
+
+    def get_rng_state(self, device=None):
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_rng_state(self, new_state, device=None):
+        pass
+
+    def manual_seed(self, seed):
+        pass
 
 
 class NotOnBackend(RuntimeError):
@@ -101,7 +115,7 @@ def _kernel(op):
 @functools.lru_cache(maxsize=1)
 def setup() -> torch.library.Library:
     """Once per process: the device and a kernel for each op of Core ATen and the floor."""
-    _setup_privateuseone_for_python_backend(DEVICE)
+    _setup_privateuseone_for_python_backend(DEVICE, backend_module=_DeviceModule())
     library = torch.library.Library("aten", "IMPL")
     ops = pf.OpSet.core_aten() | pf.eager.RUNTIME_FLOOR
     for op in ops:
