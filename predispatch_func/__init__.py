@@ -4,6 +4,7 @@ See ``export`` (the entry point), ``aot_export_module`` (the layer under it)
 and ``verify`` (contract checks and replay against eager).
 """
 
+from . import eager
 from .aot import aot_export_module
 from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
@@ -22,6 +23,7 @@ __all__ = [
     "VerifyReport",
     "aot_export_module",
     "check_contract",
+    "eager",
     "FunctionalExportedProgram",
     "export",
     "load",

@@ -171,6 +171,8 @@ class Refusal(enum.Enum):
     STORAGE_SWAP = ("x.set_(...): a tensor given another tensor's (or a Storage's) memory", False)
     DATA_DEPENDENT_BRANCH = ("Python control flow or a size that depends on tensor data, unconstrained", False)
     OP_NOT_IN_TARGET = ("an op that cannot be lowered into the export's target op set", False)
+    EAGER_OP_UNREACHABLE = ("an op run under pf.eager.on with no path into the target op set", False)
+    EAGER_BACKEND_LACKS_FLOOR = ("pf.eager.register on a backend without kernels for the runtime floor", False)
     REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
 
     def __init__(self, summary: str, torch_limit: bool):

@@ -169,6 +169,12 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                     "`torch.where`; it is also torch's `GuardOnDataDependentSymNode`"),
     Refusal.OP_NOT_IN_TARGET: ('with `export(..., target=)`, ops that cannot be lowered into the '
                                'target op set (each named, with its lines)'),
+    Refusal.EAGER_OP_UNREACHABLE: ('under `pf.eager.on(target)`, an op with no path into the target (no '
+                                   'decomposition into it, no composite kernel); named with the target and '
+                                   'the line that called it (see [eager execution](eager.md))'),
+    Refusal.EAGER_BACKEND_LACKS_FLOOR: ('`pf.eager.register(key, target)` on a backend that has no kernel for '
+                                        'an op of the runtime floor (`pf.eager.RUNTIME_FLOOR`: writes, '
+                                        'allocation, views, random fills), named'),
     Refusal.REGION_NOT_INLINABLE: ('`interop.inline_regions` on an autocast region (use '
                                    '`ep.run_decompositions()`)'),
 }

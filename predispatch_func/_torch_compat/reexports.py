@@ -23,6 +23,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode, ShapeEnv
 from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [  # the private names the rest of the package uses as they are, then our wrappers
@@ -87,6 +88,10 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "UNCAPTURED_HOP_ERROR",
     "dynamo_is_capturing",
     "HopRules",
+    "TorchDispatchMode",
+    "backend_has_kernel",
+    "has_composite_explicit_kernel",
+    "call_backend_kernel",
 ]
 
 
@@ -512,3 +517,23 @@ class HopRules:
         from torch._higher_order_ops.utils import reenter_make_fx
 
         return reenter_make_fx(fn)(*args)
+
+
+def backend_has_kernel(op: torch._ops.OpOverload, key: str) -> bool:
+    """Whether a kernel for ``op`` is registered on dispatch key ``key`` (``"PrivateUse1"``) itself:
+    torch's composite kernel of a floor op (``copy_``) would only call the backend's own."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+
+
+def has_composite_explicit_kernel(op: torch._ops.OpOverload) -> bool:
+    """True when ``op``'s kernel for every backend is torch's CompositeExplicitAutograd one
+    (it calls other ops through the dispatcher: what a backend gets without registering it)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        op.name(), torch._C.DispatchKey.CompositeExplicitAutograd)
+
+
+def call_backend_kernel(op: torch._ops.OpOverload, on_device: torch.device, *args: Any, **kwargs: Any) -> Any:
+    """``op``'s kernel for ``device``'s backend, skipping the keys above it (Python modes
+    included), on ``on_device``: how a composite kernel runs inside a dispatch mode without meeting it again."""
+    key = torch._C._dispatch_key_for_device(on_device.type)
+    return op.redispatch(torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key)), *args, **kwargs)

@@ -9,8 +9,8 @@ a command (a test walks the imports).
 
 from __future__ import annotations
 
-from . import audit, demo, export, ops, verify
+from . import audit, demo, eager, export, ops, verify
 
-COMMANDS = (demo, export, verify, ops, audit)
+COMMANDS = (demo, export, verify, ops, audit, eager)
 
 __all__ = ["COMMANDS"]

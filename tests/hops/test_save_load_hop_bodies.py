@@ -80,7 +80,7 @@ def test_program_with_submodules_in_hop_bodies_round_trips(name):
 def test_program_binding_an_unbacked_size_in_a_hop_round_trips():
     """hop_db's while_loop_stack_output stacks a data-dependent number of results: the
     program binds an unbacked size (u0), whose range torch.export.load reads."""
-    from hop_db_cases import hop_db_cases
+    from tests.support.hop_db_cases import hop_db_cases
 
     model, args = next((m, a) for name, m, a, _ in hop_db_cases(1)
                        if name == "hop/while_loop_stack_output.simple/0")

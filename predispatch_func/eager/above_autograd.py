@@ -1,0 +1,96 @@
+"""Ops decomposed above autograd, so autograd differentiates their decomposition.
+
+A dispatch mode runs below autograd: by the time it sees a forward op, autograd
+has recorded that op's own backward formula, which will later read the op's
+outputs. Decomposing there is right when the decomposition returns every
+output the fused kernel does. Where it does not, the backward reads the
+wrong values silently: CPU ``scaled_dot_product_attention`` runs
+``_scaled_dot_product_flash_attention_for_cpu``, whose decomposition returns
+the attention weights where the kernel returns the logsumexp its backward
+reads. And where the fused backward has no decomposition at all
+(``_weight_norm_interface_backward``), only autograd of the decomposition
+stays inside the target. Such ops get a kernel on the Autograd key for the length of the
+session, running the decomposition, so autograd records the decomposition's
+ops instead (and the fused backward is never called).
+
+The table is data, found by experiment (the op_db coverage run with
+gradients) and checked by a test that decomposes each op below autograd and
+sees the gradient go wrong.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from ..opsets import Lowering
+from . import extra_decompositions
+
+WHY: dict[str, str] = {
+    "aten._scaled_dot_product_flash_attention_for_cpu.default":
+        "its fused backward (_scaled_dot_product_flash_attention_for_cpu_backward) has no decomposition "
+        "into ATen, and torch's decomposition of the forward returns the attention weights where the "
+        "kernel returns the logsumexp that backward reads (ours returns the logsumexp)",
+    "aten._weight_norm_interface.default":
+        "its fused backward (_weight_norm_interface_backward) has no decomposition into ATen; autograd "
+        "differentiating the decomposition needs none",
+}
+
+_lock = threading.Lock()
+_active: dict[tuple[str, str], list[Any]] = {}  # (op, key) -> [library, users]
+
+
+def ops_to_lift(lowering: Lowering) -> list[tuple[tc.OpOverload, Callable]]:
+    """The table's ops outside the target that have a decomposition, with it."""
+    found = []
+    for name in WHY:
+        op = tc.resolve_overload("aten", name.removeprefix("aten."))
+        decomposition = (extra_decompositions.for_op(op) or lowering.decomposition(op)) if op is not None else None
+        if op is not None and decomposition is not None:
+            found.append((op, decomposition))
+    return found
+
+
+class AutogradKernels:
+    """Registers the kernels on ``key`` ("Autograd" for every device) while entered;
+    shared by nested and concurrent sessions (registration is process-wide)."""
+
+    def __init__(self, ops: list[tuple[tc.OpOverload, Callable]], key: str = "Autograd",
+                 on_call: Callable[[tc.OpOverload], None] | None = None):
+        self._ops, self._key, self._on_call = ops, key, on_call
+
+    def __enter__(self) -> AutogradKernels:
+        with _lock:
+            for op, decomposition in self._ops:
+                slot = _active.setdefault((str(op), self._key), [None, 0])
+                if slot[1] == 0:
+                    library = torch.library.Library("aten", "IMPL")
+                    with warnings.catch_warnings():  # "overriding a previously registered kernel": we mean to
+                        warnings.simplefilter("ignore", UserWarning)
+                        library.impl(op, _kernel(op, decomposition, self._on_call), self._key)
+                    slot[0] = library
+                slot[1] += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with _lock:
+            for op, _ in self._ops:
+                slot = _active[(str(op), self._key)]
+                slot[1] -= 1
+                if slot[1] == 0:
+                    slot[0]._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
+                    del _active[(str(op), self._key)]
+
+
+def _kernel(op: tc.OpOverload, decomposition: Callable,
+            on_call: Callable[[tc.OpOverload], None] | None) -> Callable:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if on_call is not None:
+            on_call(op)
+        return decomposition(*args, **kwargs)
+    return run

@@ -1,0 +1,109 @@
+"""How one op outside the target runs: decided once per op, from its schema.
+
+* ``DECOMPOSE``: a functional op with a path into the target (the lowering's
+  decomposition: torch's Core ATen one, another ATen one, or the
+  CompositeImplicitAutograd kernel); traced once per signature (``cache``).
+* ``THROUGH_TWIN``: an in-place or ``out=`` op; its functional twin (same
+  arguments, no write) runs, inside the target or decomposed, and the result
+  is written into the destination with the floor's ``copy_``, so the caller's
+  tensor, its views and its version counter are eager's.
+* ``VIEW_IN_PLACE``: an in-place view op (``transpose_``); the functional view
+  runs and the tensor takes its geometry with ``as_strided_``.
+* ``DECOMPOSE_MUTABLE``: a mutable op without a twin whose decomposition torch
+  registers (it writes with ``copy_`` itself); run as Python each call.
+* ``COMPOSITE_KERNEL``: no decomposition, but torch's own kernel for every
+  backend is a CompositeExplicitAutograd one (``rand_like``: ``empty_like``
+  then ``uniform_``), which a backend gets without registering anything; it
+  runs, and its ops come back through the mode. A random op prefers it to a
+  decomposition, so it draws from the generator exactly as eager does.
+* ``UNREACHABLE``: no path into the target; named with the user's line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+
+import torch
+
+from .. import _torch_compat as tc
+from ..modes.out_variants import functional_overload, out_argument_names
+from ..opsets import Lowering
+from . import extra_decompositions
+
+
+class How(enum.Enum):
+    DECOMPOSE = "decompose"
+    THROUGH_TWIN = "through its functional twin, then a write"
+    VIEW_IN_PLACE = "functional view, then as_strided_"
+    DECOMPOSE_MUTABLE = "torch's decomposition of the mutable op"
+    COMPOSITE_KERNEL = "torch's CompositeExplicitAutograd kernel"
+    UNREACHABLE = "unreachable"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    how: How
+    op: tc.OpOverload
+    twin: tc.OpOverload | None = None
+    decomposition: Callable | None = None
+    written: tuple[str, ...] = ()  # argument names the op writes (THROUGH_TWIN)
+    why: str = ""
+
+
+def plan_for(op: tc.OpOverload, lowering: Lowering) -> Plan:
+    schema = tc.schema_of(op)
+    composite = tc.has_composite_explicit_kernel(op)
+    if composite and torch.Tag.nondeterministic_seeded in op.tags:
+        return Plan(How.COMPOSITE_KERNEL, op)
+    if not schema.is_mutable:
+        decomposition = extra_decompositions.for_op(op) or lowering.decomposition(op)
+        if decomposition is not None:
+            return Plan(How.DECOMPOSE, op, decomposition=decomposition)
+        if composite:
+            return Plan(How.COMPOSITE_KERNEL, op)
+        return Plan(How.UNREACHABLE, op, why=lowering.why_missing(str(op)))
+    if torch.Tag.inplace_view in op.tags:
+        twin = _twin_by_name(op)
+        if twin is not None:
+            return Plan(How.VIEW_IN_PLACE, op, twin=twin)
+    if schema.name == "aten::set_":  # shares memory: no functional form plus a copy can do that
+        return Plan(How.UNREACHABLE, op, why="it gives a tensor other memory; the backend must implement it")
+    written = tuple(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
+    twin = functional_overload(op) if out_argument_names(op) else _twin_by_name(op)
+    if twin is not None and _writes_only(op, written):
+        return Plan(How.THROUGH_TWIN, op, twin=twin, written=written)
+    decomposition = lowering.decomposition(op)
+    if decomposition is not None:
+        return Plan(How.DECOMPOSE_MUTABLE, op, decomposition=decomposition)
+    if composite:
+        return Plan(How.COMPOSITE_KERNEL, op)
+    return Plan(How.UNREACHABLE, op, why=("no functional twin and no decomposition"
+                                          if twin is None else "writes arguments its twin does not return"))
+
+
+def _writes_only(op: tc.OpOverload, written: tuple[str, ...]) -> bool:
+    """The op writes ``self`` (in-place) or only its ``out=`` tensors: one result per write."""
+    outs = out_argument_names(op)
+    if outs:
+        return set(written) == set(outs)
+    return written == (tc.schema_of(op).arguments[0].name,)
+
+
+def _twin_by_name(op: tc.OpOverload) -> tc.OpOverload | None:
+    """``add_.Tensor`` -> ``add.Tensor``: the overload of the name without ``_`` that takes
+    the same arguments (by name and type, write annotations aside) and writes nothing."""
+    name = tc.schema_of(op).name
+    if not (name.startswith("aten::") and name.endswith("_") and not name.endswith("__")):
+        return None
+    packet = getattr(torch.ops.aten, name[len("aten::"):-1], None)
+    if packet is None:
+        return None
+    wanted = [(a.name, str(a.type)) for a in tc.schema_of(op).arguments]
+    for overload in packet.overloads():
+        twin = getattr(packet, overload)
+        schema = tc.schema_of(twin)
+        if not schema.is_mutable and [(a.name, str(a.type)) for a in schema.arguments] == wanted:
+            return twin
+    return None

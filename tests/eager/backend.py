@@ -1,0 +1,132 @@
+"""A test backend that implements only Core ATen plus the runtime floor, without hardware.
+
+torch's Python PrivateUse1 setup gives the device ``pfdev`` a device guard and
+hooks; a tensor on it is a wrapper (its ``__torch_dispatch__``
+redispatches straight to the PrivateUse1 kernels) holding a CPU tensor. Every op of Core ATen
+and of the floor has a PrivateUse1 kernel that runs it on the CPU tensors;
+every other op that reaches the backend raises, naming it (torch's composite
+kernels aside: every backend runs those, and their ops come back here). What
+this backend runs beyond its set is exactly what ``pf.eager.register`` adds.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.utils._pytree as pytree
+from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
+
+import predispatch_func as pf
+
+DEVICE = "pfdev"
+
+
+class _DeviceModule(_DummyBackendModule):
+    """torch.pfdev: the device has no generator of its own (random ops run on CPU tensors), but
+    code that saves and restores every device's RNG (fork_rng) asks it for one."""
+
+    def get_rng_state(self, device=None):
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_rng_state(self, new_state, device=None):
+        pass
+
+    def manual_seed(self, seed):
+        pass
+
+
+class NotOnBackend(RuntimeError):
+    pass
+
+
+class OnDevice(torch.Tensor):
+    """A ``pfdev`` tensor: its value is ``self.value``, a CPU tensor of the same geometry."""
+
+    value: torch.Tensor
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, value: torch.Tensor, requires_grad: bool = False):
+        out = torch.Tensor._make_wrapper_subclass(
+            cls, value.size(), strides=value.stride(), storage_offset=value.storage_offset(), dtype=value.dtype,
+            layout=value.layout, device=torch.device(DEVICE, 0), requires_grad=requires_grad)
+        out.value = value
+        return out
+
+    def __repr__(self) -> str:
+        return f"OnDevice({self.value!r})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # wrapper subclasses must define it; go straight on to the backend's key, as a C++ tensor would
+        # Python numbers where the schema says Tensor reach a mode as numbers; the boxed call wants tensors
+        names = [a.name for a in func._schema.arguments]
+        tensor_typed = {a.name for a in func._schema.arguments if str(a.type) == "Tensor"}
+        args = tuple(torch.tensor(v) if n in tensor_typed and isinstance(v, (int, float, bool, complex)) else v
+                     for n, v in zip(names, args))
+        if not _runs_on_backend(func):
+            raise NotOnBackend(f"test backend: {func} is not in Core ATen nor the runtime floor, and nothing "
+                               "registered a kernel for it")
+        return func.redispatch(_BACKEND_KEYS, *args, **(kwargs or {}))
+
+
+def _runs_on_backend(op) -> bool:
+    """A kernel on PrivateUse1 itself (ours, or registered by pf.eager), or torch's composite
+    kernel, which every backend runs without registering it (its ops come back here); but not
+    a view's, which builds the view's TensorImpl itself and cannot for a wrapper tensor."""
+    name = op.name()
+    return (torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")
+            or (torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd")
+                and not op.is_view))
+
+
+_BACKEND_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+
+
+def _to_cpu(x):
+    return x.value if isinstance(x, OnDevice) else (torch.device("cpu") if _is_backend_device(x) else x)
+
+
+def _is_backend_device(x) -> bool:
+    return isinstance(x, (torch.device, str)) and torch.device(x).type == DEVICE
+
+
+def _kernel(op):
+    def run(*args, **kwargs):
+        cpu_args, cpu_kwargs = pytree.tree_map(_to_cpu, (args, kwargs))
+        to_cpu = "device" in kwargs and kwargs["device"] is not None and not _is_backend_device(kwargs["device"])
+        out = op(*cpu_args, **cpu_kwargs)
+        schema = op._schema
+        if schema.is_mutable:  # in-place and out=: return the caller's tensors
+            written = [a for a, s in zip(args, schema.arguments) if s.alias_info and s.alias_info.is_write]
+            written += [kwargs[s.name] for s in schema.arguments if s.name in kwargs and s.alias_info
+                        and s.alias_info.is_write]
+            if len(schema.returns) == 1 and written and schema.returns[0].alias_info is not None:
+                return written[0]
+            if written and all(r.alias_info is not None for r in schema.returns):
+                return tuple(written)
+        if to_cpu:
+            return out
+        return pytree.tree_map_only(torch.Tensor, OnDevice, out)
+    return run
+
+
+@functools.lru_cache(maxsize=1)
+def setup() -> torch.library.Library:
+    """Once per process: the device and a kernel for each op of Core ATen and the floor."""
+    _setup_privateuseone_for_python_backend(DEVICE, backend_module=_DeviceModule())
+    library = torch.library.Library("aten", "IMPL")
+    ops = pf.OpSet.core_aten() | pf.eager.RUNTIME_FLOOR
+    for op in ops:
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+            library.impl(op, _kernel(op), "PrivateUse1")
+    return library
+
+
+def to_device(t: torch.Tensor) -> OnDevice:
+    return OnDevice(t.detach().clone(), requires_grad=t.requires_grad)
+
+
+def from_device(t: torch.Tensor) -> torch.Tensor:
+    return t.value if isinstance(t, OnDevice) else t

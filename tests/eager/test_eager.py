@@ -1,0 +1,169 @@
+"""``pf.eager.on(target)``: eager execution on an op set, judged against plain eager.
+
+Each case runs the same code plainly and under the mode and compares values,
+in-place effects (the caller's tensor, its views, its version counter),
+gradients and RNG use; the mode's stats show the op really was decomposed.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import predispatch_func as pf
+
+aten = torch.ops.aten
+CORE = pf.OpSet.core_aten()
+
+
+def _core_without(*names: str) -> pf.OpSet:
+    return CORE.difference(*names)
+
+
+def test_functional_op_outside_target_is_decomposed_and_equal():
+    x = torch.randn(4, 5)
+    with pf.eager.on(CORE) as session:
+        got = torch.logit(x.sigmoid(), eps=1e-3)
+    torch.testing.assert_close(got, torch.logit(x.sigmoid(), eps=1e-3))
+    assert aten.logit.default in session.stats.decomposed
+    assert aten.logit.default not in session.stats.reached
+    assert all(op in CORE or op in pf.eager.RUNTIME_FLOOR for op in session.stats.reached)
+
+
+def test_in_place_outside_target_writes_the_callers_tensor_and_its_views():
+    target = _core_without("aten.add_.Tensor")  # core has no in-place ops; be explicit
+    base, ref = torch.zeros(3, 4), torch.zeros(3, 4)
+    view, ref_view = base[1], ref[1]
+    before = base._version
+    with pf.eager.on(target) as session:
+        returned = view.add_(torch.ones(4))
+    ref_view.add_(torch.ones(4))
+    assert returned is view
+    assert torch.equal(base, ref) and torch.equal(view, ref_view)
+    assert base._version - before == 1 == ref._version
+    assert view._version == ref_view._version
+    assert aten.add_.Tensor in session.stats.decomposed
+
+
+def test_out_variant_resizes_and_writes_like_eager():
+    a, b = torch.randn(3), torch.randn(3)
+    out, ref = torch.empty(0), torch.empty(0)
+    with pf.eager.on(CORE) as session:
+        returned = torch.mul(a, b, out=out)
+    torch.mul(a, b, out=ref)
+    assert returned is out and torch.equal(out, ref) and out.shape == ref.shape
+    assert aten.mul.out in session.stats.decomposed
+
+
+def test_in_place_view_op_changes_geometry_in_place():
+    x, ref = torch.randn(2, 3), None
+    ref = x.clone()
+    y = x
+    with pf.eager.on(CORE):
+        returned = y.transpose_(0, 1)
+    ref.transpose_(0, 1)
+    assert returned is y and y.shape == ref.shape and y.stride() == ref.stride() and torch.equal(y, ref)
+
+
+def test_gradients_equal_eager_through_decomposed_ops():
+    x = torch.randn(4, 6, requires_grad=True)
+    w = torch.randn(6, 6, requires_grad=True)
+
+    def f(x, w):
+        return (F.gelu(F.linear(x, w)).logsumexp(-1) + torch.logit(x.sigmoid(), 1e-3).std(-1)).sum()
+
+    f(x, w).backward()
+    expected = (x.grad.clone(), w.grad.clone())
+    x.grad = w.grad = None
+    with pf.eager.on(CORE) as session:
+        f(x, w).backward()
+    torch.testing.assert_close((x.grad, w.grad), expected)
+    assert session.stats.decomposed  # the forward and the backward both lowered
+
+
+def test_sdpa_gradient_uses_the_decomposition_above_autograd():
+    q, k, v = (torch.randn(2, 2, 5, 8, requires_grad=True) for _ in range(3))
+    F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    expected = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    with pf.eager.on(CORE) as session:
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    torch.testing.assert_close([t.grad for t in (q, k, v)], expected)
+    assert aten._scaled_dot_product_flash_attention_for_cpu.default in session.stats.above_autograd
+    # outside the session the fused kernel is torch's again
+    out = F.scaled_dot_product_attention(q, k, v)
+    assert "FlashAttention" in type(out.grad_fn).__name__
+
+
+def test_unreachable_op_names_op_target_and_line():
+    x = torch.rand(10)
+    with pytest.raises(pf.eager.EagerUnreachableError) as info:
+        with pf.eager.on(CORE):
+            torch.histc(x, bins=4)  # the line the error must name
+    assert info.value.kind is pf.Refusal.EAGER_OP_UNREACHABLE
+    assert "aten.histc.default" in str(info.value) and "'core_aten'" in str(info.value)
+    assert "test_eager.py" in info.value.source and "torch.histc(x, bins=4)" in info.value.source
+
+
+def test_unreachable_op_recorded_when_asked_to_run():
+    x = torch.rand(10)
+    with pf.eager.on(CORE, on_unreachable="run") as session:
+        got = torch.histc(x, bins=4)
+    assert torch.equal(got, torch.histc(x, bins=4))
+    assert list(map(str, session.stats.unreachable)) == ["aten.histc.default"]
+
+
+def test_random_ops_draw_like_eager():
+    x = torch.randn(64)
+    torch.manual_seed(3)
+    ref = (torch.rand_like(x), torch.randn_like(x), F.dropout(x, 0.5, training=True), torch.bernoulli(x.sigmoid()))
+    ref_state = torch.get_rng_state()
+    torch.manual_seed(3)
+    with pf.eager.on(CORE) as session:
+        got = (torch.rand_like(x), torch.randn_like(x), F.dropout(x, 0.5, training=True),
+               torch.bernoulli(x.sigmoid()))
+    assert torch.equal(torch.get_rng_state(), ref_state)
+    for g, r in zip(got, ref):
+        assert torch.equal(g, r)
+    assert session.stats.decomposed
+
+
+def test_decorator_form():
+    @pf.eager.on(CORE)
+    def f(x):
+        return torch.logit(x, 1e-3)
+
+    x = torch.rand(5)
+    assert torch.equal(f(x), torch.logit(x, 1e-3))
+
+
+def test_target_is_extended_by_the_runtime_floor():
+    assert "aten.copy_.default" not in CORE and "aten.copy_.default" in pf.eager.RUNTIME_FLOOR
+    x = torch.zeros(3)
+    with pf.eager.on(CORE) as session:
+        x.add_(1)
+    assert aten.copy_.default in session.stats.reached
+
+
+def test_op_whose_kernel_cycles_through_its_out_form_is_named():
+    # cummax's kernel for every backend calls cummax.out, whose functional form is cummax again
+    x = torch.randn(5)
+    with pytest.raises(pf.eager.EagerUnreachableError, match="aten.cummax"):
+        with pf.eager.on(CORE):
+            torch.cummax(x, 0)
+
+
+def test_decomposition_declining_its_arguments_is_named_not_returned():
+    # torch's adaptive_max_pool2d decomposition returns NotImplemented for these sizes
+    x = torch.randn(1, 2, 5, 7)
+    with pytest.raises(pf.eager.EagerUnreachableError, match="adaptive_max_pool2d"):
+        with pf.eager.on(CORE):
+            torch.nn.functional.adaptive_max_pool2d(x, (3, 2))
+
+
+def test_sparse_inputs_are_named_not_decomposed():
+    x = torch.eye(3).to_sparse()
+    with pf.eager.on(CORE, on_unreachable="run") as session:
+        got = torch.sparse.mm(x, torch.ones(3, 2))
+    assert torch.equal(got, torch.ones(3, 2))
+    assert session.stats.unreachable

@@ -1,0 +1,70 @@
+"""What ``pf.eager`` assumes about torch, each checked so a torch release that changes it fails here.
+
+* CPU flash attention's decomposition returns the attention weights where the
+  kernel returns the logsumexp its backward reads (why it is decomposed above
+  autograd, ``above_autograd.WHY``);
+* ``_weight_norm_interface_backward`` has no ATen decomposition (likewise);
+* ``var_mean.correction`` and ``new_empty_strided`` have no ATen-level
+  decomposition (why ``extra_decompositions`` restates them);
+* a Python-only PrivateUse1 backend can be set up (the test backend).
+"""
+
+import torch
+
+from predispatch_func import _torch_compat as tc
+from predispatch_func.eager import above_autograd, extra_decompositions
+from predispatch_func.opsets.lowering import core_decompositions
+
+aten = torch.ops.aten
+
+
+def test_cpu_flash_attention_decomposition_returns_other_second_output():
+    q = torch.randn(1, 2, 4, 8)
+    kernel = aten._scaled_dot_product_flash_attention_for_cpu.default
+    out, logsumexp = kernel(q, q, q)
+    dec_out, dec_second = core_decompositions()[kernel](q, q, q)
+    torch.testing.assert_close(dec_out, out)
+    assert dec_second.shape != logsumexp.shape or not torch.allclose(dec_second, logsumexp)
+    assert str(kernel) in above_autograd.WHY
+
+
+def test_weight_norm_backward_has_no_decomposition():
+    assert aten._weight_norm_interface_backward.default not in core_decompositions()
+    assert not tc.has_composite_implicit_kernel(aten._weight_norm_interface_backward.default)
+    assert aten._weight_norm_interface.default in core_decompositions()
+
+
+def test_extra_decompositions_are_still_missing_from_torch():
+    for op in extra_decompositions.TABLE:
+        assert op not in core_decompositions(), f"torch now decomposes {op}: drop ours"
+
+
+def test_extra_decompositions_equal_eager():
+    x = torch.randn(3, 5, dtype=torch.float64)
+    for dim in (None, [1], [0, 1]):
+        for correction in (0, 1):
+            expected = aten.var_mean.correction(x, dim, correction=correction)
+            got = extra_decompositions.TABLE[aten.var_mean.correction](x, dim, correction=correction)
+            torch.testing.assert_close(got, expected)
+    made = extra_decompositions.TABLE[aten.new_empty_strided.default](x, (2, 3), (1, 2))
+    assert (made.shape, made.stride(), made.dtype) == ((2, 3), (1, 2), x.dtype)
+
+
+def test_python_privateuse1_backend_setup_exists():
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    assert callable(_setup_privateuseone_for_python_backend)
+
+
+def test_our_flash_attention_decomposition_returns_the_kernels_logsumexp():
+    kernel = aten._scaled_dot_product_flash_attention_for_cpu.default
+    ours = extra_decompositions.CORRECTED[kernel]
+    q, k = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 6, 8)
+    mask = torch.zeros(5, 6).masked_fill(torch.rand(5, 6) > 0.7, float("-inf"))
+    mask[:, 0] = 0.0
+    for kwargs in ({}, {"is_causal": True}, {"attn_mask": mask}, {"attn_mask": torch.randn(5, 6), "scale": 0.3}):
+        causal = kwargs.pop("is_causal", False)
+        expected = kernel(q, k, k, 0.0, causal, **kwargs)
+        got = ours(q, k, k, 0.0, causal, **kwargs)
+        torch.testing.assert_close(got, expected)
+        assert got[1].stride() == expected[1].stride()
