@@ -167,8 +167,8 @@ class Fakeifier:
         lower, upper = int(root_dim.min or 0), root_dim.max
         if isinstance(size, torch.SymInt):  # a hint of 0 or 1 is specialised, as for an input's size
             tc.narrow_symbol_range(self.shape_env, size.node.expr, max(2, lower), upper)
-        root = _DeclaredDim(root_dim.__name__, lower, upper, True, False, False, size, f"{dim.__name__}'s root", hint,
-                            phantom=True)
+        root = _DeclaredDim(root_dim.__name__, lower, upper, strict=True, may_specialise=False, dynamic_hint=False,
+                            size=size, where=f"{dim.__name__}'s root", example=hint, phantom=True)
         self._declared[root.name] = root
         return root
 
