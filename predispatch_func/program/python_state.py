@@ -10,8 +10,8 @@ caller's model, inputs and RNG are never touched), :func:`judge_over_calls`
 runs two models side by side for three calls::
 
     live     one model called again and again: eager as the user will see it
-    replica  a fresh copy of the model as it was, given live's tensors before
-             each call: what the program computes on that call
+    replica  a fresh copy of the model as it was, holding live's tensors as they
+             are before the call: what the program computes on that call
 
 Calls 1 and 2 take the caller's inputs, call 3 the same tensors with their
 elements shuffled (a cache of the inputs shows itself there). Each written
@@ -89,14 +89,12 @@ def judge_over_calls(model: torch.nn.Module, inputs: tuple[tuple, dict],
 
 
 def _judge(model: torch.nn.Module, inputs: tuple[tuple, dict], written: list[Written]) -> dict[Written, Judgement]:
-    pristine = copy.deepcopy(model)
+    # ``model`` is back as the caller left it and is only ever copied, never called
     live = copy.deepcopy(model)
     calls = [inputs, inputs, _shuffled(inputs)]
     agree, seen = True, []
     for call, call_inputs in enumerate(calls):
-        replica = copy.deepcopy(pristine) if call else None  # on the first call it would be live
-        if replica is not None:
-            _give_tensors(live, replica)
+        replica = _replica(model, live) if call else None  # on the first call it would be live
         live_in = _fresh(call_inputs)
         torch.manual_seed(call)
         live_out = live(*live_in[0], **live_in[1])
@@ -157,30 +155,24 @@ def _shuffled(value: Any) -> Any:
     return tc.pytree.tree_map_only(torch.Tensor, one, value)
 
 
-def _give_tensors(source: torch.nn.Module, target: torch.nn.Module) -> None:
-    """Give ``target`` (a copy of an earlier ``source``) source's parameter and buffer values."""
-    clones: dict[int, torch.Tensor] = {}
+def _replica(model: torch.nn.Module, live: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` (Python state as the caller left it) holding ``live``'s current
+    parameter and buffer values: what the program computes on live's next call.
 
-    def clone(t: torch.Tensor) -> torch.Tensor:
-        if id(t) not in clones:
-            clones[id(t)] = t.detach().clone()
-        return clones[id(t)]
-    with torch.no_grad():
-        for name, module in target.named_modules(remove_duplicate=False):
-            try:
-                source_module = source.get_submodule(name)
-            except AttributeError:
-                continue
-            for table in ("_parameters", "_buffers"):  # nn.Module's own tables: .data keeps ties
-                given = vars(source_module)[table]
-                held = vars(module)[table]
-                for key, tensor in list(held.items()):
-                    if tensor is None or given.get(key) is None:
-                        continue
-                    if table == "_parameters":
-                        tensor.data = clone(given[key])
-                    else:
-                        held[key] = clone(given[key])
+    The values go into ``deepcopy``'s memo, so each tensor is copied once, from live,
+    and the model's ties (one tensor under two names) stay as they are."""
+    memo: dict[int, Any] = {}
+    given = _tensors(live)
+    for name, tensor in _tensors(model).items():
+        value = given.get(name)
+        if id(tensor) in memo or value is None or type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+            continue  # tensor subclasses, and what live no longer holds, are copied from the model
+        clone = value.detach().clone()
+        if type(tensor) is torch.nn.Parameter:
+            clone = torch.nn.Parameter(clone, requires_grad=tensor.requires_grad)
+            vars(clone).update(copy.deepcopy(vars(tensor), memo))
+        memo[id(tensor)] = clone
+    return copy.deepcopy(model, memo)
 
 
 def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -201,6 +193,8 @@ def _same_leaf(x: Any, y: Any) -> bool:
         if x.shape != y.shape or x.dtype != y.dtype:
             return False
         x, y = x.detach(), y.detach()
+        if torch.equal(x, y):  # the common case, and far cheaper than allclose
+            return True
         if x.is_floating_point() or x.is_complex():
             return torch.allclose(x, y, rtol=_RTOL, atol=_ATOL, equal_nan=True)
         return torch.equal(x, y)

@@ -290,6 +290,52 @@ def test_cache_of_the_first_input_is_refused_as_stale():
     assert model.cache is None
 
 
+class CachesABufferForwardScales(nn.Module):
+    """The buffer doubles in place each call; the cache keeps its first value. Eager's second
+    call multiplies by the stale 2, the program's (the first call replayed) by the new 4."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.ones(3))
+        self.cache = None
+
+    def forward(self, x):
+        self.scale.mul_(2)
+        if self.cache is None:
+            self.cache = self.scale.clone()
+        return x * self.cache
+
+
+def test_cache_of_a_buffer_that_forward_updates_in_place_is_refused_as_stale():
+    model = CachesABufferForwardScales()
+    with pytest.raises(pf.UnsupportedError, match=r"changes attribute 'cache'[\s\S]*\n  eager: the attribute later "
+                       "eager calls read it"):
+        pf.export(model, (torch.randn(2, 3),))
+    assert model.cache is None and torch.equal(model.scale, torch.ones(3))
+
+
+class StepsInABufferAndSetsUpOnce(nn.Module):
+    """A buffer counted up in place (the program carries that) and a flag set on the first
+    call. Judging must run the replica on live's tensors as they stand before each call:
+    on the model's own (steps 0) its second call would differ from live's and the flag
+    would be refused for nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("steps", torch.zeros(()))
+        self.ready = False
+
+    def forward(self, x):
+        self.steps.add_(1)
+        if not self.ready:
+            self.ready = True
+        return x + self.steps
+
+
+def test_flag_set_once_next_to_a_buffer_updated_in_place_is_carried():
+    _exports_and_equals_eager_over_three_calls(StepsInABufferAndSetsUpOnce(), (torch.randn(2, 3),), grads=False)
+
+
 def test_rescale_done_once_behind_a_flag_is_refused_as_the_program_would_repeat_it():
     """Where the one-time change is real (factor 2), every program call would rescale again."""
     model = RescalesOnceBehindAFlag(factor=2.0).eval()
