@@ -4,7 +4,6 @@ See ``export`` (the entry point), ``aot_export_module`` (the layer under it)
 and ``verify`` (contract checks and replay against eager).
 """
 
-from . import eager
 from .aot import aot_export_module
 from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
@@ -32,3 +31,13 @@ __all__ = [
     "replay_against_eager",
     "verify",
 ]
+
+
+def __getattr__(name: str):
+    """``pf.eager`` loads on first use: exporting never needs it, and a first export
+    in a fresh process (the CLI, a conversion script) should not pay for importing it."""
+    if name == "eager":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.eager")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,8 +10,9 @@ op on it. The decision, in order:
 3. the schema audit's shipped table (``schema_audit``), if it has the op;
 4. a trace-time guard: run the op's decomposition on fresh fake tensors with
    the same metadata, and keep the op only if no result shares storage with an
-   input and no input's version moved. Cached per op and input metadata: for
-   the whole process when no size is symbolic, per export otherwise.
+   input and no input's version moved. Cached per op and input metadata: when
+   no size is symbolic for the whole process and on disk (``persisted_guards``),
+   per export otherwise.
 
 Steps 1-3 depend on the op alone and are decided once per op and export.
 Before any of this, :meth:`CompositePolicy.rerouted` may replace the op: by
@@ -37,6 +38,7 @@ from .out_variants import (
     is_composite_out,
     writes_besides_out,
 )
+from .persisted_guards import PersistedVerdicts
 
 
 class Decision(str, enum.Enum):  # noqa: UP042 (StrEnum would change what str() prints)
@@ -244,9 +246,10 @@ class CompositePolicy:
 
 
 # Guard results for inputs without symbolic sizes depend only on the op and the
-# key's metadata, so they hold for every export of this process.
-_STATIC_GUARDS: dict[Any, str | None] = {}
-_STATIC_EAGER_KERNELS: dict[Any, bool] = {}  # the same for needs_eager_kernel
+# key's metadata, so they hold for every export of this process, and of later
+# processes on the same torch build (kept on disk for aten ops).
+_STATIC_GUARDS = PersistedVerdicts("composite-guards")
+_STATIC_EAGER_KERNELS = PersistedVerdicts("eager-kernel-checks")  # the same for needs_eager_kernel
 
 
 def _has_two_composites(op: Any) -> bool:

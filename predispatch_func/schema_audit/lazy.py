@@ -11,25 +11,20 @@ still audits everything.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from pathlib import Path
 
 import torch
 
 from .. import _torch_compat as tc
+from ..disk_cache import cache_root, read_json, torch_build, write_json
 from .tagger import Entry
 
 
 def lazy_cache_path() -> Path | None:
     """The per-build cache of lazily audited entries (None: ``$PREDISPATCH_FUNC_CACHE`` is empty)."""
-    root = os.environ.get("PREDISPATCH_FUNC_CACHE")
-    if root == "":
-        return None
-    base = Path(root) if root else Path.home() / ".cache" / "predispatch_func"
-    build = (torch.version.git_version or "")[:12] or "unknown"
-    return base / f"audit-aten-{torch.__version__.split('+')[0]}-{build}.json"
+    root = cache_root()
+    return None if root is None else root / f"audit-aten-{torch_build()}.json"
 
 
 class AtenEntries:
@@ -55,10 +50,11 @@ class AtenEntries:
     @classmethod
     def lazily(cls, cache_path: Path | None) -> AtenEntries:
         entries: dict[str, Entry] = {}
-        if cache_path is not None and cache_path.exists():
+        cached = read_json(cache_path)
+        if cached is not None:
             try:
-                entries = {e["op"]: Entry.from_json(e) for e in json.loads(cache_path.read_text())}
-            except (ValueError, KeyError, TypeError):
+                entries = {e["op"]: Entry.from_json(e) for e in cached}
+            except (KeyError, TypeError):
                 entries = {}  # a cache from another format: audit again
         return cls(entries, lazy=True, cache_path=cache_path)
 
@@ -92,9 +88,5 @@ class AtenEntries:
             return entry
 
     def _write(self) -> None:
-        if self._cache_path is None:
-            return
-        self._cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._cache_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps([e.to_json() for e in sorted(self._entries.values(), key=lambda e: e.op)]))
-        os.replace(tmp, self._cache_path)
+        if self._cache_path is not None:
+            write_json(self._cache_path, [e.to_json() for e in sorted(self._entries.values(), key=lambda e: e.op)])

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from ..disk_cache import cache_root
 from .samples import Sample
 
 MAX_OPINFO_SAMPLES = 6
@@ -28,12 +29,11 @@ _CACHE_FORMAT = 2
 
 
 def _cache_dir() -> Path | None:
-    root = os.environ.get("PREDISPATCH_FUNC_CACHE")
-    if root == "":
+    root = cache_root()
+    if root is None:
         return None  # caching disabled
-    base = Path(root) if root else Path.home() / ".cache" / "predispatch_func"
     build = (torch.version.git_version or torch.__version__)[:12]
-    return base / f"opinfo-{build}-n{MAX_OPINFO_SAMPLES}-f{_CACHE_FORMAT}"
+    return root / f"opinfo-{build}-n{MAX_OPINFO_SAMPLES}-f{_CACHE_FORMAT}"
 
 
 def _packet_name_of(opinfo: Any) -> str:

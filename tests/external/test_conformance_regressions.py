@@ -147,14 +147,18 @@ class ReturnsItems(torch.nn.Module):
         return x * 2, x.max().item(), (x > 0).any().item(), x.argmax().item()
 
 
-def test_item_exports_with_a_cold_composite_guard_cache():
+def test_item_exports_with_a_cold_composite_guard_cache(monkeypatch):
     """The trace-time composite guard ran ``item`` on fresh fakes and left an
     unbacked symbol pending (``PendingUnbackedSymbolNotFound``); its process-wide
-    cache hid that after the first export, so start cold."""
+    cache (and the disk cache behind it) hid that after the first export, so start cold."""
     from predispatch_func.modes import composite_policy
 
-    composite_policy._STATIC_GUARDS.clear()
-    assert_ok(ScaleByMax(), (torch.randn(3, 4),))
+    monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", "")
+    composite_policy._STATIC_GUARDS.forget()
+    try:
+        assert_ok(ScaleByMax(), (torch.randn(3, 4),))
+    finally:
+        composite_policy._STATIC_GUARDS.forget()
 
 
 def test_item_results_returned_as_outputs():

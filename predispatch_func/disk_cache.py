@@ -1,0 +1,52 @@
+"""Where this package keeps what it computed once per torch build, between processes.
+
+One directory, ``$PREDISPATCH_FUNC_CACHE`` (default ``~/.cache/predispatch_func``;
+empty turns every disk cache off). Each cache is a file named after the torch
+build it is valid for; files are replaced whole (write then rename), so a
+process never reads a half-written one, and a file that cannot be read or
+written only costs the time it was meant to save.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def cache_root() -> Path | None:
+    """The cache directory, or None where ``$PREDISPATCH_FUNC_CACHE`` is set empty."""
+    root = os.environ.get("PREDISPATCH_FUNC_CACHE")
+    if root == "":
+        return None
+    return Path(root) if root else Path.home() / ".cache" / "predispatch_func"
+
+
+def torch_build() -> str:
+    """The installed torch's release and build commit, as cache file names carry them."""
+    return f"{torch.__version__.split('+')[0]}-{(torch.version.git_version or '')[:12] or 'unknown'}"
+
+
+def write_json(path: Path, value: Any) -> bool:
+    """Replace ``path`` by ``value`` as JSON, atomically; False where it cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(value))
+        os.replace(tmp, path)
+    except OSError:
+        return False
+    return True
+
+
+def read_json(path: Path | None) -> Any:
+    """``path``'s JSON, or None where there is none or it cannot be read."""
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
