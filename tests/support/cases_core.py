@@ -532,6 +532,20 @@ def einsum_diagonal_then_inplace() -> Built:
 
 
 @case()
+def einsum_contraction_kept_next_to_a_transpose() -> Built:
+    """One op, two calls: the contraction is honest (kept as one node), the
+    transpose aliases its input (decomposed), each written in place after."""
+    class M(nn.Module):
+        def forward(self, x, w):
+            y = torch.einsum("bij,bjk->bik", x, w)
+            y.add_(1)
+            t = torch.einsum("bij->bji", x)
+            t.mul_(2)
+            return y, x * 1
+    return M(), (_r(2, 3, 4), _r(2, 4, 5)), {}
+
+
+@case()
 def sum_to_size_then_inplace() -> Built:
     class M(nn.Module):
         def forward(self, x):

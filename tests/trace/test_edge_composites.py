@@ -77,6 +77,20 @@ def forward(self, x):
     mul = torch.ops.aten.mul.Tensor(permute_2, 2);  permute_2 = None
     return (permute_1, mul)""")
 
+    def test_einsum_contraction_kept_next_to_a_transpose(self):
+        ep = export_case("einsum_contraction_kept_next_to_a_transpose")
+        self.assertIn("aten.einsum.default", call_targets(ep))
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, x, w):
+    einsum = torch.ops.aten.einsum.default('bij,bjk->bik', [x, w]);  w = None
+    add = torch.ops.aten.add.Tensor(einsum, 1);  einsum = None
+    permute = torch.ops.aten.permute.default(x, [0, 2, 1]);  x = None
+    mul = torch.ops.aten.mul.Tensor(permute, 2);  permute = None
+    permute_1 = torch.ops.aten.permute.default(mul, [0, 2, 1]);  mul = None
+    mul_1 = torch.ops.aten.mul.Tensor(permute_1, 1)
+    return (permute_1, add, mul_1)""")
+
     def test_einsum_identity_then_inplace(self):
         ep = export_case("einsum_identity_then_inplace")
         self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
