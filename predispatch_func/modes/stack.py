@@ -155,6 +155,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        twin = tc.functional_twin_of_unary_inplace(func)
+        if twin is not None:
+            return tc.functionalize_inplace_through_twin(self, func, twin, args, kwargs)
         return tc.functionalize_kept_op(self, func, args, kwargs)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

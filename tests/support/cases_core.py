@@ -546,6 +546,23 @@ def einsum_contraction_kept_next_to_a_transpose() -> Built:
 
 
 @case()
+def inplace_activations_with_python_meta_kernels() -> Built:
+    """In-place activations whose Meta kernel is torch's Python one (relu6 as hardtanh_,
+    hardswish_, hardsigmoid_, leaky_relu_, elu_): on an intermediate, on a view of an
+    input (written back), on the input itself, and under no_grad on a leaf's view."""
+    class M(nn.Module):
+        def forward(self, x, y, w):
+            a = F.relu6(x * 2, inplace=True)
+            F.hardswish(y[:, 1:], inplace=True)
+            b = F.hardsigmoid(a + 1, inplace=True)
+            F.leaky_relu(y, 0.2, inplace=True)
+            with torch.no_grad():
+                F.elu(w.detach()[0], inplace=True)
+            return a * b, y * 1, w * 3
+    return M(), (_r(2, 3), _r(2, 4), _r(2, 3).requires_grad_()), {}
+
+
+@case()
 def sum_to_size_then_inplace() -> Built:
     class M(nn.Module):
         def forward(self, x):
