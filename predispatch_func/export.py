@@ -49,7 +49,12 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                                 composite_overrides=composite_overrides,
                                 python_state=python_state, target=target,
                                 preserve_module_call_signature=tuple(preserve_module_call_signature))
-    return to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
+    ep = to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
+    if isinstance(dynamic_shapes, torch.export.AdditionalInputs):
+        # as torch.export: every example the spec was inferred from must run (a size the trace fixed,
+        # a relation it found, fails here, not in the caller's pipeline)
+        dynamic_shapes.verify(ep)
+    return ep
 
 
 def _detached(inputs: Any) -> Any:
