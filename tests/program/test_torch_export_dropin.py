@@ -282,11 +282,16 @@ def test_constant_met_while_tracing_and_read_twice_is_one_input():
 @pytest.mark.parametrize("size", [0, 1])
 def test_dynamic_dim_with_an_example_size_torch_specialises(size):
     """Regression: "'int' object has no attribute 'node'". A named Dim or Dim.DYNAMIC on an example
-    of size 0 or 1 is refused as torch.export refuses it (UserError); Dim.AUTO lets it be static."""
+    of size 0 or 1 is refused as torch.export refuses it (UserError; ValueError for Dim.DYNAMIC, every
+    such dim named in one error); Dim.AUTO lets it be static."""
     model, x = AddSum(), torch.randn(size, 3)
-    for dim in (Dim("b"), Dim.DYNAMIC):
-        with pytest.raises(UserError, match="torch specialises sizes 0 and 1"):
-            pf.export(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: dim}, "y": None})
+    with pytest.raises(UserError, match="torch specialises sizes 0 and 1"):
+        pf.export(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: Dim("b")}, "y": None})
+    with pytest.raises(ValueError, match=rf"(?s)Dim.DYNAMIC.*but export 0/1 specialized due to hint of {size} for "
+                                         r"dimension inputs\['x'\]\.shape\[0\].*torch specialises sizes 0 and 1"
+                                         r".*hint of 1 for dimension inputs\['y'\]\.shape\[0\]") as err:
+        pf.export(model, (x, torch.randn(1)), dynamic_shapes={"x": {0: Dim.DYNAMIC}, "y": {0: Dim.DYNAMIC}})
+    assert isinstance(err.value, UserError) and err.value.kind is pf.Refusal.DIM_NOT_DYNAMIC
     ep = export_checked(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": None})
     assert not ep.range_constraints
 
@@ -339,8 +344,9 @@ def test_derived_dim_whose_root_no_input_has():
 
 def test_derived_dim_example_that_breaks_the_relation_is_refused():
     dx = Dim("dx", min=3, max=10)
+    # torch.export's words (users grep for them), then ours: which input is the root
     with pytest.raises(UserError, match=r"Expected input size \(user input 0, dim 0\) to be equal to dx \+ 1, "
-                                        r"where dx = 5 .*but got 7"):
+                                        r"where dx = 5, but got 7 \(dx: user input 1, dim 0\)"):
         pf.export(ShiftAdd(), (torch.randn(7), torch.randn(5)), dynamic_shapes=({0: dx + 1}, {0: dx}))
     with pytest.raises(UserError, match=r"form 2\*dx, where dx is an integer"):
         pf.export(Pairs(), (torch.randn(9),), dynamic_shapes=({0: 2 * dx},))
@@ -403,6 +409,19 @@ def test_spec_of_a_registered_dataclass_input():
     assert [str(tuple(node.meta["val"].shape)) for node in ep.graph.nodes if node.op == "placeholder"] == \
         [f"({symbol},)"] * 2
     pf.verify(ep, PairSum(), (Pair(torch.randn(7), torch.randn(7)),), raise_on_failure=True)
+
+
+def test_spec_of_a_registered_dataclass_input_as_a_list_of_its_fields_specs():
+    """Regression: the form torch.export's ShapesCollection builds (children's specs in flattening
+    order) left every field static."""
+    n = Dim("n", max=10)
+    x, y = torch.randn(4), torch.randn(4)
+    shapes = ShapesCollection()
+    shapes[x], shapes[y] = (n,), (n,)
+    for spec in (shapes, ([(n,), (n,)],)):
+        ep = export_checked(PairSum(), (Pair(x, y),), dynamic_shapes=spec)
+        assert len(ep.range_constraints) == 1
+        pf.verify(ep, PairSum(), (Pair(torch.randn(7), torch.randn(7)),), raise_on_failure=True)
 
 
 class Bounded(torch.nn.Module):
