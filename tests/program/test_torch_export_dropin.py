@@ -561,3 +561,21 @@ def test_an_error_we_do_not_translate_is_also_the_class_torch_export_raises():
     assert isinstance(err.value, pf.ExportError) and "in forward" in str(err.value)
     again = pickle.loads(pickle.dumps(err.value))
     assert isinstance(again, LookupError) and isinstance(again, pf.ExportError) and str(again) == str(err.value)
+
+
+class ChecksPinValues(torch.nn.Module):
+    def forward(self, x, y, z):
+        m, n = x.item(), y.item()
+        torch._check(m == 4)
+        torch._check(n == z.shape[0])
+        return m + n + z
+
+
+def test_values_the_checks_pin_leave_no_unbacked_bindings():
+    """Regression: nodes kept bindings of u0/u1 after torch._check replaced them (by 4 and by z's
+    size), naming symbols the program does not have; torch.export recomputes them."""
+    model = ChecksPinValues()
+    ep = export_checked(model, (torch.tensor(4), torch.tensor(5), torch.randn(5)),
+                        dynamic_shapes={"x": None, "y": None, "z": (Dim("dx", max=16),)}, check_grads=False)
+    assert [n.name for n in ep.graph.nodes if n.meta.get("unbacked_bindings")] == []
+    pf.verify(ep, model, (torch.tensor(4), torch.tensor(7), torch.randn(7)), raise_on_failure=True, check_grads=False)
