@@ -39,7 +39,7 @@ def leaf_paths(mod: torch.nn.Module, args: tuple, kwargs: dict) -> list[str]:
 
 
 def dims_per_leaf(dynamic_shapes: Any, mod: torch.nn.Module, args: tuple,
-                           kwargs: dict) -> list[dict[int, Any] | None]:
+                  kwargs: dict) -> list[dict[int, Any] | None]:
     """For every flat user input leaf, {dim index: Dim} or None."""
     flat, _ = tc.pytree.tree_flatten((args, kwargs))
     if dynamic_shapes is None:
@@ -50,7 +50,8 @@ def dims_per_leaf(dynamic_shapes: Any, mod: torch.nn.Module, args: tuple,
         if dynamic_shapes is None:
             return [None] * len(flat)
     try:
-        bound = inspect.signature(mod.forward).bind(*args, **kwargs).arguments
+        signature = inspect.signature(mod.forward)
+        bound = signature.bind(*args, **kwargs).arguments
     except (TypeError, ValueError):
         bound = None
     by_name = isinstance(dynamic_shapes, dict)  # errors spell a spec's place as the user wrote it
@@ -77,20 +78,37 @@ def dims_per_leaf(dynamic_shapes: Any, mod: torch.nn.Module, args: tuple,
                    "arg names entirely and specify `dynamic_shapes` as a list/tuple matching `inputs`."),
                 kind=Refusal.DYNAMIC_SHAPES_SPEC)
         names = list(bound)
-        positional = tuple(dynamic_shapes.get(n) for n in names[: len(args)])
+        positional = _positional_specs(dynamic_shapes, bound, signature, len(args), by_name)
         keyword = {k: _keyword_spec(dynamic_shapes, bound, names, k) for k in kwargs}
     elif isinstance(dynamic_shapes, (tuple, list)):
-        names, positional, keyword = [], tuple(dynamic_shapes), {}
+        positional, keyword = [(spec, (i,)) for i, spec in enumerate(dynamic_shapes)], {}
     else:
         raise DynamicShapesError(f"dynamic_shapes must be a dict, tuple or list (or a ShapesCollection / "
                                f"AdditionalInputs), got {type(dynamic_shapes).__name__}",
                                kind=Refusal.DYNAMIC_SHAPES_SPEC)
     out: list[dict[int, Any] | None] = []
     for i, arg in enumerate(args):
-        place = names[i] if by_name and i < len(names) else i
-        _collect(positional[i] if i < len(positional) else None, arg, out, (place,))
+        spec, place = positional[i] if i < len(positional) else (None, (i,))
+        _collect(spec, arg, out, place)
     for k, arg in kwargs.items():
         _collect(keyword[k], arg, out, (k,))
+    return out
+
+
+def _positional_specs(dynamic_shapes: dict, bound: dict, signature: inspect.Signature, n_args: int,
+                      by_name: bool) -> list[tuple[Any, tuple]]:
+    """(spec, where it sits) of each positional argument; a ``*args`` parameter's spec, a sequence,
+    spreads over the arguments it collected."""
+    out: list[tuple[Any, tuple]] = []
+    for name, value in bound.items():
+        if len(out) >= n_args:
+            break
+        spec = dynamic_shapes.get(name)
+        if signature.parameters[name].kind is inspect.Parameter.VAR_POSITIONAL:
+            out.extend((spec[j] if isinstance(spec, (list, tuple)) and j < len(spec) else None, (name, j))
+                       for j in range(len(value)))
+        else:
+            out.append((spec, (name,) if by_name else (len(out),)))
     return out
 
 

@@ -57,6 +57,7 @@ class _DerivedUse:
     where: str
     example: int
     order: int
+    torch_name: str  # L['x'].size()[0]
 
 
 class Fakeifier:
@@ -143,7 +144,8 @@ class Fakeifier:
             if not dim.min <= example <= dim.max:
                 raise DynamicShapesError(f"{where}: example size {example} is outside Dim {name!r} "
                                          f"range [{dim.min}, {dim.max}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
-            self._derived.append(_DerivedUse(dim, size, where, example, self._declarations))
+            self._derived.append(_DerivedUse(dim, size, where, example, self._declarations,
+                                             _torch_name(source, index, "L")))
             return
         # a named Dim's range, or the bounds of a hint (Dim.AUTO(min=3, max=8)); None: unbounded
         lower = int(getattr(dim, "min", None) or 0)
@@ -237,6 +239,8 @@ class Fakeifier:
                 hinted = self._hinted_range(d, expr)
                 if hinted is not None:
                     out[expr] = hinted
+            elif expr.is_symbol and d.phantom and expr in named_symbols:  # a named Dim is a derived Dim's root
+                self._named_root(named_symbols[expr], d, violations)
             elif expr.is_symbol and d.strict and expr in named_symbols \
                     and named_symbols[expr].initial != d.initial:  # the model made two named Dims one
                 other = named_symbols[expr]
@@ -246,7 +250,7 @@ class Fakeifier:
             elif expr.is_symbol:
                 divisible = d.strict and self._divisibility(d, expr, violations)
                 out[expr] = self._declared_range(d, expr, violations, suggest=not divisible)
-                if d.strict:
+                if d.strict and not d.phantom:
                     named_symbols[expr] = d
             elif not expr.is_number and d.strict and _is_derived_dim_form(expr):
                 self._undeclared_relation(d, expr, violations)
@@ -296,6 +300,13 @@ class Fakeifier:
         if lower > traced.lower or upper < traced.upper:  # the program's guards check the hint's bounds too
             tc.narrow_symbol_range(self.shape_env, symbol, int(lower), upper)
         return tc.value_range(d.lower if lower <= 2 else lower, upper)
+
+    def _named_root(self, named: _DeclaredDim, root: _DeclaredDim, violations: _Violations) -> None:
+        """The model made a named Dim the root of derived Dims that no input has as a size: declare it so."""
+        use = next(u for u in self._derived if u.dim.root.__name__ == root.name)
+        violations.add(named.name, f"The values of {named.name} = {named.torch_name('L')} ({named.where}) must always "
+                                   f"be related to the values of {use.dim.__name__} = {use.torch_name} ({use.where}) by "
+                                   f"{named.name} = {root.name}", f"{named.name} = {root.name}")
 
     def _declared_range(self, d: _DeclaredDim, symbol: Any, violations: _Violations, *, suggest: bool) -> Any:
         traced = tc.symbol_range(self.shape_env, symbol)

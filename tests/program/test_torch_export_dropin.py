@@ -579,3 +579,16 @@ def test_values_the_checks_pin_leave_no_unbacked_bindings():
                         dynamic_shapes={"x": None, "y": None, "z": (Dim("dx", max=16),)}, check_grads=False)
     assert [n.name for n in ep.graph.nodes if n.meta.get("unbacked_bindings")] == []
     pf.verify(ep, model, (torch.tensor(4), torch.tensor(7), torch.randn(7)), raise_on_failure=True, check_grads=False)
+
+
+class StarArgs(torch.nn.Module):
+    def forward(self, *args):
+        return args[0] + args[1]
+
+
+def test_spec_of_a_star_args_parameter_spreads_over_the_arguments_it_collects():
+    """Regression: ``{"args": ({0: d}, {0: d})}`` gave the first argument both specs (dims 0 and 1)."""
+    model, batch = StarArgs(), Dim.DYNAMIC
+    ep = export_checked(model, (torch.randn(2, 5), torch.randn(2, 5)), dynamic_shapes={"args": ({0: batch}, {0: batch})})
+    assert len(ep.range_constraints) == 1
+    pf.verify(ep, model, (torch.randn(7, 5), torch.randn(7, 5)), raise_on_failure=True)

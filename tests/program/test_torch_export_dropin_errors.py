@@ -263,3 +263,21 @@ def test_a_relation_no_derived_dim_can_declare_is_the_program_s_guard():
     pf.verify(ep, model, (torch.randn(5, 8), torch.randn(4, 10), torch.randn(40)), raise_on_failure=True)
     with pytest.raises(AssertionError, match="Guard failed"):
         ep.module()(torch.randn(5, 8), torch.randn(4, 10), torch.randn(30))
+
+
+class OffsetSums(torch.nn.Module):
+    def forward(self, x, y, z):
+        return x + y[1:] + z[2:]
+
+
+def test_a_named_dim_the_model_makes_a_derived_dim_s_root_is_refused():
+    """Regression: the model made ``dimz`` the root ``_dimz`` of ``_dimz - 2`` and ``_dimz - 1``,
+    which no input has; the two were merged silently. torch.export names the Dim to declare."""
+    root = Dim("_dimz", min=6, max=8)
+    args = (torch.randn(5), torch.randn(6), torch.randn(7))
+    with pytest.raises(UserError, match=r"The values of dimz = L\['z'\]\.size\(\)\[0\] \(user input 2, dim 0\) must "
+                                        r"always be related to the values of _dimz - 2 = L\['x'\]\.size\(\)\[0\] .*by "
+                                        r"dimz = _dimz\nSuggested fixes:\n  dimz = _dimz"):
+        pf.export(OffsetSums(), args, dynamic_shapes=({0: root - 2}, {0: root - 1}, {0: Dim("dimz", min=6, max=8)}))
+    ep = export_checked(OffsetSums(), args, dynamic_shapes=({0: root - 2}, {0: root - 1}, {0: root}))
+    pf.verify(ep, OffsetSums(), (torch.randn(6), torch.randn(7), torch.randn(8)), raise_on_failure=True)
