@@ -90,6 +90,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     clone_relaid_inputs(gm, [p for p, layout in zip(written, mutations.layouts) if layout is not None])
     signature = build_signature(gm, placeholders, mutations)
     node_meta.resolve_captured_module_stacks(gm, mod)
+    node_meta.placeholders_require_grad_as_inputs(placeholders.pairs())
     node_meta.fill_missing(gm, type(mod))
     node_meta.without_torch_annotations(gm)
     module_call_signatures = preserved.collect(gm, signature)
