@@ -592,3 +592,39 @@ def test_spec_of_a_star_args_parameter_spreads_over_the_arguments_it_collects():
     ep = export_checked(model, (torch.randn(2, 5), torch.randn(2, 5)), dynamic_shapes={"args": ({0: batch}, {0: batch})})
     assert len(ep.range_constraints) == 1
     pf.verify(ep, model, (torch.randn(7, 5), torch.randn(7, 5)), raise_on_failure=True)
+
+
+class ParamPlusInputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x, y):
+        return self.p + x + y
+
+
+def test_placeholder_values_require_grad_as_the_inputs_they_stand_for(tmp_path):
+    """Regression: every placeholder's ``val`` was made without requires_grad; torch.export's carry it."""
+    model, args = ParamPlusInputs(), (torch.randn(3, 3), torch.randn(3, 3, requires_grad=True))
+    ep = export_checked(model, args)
+    vals = [n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"]
+    assert [v.requires_grad for v in vals] == [True, False, True]
+    torch.export.save(ep, tmp_path / "ep.pt2")
+    loaded = pf.load(tmp_path / "ep.pt2")
+    torch.testing.assert_close(loaded.module()(*args), model(*args))
+
+
+class UnusedTensor(torch.nn.Module):
+    def forward(self, x):
+        y = torch.tensor(3)  # noqa: F841  (made and never used, as models do)
+        z = torch.tensor([1.0, 2.0, 3.0])
+        return x * x + z
+
+
+def test_a_tensor_made_in_forward_and_never_used_is_no_constant_input():
+    """Regression: it was lifted to a constant input no node reads; torch.export drops it."""
+    model = UnusedTensor()
+    ep = export_checked(model, (torch.ones(3),))
+    assert len(ep.constants) == 1  # z only
+    assert [n for n in ep.graph.nodes if n.op == "placeholder" and not n.users] == []
+    torch.testing.assert_close(ep.module()(torch.full((3,), 2.0)), model(torch.full((3,), 2.0)))
