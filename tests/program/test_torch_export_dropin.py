@@ -628,3 +628,26 @@ def test_a_tensor_made_in_forward_and_never_used_is_no_constant_input():
     assert len(ep.constants) == 1  # z only
     assert [n for n in ep.graph.nodes if n.op == "placeholder" and not n.users] == []
     torch.testing.assert_close(ep.module()(torch.full((3,), 2.0)), model(torch.full((3,), 2.0)))
+
+
+class SubclassParameter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        self.p1 = torch.nn.Parameter(torch.ones(3, 4))
+        self.p2 = torch.nn.Parameter(TwoTensor(torch.ones(3, 4), torch.ones(3, 4)))
+
+    def forward(self, x):
+        return x + (2 * self.p1 + self.p2).sum()
+
+
+def test_a_parameter_of_a_wrapper_tensor_subclass_survives_module_and_decompositions():
+    """Regression: ``ep.module()`` asked the subclass for its storage pointer, which torch refuses
+    ("Attempted to access the data pointer on an invalid python storage")."""
+    model, x = SubclassParameter(), torch.randn(3, 4)
+    ep = pf.export(model, (x,))
+    torch.testing.assert_close(ep.module()(x), model(x))
+    before = list(ep.state_dict)
+    ep.run_decompositions()
+    assert list(ep.state_dict) == before
