@@ -333,17 +333,21 @@ class Fakeifier:
 
     def _undeclared_relation(self, d: _DeclaredDim, expr: Any, violations: _Violations) -> None:
         """A named Dim the model made an expression of other dims: say which derived Dim to declare."""
-        names = {_expr(o.size): o.name for o in self._declared.values() if _expr(o.size).is_symbol}
+        declared: dict[Any, _DeclaredDim] = {}  # symbol -> the first Dim declared with it (the one the fixes keep)
+        for o in self._declared.values():
+            if _expr(o.size).is_symbol:
+                declared.setdefault(_expr(o.size), o)
+        names = {symbol: o.name for symbol, o in declared.items()}
         new_roots = sorted((s for s in expr.free_symbols if s not in names), key=str)
         for i, symbol in enumerate(new_roots):  # a divisibility (3*s) introduces a root of its own
             names[symbol] = f"_{d.name}" if len(new_roots) == 1 else f"_{d.name}_{i}"
             traced = tc.symbol_range(self.shape_env, symbol)
             violations.fix(_dim_fix(names[symbol], int(traced.lower), traced.upper, 0))
         spelled = expr.subs({s: sympy.Symbol(names[s]) for s in expr.free_symbols})
-        others = ", ".join(sorted(str(s) for s in spelled.free_symbols))
-        violations.add(d.name, f"The values of {d.name} ({d.where}) must always be related to the values of "
-                               f"{others} by {d.name} = {spelled}: the model relates them",
-                       f"{d.name} = {spelled}")
+        others = ", ".join(sorted(f"{o.name} = {o.torch_name('L')} ({o.where})" if (o := declared.get(s)) else names[s]
+                                  for s in expr.free_symbols))
+        violations.add(d.name, f"The values of {d.name} = {d.torch_name('L')} ({d.where}) must always be related to "
+                               f"the values of {others} by {d.name} = {spelled}", f"{d.name} = {spelled}")
 
 
 class _Violations:

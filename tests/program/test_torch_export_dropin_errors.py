@@ -281,3 +281,26 @@ def test_a_named_dim_the_model_makes_a_derived_dim_s_root_is_refused():
         pf.export(OffsetSums(), args, dynamic_shapes=({0: root - 2}, {0: root - 1}, {0: Dim("dimz", min=6, max=8)}))
     ep = export_checked(OffsetSums(), args, dynamic_shapes=({0: root - 2}, {0: root - 1}, {0: root}))
     pf.verify(ep, OffsetSums(), (torch.randn(6), torch.randn(7), torch.randn(8)), raise_on_failure=True)
+
+
+class ThreeOfOneSize(torch.nn.Module):
+    def forward(self, x):
+        return x[0]["data"] + x[1] + x[2][2:]
+
+
+def test_a_relation_s_fix_names_the_dim_the_other_fixes_keep():
+    """Regression: with dx10 = dx00 also suggested, ``dx20 = dx10 + 2`` named a Dim the refined spec
+    no longer has as a root, and torch's refine_dynamic_shapes_from_suggested_fixes built no Dim."""
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    model = ThreeOfOneSize()
+    args = (({"data": torch.randn(4, 4)}, torch.randn(4, 4), torch.randn(6, 4)),)
+    spec = {"x": ({"data": (Dim("dx00"), Dim("dx01"))}, (Dim("dx10"), Dim("dx11")), (Dim("dx20"), Dim("dx21")))}
+    with pytest.raises(UserError) as err:
+        pf.export(model, args, dynamic_shapes=spec)
+    assert ("The values of dx20 = L['x'][2].size()[0] (user input 2, dim 0) must always be related to the values of "
+            "dx00 = L['x'][0]['data'].size()[0] (user input 0, dim 0) by dx20 = dx00 + 2") in str(err.value)
+    refined = refine_dynamic_shapes_from_suggested_fixes(err.value.msg, spec)
+    assert refined["x"][2][0].root is refined["x"][0]["data"][0] and refined["x"][2][0].fn(10) == 12
+    ep = export_checked(model, args, dynamic_shapes=refined)
+    pf.verify(ep, model, (({"data": torch.randn(5, 3)}, torch.randn(5, 3), torch.randn(7, 3)),), raise_on_failure=True)
