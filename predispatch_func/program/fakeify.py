@@ -344,7 +344,7 @@ class Fakeifier:
             traced = tc.symbol_range(self.shape_env, symbol)
             violations.fix(_dim_fix(names[symbol], int(traced.lower), traced.upper, 0))
         spelled = expr.subs({s: sympy.Symbol(names[s]) for s in expr.free_symbols})
-        others = ", ".join(sorted(f"{o.name} = {o.torch_name('L')} ({o.where})" if (o := declared.get(s)) else names[s]
+        others = ", ".join(sorted(_spelled_with_input(declared[s]) if s in declared else names[s]
                                   for s in expr.free_symbols))
         violations.add(d.name, f"The values of {d.name} = {d.torch_name('L')} ({d.where}) must always be related to "
                                f"the values of {others} by {d.name} = {spelled}", f"{d.name} = {spelled}")
@@ -393,6 +393,10 @@ def _dim_fix(name: str, lower: int, upper: Any, declared_lower: int) -> str:
     bounds = ([f"min={lower}"] if lower > 2 or declared_lower > 0 else []) + \
         ([f"max={upper}"] if upper < tc.INT_OO else [])
     return f"{name} = Dim({', '.join([repr(name), *bounds])})"
+
+
+def _spelled_with_input(d: _DeclaredDim) -> str:
+    return f"{d.name} = {d.torch_name('L')} ({d.where})"
 
 
 def _is_derived_dim_form(expr: Any) -> bool:
