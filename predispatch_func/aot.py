@@ -79,6 +79,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     # the user's torch._check on unbacked values (.item(), nonzero sizes) and the ranges the
     # trace learned for them: runtime asserts of the program, as torch.export keeps them
     tc.insert_deferred_runtime_asserts(gm, fakeify.shape_env, f"exported program {type(mod).__name__}", export=True)
+    tc.recompute_unbacked_bindings(gm)
     if lowering is not None:
         lowering.check(gm)
         lowering.warn_decomposed_members(policy.decisions)
@@ -89,6 +90,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     clone_relaid_inputs(gm, [p for p, layout in zip(written, mutations.layouts) if layout is not None])
     signature = build_signature(gm, placeholders, mutations)
     node_meta.resolve_captured_module_stacks(gm, mod)
+    node_meta.placeholders_require_grad_as_inputs(placeholders.pairs())
     node_meta.fill_missing(gm, type(mod))
     node_meta.without_torch_annotations(gm)
     module_call_signatures = preserved.collect(gm, signature)

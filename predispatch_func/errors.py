@@ -203,6 +203,12 @@ class DynamicShapesError(UnsupportedError, tc.TorchUserError, tc.ConstraintViola
         self.message = self.msg = str(self)  # torch's UserError has both; refine_dynamic_shapes_... reads .msg
 
 
+class DimHintError(DynamicShapesError, ValueError):
+    """A ``Dim.DYNAMIC`` / ``Dim.AUTO`` / ``Dim.STATIC`` hint whose bounds the trace contradicts (no size in
+    common with the range it inferred, or one size only for ``Dim.DYNAMIC``), or a ``Dim.DYNAMIC`` on an
+    example of size 0 or 1: torch.export raises ``ValueError`` there, so this is one too."""
+
+
 class DataDependentError(UnsupportedError, tc.GuardOnDataDependentSymNode):
     """The model branches on (or sizes a tensor by) a value read from tensor data, with nothing
     telling the tracer which way it goes (kind ``DATA_DEPENDENT_BRANCH``); also catchable as

@@ -49,7 +49,12 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                                 composite_overrides=composite_overrides,
                                 python_state=python_state, target=target,
                                 preserve_module_call_signature=tuple(preserve_module_call_signature))
-    return to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
+    ep = to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
+    if isinstance(dynamic_shapes, torch.export.AdditionalInputs):
+        # as torch.export: every example the spec was inferred from must run (a size the trace fixed,
+        # a relation it found, fails here, not in the caller's pipeline)
+        dynamic_shapes.verify(ep)
+    return ep
 
 
 def _detached(inputs: Any) -> Any:
@@ -129,10 +134,21 @@ def tie_aliases(mod: torch.nn.Module, ep: ExportedProgram) -> None:
 def _tensor_key(t: torch.Tensor) -> Any:
     """The same key for one tensor and for its twin after ``torch.export.save``/``load``
     (a new object over the same storage, which the serializer keeps shared); by object
-    where there is no storage to compare (meta, fake)."""
-    if t.device.type == "meta" or t.untyped_storage().data_ptr() == 0:
+    where there is no storage to compare (meta, fake, a wrapper tensor subclass)."""
+    if _storage_pointer(t) == 0:
         return id(t)
     return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _storage_pointer(t: torch.Tensor) -> int:
+    """Where ``t``'s storage starts; 0 where it has none to read (meta, fake, a wrapper subclass,
+    whose storage torch refuses to hand out)."""
+    if t.device.type == "meta":
+        return 0
+    try:
+        return t.untyped_storage().data_ptr()
+    except RuntimeError:
+        return 0
 
 
 def write_back(destination: torch.Tensor, value: torch.Tensor, before: Layout | None = None,
@@ -222,7 +238,7 @@ def _one_object_per_tied_weight(state_dict: dict[str, torch.Tensor]) -> None:
     (``module()`` registers a tied weight's other names by finding the same tensor)."""
     seen: dict[Any, torch.Tensor] = {}
     for name, tensor in state_dict.items():
-        if tensor.device.type == "meta" or tensor.untyped_storage().data_ptr() == 0:
+        if _storage_pointer(tensor) == 0:
             continue
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
                tuple(tensor.stride()), tensor.dtype, type(tensor))

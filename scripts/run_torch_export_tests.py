@@ -557,7 +557,8 @@ def report(paths: list[str], out: str, source: str) -> None:
              "PY=~/.cache/predispatch-func-ci/torch-2.13.0/bin/python   # any venv with torch and this package",
              f"PYTHONPATH=. $PY {here} --timeout 60           # -> .testexport/results-torch-2.13.0.jsonl",
              f"PYTHONPATH=. $PY {here} -k 'test_cond' --rerun   # a subset again; --ours-only, --limit N",
-             f"PYTHONPATH=. $PY {here} --patch-torch-export     # ours also behind torch.export.export (extra row)",
+             f"PYTHONPATH=. $PY {here} --ours-only --rerun      # after a change of ours: torch.export's rows stand",
+             f"PYTHONPATH=. $PY {here} --patch-torch-export --rerun  # ours also behind torch.export.export (extra row)",
              f"python3 {here} --report docs/runs/torch_export_tests.md \\",
              "  --results .testexport/results-torch-2.13.0.jsonl .testexport/results-torch-2.15.0.jsonl",
              "```", ""]

@@ -341,11 +341,21 @@ def non_strict_call_rewrites() -> Iterator[None]:
     (indexing with SymInts as ``select``/``slice``, ``torch.tensor`` of SymInts in its traceable
     form, ``torch.distributed`` collectives as functional ones) and its builtins (``max``/``min``
     of SymInts as ``torch.sym_max``/``sym_min``, of tensors as ``maximum``/``minimum``;
-    ``math.pow`` as ``**``). Both restore on exit, torch's own context managers."""
+    ``math.pow`` as ``**``). Both restore on exit, torch's own context managers. Also as torch.export:
+    the mkldnn and nnpack backends off, so a fake kernel that picks one by size (conv's, mkldnn at a
+    batch of 16) does not fix a dynamic dim's range. Not cudnn, which torch.export also turns off:
+    ``F.layer_norm``/``batch_norm`` pass ``cudnn.enabled`` as an argument, so the program would
+    carry ``cudnn_enable=False`` and run those ops without cudnn on a GPU."""
     from torch._export.non_strict_utils import _NonStrictTorchFunctionHandler, _override_builtin_ops
 
+    backends = (torch.backends.mkldnn, torch.backends.nnpack)
     with _NonStrictTorchFunctionHandler(), _override_builtin_ops():
-        yield
+        before = [backend.set_flags(False) for backend in backends]
+        try:
+            yield
+        finally:
+            for backend, flags in zip(backends, before):
+                backend.set_flags(*flags)
 
 
 __all__ = [

@@ -30,7 +30,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "_can_decompose_fast", "INT_OO", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
     "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
-    "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode",
+    "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",
     "has_sparse_kernel",
     "sparse_components",
@@ -304,6 +304,15 @@ def relate_symbol(env: ShapeEnv, symbol: Any, expr: Any) -> None:
     """Make ``symbol`` stand for ``expr`` everywhere in ``env`` (a derived Dim: ``dx + 1``), the
     direction fixed, where a ``torch._check(a == b)`` would let torch pick which side to solve for."""
     env._set_replacement(symbol, expr, "derived Dim")
+
+
+def recompute_unbacked_bindings(gm: torch.fx.GraphModule) -> None:
+    """torch.export's pass over a traced graph's ``unbacked_bindings``: recomputed from each node's
+    value, so a binding of a symbol the trace replaced (``torch._check(u0 == 4)``) is dropped, as
+    in torch.export's programs (a stale one names a symbol the program no longer has)."""
+    from torch.export._trace import _replace_unbacked_bindings
+
+    _replace_unbacked_bindings(gm)
 
 
 def phantom_symbol(env: ShapeEnv, hint: int, name: str) -> torch.SymInt | int:

@@ -13,7 +13,6 @@ that the model kept every declared dimension symbolic, within the declared
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from typing import Any
 
@@ -21,7 +20,8 @@ import sympy
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import DynamicShapesError, Refusal
+from ..errors import DimHintError, DynamicShapesError, Refusal
+from .dynamic_shapes_spec import IntDim, dims_per_leaf, leaf_paths
 
 
 @dataclasses.dataclass
@@ -38,6 +38,14 @@ class _DeclaredDim:
     where: str
     example: int
     phantom: bool = False  # a derived Dim's root no input has as a size
+    source: str = ""  # the input as torch.export names it: ``['x']`` (``L['x'].size()[0]``)
+    index: int | None = None  # the dim of that input; None: the input is an int
+    hint: Any = None  # the Dim.DYNAMIC / Dim.AUTO hint, whose bounds are met with the trace's
+    order: int = -1  # the how-manieth declaration (input order); a phantom root: none
+    initial: Any = None  # its symbol before tracing (one tensor passed twice: one symbol from the start)
+
+    def torch_name(self, style: str) -> str:
+        return _torch_name(self.source, self.index, style)
 
 
 @dataclasses.dataclass
@@ -48,6 +56,8 @@ class _DerivedUse:
     size: torch.SymInt
     where: str
     example: int
+    order: int
+    torch_name: str  # L['x'].size()[0]
 
 
 class Fakeifier:
@@ -56,7 +66,10 @@ class Fakeifier:
     def __init__(self, dynamic_shapes: Any, mod: torch.nn.Module, args: tuple, kwargs: dict):
         self.shape_env = tc.ShapeEnv()
         self.mode = tc.FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
-        self._dims_per_leaf = _dynamic_dims_per_leaf(dynamic_shapes, mod, args, kwargs)
+        self._dims_per_leaf = dims_per_leaf(dynamic_shapes, mod, args, kwargs)
+        self._paths = leaf_paths(mod, args, kwargs)
+        self._hint_conflicts: list[str] = []  # torch.export reports these after tracing, as ValueError
+        self._declarations = 0
         self._user_index = 0
         self._declared: dict[str, _DeclaredDim] = {}
         self._derived: list[_DerivedUse] = []
@@ -68,13 +81,15 @@ class Fakeifier:
         leaf = self._user_index
         self._user_index += 1
         spec = self._dims_per_leaf[leaf] if leaf < len(self._dims_per_leaf) else None
-        if isinstance(spec, _IntDim) and not _is_static_hint(spec.dim):
+        if isinstance(spec, IntDim) and _is_static_hint(spec.dim):
+            self._static_bounds(spec.dim, value, self._path(leaf), None, f"user input {leaf} (an int)")
+        if isinstance(spec, IntDim) and not _is_static_hint(spec.dim):
             if _is_named_dim(spec.dim):  # torch.export refuses these too
                 raise DynamicShapesError(f"user input {leaf} is an int: a named Dim cannot make it dynamic "
                                          "(as in torch.export); use Dim.AUTO or Dim.DYNAMIC",
                                          kind=Refusal.DYNAMIC_SHAPES_SPEC)
             symbol = tc.symbolic_int(self.mode, value, leaf)
-            self._declare(spec.dim, symbol, f"user input {leaf} (an int)", value)
+            self._declare(spec.dim, symbol, f"user input {leaf} (an int)", value, self._path(leaf), None)
             return symbol
         if not isinstance(value, torch.Tensor):
             return value
@@ -83,19 +98,43 @@ class Fakeifier:
                 raise DynamicShapesError(f"Static shape constraint of {d} does not match input size of "
                                          f"{value.shape[i]}, for user input {leaf}, dim {i}",
                                          kind=Refusal.DYNAMIC_SHAPES_SPEC)
+        for i, d in (spec or {}).items():
+            if _is_static_hint(d):
+                self._static_bounds(d, value.shape[i], self._path(leaf), i, f"user input {leaf}, dim {i}")
         dims = {i: d for i, d in (spec or {}).items() if not _is_static_hint(d)}
         if not dims:
             return self.mode.from_tensor(value, static_shapes=True)
         fake = tc.fake_with_dynamic_dims(self.mode, value, set(dims), leaf)
         for i, dim in dims.items():
-            self._declare(dim, fake.shape[i], f"user input {leaf}, dim {i}", value.shape[i])  # type: ignore[arg-type]
+            self._declare(dim, fake.shape[i], f"user input {leaf}, dim {i}", value.shape[i],  # type: ignore[arg-type]
+                          self._path(leaf), i)
         return fake
 
-    def _declare(self, dim: Any, size: torch.SymInt, where: str, example: int) -> None:
+    def _static_bounds(self, dim: Any, example: int, source: str, index: int | None, where: str) -> None:
+        """``Dim.STATIC(min=6, max=8)`` on an example of size 4: the bounds conflict with the static size."""
+        if getattr(dim, "min", None) is None and getattr(dim, "max", None) is None:
+            return
+        if not int(dim.min or 0) <= example <= (tc.INT_OO if dim.max is None else dim.max):
+            self._hint_conflicts.append(_range_conflict(dim, tc.value_range(example, example), source, index, where))
+
+    def _path(self, leaf: int) -> str:
+        return self._paths[leaf] if leaf < len(self._paths) else f"[{leaf}]"
+
+    def _declare(self, dim: Any, size: torch.SymInt, where: str, example: int, source: str,
+                 index: int | None) -> None:
+        self._declarations += 1
         named = _is_named_dim(dim)
         auto = str(getattr(dim, "type", "")).endswith("AUTO")
+        hint = None if named or _is_derived_dim(dim) else dim
         if not isinstance(size, torch.SymInt):  # torch specialises example sizes 0 and 1
             if auto:  # Dim.AUTO lets it: the program is static there, as torch.export's
+                return
+            if hint is not None:  # torch.export reports it with the other hint conflicts, as ValueError
+                self._hint_conflicts.append(
+                    f"- Received user-specified dim hint Dim.DYNAMIC(min={_bound(hint, 'min')}, max="
+                    f"{_bound(hint, 'max')}), but export 0/1 specialized due to hint of {example} for dimension "
+                    f"{_torch_name(source, index, 'inputs')} ({where}): torch specialises sizes 0 and 1; export with an example of size 2 or more "
+                    "for a dynamic dim (or use Dim.AUTO)")
                 return
             raise DynamicShapesError(f"{where}: the example size is {example}, and torch specialises sizes 0 and 1; "
                                      "export with an example of size 2 or more for a dynamic dim (or use Dim.AUTO)",
@@ -105,21 +144,26 @@ class Fakeifier:
             if not dim.min <= example <= dim.max:
                 raise DynamicShapesError(f"{where}: example size {example} is outside Dim {name!r} "
                                          f"range [{dim.min}, {dim.max}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
-            self._derived.append(_DerivedUse(dim, size, where, example))
+            self._derived.append(_DerivedUse(dim, size, where, example, self._declarations,
+                                             _torch_name(source, index, "L")))
             return
         # a named Dim's range, or the bounds of a hint (Dim.AUTO(min=3, max=8)); None: unbounded
         lower = int(getattr(dim, "min", None) or 0)
         upper = tc.INT_OO if getattr(dim, "max", None) is None else dim.max
-        if not lower <= example <= upper:
+        if named and not lower <= example <= upper:
             raise DynamicShapesError(f"{where}: example size {example} is outside Dim {name!r} "
                                    f"range [{lower}, {upper}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
         if name in self._declared:  # same Dim name: same symbol
             tc.check(size == self._declared[name].size)
             return
-        # tracing assumes sizes >= 2 (0/1 are generalised, as torch.export does)
-        tc.narrow_symbol_range(self.shape_env, size.node.expr, max(2, lower), upper)
+        # tracing assumes sizes >= 2 (0/1 are generalised, as torch.export does); a hint's bounds are
+        # met with what the trace infers afterwards (so an example outside them is no error yet)
+        if named:
+            tc.narrow_symbol_range(self.shape_env, size.node.expr, _traced_lower(lower, example), upper)
         dynamic_hint = not named and not auto
-        self._declared[name] = _DeclaredDim(name, lower, upper, named, auto, dynamic_hint, size, where, example)
+        self._declared[name] = _DeclaredDim(name, lower, upper, named, auto, dynamic_hint, size, where, example,
+                                            source=source, index=index, hint=hint, order=self._declarations,
+                                            initial=_expr(size))
 
     def relate_derived_dims(self) -> None:
         """Make each derived Dim's size that expression of its root's symbol (call once every
@@ -131,20 +175,26 @@ class Fakeifier:
             if expected != use.example:
                 raise DynamicShapesError(
                     f"Expected input size ({use.where}) to be equal to {use.dim.__name__}, where "
-                    f"{root.name} = {root.example} ({root.where}), but got {use.example}",
+                    f"{root.name} = {root.example}, but got {use.example} ({root.name}: {root.where})",
                     kind=Refusal.DYNAMIC_SHAPES_SPEC)
             symbol = _expr(use.size)
             if symbol.is_symbol:
-                self._guard_relation(symbol, use.dim.fn, root_symbol, phantom=root.phantom)
+                self._guard_relation(symbol, use.dim.fn, root_symbol, phantom=root.phantom,
+                                     root_first=0 <= root.order < use.order)
                 tc.relate_symbol(self.shape_env, symbol, use.dim.fn(root_symbol))
             else:  # another use of the same derived Dim already fixed it
                 tc.check(use.size == use.dim.fn(root.size))
 
-    def _guard_relation(self, symbol: Any, fn: Any, root: Any, *, phantom: bool) -> None:
-        """What ``ep.module()`` checks of a derived size: its relation to its root's size, or,
+    def _guard_relation(self, symbol: Any, fn: Any, root: Any, *, phantom: bool, root_first: bool) -> None:
+        """What ``ep.module()`` checks of a derived size: its relation to its root's size (the earlier
+        input's size on the left, as torch.export writes it: ``x.size()[0] == -1 + y.size()[0]``), or,
         when no input has the root, that it is of the form ``a*r + b`` at all."""
         if not phantom:
-            tc.record_guard(self.shape_env, sympy.Eq(symbol, fn(root)))
+            inverse = sympy.solve(sympy.Eq(fn(root), symbol), root) if root_first else []
+            if len(inverse) == 1 and all(c.is_Integer for c in sympy.Poly(inverse[0], symbol).coeffs()):
+                tc.record_guard(self.shape_env, sympy.Eq(root, inverse[0]))
+            else:
+                tc.record_guard(self.shape_env, sympy.Eq(symbol, fn(root)))
             return
         free = sympy.Symbol("r", integer=True)
         form = sympy.expand(fn(free))
@@ -166,7 +216,7 @@ class Fakeifier:
         size = tc.phantom_symbol(self.shape_env, hint, root_dim.__name__)
         lower, upper = int(root_dim.min or 0), root_dim.max
         if isinstance(size, torch.SymInt):  # a hint of 0 or 1 is specialised, as for an input's size
-            tc.narrow_symbol_range(self.shape_env, size.node.expr, max(2, lower), upper)
+            tc.narrow_symbol_range(self.shape_env, size.node.expr, _traced_lower(lower, hint), upper)
         root = _DeclaredDim(root_dim.__name__, lower, upper, strict=True, may_specialise=False, dynamic_hint=False,
                             size=size, where=f"{dim.__name__}'s root", example=hint, phantom=True)
         self._declared[root.name] = root
@@ -178,19 +228,38 @@ class Fakeifier:
         was not declared from."""
         out: dict[Any, Any] = {}
         violations = _Violations()
+        named_symbols: dict[Any, _DeclaredDim] = {}
         for d in self._declared.values():
             expr = _expr(d.size)
-            if expr.is_number and not d.may_specialise:
-                violations.specialised(d.name if d.strict else d.where, d.where, expr, d.dynamic_hint, fix=d.strict)
+            if expr.is_number and d.phantom:  # its derived Dims' lines say it; the fix names it
+                violations.fix(f"{d.name} = {int(expr)}")
+            elif expr.is_number and not d.may_specialise:
+                violations.specialised(d.name if d.strict else d.torch_name("L"), d.where, expr, fix=d.strict)
+            elif expr.is_symbol and d.hint is not None:
+                hinted = self._hinted_range(d, expr)
+                if hinted is not None:
+                    out[expr] = hinted
+            elif expr.is_symbol and d.phantom and expr in named_symbols:  # a named Dim is a derived Dim's root
+                self._named_root(named_symbols[expr], d, violations)
+            elif expr.is_symbol and d.strict and expr in named_symbols \
+                    and named_symbols[expr].initial != d.initial:  # the model made two named Dims one
+                other = named_symbols[expr]
+                violations.add(d.name, f"The values of {d.name} = {d.torch_name('L')} ({d.where}) and {other.name} = "
+                                       f"{other.torch_name('L')} ({other.where}) must always be equal",
+                               f"{d.name} = {other.name}")
             elif expr.is_symbol:
                 divisible = d.strict and self._divisibility(d, expr, violations)
                 out[expr] = self._declared_range(d, expr, violations, suggest=not divisible)
-            elif not expr.is_number and d.strict:
+                if d.strict and not d.phantom:
+                    named_symbols[expr] = d
+            elif not expr.is_number and d.strict and _is_derived_dim_form(expr):
                 self._undeclared_relation(d, expr, violations)
+            # else a relation no Dim can declare (``dz = dx0*dx1``): torch.export keeps it as the
+            # program's guard, and so do we (ep.module() checks it on every call)
         for use in self._derived:
             expr = _expr(use.size)
             if expr.is_number:  # the fix names the root, as torch.export's does
-                violations.specialised(use.dim.__name__, use.where, expr, False, fix=False)
+                violations.specialised(use.dim.__name__, use.where, expr, fix=False)
                 continue
             root = _expr(self._declared[use.dim.root.__name__].size)
             if root.is_symbol:  # the derived Dim's range is its root's, mapped through it
@@ -198,6 +267,9 @@ class Fakeifier:
                 ends = [use.dim.fn(root_range.lower), use.dim.fn(root_range.upper)]
                 out.setdefault(expr, tc.value_range(min(ends), max(ends)))
         violations.raise_if_any()
+        if self._hint_conflicts:
+            raise DimHintError("Found the following conflicts between user-specified ranges and inferred ranges "
+                               "from model tracing:\n" + "\n".join(self._hint_conflicts), kind=Refusal.DIM_NOT_DYNAMIC)
         for node in gm.graph.nodes:  # any other symbol a placeholder carries
             if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
                 continue
@@ -210,11 +282,37 @@ class Fakeifier:
                 out.setdefault(sym, tc.symbol_range(self.shape_env, sym))
         return out
 
+    def _hinted_range(self, d: _DeclaredDim, symbol: Any) -> Any:
+        """A Dim.DYNAMIC / Dim.AUTO hint's bounds met with the range the trace inferred, as torch.export
+        meets them: the program's range is both; none in common, or a single size for Dim.DYNAMIC, is a
+        conflict (gathered, raised as ValueError after the constraint violations)."""
+        traced = tc.symbol_range(self.shape_env, symbol)
+        lower, upper = max(traced.lower, d.lower), min(traced.upper, d.upper)
+        if lower > upper or not d.lower <= d.example <= d.upper:
+            self._hint_conflicts.append(_range_conflict(d.hint, traced, d.source, d.index, d.where))
+            return None
+        if lower == upper and d.dynamic_hint:
+            self._hint_conflicts.append(
+                f"- Received user-specified dim hint Dim.DYNAMIC(min={_bound(d.hint, 'min')}, max="
+                f"{_bound(d.hint, 'max')}), but tracing inferred a static shape of {lower} for dimension "
+                f"{d.torch_name('inputs')} ({d.where})")
+            return None
+        if lower > traced.lower or upper < traced.upper:  # the program's guards check the hint's bounds too
+            tc.narrow_symbol_range(self.shape_env, symbol, int(lower), upper)
+        return tc.value_range(d.lower if lower <= 2 else lower, upper)
+
+    def _named_root(self, named: _DeclaredDim, root: _DeclaredDim, violations: _Violations) -> None:
+        """The model made a named Dim the root of derived Dims that no input has as a size: declare it so."""
+        use = next(u for u in self._derived if u.dim.root.__name__ == root.name)
+        violations.add(named.name, f"The values of {named.name} = {named.torch_name('L')} ({named.where}) must always "
+                                   f"be related to the values of {use.dim.__name__} = {use.torch_name} ({use.where}) by "
+                                   f"{named.name} = {root.name}", f"{named.name} = {root.name}")
+
     def _declared_range(self, d: _DeclaredDim, symbol: Any, violations: _Violations, *, suggest: bool) -> Any:
         traced = tc.symbol_range(self.shape_env, symbol)
         if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
             violations.add(d.name, f"Not all values of {d.name} ({d.where}) in the declared range "
-                                   f"[{d.lower}, {d.upper}] are valid: the model only supports "
+                                   f"[{d.lower}, {d.upper}] satisfy the generated guard: the model only supports "
                                    f"[{traced.lower}, {traced.upper}]",
                            _dim_fix(d.name, max(d.lower, int(traced.lower)), traced.upper, d.lower) if suggest else None)
         lower = d.lower if traced.lower <= 2 else traced.lower
@@ -229,23 +327,27 @@ class Fakeifier:
         k, traced, root = math.lcm(*factors), tc.symbol_range(self.shape_env, symbol), f"_{d.name}"
         lower, upper = max(d.lower, int(traced.lower)), min(d.upper, traced.upper)
         violations.fix(_dim_fix(root, -(-lower // k), upper // k if upper < tc.INT_OO else upper, 1))
-        violations.add(d.name, f"The values of {d.name} ({d.where}) must always be divisible by {k}",
-                       f"{d.name} = {k}*{root}")
+        violations.add(d.name, f"Not all values of {d.name} satisfy the generated guard: the values of {d.name} "
+                               f"({d.where}) must always be divisible by {k}", f"{d.name} = {k}*{root}", first=True)
         return True
 
     def _undeclared_relation(self, d: _DeclaredDim, expr: Any, violations: _Violations) -> None:
         """A named Dim the model made an expression of other dims: say which derived Dim to declare."""
-        names = {_expr(o.size): o.name for o in self._declared.values() if _expr(o.size).is_symbol}
+        declared: dict[Any, _DeclaredDim] = {}  # symbol -> the first Dim declared with it (the one the fixes keep)
+        for o in self._declared.values():
+            if _expr(o.size).is_symbol:
+                declared.setdefault(_expr(o.size), o)
+        names = {symbol: o.name for symbol, o in declared.items()}
         new_roots = sorted((s for s in expr.free_symbols if s not in names), key=str)
         for i, symbol in enumerate(new_roots):  # a divisibility (3*s) introduces a root of its own
             names[symbol] = f"_{d.name}" if len(new_roots) == 1 else f"_{d.name}_{i}"
             traced = tc.symbol_range(self.shape_env, symbol)
             violations.fix(_dim_fix(names[symbol], int(traced.lower), traced.upper, 0))
         spelled = expr.subs({s: sympy.Symbol(names[s]) for s in expr.free_symbols})
-        others = ", ".join(sorted(str(s) for s in spelled.free_symbols))
-        violations.add(d.name, f"The values of {d.name} ({d.where}) must always be related to the values of "
-                               f"{others} by {d.name} = {spelled}: the model relates them",
-                       f"{d.name} = {spelled}")
+        others = ", ".join(sorted(_spelled_with_input(declared[s]) if s in declared else names[s]
+                                  for s in expr.free_symbols))
+        violations.add(d.name, f"The values of {d.name} = {d.torch_name('L')} ({d.where}) must always be related to "
+                               f"the values of {others} by {d.name} = {spelled}", f"{d.name} = {spelled}")
 
 
 class _Violations:
@@ -257,9 +359,12 @@ class _Violations:
         self.lines: list[str] = []
         self.fixes: list[str] = []
 
-    def add(self, name: str, line: str, fix: str | None) -> None:
-        self.names.append(name)
-        self.lines.append(f"  - {line}")
+    def add(self, name: str, line: str, fix: str | None, *, first: bool = False) -> None:
+        """``first``: a shape the model needs (a divisibility) is listed before the ranges it narrows,
+        as torch.export lists them."""
+        at = 0 if first else len(self.lines)
+        self.names.insert(at, name)
+        self.lines.insert(at, f"  - {line}")
         if fix is not None:
             self.fix(fix)
 
@@ -267,12 +372,13 @@ class _Violations:
         if fix not in self.fixes:
             self.fixes.append(fix)
 
-    def specialised(self, name: str, where: str, expr: Any, dynamic_hint: bool, *, fix: bool) -> None:
-        hint = ("; if you're using Dim.DYNAMIC, replace it with either Dim.STATIC or Dim.AUTO"
-                if dynamic_hint else "; make it static or remove the code that fixes it")
+    def specialised(self, name: str, where: str, expr: Any, *, fix: bool) -> None:
+        """torch.export's line (its words, which users and tests match), then ours: where it is."""
         place = "" if name == where else f" ({where})"
         self.add(name, f"You marked {name} as dynamic but your code specialized it to be a constant "
-                       f"({int(expr)}){place}{hint}", f"{name} = {int(expr)}" if fix else None)
+                       f"({int(expr)}){place}. If you're using Dim.DYNAMIC, replace it with either Dim.STATIC "
+                       "or Dim.AUTO; else make the dim static or remove the code that fixes it",
+                 f"{name} = {int(expr)}" if fix else None)
 
     def raise_if_any(self) -> None:
         if not self.lines:
@@ -287,6 +393,42 @@ def _dim_fix(name: str, lower: int, upper: Any, declared_lower: int) -> str:
     bounds = ([f"min={lower}"] if lower > 2 or declared_lower > 0 else []) + \
         ([f"max={upper}"] if upper < tc.INT_OO else [])
     return f"{name} = Dim({', '.join([repr(name), *bounds])})"
+
+
+def _spelled_with_input(d: _DeclaredDim) -> str:
+    return f"{d.name} = {d.torch_name('L')} ({d.where})"
+
+
+def _is_derived_dim_form(expr: Any) -> bool:
+    """``a*r + b`` of one symbol, the form a derived Dim can declare (a divisibility's new root too)."""
+    if len(expr.free_symbols) != 1:
+        return False
+    (symbol,) = expr.free_symbols
+    return bool(sympy.Poly(expr, symbol).degree() == 1) if expr.is_polynomial(symbol) else False
+
+
+def _traced_lower(lower: int, example: int) -> int:
+    """The least size the trace assumes: 2 (torch generalises 0 and 1), unless the example itself is
+    0 or 1 and still symbolic (torch's ``backed_size_oblivious``): then the declared minimum."""
+    return max(2, lower) if example >= 2 else lower
+
+
+def _torch_name(source: str, index: int | None, style: str) -> str:
+    """An input as torch.export's messages name it: ``L['x'].size()[0]`` (constraint violations,
+    ``style="L"``) or ``inputs['x'].shape[0]`` (conflicts with a Dim hint's bounds)."""
+    if style == "L":
+        return f"L{source}" + ("" if index is None else f".size()[{index}]")
+    return f"inputs{source}" + ("" if index is None else f".shape[{index}]")
+
+
+def _bound(hint: Any, end: str) -> Any:
+    return getattr(hint, end, None)
+
+
+def _range_conflict(hint: Any, traced: Any, source: str, index: int | None, where: str) -> str:
+    return (f"- Received user-specified min/max range of [{_bound(hint, 'min')}, {_bound(hint, 'max')}], "
+            f"conflicting with the inferred min/max range of [{traced.lower}, {traced.upper}], "
+            f"for {_torch_name(source, index, 'inputs')} ({where})")
 
 
 def _expr(size: Any) -> Any:
@@ -305,96 +447,3 @@ def _is_derived_dim(dim: Any) -> bool:
 
 def _is_static_hint(dim: Any) -> bool:
     return dim is None or isinstance(dim, int) or str(getattr(dim, "type", "")).endswith("STATIC")
-
-
-def _dynamic_dims_per_leaf(dynamic_shapes: Any, mod: torch.nn.Module, args: tuple,
-                           kwargs: dict) -> list[dict[int, Any] | None]:
-    """For every flat user input leaf, {dim index: Dim} or None."""
-    flat, _ = tc.pytree.tree_flatten((args, kwargs))
-    if dynamic_shapes is None:
-        return [None] * len(flat)
-    if callable(getattr(dynamic_shapes, "dynamic_shapes", None)):
-        # torch.export.ShapesCollection / AdditionalInputs: they build the spec for this call
-        dynamic_shapes = dynamic_shapes.dynamic_shapes(mod, args, kwargs)
-        if dynamic_shapes is None:
-            return [None] * len(flat)
-    try:
-        bound = inspect.signature(mod.forward).bind(*args, **kwargs).arguments
-    except (TypeError, ValueError):
-        bound = None
-    if isinstance(dynamic_shapes, (tuple, list)) and bound is not None:
-        # a sequence spec follows forward's signature, keyword arguments included, whatever
-        # order the call passed them in (as torch.export reads it)
-        if len(dynamic_shapes) != len(bound):
-            raise DynamicShapesError(f"dynamic_shapes has {len(dynamic_shapes)} entries but the call binds "
-                                   f"{len(bound)} arguments of forward ({', '.join(bound)})",
-                                   kind=Refusal.DYNAMIC_SHAPES_SPEC)
-        dynamic_shapes = dict(zip(bound, dynamic_shapes))
-    if isinstance(dynamic_shapes, dict):
-        bound = bound or {}
-        unknown = set(dynamic_shapes) - set(bound)
-        if unknown:
-            raise DynamicShapesError(f"dynamic_shapes names {sorted(unknown)}, which are not "
-                                   f"arguments of this call (arguments: {list(bound)})",
-                                   kind=Refusal.DYNAMIC_SHAPES_SPEC)
-        names = list(bound)
-        positional = tuple(dynamic_shapes.get(n) for n in names[: len(args)])
-        keyword = {k: _keyword_spec(dynamic_shapes, bound, names, k) for k in kwargs}
-        spec = (positional, keyword)
-    elif isinstance(dynamic_shapes, (tuple, list)):
-        spec = (tuple(dynamic_shapes), {})
-    else:
-        raise DynamicShapesError(f"dynamic_shapes must be a dict, tuple or list (or a ShapesCollection / "
-                               f"AdditionalInputs), got {type(dynamic_shapes).__name__}",
-                               kind=Refusal.DYNAMIC_SHAPES_SPEC)
-    out: list[dict[int, Any] | None] = []
-    _collect(spec, (args, kwargs), out)
-    return out
-
-
-def _keyword_spec(dynamic_shapes: dict, bound: dict, names: list[str], key: str) -> Any:
-    """The spec of keyword argument ``key``: its own entry, or its entry inside the spec of a
-    ``**kwargs`` parameter that collected it."""
-    if key in dynamic_shapes:
-        return dynamic_shapes[key]
-    collector = next((n for n in names if isinstance(bound.get(n), dict) and key in bound[n]), None)
-    inner = dynamic_shapes.get(collector) if collector is not None else None
-    return inner.get(key) if isinstance(inner, dict) else None
-
-
-@dataclasses.dataclass(frozen=True)
-class _IntDim:
-    """The spec of a Python int input: a Dim (or Dim.DYNAMIC/AUTO) makes it a symbolic input."""
-
-    dim: Any
-
-
-def _collect(spec: Any, value: Any, out: list) -> None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        out.append(_IntDim(spec) if spec is not None and not isinstance(spec, (dict, list, tuple)) else None)
-        return
-    if isinstance(value, torch.Tensor):
-        if spec is None:
-            out.append(None)
-        elif isinstance(spec, dict):
-            out.append(dict(spec))
-        else:
-            out.append({i: d for i, d in enumerate(spec) if d is not None})
-        return
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _collect(spec[i] if isinstance(spec, (list, tuple)) and i < len(spec) else None, v, out)
-        return
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _collect(spec.get(k) if isinstance(spec, dict) else None, v, out)
-        return
-    if value is not None and type(spec) is type(value):  # a registered pytree node (a dataclass): its spec mirrors it
-        children = tc.pytree.tree_leaves(value, is_leaf=lambda v: v is not value)
-        spec_children = tc.pytree.tree_leaves(spec, is_leaf=lambda v: v is not spec)
-        if len(children) == len(spec_children) and not any(c is value for c in children):
-            for child_spec, child in zip(spec_children, children):
-                _collect(child_spec, child, out)
-            return
-    leaves = tc.pytree.tree_leaves(value)
-    out.extend([None] * len(leaves))

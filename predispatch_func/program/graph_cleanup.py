@@ -56,6 +56,13 @@ def lift_traced_constants(gm: torch.fx.GraphModule, inputs: Inputs) -> Inputs:
             continue
         if node.op != "get_attr" or not isinstance(getattr(gm, node.target, None), torch.Tensor):
             continue
+        if (dead := _feeds_nothing(node)) is not None:  # ``y = torch.tensor(3)``, never used: no input
+            target = node.target
+            for unused in sorted(dead, key=_position(gm), reverse=True):
+                gm.graph.erase_node(unused)
+            if not any(n.op == "get_attr" and n.target == target for n in gm.graph.nodes):
+                delattr(gm, target)
+            continue
         value = getattr(gm, node.target)
         if isinstance(value, torch.nn.Parameter):  # one held where lifting does not look (a dict):
             # a constant that does not train, as torch.export makes it; kept a Parameter it would
@@ -74,6 +81,26 @@ def lift_traced_constants(gm: torch.fx.GraphModule, inputs: Inputs) -> Inputs:
         anchor = ph
         new_slots.append(InputSlot(SlotKind.CONSTANT, fqn, value))
     return inputs.with_constants(new_slots)
+
+
+def _feeds_nothing(node: torch.fx.Node) -> set[torch.fx.Node] | None:
+    """``node`` and every node computed from it, where none of them reaches the output or has an
+    effect (dead code the final dead-code pass would drop, leaving the constant an unused input);
+    None where one does."""
+    seen, todo = {node}, [node]
+    while todo:
+        for user in todo.pop().users:
+            if user.op == "output" or user.is_impure():
+                return None
+            if user not in seen:
+                seen.add(user)
+                todo.append(user)
+    return seen
+
+
+def _position(gm: torch.fx.GraphModule) -> Any:
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    return order.__getitem__
 
 
 @graph_pass

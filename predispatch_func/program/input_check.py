@@ -29,24 +29,32 @@ class NotAnEagerModule(InputError, ValueError):
     """A TorchScript module: torch.export raises ValueError for it, so a caller's except still fires."""
 
 
+class ArgsNotATuple(InputError, tc.TorchUserError):
+    """``args`` that is not a tuple (a bare tensor, a list): torch.export raises its ``UserError``."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.error_type = tc.TorchUserErrorType.INVALID_INPUT  # what torch's UserError carries
+        self.message = self.msg = str(self)
+
+
 def checked_call(model: Any, args: Any, kwargs: Any) -> tuple[tuple, dict]:
     """``(args, kwargs)`` normalised, or an :class:`InputError` saying what is wrong.
 
-    A single tensor passed as ``args`` is taken as ``(tensor,)``; a list is
-    refused, since it could mean either one list argument or several arguments.
+    ``args`` must be a tuple, as torch.export requires: a single tensor or a list is refused
+    (a list could mean either one list argument or several arguments).
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"export expects an nn.Module, got {type(model).__name__} {model!r:.60}; "
                          "wrap a function in a Module whose forward calls it")
     if isinstance(model, torch.jit.ScriptModule):
-        raise NotAnEagerModule(f"export takes an eager nn.Module, got the TorchScript module {type(model).__name__}: "
-                         "TorchScript has already replaced its Python forward; export the module it was "
-                         "scripted from")
-    if isinstance(args, torch.Tensor):
-        args = (args,)
+        raise NotAnEagerModule(f"Exporting a ScriptModule is not supported: export takes an eager nn.Module, got "
+                               f"the TorchScript module {type(model).__name__}, whose Python forward TorchScript has "
+                               "already replaced; export the module it was scripted from")
     if not isinstance(args, tuple):
-        raise InputError(f"args must be a tuple of positional arguments, got {type(args).__name__}; "
-                         f"to pass one {type(args).__name__} as the only argument write (value,)")
+        raise ArgsNotATuple(f"args must be a tuple of positional arguments (Expecting `args` to be a tuple of "
+                            f"example positional inputs), got {type(args).__name__}; to pass one "
+                            f"{type(args).__name__} as the only argument write (value,)")
     if kwargs is None:
         kwargs = {}
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):

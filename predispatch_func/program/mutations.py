@@ -77,9 +77,10 @@ class ModelCall:
         slots = self._inputs.slots
         if slots[i].kind is SlotKind.CONSTANT:
             raise UnsupportedError(
-                f"the model writes to tensor attribute {slots[i].target!r}, which is neither a "
-                "parameter nor a buffer; register it with register_buffer so the write can be "
-                "carried in the signature", kind=Refusal.WRITE_TO_TENSOR_ATTRIBUTE)
+                f"Constant {slots[i].target} is mutated in the forward method: the model writes to tensor "
+                f"attribute {slots[i].target!r}, which is neither a parameter nor a buffer; register it with "
+                "register_buffer so the write can be carried in the signature",
+                kind=Refusal.WRITE_TO_TENSOR_ATTRIBUTE)
         if sharing := self._aliased.get(i):
             raise UnsupportedError(
                 f"the model writes to input {slots[i].target!r}, which shares memory with "

@@ -210,6 +210,16 @@ def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
                 node.meta[STACK_TRACE] = without_generated_frames(node.meta[STACK_TRACE])
 
 
+def placeholders_require_grad_as_inputs(pairs: Any) -> None:
+    """Each placeholder's ``val`` requires grad as the parameter, buffer or input it stands for does
+    (fakes are made without it), as in torch.export's programs: a consumer that trains the program
+    or re-traces it reads which inputs need gradients there. ``pairs``: (placeholder, input slot)."""
+    for node, slot in pairs:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(slot.value, torch.Tensor) and val.is_leaf:
+            val.requires_grad = slot.value.requires_grad
+
+
 def resolve_captured_module_stacks(gm: torch.fx.GraphModule, root: torch.nn.Module) -> None:
     """Give the nodes of torch HOP bodies (``cond``/``map``/``scan`` branches, which dynamo
     captures) ``nn_module_stack`` entries in torch.export's form.

@@ -282,11 +282,16 @@ def test_constant_met_while_tracing_and_read_twice_is_one_input():
 @pytest.mark.parametrize("size", [0, 1])
 def test_dynamic_dim_with_an_example_size_torch_specialises(size):
     """Regression: "'int' object has no attribute 'node'". A named Dim or Dim.DYNAMIC on an example
-    of size 0 or 1 is refused as torch.export refuses it (UserError); Dim.AUTO lets it be static."""
+    of size 0 or 1 is refused as torch.export refuses it (UserError; ValueError for Dim.DYNAMIC, every
+    such dim named in one error); Dim.AUTO lets it be static."""
     model, x = AddSum(), torch.randn(size, 3)
-    for dim in (Dim("b"), Dim.DYNAMIC):
-        with pytest.raises(UserError, match="torch specialises sizes 0 and 1"):
-            pf.export(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: dim}, "y": None})
+    with pytest.raises(UserError, match="torch specialises sizes 0 and 1"):
+        pf.export(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: Dim("b")}, "y": None})
+    with pytest.raises(ValueError, match=rf"(?s)Dim.DYNAMIC.*but export 0/1 specialized due to hint of {size} for "
+                                         r"dimension inputs\['x'\]\.shape\[0\].*torch specialises sizes 0 and 1"
+                                         r".*hint of 1 for dimension inputs\['y'\]\.shape\[0\]") as err:
+        pf.export(model, (x, torch.randn(1)), dynamic_shapes={"x": {0: Dim.DYNAMIC}, "y": {0: Dim.DYNAMIC}})
+    assert isinstance(err.value, UserError) and err.value.kind is pf.Refusal.DIM_NOT_DYNAMIC
     ep = export_checked(model, (x, torch.randn(2)), dynamic_shapes={"x": {0: Dim.AUTO}, "y": None})
     assert not ep.range_constraints
 
@@ -339,8 +344,9 @@ def test_derived_dim_whose_root_no_input_has():
 
 def test_derived_dim_example_that_breaks_the_relation_is_refused():
     dx = Dim("dx", min=3, max=10)
+    # torch.export's words (users grep for them), then ours: which input is the root
     with pytest.raises(UserError, match=r"Expected input size \(user input 0, dim 0\) to be equal to dx \+ 1, "
-                                        r"where dx = 5 .*but got 7"):
+                                        r"where dx = 5, but got 7 \(dx: user input 1, dim 0\)"):
         pf.export(ShiftAdd(), (torch.randn(7), torch.randn(5)), dynamic_shapes=({0: dx + 1}, {0: dx}))
     with pytest.raises(UserError, match=r"form 2\*dx, where dx is an integer"):
         pf.export(Pairs(), (torch.randn(9),), dynamic_shapes=({0: 2 * dx},))
@@ -403,6 +409,19 @@ def test_spec_of_a_registered_dataclass_input():
     assert [str(tuple(node.meta["val"].shape)) for node in ep.graph.nodes if node.op == "placeholder"] == \
         [f"({symbol},)"] * 2
     pf.verify(ep, PairSum(), (Pair(torch.randn(7), torch.randn(7)),), raise_on_failure=True)
+
+
+def test_spec_of_a_registered_dataclass_input_as_a_list_of_its_fields_specs():
+    """Regression: the form torch.export's ShapesCollection builds (children's specs in flattening
+    order) left every field static."""
+    n = Dim("n", max=10)
+    x, y = torch.randn(4), torch.randn(4)
+    shapes = ShapesCollection()
+    shapes[x], shapes[y] = (n,), (n,)
+    for spec in (shapes, ([(n,), (n,)],)):
+        ep = export_checked(PairSum(), (Pair(x, y),), dynamic_shapes=spec)
+        assert len(ep.range_constraints) == 1
+        pf.verify(ep, PairSum(), (Pair(torch.randn(7), torch.randn(7)),), raise_on_failure=True)
 
 
 class Bounded(torch.nn.Module):
@@ -542,3 +561,93 @@ def test_an_error_we_do_not_translate_is_also_the_class_torch_export_raises():
     assert isinstance(err.value, pf.ExportError) and "in forward" in str(err.value)
     again = pickle.loads(pickle.dumps(err.value))
     assert isinstance(again, LookupError) and isinstance(again, pf.ExportError) and str(again) == str(err.value)
+
+
+class ChecksPinValues(torch.nn.Module):
+    def forward(self, x, y, z):
+        m, n = x.item(), y.item()
+        torch._check(m == 4)
+        torch._check(n == z.shape[0])
+        return m + n + z
+
+
+def test_values_the_checks_pin_leave_no_unbacked_bindings():
+    """Regression: nodes kept bindings of u0/u1 after torch._check replaced them (by 4 and by z's
+    size), naming symbols the program does not have; torch.export recomputes them."""
+    model = ChecksPinValues()
+    ep = export_checked(model, (torch.tensor(4), torch.tensor(5), torch.randn(5)),
+                        dynamic_shapes={"x": None, "y": None, "z": (Dim("dx", max=16),)}, check_grads=False)
+    assert [n.name for n in ep.graph.nodes if n.meta.get("unbacked_bindings")] == []
+    pf.verify(ep, model, (torch.tensor(4), torch.tensor(7), torch.randn(7)), raise_on_failure=True, check_grads=False)
+
+
+class StarArgs(torch.nn.Module):
+    def forward(self, *args):
+        return args[0] + args[1]
+
+
+def test_spec_of_a_star_args_parameter_spreads_over_the_arguments_it_collects():
+    """Regression: ``{"args": ({0: d}, {0: d})}`` gave the first argument both specs (dims 0 and 1)."""
+    model, batch = StarArgs(), Dim.DYNAMIC
+    ep = export_checked(model, (torch.randn(2, 5), torch.randn(2, 5)), dynamic_shapes={"args": ({0: batch}, {0: batch})})
+    assert len(ep.range_constraints) == 1
+    pf.verify(ep, model, (torch.randn(7, 5), torch.randn(7, 5)), raise_on_failure=True)
+
+
+class ParamPlusInputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x, y):
+        return self.p + x + y
+
+
+def test_placeholder_values_require_grad_as_the_inputs_they_stand_for(tmp_path):
+    """Regression: every placeholder's ``val`` was made without requires_grad; torch.export's carry it."""
+    model, args = ParamPlusInputs(), (torch.randn(3, 3), torch.randn(3, 3, requires_grad=True))
+    ep = export_checked(model, args)
+    vals = [n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"]
+    assert [v.requires_grad for v in vals] == [True, False, True]
+    torch.export.save(ep, tmp_path / "ep.pt2")
+    loaded = pf.load(tmp_path / "ep.pt2")
+    torch.testing.assert_close(loaded.module()(*args), model(*args))
+
+
+class UnusedTensor(torch.nn.Module):
+    def forward(self, x):
+        y = torch.tensor(3)  # noqa: F841  (made and never used, as models do)
+        z = torch.tensor([1.0, 2.0, 3.0])
+        return x * x + z
+
+
+def test_a_tensor_made_in_forward_and_never_used_is_no_constant_input():
+    """Regression: it was lifted to a constant input no node reads; torch.export drops it."""
+    model = UnusedTensor()
+    ep = export_checked(model, (torch.ones(3),))
+    assert len(ep.constants) == 1  # z only
+    assert [n for n in ep.graph.nodes if n.op == "placeholder" and not n.users] == []
+    torch.testing.assert_close(ep.module()(torch.full((3,), 2.0)), model(torch.full((3,), 2.0)))
+
+
+class SubclassParameter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        self.p1 = torch.nn.Parameter(torch.ones(3, 4))
+        self.p2 = torch.nn.Parameter(TwoTensor(torch.ones(3, 4), torch.ones(3, 4)))
+
+    def forward(self, x):
+        return x + (2 * self.p1 + self.p2).sum()
+
+
+def test_a_parameter_of_a_wrapper_tensor_subclass_survives_module_and_decompositions():
+    """Regression: ``ep.module()`` asked the subclass for its storage pointer, which torch refuses
+    ("Attempted to access the data pointer on an invalid python storage")."""
+    model, x = SubclassParameter(), torch.randn(3, 4)
+    ep = pf.export(model, (x,))
+    torch.testing.assert_close(ep.module()(x), model(x))
+    before = list(ep.state_dict)
+    ep.run_decompositions()
+    assert list(ep.state_dict) == before

@@ -157,6 +157,7 @@ def _state() -> dict:
         "dynamo_call_apply": AutogradFunctionVariable.call_apply,
         "builtins": (builtins.max, builtins.min, math.pow),
         "function_modes": torch._C._len_torch_function_stack(),
+        "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
     }
 
 
