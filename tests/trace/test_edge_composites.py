@@ -91,6 +91,14 @@ def forward(self, x, w):
     mul_1 = torch.ops.aten.mul.Tensor(permute_1, 1)
     return (permute_1, add, mul_1)""")
 
+    def test_inplace_activations_with_python_meta_kernels(self):
+        """Functionalized as their functional op plus replace (no Python meta re-run): the
+        writes through a view and into the inputs reach eager's tensors (replayed)."""
+        ep = export_case("inplace_activations_with_python_meta_kernels")
+        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "y"), ("USER_INPUT_MUTATION", "w")])
+        for op in ("aten.hardswish.default", "aten.hardsigmoid.default", "aten.leaky_relu.default"):
+            self.assertIn(op, call_targets(ep))
+
     def test_einsum_identity_then_inplace(self):
         ep = export_case("einsum_identity_then_inplace")
         self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
