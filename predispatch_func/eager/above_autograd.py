@@ -29,7 +29,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..opsets import Lowering
-from . import extra_decompositions
+from . import cache, extra_decompositions
 
 WHY: dict[str, str] = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default":
@@ -89,8 +89,22 @@ class AutogradKernels:
 
 def _kernel(op: tc.OpOverload, decomposition: Callable,
             on_call: Callable[[tc.OpOverload], None] | None) -> Callable:
+    """The decomposition, traced once per signature (``cache``) and replayed: its ops are
+    dispatched from here, so autograd records them and the session lowers them."""
+    graphs = _graphs.setdefault(decomposition, {})
+
     def run(*args: Any, **kwargs: Any) -> Any:
         if on_call is not None:
             on_call(op)
-        return decomposition(*args, **kwargs)
+        key, tensors = cache.signature(args, kwargs)
+        graph = graphs.get(key)
+        if graph is None:
+            with tc.outside_trace(), tc.excluding_spare_key():  # nothing of the session sees the trace
+                graph = graphs[key] = cache.trace(lambda a, k: decomposition(*a, **k), args, kwargs)
+        if graph is cache.UNCACHEABLE:
+            return decomposition(*args, **kwargs)
+        return graph.forward(*tensors)
     return run
+
+
+_graphs: dict[Callable, dict[tuple, Any]] = {}  # decomposition -> signature -> its trace

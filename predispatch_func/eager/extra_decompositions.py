@@ -10,7 +10,7 @@ checks each against eager.
 ``CORRECTED``: CPU flash attention's decomposition in torch returns the
 attention weights as its second output where the kernel returns the
 logsumexp (in the kernel's layout); a caller of the op reads it, so ours
-returns the logsumexp.
+returns the logsumexp, computed in the same pass as the output.
 """
 
 from __future__ import annotations
@@ -51,12 +51,16 @@ _FLASH_CPU: Any = tc.resolve_overload("aten", "_scaled_dot_product_flash_attenti
 def _flash_attention_for_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float = 0.0,
                              is_causal: bool = False, *, attn_mask: Any = None,
                              scale: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-    from ..opsets.lowering import core_decompositions
-
-    output, _ = core_decompositions()[_FLASH_CPU](query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+    """One pass: the scores once, their logsumexp (the kernel's second output), the weights as
+    ``exp(scores - logsumexp)`` (0 in a row with nothing to attend to, as torch's safe softmax),
+    the output in the kernel's memory layout. torch's decomposition (the math attention) computes
+    the scores as well but returns the weights, and allows no dropout either."""
+    if dropout_p != 0.0:  # as torch's decomposition: the kernel's dropout mask cannot be reproduced
+        raise NotImplementedError(f"{_FLASH_CPU}: no decomposition with dropout (dropout_p={dropout_p})")
     accumulate = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
     groups = query.size(1) // key.size(1)
     keys = key.repeat_interleave(groups, 1) if groups > 1 else key
+    values = value.repeat_interleave(groups, 1) if groups > 1 else value
     scores = (query.to(accumulate) @ keys.to(accumulate).transpose(-2, -1)) * (
         scale if scale is not None else 1 / math.sqrt(query.size(-1)))
     if is_causal:
@@ -65,8 +69,12 @@ def _flash_attention_for_cpu(query: torch.Tensor, key: torch.Tensor, value: torc
     if attn_mask is not None:
         scores = (scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
                   else scores + attn_mask.to(accumulate))
-    logsumexp = scores.logsumexp(-1).detach()  # eager's derivative treats it as not differentiable
-    return output, logsumexp.transpose(1, 2).contiguous().transpose(1, 2)  # the kernel's (batch, len, heads) memory
+    logsumexp = scores.logsumexp(-1, keepdim=True)
+    finite = torch.where(logsumexp == float("-inf"), torch.zeros_like(logsumexp), logsumexp)
+    output = ((scores - finite).exp() @ values.to(accumulate)).to(query.dtype)
+    output = output.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)  # the kernel's (len, batch, heads) memory
+    # eager's derivative treats the logsumexp as not differentiable; kept in the kernel's (batch, len, heads) memory
+    return output, logsumexp.squeeze(-1).detach().transpose(1, 2).contiguous().transpose(1, 2)
 
 
 CORRECTED: dict[Any, Callable] = {_FLASH_CPU: _flash_attention_for_cpu}

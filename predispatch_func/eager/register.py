@@ -70,13 +70,8 @@ def register(key: str, target: OpSet, *, floor: OpSet = RUNTIME_FLOOR) -> Regist
     registered = []
     with warnings.catch_warnings():  # overriding torch's composite kernels for this key is the point
         warnings.simplefilter("ignore", UserWarning)
-        for name in tc.all_op_names():
-            namespace, _, rest = name.partition("::")
-            op = tc.resolve_overload(namespace, rest) if namespace == "aten" else None
-            if op is None or op in kernels.direct or tc.has_composite_implicit_kernel(op):
-                continue
-            plan = kernels.plan(op)
-            if plan is None or plan.how in (How.UNREACHABLE, How.COMPOSITE_KERNEL):
+        for op, plan in kernels.governed_outside():
+            if plan.how in (How.UNREACHABLE, How.COMPOSITE_KERNEL):
                 continue  # the backend runs torch's composite kernel itself, or fails by its own means
             library.impl(op, _kernel(mode, op), key)
             registered.append(op)
