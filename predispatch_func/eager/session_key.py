@@ -13,7 +13,10 @@ to its thread's dispatch::
 
 An op in the target goes from autograd to the backend's kernel without
 touching Python; an op outside it runs its plan, whose ops dispatch again and
-meet the key again, so lowering repeats as under the mode.
+meet the key again, so lowering repeats as under the mode. Ops that torch's
+CompositeExplicitAutograd kernel serves on any backend (the plan's composite
+kernels, and views such as ``t``, ``transpose``, ``detach``) fall through
+too: that kernel runs in C++ and its ops come back through the key.
 
 The kernels are registered process-wide for one ``(target, floor)`` at a
 time and stay registered between sessions (the key is off elsewhere, so they
@@ -34,6 +37,7 @@ import torch
 
 from .. import _torch_compat as tc
 from .mode import EagerMode, Kernels
+from .plans import How, Plan
 
 
 class _Registered:
@@ -47,8 +51,9 @@ class _Registered:
         self._libraries[0].fallback(torch.library.fallthrough_kernel, tc.SPARE_KEY)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            for op, _ in kernels.governed_outside():
-                self._libraries[1].impl(op, self._kernel(op), tc.SPARE_KEY)
+            for op, plan in kernels.governed_outside():
+                if not _composite_serves(op, plan):
+                    self._libraries[1].impl(op, self._kernel(op), tc.SPARE_KEY)
 
     def _kernel(self, op: tc.OpOverload) -> Callable:
         modes, idle = self.modes, self.idle
@@ -61,6 +66,15 @@ class _Registered:
         for library in self._libraries:
             library._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
         self._libraries = []
+
+
+def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:
+    """Ops left to torch's CompositeExplicitAutograd kernel, which every backend runs without
+    registering it (its ops come back through the key): those the plan runs that way anyway,
+    and views, whose composite kernel makes the view in metadata. Falling through costs no
+    Python, and a view made in C++ has no Python object yet, as ``nn.Parameter`` (which detaches
+    its data in C++ and wraps the result) requires."""
+    return plan.how is How.COMPOSITE_KERNEL or (op.is_view and tc.has_composite_explicit_kernel(op))
 
 
 _lock = threading.Lock()
