@@ -249,15 +249,13 @@ class EagerMode(tc.TorchDispatchMode):
         return call
 
     def _through_twin(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
-        names = [a.name for a in tc.schema_of(plan.op).arguments]
-        bound = dict(zip(names, args), **kwargs)
+        bound = dict(zip(plan.arguments, args), **kwargs)
         destinations = [bound.pop(name) for name in plan.written] if kwargs.keys() & set(plan.written) else None
         if destinations is None:  # in-place: self is both an argument and the destination
             destinations = [bound[plan.written[0]]]
         twin: tc.OpOverload = plan.twin  # type: ignore[assignment]
-        twin_names = [a.name for a in tc.schema_of(twin).arguments]
-        twin_args = tuple(bound[n] for n in twin_names if n in bound and not _kwarg_only(twin, n))
-        twin_kwargs = {n: bound[n] for n in twin_names if n in bound and _kwarg_only(twin, n)}
+        twin_args = tuple(bound[n] for n in plan.twin_positional if n in bound)
+        twin_kwargs = {n: bound[n] for n in plan.twin_keyword if n in bound}
         result = self._call(twin, twin_args, twin_kwargs)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         for destination, value in zip(destinations, results):
@@ -311,7 +309,3 @@ def _device_of(args: tuple, kwargs: dict) -> torch.device:
             return value[0].device
     device = kwargs.get("device")
     return torch.device(device) if device is not None else torch.get_default_device()
-
-
-def _kwarg_only(op: tc.OpOverload, name: str) -> bool:
-    return any(a.name == name and a.kwarg_only for a in tc.schema_of(op).arguments)

@@ -16,7 +16,10 @@ touching Python; an op outside it runs its plan, whose ops dispatch again and
 meet the key again, so lowering repeats as under the mode. Ops that torch's
 CompositeExplicitAutograd kernel serves on any backend (the plan's composite
 kernels, and views such as ``t``, ``transpose``, ``detach``) fall through
-too: that kernel runs in C++ and its ops come back through the key.
+too: that kernel runs in C++ and its ops come back through the key. The
+other way round, an op of the target whose CPU kernel is torch's composite
+one (``sort``, ``convolution``) gets a kernel that runs it with the key off:
+its inner calls are the backend's business, as under the mode.
 
 The kernels are registered process-wide for one ``(target, floor)`` at a
 time and stay registered between sessions (the key is off elsewhere, so they
@@ -54,6 +57,9 @@ class _Registered:
             for op, plan in kernels.governed_outside():
                 if not _composite_serves(op, plan):
                     self._libraries[1].impl(op, self._kernel(op), tc.SPARE_KEY)
+            for op in kernels.direct:
+                if _composite_inside_target(op):
+                    self._libraries[1].impl(op, _as_backend_kernel(op), tc.SPARE_KEY)
 
     def _kernel(self, op: tc.OpOverload) -> Callable:
         modes, idle = self.modes, self.idle
@@ -75,6 +81,23 @@ def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:
     Python, and a view made in C++ has no Python object yet, as ``nn.Parameter`` (which detaches
     its data in C++ and wraps the result) requires."""
     return plan.how is How.COMPOSITE_KERNEL or (op.is_view and tc.has_composite_explicit_kernel(op))
+
+
+def _composite_inside_target(op: tc.OpOverload) -> bool:
+    """An op of the target whose CPU kernel is torch's composite one, calling other ops through
+    the dispatcher (``sort`` calls ``sort.stable``, ``convolution`` its implementations). A
+    backend implements the op itself, so those calls are not the session's: it runs with the
+    key off, as under the mode. (Views aside: theirs only make the view.)"""
+    return (not op.is_view and not tc.backend_has_kernel(op, "CPU")
+            and (tc.backend_has_kernel(op, "CompositeExplicitAutograd")
+                 or tc.backend_has_kernel(op, "CompositeExplicitAutogradNonFunctional")))
+
+
+def _as_backend_kernel(op: tc.OpOverload) -> Callable:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with tc.excluding_spare_key():
+            return op(*args, **kwargs)
+    return kernel
 
 
 _lock = threading.Lock()

@@ -86,9 +86,12 @@ def test_only_ops_outside_the_target_have_a_kernel_on_the_key():
     assert "aten::logit" in registered and "aten::_unsafe_view" in registered
     # views torch's composite kernel makes in metadata on any backend fall through to it
     assert "aten::transpose.int" not in registered and "aten::detach" not in registered
-    inside = {op.name() if op._overloadname == "default" else f"{op.name()}.{op._overloadname}"
+    inside = {op.name() if op._overloadname == "default" else f"{op.name()}.{op._overloadname}": op
               for op in CORE | pf.eager.RUNTIME_FLOOR}
-    assert not registered & inside
+    # ops of the target have a kernel there only to run torch's composite kernel with the key off
+    assert {"aten::sort", "aten::convolution"} <= registered
+    assert all(session_key._composite_inside_target(inside[name]) for name in registered & inside.keys())
+    assert "aten::mm" not in registered and "aten::add.Tensor" not in registered
 
 
 def test_a_program_of_target_ops_never_enters_python():
@@ -97,6 +100,27 @@ def test_a_program_of_target_ops_never_enters_python():
         y = torch.mm(x, w).add(1).mul(x).sigmoid()  # all in Core ATen, C++ kernels that call no other op
     assert torch.equal(y, torch.mm(x, w).add(1).mul(x).sigmoid())
     assert not session.stats.decomposed and not session.stats.reached
+
+
+def test_composite_kernel_of_a_target_op_keeps_its_inner_calls():
+    # sort's CPU kernel calls sort.stable, which torch cannot lower: a backend implementing sort
+    # never makes that call, so the session must not see it
+    x = torch.randn(6)
+    with pf.eager.on(CORE) as session:
+        got = torch.sort(x)
+    assert torch.equal(got.values, torch.sort(x).values)
+    assert aten.sort.stable not in session.stats.decomposed
+
+
+def test_index_backward_writes_like_eager():
+    # without a Python mode, autograd's index backward writes with _index_put_impl_
+    x, i = torch.randn(5, 3, requires_grad=True), torch.tensor([0, 2, 2])
+    x[i].pow(2).sum().backward()
+    expected, x.grad = x.grad, None
+    with pf.eager.on(CORE) as session:
+        x[i].pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, expected)
+    assert aten._index_put_impl_.default in session.stats.decomposed
 
 
 def test_key_is_off_in_other_threads():

@@ -87,7 +87,7 @@ def test_quick_model_train_step(target_name):
 
 def test_transformer_train_step_core_aten():
     stats = _check("bert", "core_aten")
-    assert torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default in stats.above_autograd
+    assert torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default in stats.decomposed
 
 
 @pytest.mark.models
