@@ -63,8 +63,14 @@ class _Registered:
 
     def _kernel(self, op: tc.OpOverload) -> Callable:
         modes, idle = self.modes, self.idle
+        positions = tuple(i for i, a in enumerate(tc.schema_of(op).arguments)
+                          if str(a.type) == "Tensor" and not a.kwarg_only)
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
+            for i in positions:
+                if i < len(args) and type(args[i]) in _NUMBERS:
+                    args = _numbers_as_tensors(args, positions)
+                    break
             return (modes[-1] if modes else idle).run(op, args, kwargs)
         return kernel
 
@@ -72,6 +78,17 @@ class _Registered:
         for library in self._libraries:
             library._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
         self._libraries = []
+
+
+_NUMBERS = frozenset({int, float, bool, complex})
+
+
+def _numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
+    """A C++ caller's wrapped number (``pow(2, x)`` in a derivative) reaches a Python kernel as a
+    Python number, which the op itself refuses where its schema says Tensor: a 0-dim tensor of the
+    default dtype for its kind promotes as the number did."""
+    return tuple(torch.tensor(value) if i in positions and type(value) in _NUMBERS else value
+                 for i, value in enumerate(args))
 
 
 def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:

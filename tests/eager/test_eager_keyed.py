@@ -161,3 +161,17 @@ def test_target_change_between_sessions_registers_the_new_target():
     with pf.eager.on(CORE) as session:
         torch.addmm(b, x, w)
     assert session.keyed and aten.addmm.default not in session.stats.decomposed
+
+
+def test_number_a_derivative_passes_as_a_tensor_reaches_the_op_as_one():
+    # ldexp's derivative calls pow with the number 2 as a (wrapped) tensor; a Python kernel
+    # receives a Python float there, which the op itself refuses
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    e = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    torch.ldexp(x, e).sum().backward()
+    expected = (x.grad, e.grad)
+    x.grad = e.grad = None
+    with pf.eager.on(CORE, on_unreachable="run") as session:  # exp2 has no path into Core ATen
+        torch.ldexp(x, e).sum().backward()
+    torch.testing.assert_close((x.grad, e.grad), expected)
+    assert session.keyed and session.stats.decomposed
