@@ -92,7 +92,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "backend_has_kernel",
     "has_composite_explicit_kernel",
     "call_backend_kernel",
-    "SPARE_KEY", "spare_key_included", "including_spare_key", "excluding_spare_key", "registrations_on_key",
+    "SPARE_KEY", "spare_key_active", "including_spare_key", "excluding_spare_key", "registrations_on_key",
 ]
 
 
@@ -547,9 +547,11 @@ _SPARE: Any = torch._C._parse_dispatch_key(SPARE_KEY)
 _SPARE_SET = torch._C.DispatchKeySet(_SPARE)
 
 
-def spare_key_included() -> bool:
-    """Whether this thread's dispatch includes ``SPARE_KEY``."""
-    return torch._C._dispatch_tls_is_dispatch_key_included(_SPARE)
+def spare_key_active() -> bool:
+    """Whether this thread's dispatch passes through ``SPARE_KEY``: included, and not excluded
+    for the moment (a kernel on it calling its op as it is)."""
+    return (torch._C._dispatch_tls_is_dispatch_key_included(_SPARE)
+            and not torch._C._dispatch_tls_is_dispatch_key_excluded(_SPARE))
 
 
 def including_spare_key() -> Any:

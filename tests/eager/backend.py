@@ -73,7 +73,7 @@ class OnDevice(torch.Tensor):
                      for n, v in zip(names, args))
         # a C++ tensor's dispatch passes the keys its thread includes: a keyed pf.eager session's too
         # (where it has a kernel: redispatch does not skip a fallthrough as dispatch does)
-        session = tc.spare_key_included()
+        session = tc.spare_key_active()
         if session and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), tc.SPARE_KEY):
             return func.redispatch(_BACKEND_KEYS | _SESSION_KEYS, *args, **(kwargs or {}))
         if session and func.is_view and torch._C._dispatch_has_kernel_for_dispatch_key(
