@@ -9,6 +9,7 @@
 * a Python-only PrivateUse1 backend can be set up (the test backend).
 """
 
+import pytest
 import torch
 
 from predispatch_func import _torch_compat as tc
@@ -105,3 +106,19 @@ def test_our_flash_attention_backward_equals_the_kernels():
         expected = kernel(grad, q, k, v, out, logsumexp, 0.0, causal, **kwargs)
         got = ours(grad, q, k, v, out, logsumexp, 0.0, causal, **kwargs)
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_spare_dispatch_key_sits_between_the_python_key_and_the_backends_and_is_unused():
+    # keyed sessions own it (eager/session_key.py): it must stay below autograd and the Python key,
+    # above the dense backends, and torch must register nothing on it
+    key = torch._C._parse_dispatch_key(tc.SPARE_KEY)
+    assert torch._C._dispatch_key_name(key) == tc.SPARE_KEY
+    order = int(key)
+    assert int(torch._C.DispatchKey.Dense) < order < int(torch._C.DispatchKey.Python)
+    assert order < int(torch._C.DispatchKey.ADInplaceOrView) < int(torch._C.DispatchKey.AutogradFunctionality)
+    from predispatch_func.eager import session_key
+    session_key.release()
+    assert tc.registrations_on_key(tc.SPARE_KEY) == []
+    with pytest.raises(RuntimeError):  # with the key on and nothing there, torch has no fallthrough of its own
+        with tc.including_spare_key():
+            torch.ones(2) + 1
