@@ -118,7 +118,7 @@ def test_weight_norm_is_decomposed_above_autograd():
     layer(x).pow(2).sum().backward()
     expected = [p.grad.clone() for p in layer.parameters()]
     layer.zero_grad()
-    # before torch 2.15, linalg_vector_norm has no ATen decomposition: the backend has it
+    # on torch 2.13 linalg_vector_norm has no ATen decomposition: the backend has it
     with pf.eager.on(CORE | pf.OpSet.from_names(["aten.linalg_vector_norm.default"])) as session:
         layer(x).pow(2).sum().backward()
     torch.testing.assert_close([p.grad for p in layer.parameters()], expected)
