@@ -92,6 +92,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "backend_has_kernel",
     "has_composite_explicit_kernel",
     "call_backend_kernel",
+    "SPARE_KEY", "spare_key_active", "including_spare_key", "excluding_spare_key", "registrations_on_key",
 ]
 
 
@@ -546,3 +547,33 @@ def call_backend_kernel(op: torch._ops.OpOverload, on_device: torch.device, *arg
     included), on ``on_device``: how a composite kernel runs inside a dispatch mode without meeting it again."""
     key = torch._C._dispatch_key_for_device(on_device.type)
     return op.redispatch(torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key)), *args, **kwargs)
+
+
+# the functionality key torch reserves for an out-of-tree fake tensor (torchdistx) and registers
+# nothing on: below autograd and the Python key, above every backend; pf.eager's session owns it
+SPARE_KEY = "Fake"
+_SPARE: Any = torch._C._parse_dispatch_key(SPARE_KEY)
+_SPARE_SET = torch._C.DispatchKeySet(_SPARE)
+
+
+def spare_key_active() -> bool:
+    """Whether this thread's dispatch passes through ``SPARE_KEY``: included, and not excluded
+    for the moment (a kernel on it calling its op as it is)."""
+    return (torch._C._dispatch_tls_is_dispatch_key_included(_SPARE)
+            and not torch._C._dispatch_tls_is_dispatch_key_excluded(_SPARE))
+
+
+def including_spare_key() -> Any:
+    """Context: this thread's dispatch passes through ``SPARE_KEY`` (thread-local, and carried by
+    autograd to the threads that run this thread's backward)."""
+    return torch._C._IncludeDispatchKeyGuard(_SPARE)
+
+
+def excluding_spare_key() -> Any:
+    """Context: this thread's dispatch skips ``SPARE_KEY`` (a kernel on it calling its op as it is)."""
+    return torch._C._ExcludeDispatchKeyGuard(_SPARE_SET)
+
+
+def registrations_on_key(key: str) -> list[str]:
+    """The ops with a kernel registered on dispatch key ``key``."""
+    return list(torch._C._dispatch_get_registrations_for_dispatch_key(key))

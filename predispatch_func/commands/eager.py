@@ -5,7 +5,8 @@ Examples::
     predispatch-func eager my_mod:make --target core_aten          # forward, eval mode
     predispatch-func eager my_mod:make --target my_backend.txt --train --json
 
-The model runs under ``pf.eager.on(target)`` (with ``--train``: in train mode,
+The model runs under ``pf.eager.on(target, observe=True)`` (the Python mode,
+which sees every call; with ``--train``: in train mode,
 forward and backward of a loss over its floating outputs). Ops with no path
 into the target run as they are and are reported with the lines that called
 them, so one run lists everything the backend lacks. The exit status is 1
@@ -43,7 +44,7 @@ def cmd_eager(ns: argparse.Namespace, console: Console) -> int:
     model, args, kwargs = load_factory(ns.factory)
     target = OpSet.parse(ns.target)
     model.train(ns.train)
-    session = eager.on(target, on_unreachable="run")
+    session = eager.on(target, on_unreachable="run", observe=True)  # observed: every op that reached the backend
     with session:
         out = model(*args, **kwargs)
         if ns.train:

@@ -1,21 +1,22 @@
 """Ops decomposed above autograd, so autograd differentiates their decomposition.
 
-A dispatch mode runs below autograd: by the time it sees a forward op, autograd
-has recorded that op's own backward formula, which will later read the op's
-outputs. Decomposing there is right when the decomposition returns every
-output the fused kernel does. Where it does not, the backward reads the
-wrong values silently: CPU ``scaled_dot_product_attention`` runs
-``_scaled_dot_product_flash_attention_for_cpu``, whose decomposition returns
-the attention weights where the kernel returns the logsumexp its backward
-reads. And where the fused backward has no decomposition at all
-(``_weight_norm_interface_backward``), only autograd of the decomposition
-stays inside the target. Such ops get a kernel on the Autograd key for the length of the
-session, running the decomposition, so autograd records the decomposition's
-ops instead (and the fused backward is never called).
+A dispatch mode (or the session's key) runs below autograd: by the time it
+sees a forward op, autograd has recorded that op's own backward formula,
+which will later call the fused backward op with the forward's outputs. That
+is right when the decomposition returns every output the kernel does and the
+fused backward has a decomposition too. Where the fused backward has none
+(``_weight_norm_interface_backward``), only autograd of the forward's
+decomposition stays inside the target. Such ops get a kernel on the Autograd
+key for the length of the session, running the decomposition (traced once per
+signature and replayed), so autograd records the decomposition's ops instead
+and the fused backward is never called.
+
+CPU flash attention was here until its fused backward got a decomposition
+(``extra_decompositions``): decomposed below autograd it costs two calls into
+Python a layer instead of some fifty ops recorded by autograd.
 
 The table is data, found by experiment (the op_db coverage run with
-gradients) and checked by a test that decomposes each op below autograd and
-sees the gradient go wrong.
+gradients) and checked by a test that torch still lacks the decomposition.
 """
 
 from __future__ import annotations
@@ -29,13 +30,9 @@ import torch
 
 from .. import _torch_compat as tc
 from ..opsets import Lowering
-from . import extra_decompositions
+from . import cache, extra_decompositions
 
 WHY: dict[str, str] = {
-    "aten._scaled_dot_product_flash_attention_for_cpu.default":
-        "its fused backward (_scaled_dot_product_flash_attention_for_cpu_backward) has no decomposition "
-        "into ATen, and torch's decomposition of the forward returns the attention weights where the "
-        "kernel returns the logsumexp that backward reads (ours returns the logsumexp)",
     "aten._weight_norm_interface.default":
         "its fused backward (_weight_norm_interface_backward) has no decomposition into ATen; autograd "
         "differentiating the decomposition needs none",
@@ -89,8 +86,22 @@ class AutogradKernels:
 
 def _kernel(op: tc.OpOverload, decomposition: Callable,
             on_call: Callable[[tc.OpOverload], None] | None) -> Callable:
+    """The decomposition, traced once per signature (``cache``) and replayed: its ops are
+    dispatched from here, so autograd records them and the session lowers them."""
+    graphs = _graphs.setdefault(decomposition, {})
+
     def run(*args: Any, **kwargs: Any) -> Any:
         if on_call is not None:
             on_call(op)
-        return decomposition(*args, **kwargs)
+        key, tensors = cache.signature(args, kwargs)
+        graph = graphs.get(key)
+        if graph is None:
+            with tc.outside_trace(), tc.excluding_spare_key():  # nothing of the session sees the trace
+                graph = graphs[key] = cache.trace(lambda a, k: decomposition(*a, **k), args, kwargs)
+        if graph is cache.UNCACHEABLE:
+            return decomposition(*args, **kwargs)
+        return graph.forward(*tensors)
     return run
+
+
+_graphs: dict[Callable, dict[tuple, Any]] = {}  # decomposition -> signature -> its trace

@@ -31,34 +31,53 @@ UNCACHEABLE = object()
 
 
 def signature(args: tuple, kwargs: dict) -> tuple[tuple, list[torch.Tensor]]:
-    """(hashable key, the tensors in order) for one call."""
-    key: list[Any] = [torch.is_grad_enabled()]
+    """(hashable key, the tensors in order) for one call. On the hot path of every replay,
+    so the common arguments (tensors, plain values) are keyed inline."""
+    key: list[Any] = [_grad_enabled()]
     tensors: list[torch.Tensor] = []
-    _walk(args, key, tensors)
-    for name in kwargs:
-        key.append(name)
-        _walk(kwargs[name], key, tensors)
+    for value in args:
+        kind = type(value)
+        if kind in _PLAIN:
+            key.append((kind, value))
+        elif isinstance(value, _Tensor) and value.layout == _STRIDED:
+            tensors.append(value)
+            key.append((value.dtype, value.device, value.shape, value.stride(), value.storage_offset(),
+                        value.requires_grad, value.is_conj(), value.is_neg()))
+        else:
+            _walk(value, key, tensors)
+    if kwargs:
+        for name, value in kwargs.items():
+            key.append(name)
+            _walk(value, key, tensors)
     if len(tensors) > 1:  # one tensor passed twice is one input of the trace: key the pattern
         first: dict[int, int] = {}
-        key.append(tuple(first.setdefault(id(t), i) for i, t in enumerate(tensors)))
+        key.append(tuple([first.setdefault(id(t), i) for i, t in enumerate(tensors)]))
     return tuple(key), tensors
 
 
+_Tensor, _STRIDED, _grad_enabled = torch.Tensor, torch.strided, torch.is_grad_enabled
+_PLAIN = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout})
+
+
 def _walk(value: Any, key: list, tensors: list) -> None:
-    if isinstance(value, torch.Tensor):
+    kind = type(value)
+    if kind in _PLAIN:
+        key.append((kind, value))
+    elif isinstance(value, _Tensor):
         tensors.append(value)
-        key.append((value.dtype, value.device, value.layout, tuple(value.shape), value.stride()
-                    if value.layout == torch.strided else None,
-                    value.storage_offset() if value.layout == torch.strided else None,
-                    value.requires_grad, value.is_conj(), value.is_neg()))
-    elif isinstance(value, (tuple, list)):
-        key.append((type(value), len(value)))
+        if value.layout == _STRIDED:
+            key.append((value.dtype, value.device, value.shape, value.stride(), value.storage_offset(),
+                        value.requires_grad, value.is_conj(), value.is_neg()))
+        else:
+            key.append((value.dtype, value.device, value.layout, value.shape))
+    elif kind is tuple or kind is list or isinstance(value, (tuple, list)):
+        key.append((kind, len(value)))
         for item in value:
             _walk(item, key, tensors)
-    elif isinstance(value, float):
+    elif kind is float:
         key.append((float, repr(value)))
     else:
-        key.append((type(value), value))
+        key.append((kind, value))
 
 
 def _rebuild(value: Any, tensors: list, position: list[int]) -> Any:

@@ -1,15 +1,20 @@
-"""``pf.eager.on(target)``: run eagerly as if the backend had only ``target``.
+"""How ``pf.eager.on(target)`` runs an op: as if the backend had only ``target``.
 
-A dispatch mode below autograd sees every op that reaches the backend level:
-the forward ops, and the ops autograd's backward formulas call. Each op in
-``target | RUNTIME_FLOOR`` runs as it is; every other op runs by its
-:class:`~.plans.Plan`, whose own ops come back through this mode, so lowering
-repeats until only target ops run::
+:class:`EagerMode` is a dispatch mode below autograd: it sees every op that
+reaches the backend level, the forward ops and the ops autograd's backward
+formulas call. Each op in ``target | RUNTIME_FLOOR`` runs as it is; every
+other op runs by its :class:`~.plans.Plan`, whose own ops come back through
+this mode, so lowering repeats until only target ops run::
 
     with pf.eager.on(pf.OpSet.core_aten()) as session:
         loss = model(x).sum()
         loss.backward()
     session.stats.decomposed   # which ops the backend was spared, and how often
+
+The same object runs keyed (``keyed=True``, ``session_key``): then it is never
+entered as a mode, and kernels on the session's dispatch key call its
+:meth:`EagerMode.run` for the ops outside the target only; its ops come back
+through that key instead of the mode.
 
 Decompositions are traced once per signature into graphs of target ops
 (``cache``) and replayed. An op with no path into the target raises
@@ -57,7 +62,7 @@ class _NotTraceable(Exception):
     """Raised inside a trace by a plan that must run as itself each call."""
 
 
-class _Kernels:
+class Kernels:
     """Per target: the plans and the traced kernels, shared by every session on it."""
 
     def __init__(self, target: OpSet, floor: OpSet):
@@ -66,7 +71,7 @@ class _Kernels:
         self.direct = frozenset(target | floor)
         self.direct_ids = frozenset(id(op) for op in self.direct)  # OpOverload hashes in Python: ids do not
         self.plans: dict[int, Plan | None] = {}
-        self.graphs: dict[tuple, Any] = {}
+        self.graphs: dict[int, dict[tuple, Any]] = {}  # op's id -> signature -> traced kernel
         self.lifted = above_autograd.ops_to_lift(self.lowering)
 
     def plan(self, op: Any) -> Plan | None:
@@ -77,24 +82,40 @@ class _Kernels:
             self.plans[key] = plan_for(op, self.lowering) if governed else None
         return self.plans[key]
 
+    def governed_outside(self) -> list[tuple[tc.OpOverload, Plan]]:
+        """Every aten op outside ``target | floor`` that can reach a backend (a CompositeImplicitAutograd
+        op never does: autograd runs its decomposition), with its plan: the ops a backend needs kernels for."""
+        found = []
+        for name in tc.all_op_names():
+            namespace, _, rest = name.partition("::")
+            op = tc.resolve_overload(namespace, rest) if namespace == "aten" else None
+            if op is None or id(op) in self.direct_ids or tc.has_composite_implicit_kernel(op):
+                continue
+            plan = self.plan(op)
+            if plan is not None:
+                found.append((op, plan))
+        return found
 
-def kernels_for(target: OpSet, floor: OpSet = RUNTIME_FLOOR) -> _Kernels:
+
+def kernels_for(target: OpSet, floor: OpSet = RUNTIME_FLOOR) -> Kernels:
     """The kernels of one (target, floor), kept for the process: a later session reuses its traces."""
     return _kernels_for(target, floor)
 
 
 @functools.lru_cache(maxsize=16)
-def _kernels_for(target: OpSet, floor: OpSet) -> _Kernels:
-    return _Kernels(target, floor)
+def _kernels_for(target: OpSet, floor: OpSet) -> Kernels:
+    return Kernels(target, floor)
 
 
 class EagerMode(tc.TorchDispatchMode):
     """The dispatch mode of one session (see the module docstring)."""
 
     def __init__(self, target: OpSet, *, use_cache: bool = True, on_unreachable: str = "raise",
-                 stats: EagerStats | None = None, floor: OpSet = RUNTIME_FLOOR, tracing: bool = False):
+                 stats: EagerStats | None = None, floor: OpSet = RUNTIME_FLOOR, tracing: bool = False,
+                 keyed: bool = False):
         super().__init__()
         self.tracing = tracing
+        self.keyed = keyed  # run by kernels on the session's dispatch key (``session_key``), not as a mode
         if on_unreachable not in ("raise", "run"):
             raise ValueError(f"on_unreachable must be 'raise' or 'run', not {on_unreachable!r}")
         self.kernels = kernels_for(target, floor)
@@ -104,6 +125,8 @@ class EagerMode(tc.TorchDispatchMode):
         self.stats = stats if stats is not None else EagerStats()
         self._direct_ids = self.kernels.direct_ids
         self._reached = self.stats.reached.by_id
+        self._graphs = self.kernels.graphs
+        self._decomposed, self._hits = self.stats.decomposed.by_id, self.stats.cache_hits.by_id
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         key = id(func)
@@ -119,9 +142,16 @@ class EagerMode(tc.TorchDispatchMode):
     def run(self, op: Any, args: tuple, kwargs: dict) -> Any:
         """``op(*args, **kwargs)`` with only target ops reaching the backend; called with
         this mode off (inside dispatch)."""
+        by_signature = self._graphs.get(id(op)) if self.use_cache else None
+        if by_signature is not None:  # the steady state: a kernel traced for this signature, replayed
+            signature, tensors = cache.signature(args, kwargs)
+            graph = by_signature.get(signature)
+            if graph is not None and graph is not cache.UNCACHEABLE:
+                self._count_hit(op)
+                return self._replay(graph, tensors)
         plan = self.kernels.plan(op)
-        if plan is None:
-            return op(*args, **kwargs)  # the target names aten ops; others (profiler, custom) are the caller's
+        if plan is None:  # the target names aten ops; others (profiler, custom) are the caller's
+            return self._as_is(op, args, kwargs)
         if plan.how is How.UNREACHABLE:
             return self._unreachable(plan, args, kwargs)
         key = id(op)
@@ -148,7 +178,7 @@ class EagerMode(tc.TorchDispatchMode):
         if self.tracing:  # a C++ kernel met by fake tensors would be baked into the graph as a constant
             raise _NotTraceable(op)
         self.stats.uncached.add(op)
-        with self:
+        with self._reentered():
             if plan.how is How.COMPOSITE_KERNEL:
                 return tc.call_backend_kernel(op, _device_of(args, kwargs), *args, **kwargs)
             return plan.decomposition(*args, **kwargs)  # type: ignore[misc]
@@ -156,13 +186,13 @@ class EagerMode(tc.TorchDispatchMode):
     def _call(self, op: Any, args: tuple, kwargs: dict) -> Any:
         if id(op) in self._direct_ids:
             self.stats.reached.add(op)
-            return op(*args, **kwargs)
+            return self._as_is(op, args, kwargs)
         return self.run(op, args, kwargs)
 
     def _decompose(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
         decomposition: Callable = plan.decomposition  # type: ignore[assignment]
         if not self.use_cache:
-            with self:
+            with self._reentered():
                 out = decomposition(*args, **kwargs)
             if out is NotImplemented:
                 if self.tracing:
@@ -170,12 +200,12 @@ class EagerMode(tc.TorchDispatchMode):
                 return self._unreachable(Plan(How.UNREACHABLE, plan.op, why=_DECLINED), args, kwargs)
             return out
         key, tensors = cache.signature(args, kwargs)
-        key = (plan.op, *key)
-        graphs = self.kernels.graphs
+        graphs = self._graphs.setdefault(id(plan.op), {})
         graph = graphs.get(key)
         if graph is None:
             self.stats.cache_misses.add(plan.op)
-            graph = graphs[key] = cache.trace(self._tracing_call(decomposition), args, kwargs)
+            with tc.excluding_spare_key() if self.keyed else contextlib.nullcontext():
+                graph = graphs[key] = cache.trace(self._tracing_call(decomposition), args, kwargs)
             if graph is not cache.UNCACHEABLE:
                 for op in cache.ops_of(graph):
                     self.stats.reached.add(op, 0)
@@ -183,12 +213,28 @@ class EagerMode(tc.TorchDispatchMode):
             self.stats.cache_hits.add(plan.op)
         if graph is cache.UNCACHEABLE:
             self.stats.uncached.add(plan.op)
-            with self:
+            with self._reentered():
                 out = decomposition(*args, **kwargs)
             if out is NotImplemented:
                 return self._unreachable(Plan(How.UNREACHABLE, plan.op, why=_DECLINED), args, kwargs)
             return out
-        return graph.forward(*tensors)  # type: ignore[union-attr]
+        return self._replay(graph, tensors)
+
+    def _count_hit(self, op: Any) -> None:
+        """``stats.decomposed.add(op); stats.cache_hits.add(op)``, inlined: once per replay."""
+        key = id(op)
+        for counter in (self._decomposed, self._hits):
+            entry = counter.get(key)
+            if entry is None:
+                counter[key] = [op, 1]
+            else:
+                entry[1] += 1
+
+    def _replay(self, graph: Any, tensors: list) -> Any:
+        if not self.keyed:
+            return graph.forward(*tensors)
+        with tc.excluding_spare_key():  # target ops only: the backend's, inside and out
+            return graph.forward(*tensors)
 
     def _tracing_call(self, decomposition: Callable) -> Callable[[tuple, dict], Any]:
         """The decomposition run under a fresh, uncached mode of the same target, so the
@@ -203,15 +249,13 @@ class EagerMode(tc.TorchDispatchMode):
         return call
 
     def _through_twin(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
-        names = [a.name for a in tc.schema_of(plan.op).arguments]
-        bound = dict(zip(names, args), **kwargs)
+        bound = dict(zip(plan.arguments, args), **kwargs)
         destinations = [bound.pop(name) for name in plan.written] if kwargs.keys() & set(plan.written) else None
         if destinations is None:  # in-place: self is both an argument and the destination
             destinations = [bound[plan.written[0]]]
         twin: tc.OpOverload = plan.twin  # type: ignore[assignment]
-        twin_names = [a.name for a in tc.schema_of(twin).arguments]
-        twin_args = tuple(bound[n] for n in twin_names if n in bound and not _kwarg_only(twin, n))
-        twin_kwargs = {n: bound[n] for n in twin_names if n in bound and _kwarg_only(twin, n)}
+        twin_args = tuple(bound[n] for n in plan.twin_positional if n in bound)
+        twin_kwargs = {n: bound[n] for n in plan.twin_keyword if n in bound}
         result = self._call(twin, twin_args, twin_kwargs)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         for destination, value in zip(destinations, results):
@@ -230,7 +274,21 @@ class EagerMode(tc.TorchDispatchMode):
         if source and source not in lines:
             lines.append(source)
         self.stats.reached.add(plan.op)
-        return plan.op(*args, **kwargs)
+        return self._as_is(plan.op, args, kwargs)
+
+    def _reentered(self) -> Any:
+        """Where a decomposition run as Python finds its ops lowered again: inside this mode, or (keyed)
+        simply through the dispatcher, whose key sends them back here."""
+        return contextlib.nullcontext() if self.keyed else self
+
+    def _as_is(self, op: Any, args: tuple, kwargs: dict) -> Any:
+        """``op`` run by the backend: keyed, with the key off for the length of the call, so a
+        kernel of the backend that calls other ops (torch's composite ones do) is its own business,
+        as it is below a Python mode."""
+        if not self.keyed:
+            return op(*args, **kwargs)
+        with tc.excluding_spare_key():
+            return op(*args, **kwargs)
 
 
 def _tensor_args(args: tuple, kwargs: dict) -> list:
@@ -251,37 +309,3 @@ def _device_of(args: tuple, kwargs: dict) -> torch.device:
             return value[0].device
     device = kwargs.get("device")
     return torch.device(device) if device is not None else torch.get_default_device()
-
-
-def _kwarg_only(op: tc.OpOverload, name: str) -> bool:
-    return any(a.name == name and a.kwarg_only for a in tc.schema_of(op).arguments)
-
-
-class on(contextlib.ContextDecorator):  # noqa: N801  (reads as pf.eager.on(target))
-    """Context manager and decorator: run eagerly on ``target`` (see the module docstring).
-
-    ``session.stats`` (:class:`EagerStats`) accumulates over every entry.
-    """
-
-    def __init__(self, target: OpSet, *, use_cache: bool = True, on_unreachable: str = "raise",
-                 floor: OpSet = RUNTIME_FLOOR):
-        self.target = target
-        self.stats = EagerStats()
-        self._mode = EagerMode(target, use_cache=use_cache, on_unreachable=on_unreachable, stats=self.stats,
-                               floor=floor)
-        self._stack: list[contextlib.ExitStack] = []
-
-    def __enter__(self) -> on:
-        stack = contextlib.ExitStack()
-        stack.enter_context(above_autograd.AutogradKernels(
-            self._mode.kernels.lifted, on_call=self._count_lifted))
-        stack.enter_context(self._mode)
-        self._stack.append(stack)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.pop().close()
-
-    def _count_lifted(self, op: tc.OpOverload) -> None:
-        self.stats.above_autograd.add(op)
-        self.stats.decomposed.add(op)

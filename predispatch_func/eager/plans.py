@@ -50,6 +50,10 @@ class Plan:
     decomposition: Callable | None = None
     written: tuple[str, ...] = ()  # argument names the op writes (THROUGH_TWIN)
     why: str = ""
+    # THROUGH_TWIN, read once here (a schema's arguments are rebuilt as Python objects on each read):
+    arguments: tuple[str, ...] = ()  # the op's argument names, in order
+    twin_positional: tuple[str, ...] = ()  # the twin's positional argument names, in order
+    twin_keyword: tuple[str, ...] = ()  # the twin's keyword-only argument names
 
 
 def plan_for(op: tc.OpOverload, lowering: Lowering) -> Plan:
@@ -73,7 +77,11 @@ def plan_for(op: tc.OpOverload, lowering: Lowering) -> Plan:
     written = tuple(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
     twin = functional_overload(op) if out_argument_names(op) else _twin_by_name(op)
     if twin is not None and _writes_only(op, written):
-        return Plan(How.THROUGH_TWIN, op, twin=twin, written=written)
+        twin_arguments = tc.schema_of(twin).arguments
+        return Plan(How.THROUGH_TWIN, op, twin=twin, written=written,
+                    arguments=tuple(a.name for a in schema.arguments),
+                    twin_positional=tuple(a.name for a in twin_arguments if not a.kwarg_only),
+                    twin_keyword=tuple(a.name for a in twin_arguments if a.kwarg_only))
     decomposition = lowering.decomposition(op)
     if decomposition is not None:
         return Plan(How.DECOMPOSE_MUTABLE, op, decomposition=decomposition)

@@ -42,10 +42,13 @@ class BackendLacksFloorError(UnsupportedError):
 
 
 class Registration:
-    """The kernels registered for one backend; ``remove()`` unregisters them all."""
+    """The kernels registered for one backend; ``remove()`` unregisters them all. ``unreachable``:
+    the aten ops outside the target with no path into it, which the backend must implement itself
+    if its models call them (nothing is registered for them)."""
 
-    def __init__(self, key: str, target: OpSet, mode: EagerMode, libraries: list[Any], ops: list[Any]):
-        self.key, self.target, self.mode, self.ops = key, target, mode, ops
+    def __init__(self, key: str, target: OpSet, mode: EagerMode, libraries: list[Any], ops: list[Any],
+                 unreachable: list[Any]):
+        self.key, self.target, self.mode, self.ops, self.unreachable = key, target, mode, ops, unreachable
         self._libraries = libraries
 
     @property
@@ -67,16 +70,13 @@ def register(key: str, target: OpSet, *, floor: OpSet = RUNTIME_FLOOR) -> Regist
     mode = EagerMode(target, floor=floor)
     kernels = mode.kernels
     library = torch.library.Library("aten", "IMPL")
-    registered = []
+    registered, unreachable = [], []
     with warnings.catch_warnings():  # overriding torch's composite kernels for this key is the point
         warnings.simplefilter("ignore", UserWarning)
-        for name in tc.all_op_names():
-            namespace, _, rest = name.partition("::")
-            op = tc.resolve_overload(namespace, rest) if namespace == "aten" else None
-            if op is None or op in kernels.direct or tc.has_composite_implicit_kernel(op):
-                continue
-            plan = kernels.plan(op)
-            if plan is None or plan.how in (How.UNREACHABLE, How.COMPOSITE_KERNEL):
+        for op, plan in kernels.governed_outside():
+            if plan.how is How.UNREACHABLE:
+                unreachable.append(op)
+            if plan.how in (How.UNREACHABLE, How.COMPOSITE_KERNEL):
                 continue  # the backend runs torch's composite kernel itself, or fails by its own means
             library.impl(op, _kernel(mode, op), key)
             registered.append(op)
@@ -84,7 +84,7 @@ def register(key: str, target: OpSet, *, floor: OpSet = RUNTIME_FLOOR) -> Regist
         for op, decomposition in kernels.lifted:
             autograd_library.impl(op, decomposition, f"Autograd{key}")
             registered.append(op)
-    return Registration(key, target, mode, [library, autograd_library], registered)
+    return Registration(key, target, mode, [library, autograd_library], registered, unreachable)
 
 
 def _kernel(mode: EagerMode, op: Any) -> Callable:

@@ -1,12 +1,16 @@
 """A test backend that implements only Core ATen plus the runtime floor, without hardware.
 
+(And the few ops of ``EXTRA``, which torch cannot lower into Core ATen.)
+
 torch's Python PrivateUse1 setup gives the device ``pfdev`` a device guard and
 hooks; a tensor on it is a wrapper (its ``__torch_dispatch__``
 redispatches straight to the PrivateUse1 kernels) holding a CPU tensor. Every op of Core ATen
 and of the floor has a PrivateUse1 kernel that runs it on the CPU tensors;
 every other op that reaches the backend raises, naming it (torch's composite
 kernels aside: every backend runs those, and their ops come back here). What
-this backend runs beyond its set is exactly what ``pf.eager.register`` adds.
+this backend runs beyond its set is exactly what ``pf.eager.register`` adds,
+or what a keyed ``pf.eager.on`` session lowers (its key is passed on as a C++
+tensor's dispatch would).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import torch.utils._pytree as pytree
 from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
 
 import predispatch_func as pf
+from predispatch_func import _torch_compat as tc
+from predispatch_func.opsets import Lowering
 
 DEVICE = "pfdev"
 
@@ -65,6 +71,20 @@ class OnDevice(torch.Tensor):
         tensor_typed = {a.name for a in func._schema.arguments if str(a.type) == "Tensor"}
         args = tuple(torch.tensor(v) if n in tensor_typed and isinstance(v, (int, float, bool, complex)) else v
                      for n, v in zip(names, args))
+        # a C++ tensor's dispatch passes the keys its thread includes: a keyed pf.eager session's too
+        # (where it has a kernel: redispatch does not skip a fallthrough as dispatch does)
+        session = tc.spare_key_active()
+        if session and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), tc.SPARE_KEY):
+            return func.redispatch(_BACKEND_KEYS | _SESSION_KEYS, *args, **(kwargs or {}))
+        if session and func.is_view and torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), "CompositeExplicitAutograd"):
+            # the session leaves these views to torch's composite kernel, which a C++ backend runs in
+            # metadata; a wrapper tensor cannot, so the view is made here, on the CPU value
+            return _kernel(func)(*args, **(kwargs or {}))
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+            # a decomposition run below autograd (by the session's key, or a registered kernel) calls
+            # composite ops: a C++ backend runs torch's composite kernel for them, as here
+            return func.decompose(*args, **(kwargs or {}))
         if not _runs_on_backend(func):
             raise NotOnBackend(f"test backend: {func} is not in Core ATen nor the runtime floor, and nothing "
                                "registered a kernel for it")
@@ -82,6 +102,7 @@ def _runs_on_backend(op) -> bool:
 
 
 _BACKEND_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+_SESSION_KEYS = torch._C.DispatchKeySet(torch._C._parse_dispatch_key(tc.SPARE_KEY))
 
 
 def _to_cpu(x):
@@ -89,14 +110,21 @@ def _to_cpu(x):
 
 
 def _is_backend_device(x) -> bool:
-    return isinstance(x, (torch.device, str)) and torch.device(x).type == DEVICE
+    if isinstance(x, str):  # a device string, or another string argument (rounding_mode="floor")
+        return x.split(":")[0] == DEVICE
+    return isinstance(x, torch.device) and x.type == DEVICE
 
 
 def _kernel(op):
     def run(*args, **kwargs):
         cpu_args, cpu_kwargs = pytree.tree_map(_to_cpu, (args, kwargs))
         to_cpu = "device" in kwargs and kwargs["device"] is not None and not _is_backend_device(kwargs["device"])
-        out = op(*cpu_args, **cpu_kwargs)
+        with tc.excluding_spare_key():  # the backend's own work on its CPU values: no session sees it
+            if op is torch.ops.aten.histc.default and not cpu_args[0].is_floating_point():
+                # transformers gives histc integers on any device but the CPU (CUDA's histc takes them)
+                out = op(cpu_args[0].double(), *cpu_args[1:], **cpu_kwargs).to(cpu_args[0].dtype)
+            else:
+                out = op(*cpu_args, **cpu_kwargs)
         schema = op._schema
         if schema.is_mutable:  # in-place and out=: return the caller's tensors
             written = [a for a, s in zip(args, schema.arguments) if s.alias_info and s.alias_info.is_write]
@@ -112,12 +140,25 @@ def _kernel(op):
     return run
 
 
+def _not_lowerable(names: list[str]) -> pf.OpSet:
+    lowering = Lowering(pf.OpSet.core_aten() | pf.eager.RUNTIME_FLOOR)
+    return pf.OpSet.from_names([n for n in names if lowering.decomposition(*pf.OpSet.from_names([n])) is None],
+                               name="not lowerable")
+
+
+# ops the corpus models call that torch cannot lower into Core ATen on this release (mixtral's
+# histc; wav2vec2's linalg_vector_norm on torch 2.13): a backend must have them itself, as the
+# mode says (EagerUnreachableError, Registration.unreachable); this one does
+EXTRA = _not_lowerable(["aten.histc.default", "aten.linalg_vector_norm.default"])
+TARGET = pf.OpSet.core_aten() | EXTRA  # what the backend implements, the floor aside
+
+
 @functools.lru_cache(maxsize=1)
 def setup() -> torch.library.Library:
-    """Once per process: the device and a kernel for each op of Core ATen and the floor."""
+    """Once per process: the device and a kernel for each op of ``TARGET`` and the floor."""
     _setup_privateuseone_for_python_backend(DEVICE, backend_module=_DeviceModule())
     library = torch.library.Library("aten", "IMPL")
-    ops = pf.OpSet.core_aten() | pf.eager.RUNTIME_FLOOR
+    ops = TARGET | pf.eager.RUNTIME_FLOOR
     for op in ops:
         if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
             library.impl(op, _kernel(op), "PrivateUse1")

@@ -80,7 +80,7 @@ def test_gradients_equal_eager_through_decomposed_ops():
     assert session.stats.decomposed  # the forward and the backward both lowered
 
 
-def test_sdpa_gradient_uses_the_decomposition_above_autograd():
+def test_sdpa_gradient_through_the_fused_backwards_decomposition():
     q, k, v = (torch.randn(2, 2, 5, 8, requires_grad=True) for _ in range(3))
     F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
     expected = [t.grad.clone() for t in (q, k, v)]
@@ -89,10 +89,40 @@ def test_sdpa_gradient_uses_the_decomposition_above_autograd():
     with pf.eager.on(CORE) as session:
         F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
     torch.testing.assert_close([t.grad for t in (q, k, v)], expected)
-    assert aten._scaled_dot_product_flash_attention_for_cpu.default in session.stats.above_autograd
-    # outside the session the fused kernel is torch's again
-    out = F.scaled_dot_product_attention(q, k, v)
-    assert "FlashAttention" in type(out.grad_fn).__name__
+    assert aten._scaled_dot_product_flash_attention_for_cpu_backward.default in session.stats.decomposed
+
+
+def test_sdpa_with_grouped_heads_and_a_padding_mask_like_eager():
+    q = torch.randn(2, 4, 5, 8, requires_grad=True)
+    k, v = (torch.randn(2, 2, 5, 8, requires_grad=True) for _ in range(2))
+    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    mask[1, :, :, 3:] = False  # the second sequence is padded
+    def run():
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        out.pow(2).sum().backward()
+        grads = [t.grad.clone() for t in (q, k, v)]
+        for t in (q, k, v):
+            t.grad = None
+        return out.detach(), grads
+    expected = run()
+    with pf.eager.on(CORE) as session:
+        got = run()
+    torch.testing.assert_close(got, expected)
+    assert session.stats.decomposed
+
+
+def test_weight_norm_is_decomposed_above_autograd():
+    # its fused backward has no decomposition: autograd differentiates the forward's instead
+    layer = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(4, 3))
+    x = torch.randn(2, 4)
+    layer(x).pow(2).sum().backward()
+    expected = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    # on torch 2.13 linalg_vector_norm has no ATen decomposition: the backend has it
+    with pf.eager.on(CORE | pf.OpSet.from_names(["aten.linalg_vector_norm.default"])) as session:
+        layer(x).pow(2).sum().backward()
+    torch.testing.assert_close([p.grad for p in layer.parameters()], expected)
+    assert aten._weight_norm_interface.default in session.stats.above_autograd
 
 
 def test_unreachable_op_names_op_target_and_line():

@@ -9,10 +9,13 @@
 * a Python-only PrivateUse1 backend can be set up (the test backend).
 """
 
+import subprocess
+import sys
+
 import torch
 
 from predispatch_func import _torch_compat as tc
-from predispatch_func.eager import above_autograd, extra_decompositions
+from predispatch_func.eager import above_autograd, extra_decompositions  # noqa: F401
 from predispatch_func.opsets.lowering import core_decompositions
 
 aten = torch.ops.aten
@@ -25,7 +28,14 @@ def test_cpu_flash_attention_decomposition_returns_other_second_output():
     dec_out, dec_second = core_decompositions()[kernel](q, q, q)
     torch.testing.assert_close(dec_out, out)
     assert dec_second.shape != logsumexp.shape or not torch.allclose(dec_second, logsumexp)
-    assert str(kernel) in above_autograd.WHY
+    assert kernel in extra_decompositions.CORRECTED  # ours returns the logsumexp
+
+
+def test_cpu_flash_attention_backward_has_no_decomposition():
+    backward = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    assert backward not in core_decompositions(), "torch now decomposes it: compare with ours"
+    assert not tc.has_composite_implicit_kernel(backward)
+    assert backward in extra_decompositions.CORRECTED
 
 
 def test_weight_norm_backward_has_no_decomposition():
@@ -48,6 +58,17 @@ def test_extra_decompositions_equal_eager():
             torch.testing.assert_close(got, expected)
     made = extra_decompositions.TABLE[aten.new_empty_strided.default](x, (2, 3), (1, 2))
     assert (made.shape, made.stride(), made.dtype) == ((2, 3), (1, 2), x.dtype)
+    for rows, accumulate in (([2, 0], False), ([0, 2, 2], True)):
+        indices, values = [torch.tensor(rows)], torch.randn(len(rows), 5, dtype=torch.float64)
+        expected = aten._index_put_impl.default(x, indices, values, accumulate)
+        got = extra_decompositions.TABLE[aten._index_put_impl.default](x, indices, values, accumulate)
+        torch.testing.assert_close(got, expected)
+
+
+def test_index_put_impl_kernel_calls_its_in_place_form():
+    # why ours is needed: torch's kernel of the functional op is a composite calling _index_put_impl_
+    assert tc.has_composite_explicit_kernel(aten._index_put_impl.default)
+    assert aten._index_put_impl.default not in core_decompositions()
 
 
 def test_python_privateuse1_backend_setup_exists():
@@ -62,9 +83,42 @@ def test_our_flash_attention_decomposition_returns_the_kernels_logsumexp():
     q, k = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 6, 8)
     mask = torch.zeros(5, 6).masked_fill(torch.rand(5, 6) > 0.7, float("-inf"))
     mask[:, 0] = 0.0
-    for kwargs in ({}, {"is_causal": True}, {"attn_mask": mask}, {"attn_mask": torch.randn(5, 6), "scale": 0.3}):
+    heads_second = torch.randn(2, 5, 4, 8).transpose(1, 2)  # as transformers lays the query out
+    for kwargs in ({}, {"is_causal": True}, {"attn_mask": mask}, {"attn_mask": torch.randn(5, 6), "scale": 0.3},
+                   {"query": heads_second}):
         causal = kwargs.pop("is_causal", False)
+        q = kwargs.pop("query", q)
         expected = kernel(q, k, k, 0.0, causal, **kwargs)
         got = ours(q, k, k, 0.0, causal, **kwargs)
         torch.testing.assert_close(got, expected)
-        assert got[1].stride() == expected[1].stride()
+        assert got[1].stride() == expected[1].stride() and got[0].stride() == expected[0].stride()
+
+
+def test_our_flash_attention_backward_equals_the_kernels():
+    kernel = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    ours = extra_decompositions.CORRECTED[kernel]
+    forward = aten._scaled_dot_product_flash_attention_for_cpu.default
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    mask = torch.zeros(5, 6).masked_fill(torch.rand(5, 6) > 0.7, float("-inf"))
+    mask[:, 0] = 0.0
+    for kwargs in ({}, {"is_causal": True}, {"attn_mask": mask}, {"attn_mask": torch.randn(5, 6), "scale": 0.3}):
+        causal = kwargs.pop("is_causal", False)
+        out, logsumexp = forward(q, k, v, 0.0, causal, **kwargs)
+        grad = torch.randn_like(out)
+        expected = kernel(grad, q, k, v, out, logsumexp, 0.0, causal, **kwargs)
+        got = ours(grad, q, k, v, out, logsumexp, 0.0, causal, **kwargs)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_spare_dispatch_key_sits_between_the_python_key_and_the_backends_and_is_unused():
+    # keyed sessions own it (eager/session_key.py): it must stay below autograd and the Python key,
+    # above the dense backends, and torch must register nothing on it
+    key = torch._C._parse_dispatch_key(tc.SPARE_KEY)
+    assert torch._C._dispatch_key_name(key) == tc.SPARE_KEY
+    order = int(key)
+    assert int(torch._C.DispatchKey.Dense) < order < int(torch._C.DispatchKey.Python)
+    assert order < int(torch._C.DispatchKey.ADInplaceOrView) < int(torch._C.DispatchKey.AutogradFunctionality)
+    # in a fresh process (ours stay registered in this one): torch itself puts nothing there
+    code = "import torch; print(len(torch._C._dispatch_get_registrations_for_dispatch_key('Fake')))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "0"

@@ -1,10 +1,14 @@
 """``pf.eager.register`` on a real dispatch key, proven on a backend without hardware.
 
 ``tests/eager/backend.py`` implements only Core ATen and the runtime floor on
-PrivateUse1 and raises on anything else. With ``pf.eager.register`` the corpus
-models run forward and backward on it, equal to plain eager on the CPU.
+PrivateUse1 and raises on anything else. With ``pf.eager.register``, and
+under a keyed ``pf.eager.on`` session without any registration, the corpus
+models run forward and backward on it, equal to plain eager on the CPU: so
+nothing outside Core ATen and the floor reaches the backend either way.
 """
 
+
+import contextlib
 
 import pytest
 import torch
@@ -17,14 +21,13 @@ CORE = pf.OpSet.core_aten()
 # at collection, before any test runs a backward: torch's autograd engine sizes its per-device
 # queues when it first starts, and a PrivateUse1 device set up after that has none
 backend.setup()
-# ops torch cannot lower into Core ATen (as for export): the backend must have them too
-NOT_LOWERABLE = {"mixtral", "wav2vec2"}
+TARGET = backend.TARGET  # Core ATen, and the ops torch cannot lower into it that the corpus calls
 
 
 @pytest.fixture(scope="module")
 def registration():
     backend.setup()
-    registration = pf.eager.register("PrivateUse1", CORE)
+    registration = pf.eager.register("PrivateUse1", TARGET)
     yield registration
     registration.remove()
 
@@ -44,6 +47,16 @@ def test_backend_refuses_ops_outside_its_set_until_registered():
         torch.logit(x, 1e-3)
 
 
+def test_registration_names_the_ops_the_backend_must_have_itself():
+    registration = pf.eager.register("PrivateUse1", CORE)
+    try:
+        unreachable = set(map(str, registration.unreachable))
+    finally:
+        registration.remove()
+    assert "aten.histc.default" in unreachable
+    assert not unreachable & set(CORE.names())
+
+
 def test_register_refuses_a_backend_without_the_floor():
     with pytest.raises(pf.eager.BackendLacksFloorError) as info:
         pf.eager.register("PrivateUse3", CORE)  # no kernels there at all
@@ -58,7 +71,7 @@ def _loss(out):
     return sum(v.float().pow(2).mean() for v in values if isinstance(v, torch.Tensor) and v.is_floating_point())
 
 
-def _forward_backward_on_backend(name):
+def _forward_backward_on_backend(name, session=None):
     model, args, kwargs = build(name)
     model.train()
     # one device tensor per distinct CPU tensor, so tied weights stay tied
@@ -67,11 +80,12 @@ def _forward_backward_on_backend(name):
              [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]}
     dev_args = [backend.to_device(a) if isinstance(a, torch.Tensor) else a for a in args]
     dev_kwargs = {k: backend.to_device(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-    dev_loss = _loss(torch.func.functional_call(model, state, tuple(dev_args), dev_kwargs))
-    dev_loss.backward()
+    with session if session is not None else contextlib.nullcontext():
+        dev_loss = _loss(torch.func.functional_call(model, state, tuple(dev_args), dev_kwargs))
+        dev_loss.backward()
     loss = _loss(model(*args, **kwargs))
     loss.backward()
-    torch.testing.assert_close(backend.from_device(dev_loss.detach()), loss.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(backend.from_device(dev_loss).detach(), loss.detach(), rtol=1e-4, atol=1e-5)
     for n, p in model.named_parameters():
         q = state[n]
         if p.grad is None:
@@ -85,6 +99,21 @@ def test_quick_model_forward_backward_on_the_backend(registration):
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("name", [n for n in CASES if n not in NOT_LOWERABLE])
+@pytest.mark.parametrize("name", list(CASES))
 def test_corpus_model_forward_backward_on_the_backend(registration, name):
     _forward_backward_on_backend(name)
+
+
+def test_quick_model_forward_backward_on_the_backend_under_a_keyed_session():
+    # no registration: the session's key lowers every op outside Core ATen before the backend sees it
+    session = pf.eager.on(TARGET)
+    _forward_backward_on_backend("small_cnn", session)
+    assert session.keyed and session.stats.decomposed
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", list(CASES))
+def test_corpus_model_forward_backward_on_the_backend_under_a_keyed_session(name):
+    session = pf.eager.on(TARGET)
+    _forward_backward_on_backend(name, session)
+    assert session.keyed

@@ -11,7 +11,7 @@ CORE = pf.OpSet.core_aten()
 
 
 def _graphs_of(op):
-    return {key: graph for key, graph in kernels_for(CORE).graphs.items() if key[0] is op}
+    return dict(kernels_for(CORE).graphs.get(id(op), {}))
 
 
 def test_second_call_replays_the_traced_kernel():
@@ -66,7 +66,8 @@ def test_one_tensor_passed_twice_is_its_own_signature():
 
 def test_data_dependent_decomposition_is_not_cached():
     a, b = torch.ones(3), torch.zeros(3)
-    with pf.eager.on(CORE) as session:
+    # observed: a keyed session leaves allclose to torch's composite kernel (no Python at all)
+    with pf.eager.on(CORE, observe=True) as session:
         first, second = torch.allclose(a, a), torch.allclose(a, b)
     assert (first, second) == (True, False)
     assert session.stats.uncached[aten.allclose.default] == 2

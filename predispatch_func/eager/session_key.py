@@ -1,0 +1,176 @@
+"""The fast path of ``pf.eager.on``: kernels on a dispatch key the session owns, no Python mode.
+
+A Python dispatch mode sees every op, so each op costs a trip into Python
+before anything is decided: 1.7-2.8x plain eager on small transformers whose
+ops take microseconds, most of them ops in the target that only pass through.
+Instead, every aten op outside ``target | floor`` gets a Python kernel (the
+op's plan, as the mode runs it) on torch's spare functionality key (see
+``_torch_compat.SPARE_KEY``: below autograd and the Python key, above every
+backend), every other op falls through that key, and a session adds the key
+to its thread's dispatch::
+
+    autograd -> [spare key: op in target? fall through : plan] -> CPU kernel
+
+An op in the target goes from autograd to the backend's kernel without
+touching Python; an op outside it runs its plan, whose ops dispatch again and
+meet the key again, so lowering repeats as under the mode. Ops that torch's
+CompositeExplicitAutograd kernel serves on any backend (the plan's composite
+kernels, and views such as ``t``, ``transpose``, ``detach``) fall through
+too: that kernel runs in C++ and its ops come back through the key. The
+other way round, an op of the target whose CPU kernel is torch's composite
+one (``sort``, ``convolution``) gets a kernel that runs it with the key off:
+its inner calls are the backend's business, as under the mode.
+
+The kernels are registered process-wide for one ``(target, floor)`` at a
+time and stay registered between sessions (the key is off elsewhere, so they
+cost nothing there); the key itself is thread-local, and autograd carries it
+to the threads running a backward. A session whose target differs from the
+registered one while a session of that one is active runs as the Python mode
+instead (same plans, slower); ``release()`` unregisters.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from .mode import EagerMode, Kernels
+from .plans import How, Plan
+
+
+class _Registered:
+    """The kernels of one target on the spare key, and the keyed modes of its active sessions."""
+
+    def __init__(self, kernels: Kernels):
+        self.kernels = kernels
+        self.modes: list[EagerMode] = []  # innermost session last; its stats count the calls
+        self.idle = EagerMode(kernels.target, floor=kernels.floor, keyed=True)  # a call with no session active
+        self._libraries = [torch.library.Library("_", "IMPL"), torch.library.Library("aten", "IMPL")]
+        self._libraries[0].fallback(torch.library.fallthrough_kernel, tc.SPARE_KEY)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            for op, plan in kernels.governed_outside():
+                if not _composite_serves(op, plan):
+                    self._libraries[1].impl(op, self._kernel(op), tc.SPARE_KEY)
+            for op in kernels.direct:
+                if _composite_inside_target(op):
+                    self._libraries[1].impl(op, _as_backend_kernel(op), tc.SPARE_KEY)
+
+    def _kernel(self, op: tc.OpOverload) -> Callable:
+        modes, idle = self.modes, self.idle
+        positions = tuple(i for i, a in enumerate(tc.schema_of(op).arguments)
+                          if str(a.type) == "Tensor" and not a.kwarg_only)
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            for i in positions:
+                if i < len(args) and type(args[i]) in _NUMBERS:
+                    args = _numbers_as_tensors(args, positions)
+                    break
+            return (modes[-1] if modes else idle).run(op, args, kwargs)
+        return kernel
+
+    def remove(self) -> None:
+        for library in self._libraries:
+            library._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
+        self._libraries = []
+
+
+_NUMBERS = frozenset({int, float, bool, complex})
+
+
+def _numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
+    """A C++ caller's wrapped number (``pow(2, x)`` in a derivative) reaches a Python kernel as a
+    Python number, which the op itself refuses where its schema says Tensor: a 0-dim tensor of the
+    default dtype for its kind promotes as the number did."""
+    return tuple(torch.tensor(value) if i in positions and type(value) in _NUMBERS else value
+                 for i, value in enumerate(args))
+
+
+def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:
+    """Ops left to torch's CompositeExplicitAutograd kernel, which every backend runs without
+    registering it (its ops come back through the key): those the plan runs that way anyway,
+    and views, whose composite kernel makes the view in metadata. Falling through costs no
+    Python, and a view made in C++ has no Python object yet, as ``nn.Parameter`` (which detaches
+    its data in C++ and wraps the result) requires."""
+    return plan.how is How.COMPOSITE_KERNEL or (op.is_view and tc.has_composite_explicit_kernel(op))
+
+
+def _composite_inside_target(op: tc.OpOverload) -> bool:
+    """An op of the target whose CPU kernel is torch's composite one, calling other ops through
+    the dispatcher (``sort`` calls ``sort.stable``, ``convolution`` its implementations). A
+    backend implements the op itself, so those calls are not the session's: it runs with the
+    key off, as under the mode. (Views aside: theirs only make the view.)"""
+    return (not op.is_view and not tc.backend_has_kernel(op, "CPU")
+            and (tc.backend_has_kernel(op, "CompositeExplicitAutograd")
+                 or tc.backend_has_kernel(op, "CompositeExplicitAutogradNonFunctional")))
+
+
+def _as_backend_kernel(op: tc.OpOverload) -> Callable:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        with tc.excluding_spare_key():
+            return op(*args, **kwargs)
+    return kernel
+
+
+_lock = threading.Lock()
+_registered: _Registered | None = None
+
+
+class KeyedSession:
+    """Context: ``mode`` (keyed) runs the ops outside its target while this thread's dispatch
+    passes through the spare key. ``available(mode)`` says whether it can be entered now."""
+
+    def __init__(self, mode: EagerMode):
+        self.mode = mode
+        self._guard: Any = None
+        self._held: _Registered | None = None
+
+    @staticmethod
+    def available(mode: EagerMode) -> bool:
+        """False while another target's kernels are registered and in use."""
+        with _lock:
+            return _registered is None or _registered.kernels is mode.kernels or not _registered.modes
+
+    def __enter__(self) -> KeyedSession:
+        global _registered
+        with _lock:
+            if _registered is None or _registered.kernels is not self.mode.kernels:
+                if _registered is not None:
+                    if _registered.modes:
+                        raise RuntimeError("the spare dispatch key is in use by a session of another target")
+                    _registered.remove()
+                    _registered = None
+                _registered = _Registered(self.mode.kernels)
+            _registered.modes.append(self.mode)
+            self._held = _registered
+        self._guard = tc.including_spare_key()
+        self._guard.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._guard.__exit__(*exc)
+        with _lock:
+            assert self._held is not None
+            self._held.modes.remove(self.mode)
+            self._held = None
+
+
+def release() -> None:
+    """Unregister the kernels (none may be in use)."""
+    global _registered
+    with _lock:
+        if _registered is not None:
+            if _registered.modes:
+                raise RuntimeError("a session is active on the spare dispatch key")
+            _registered.remove()
+            _registered = None
+
+
+def registered_ops() -> list[str]:
+    """The ops with a kernel of ours on the spare key (for tests and the bench)."""
+    return tc.registrations_on_key(tc.SPARE_KEY)

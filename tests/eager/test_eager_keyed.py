@@ -1,0 +1,177 @@
+"""The fast path of ``pf.eager.on``: kernels on the session's dispatch key instead of a Python mode.
+
+A keyed session must give exactly what the observed one (the Python dispatch
+mode) and plain eager give, while ops in the target never enter Python: only
+ops outside ``target | floor`` have a kernel on the key, and the key is on in
+the session's thread only.
+"""
+
+import threading
+
+import torch
+import torch.nn.functional as F
+
+import predispatch_func as pf
+from predispatch_func import _torch_compat as tc
+from predispatch_func.eager import session_key
+
+aten = torch.ops.aten
+CORE = pf.OpSet.core_aten()
+
+
+def _programs():
+    """Small programs touching each plan: decomposed, in-place and out= through the twin, an in-place
+    view, a composite kernel drawing random numbers, a decomposition above autograd, batch norm."""
+    def logit(x):
+        return torch.logit(x.sigmoid(), 1e-3)
+
+    def in_place_on_view(x):
+        base = x.clone()
+        view = base[1]
+        view.addcmul_(view, view, value=0.5)
+        return base, view
+
+    def out_form(x):
+        out = torch.empty(0)
+        torch.logit(x.sigmoid(), 1e-3, out=out)
+        return out
+
+    def in_place_view(x):
+        y = x.clone()
+        y.t_()
+        return y
+
+    def random_draws(x):
+        torch.manual_seed(1)
+        return torch.rand_like(x), F.dropout(x, 0.5, training=True)
+
+    def attention_with_grad(x):
+        q = x.reshape(1, 2, 5, 2).detach().requires_grad_()
+        mask = torch.ones(5, 5, dtype=torch.bool).tril()
+        out = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        out.sum().backward()
+        return out.detach(), q.grad
+
+    def batch_norm_train(x):
+        bn = torch.nn.BatchNorm1d(4)
+        out = bn(x.reshape(5, 4).detach().requires_grad_())
+        out.pow(2).sum().backward()
+        return out.detach(), bn.running_mean, bn.running_var
+
+    return [logit, in_place_on_view, out_form, in_place_view, random_draws, attention_with_grad, batch_norm_train]
+
+
+def test_keyed_session_equals_observed_session_and_plain_eager():
+    x = torch.randn(5, 4)
+    for program in _programs():
+        expected = program(x)
+        keyed = pf.eager.on(CORE)
+        with keyed:
+            got = program(x)
+        assert keyed.keyed, program.__name__
+        observed = pf.eager.on(CORE, observe=True)
+        with observed:
+            seen = program(x)
+        assert not observed.keyed
+        torch.testing.assert_close(got, expected, msg=program.__name__)
+        torch.testing.assert_close(seen, expected, msg=program.__name__)
+        assert keyed.stats.decomposed and observed.stats.decomposed, program.__name__
+
+
+def test_only_ops_outside_the_target_have_a_kernel_on_the_key():
+    with pf.eager.on(CORE):
+        assert tc.spare_key_active()
+        registered = set(session_key.registered_ops())
+    assert not tc.spare_key_active()
+    assert "aten::logit" in registered and "aten::_unsafe_view" in registered
+    # views torch's composite kernel makes in metadata on any backend fall through to it
+    assert "aten::transpose.int" not in registered and "aten::detach" not in registered
+    inside = {op.name() if op._overloadname == "default" else f"{op.name()}.{op._overloadname}": op
+              for op in CORE | pf.eager.RUNTIME_FLOOR}
+    # ops of the target have a kernel there only to run torch's composite kernel with the key off
+    assert {"aten::sort", "aten::convolution"} <= registered
+    assert all(session_key._composite_inside_target(inside[name]) for name in registered & inside.keys())
+    assert "aten::mm" not in registered and "aten::add.Tensor" not in registered
+
+
+def test_a_program_of_target_ops_never_enters_python():
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    with pf.eager.on(CORE) as session:
+        y = torch.mm(x, w).add(1).mul(x).sigmoid()  # all in Core ATen, C++ kernels that call no other op
+    assert torch.equal(y, torch.mm(x, w).add(1).mul(x).sigmoid())
+    assert not session.stats.decomposed and not session.stats.reached
+
+
+def test_composite_kernel_of_a_target_op_keeps_its_inner_calls():
+    # sort's CPU kernel calls sort.stable, which torch cannot lower: a backend implementing sort
+    # never makes that call, so the session must not see it
+    x = torch.randn(6)
+    with pf.eager.on(CORE) as session:
+        got = torch.sort(x)
+    assert torch.equal(got.values, torch.sort(x).values)
+    assert aten.sort.stable not in session.stats.decomposed
+
+
+def test_index_backward_writes_like_eager():
+    # without a Python mode, autograd's index backward writes with _index_put_impl_
+    x, i = torch.randn(5, 3, requires_grad=True), torch.tensor([0, 2, 2])
+    x[i].pow(2).sum().backward()
+    expected, x.grad = x.grad, None
+    with pf.eager.on(CORE) as session:
+        x[i].pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, expected)
+    assert aten._index_put_impl_.default in session.stats.decomposed
+
+
+def test_key_is_off_in_other_threads():
+    x = torch.rand(4)
+    seen = {}
+
+    def elsewhere():
+        seen["included"] = tc.spare_key_active()
+        seen["value"] = torch.logit(x, 1e-3)
+
+    with pf.eager.on(CORE) as session:
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+    assert seen["included"] is False
+    assert torch.equal(seen["value"], torch.logit(x, 1e-3))
+    assert aten.logit.default not in session.stats.decomposed
+
+
+def test_session_of_another_target_inside_a_keyed_one_runs_as_the_mode():
+    x, w, b = torch.rand(3, 4), torch.rand(4, 2), torch.rand(2)
+    other = CORE.difference("aten.addmm.default")
+    with pf.eager.on(CORE) as outer:
+        with pf.eager.on(other) as inner:
+            got = torch.addmm(b, torch.logit(x, 1e-3), w)
+    assert outer.keyed and not inner.keyed
+    torch.testing.assert_close(got, torch.addmm(b, torch.logit(x, 1e-3), w))
+    assert aten.addmm.default in inner.stats.decomposed
+
+
+def test_target_change_between_sessions_registers_the_new_target():
+    x, w, b = torch.rand(3, 4), torch.rand(4, 2), torch.rand(2)
+    other = CORE.difference("aten.addmm.default")
+    with pf.eager.on(other) as session:
+        got = torch.addmm(b, x, w)
+    assert session.keyed and aten.addmm.default in session.stats.decomposed
+    torch.testing.assert_close(got, torch.addmm(b, x, w))
+    with pf.eager.on(CORE) as session:
+        torch.addmm(b, x, w)
+    assert session.keyed and aten.addmm.default not in session.stats.decomposed
+
+
+def test_number_a_derivative_passes_as_a_tensor_reaches_the_op_as_one():
+    # ldexp's derivative calls pow with the number 2 as a (wrapped) tensor; a Python kernel
+    # receives a Python float there, which the op itself refuses
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    e = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    torch.ldexp(x, e).sum().backward()
+    expected = (x.grad, e.grad)
+    x.grad = e.grad = None
+    with pf.eager.on(CORE, on_unreachable="run") as session:  # exp2 has no path into Core ATen
+        torch.ldexp(x, e).sum().backward()
+    torch.testing.assert_close((x.grad, e.grad), expected)
+    assert session.keyed and session.stats.decomposed
