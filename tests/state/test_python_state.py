@@ -411,3 +411,22 @@ def test_rwkv_rescaling_its_weights_once_is_refused_where_the_rescale_is_real():
     with pytest.raises(pf.UnsupportedError, match=r"changes attribute 'layers_are_rescaled'[\s\S]*later eager calls "
                        "read it"):
         pf.export(model.eval(), args)
+
+
+class CachesARandomDrawOnFirstCall(nn.Module):
+    """Eager keeps its first draw; the program draws again on every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.noise = None
+
+    def forward(self, x):
+        if self.noise is None:
+            self.noise = torch.randn(x.shape[-1])
+        return x + self.noise
+
+
+def test_a_random_draw_cached_on_the_first_call_is_refused():
+    with pytest.raises(pf.UnsupportedError, match=r"changes attribute 'noise'[\s\S]*\n  eager: the attribute later "
+                       "eager calls read it"):
+        pf.export(CachesARandomDrawOnFirstCall(), (torch.randn(2, 3),))
