@@ -324,6 +324,27 @@ class HopsTest(TestCase):
         ep = export_checked(Flex(), (q, k, v), check_grads=False)
         self.assertIn("higher_order.flex_attention", hop_names(ep))
 
+    def test_flex_attention_whose_mask_mod_indexes_a_captured_tensor(self):
+        # torch runs mask_mod's indexing as its ModIndex autograd.Function inside the HOP's own
+        # trace of the mask, below functionalization: torch's Function there, not ours
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        document = torch.arange(128) // 40
+
+        class DocumentMasked(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mask = create_block_mask(
+                    lambda b, h, qi, ki: (document[qi] == document[ki]) & (qi >= ki), None, None, 128, 128,
+                    device="cpu")
+
+            def forward(self, q, k, v):
+                return flex_attention(q, k, v, block_mask=self.mask)
+
+        q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+        ep = export_checked(DocumentMasked(), (q, k, v), check_grads=False)
+        self.assertIn("higher_order.flex_attention", hop_names(ep))
+
     @torch_limit(TORCH_VMAP, raises=UnsupportedError)
     def test_flex_attention_with_block_mask_made_in_forward(self):
         q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
