@@ -11,9 +11,6 @@ from predispatch_func.errors import UnsupportedError
 from tests.support.oracle import export_checked, graph_code
 from tests.support.torch_release import torch_limit
 
-TORCH_VMAP = ("torch's functional pre-dispatch tracing (ours and aot_export_module(pre_dispatch=True)) "
-              "fails on torch.vmap over functional tensors; torch.export, which does not functionalize, "
-              "traces it")
 TORCH_AUTOCAST_IN_BODY = ("torch's functionalization of a HOP body loses an autocast region inside it "
                           "(aot_export_module(pre_dispatch=True) fails the same way)")
 
@@ -303,8 +300,7 @@ class HopsTest(TestCase):
         ep = export_checked(RegionInsideScan(), (torch.randn(3), torch.randn(5, 3)))
         self.assertIn("pf_grad_region(False", graph_code(ep))
 
-    @torch_limit(TORCH_VMAP, raises=UnsupportedError)
-    def test_associative_scan(self):
+    def test_associative_scan(self):  # its generic mode calls torch.vmap (hop/func_transforms.py)
         export_checked(AssociativeScan(), (torch.randn(5, 3),))
 
     def test_flex_attention_with_block_mask_made_outside_forward(self):
@@ -345,7 +341,6 @@ class HopsTest(TestCase):
         ep = export_checked(DocumentMasked(), (q, k, v), check_grads=False)
         self.assertIn("higher_order.flex_attention", hop_names(ep))
 
-    @torch_limit(TORCH_VMAP, raises=UnsupportedError)
     def test_flex_attention_with_block_mask_made_in_forward(self):
         q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
         ep = export_checked(FlexAttention(), (q, k, v), check_grads=False)
