@@ -80,7 +80,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.metadata_writes = refusals.InputMetadataWrites()
         # a twin below autograd (``under``) watches draws against its PreDispatch mode's reseeds
         # a twin below autograd (``under``) watches draws against its PreDispatch mode's reseeds
-        self.draws_after_reseed = under.draws_after_reseed if under is not None else refusals.DrawsAfterReseed()
+        self.draws_after_reseed: refusals.DrawsAfterReseed = (
+            under.draws_after_reseed if under is not None else refusals.DrawsAfterReseed())
         self._refusals = refusals.checks(pre_dispatch, self.metadata_writes, self.draws_after_reseed,
                                          under_pre_dispatch=under is not None)
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
