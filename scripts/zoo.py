@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,6 +73,11 @@ def run(args: argparse.Namespace) -> None:
         theirs = result.torch.status if result.torch else "-"
         print(f"[{i + 1}/{len(todo)}] {zm.name}: built={result.built} ours={ours} torch={theirs} "
               f"({time.time() - start:.0f} s)", flush=True)
+        if any(o is not None and "timed out" in o.error for o in (result.ours, result.torch)):
+            # the alarm fires anywhere, possibly inside torch with a mode or a patch half-undone: the
+            # next model gets a fresh process (the run resumes from its results file)
+            sys.stdout.flush()
+            os.execv(sys.executable, [sys.executable, "-m", "scripts.zoo", *sys.argv[1:]])
 
 
 # --- the report ---------------------------------------------------------------------------
