@@ -35,6 +35,7 @@ from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
 from .program.signature import build_signature, grad_sources, written_placeholders
 from .program.state_guard import StateGuard
+from .program.tied_names import with_tied_names
 from .program.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
 from .schema_audit import shipped_decision, shipped_untested_layouts
 
@@ -88,7 +89,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     guard_saved_mutated_inputs(gm, written_placeholders(gm, placeholders, mutations, skip=written_through_data),
                                grad_sources(placeholders), frozenset(placeholders[s] for s in mutations.rebound))
     clone_relaid_inputs(gm, [p for p, layout in zip(written, mutations.layouts) if layout is not None])
-    signature = build_signature(gm, placeholders, mutations)
+    signature = with_tied_names(gm, build_signature(gm, placeholders, mutations), placeholders)
     node_meta.resolve_captured_module_stacks(gm, mod)
     node_meta.placeholders_require_grad_as_inputs(placeholders.pairs())
     node_meta.fill_missing(gm, type(mod))

@@ -164,7 +164,7 @@ class Refusal(enum.Enum):
     TENSOR_HOOK_NOT_EXPRESSIBLE = ("a tensor hook removed inside forward, or one returning None", False)
     REQUIRES_GRAD_OFF_ON_INPUT = ("requires_grad_(False) on a parameter, buffer or input in forward", False)
     HOP_BODY_WRITES_OPERANDS = ("a torch HOP body that writes its operands or a closed-over tensor", True)
-    VMAP_AT_PRE_DISPATCH = ("torch.vmap over the program's tensors (create_block_mask in forward)", True)
+    FUNC_TRANSFORM_IN_HOP_BODY = ("torch.vmap or another torch.func transform inside a torch HOP's body", True)
     AUTOCAST_IN_HOP_BODY = ("an autocast region inside a torch HOP's body", True)
     HOP_NOT_REPRESENTABLE = ("a torch HOP whose traced call no ExportedProgram accepts", True)
     HOP_OPERAND_OF_WHILE_LOOP = ("a while_loop result computed with grad on, passed to another torch HOP", True)

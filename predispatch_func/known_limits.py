@@ -150,8 +150,11 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
     Refusal.HOP_BODY_WRITES_OPERANDS: ('a `cond`/`while_loop`/`map`/`scan` body that writes its '
                                        'operands or a closed-over tensor (return the new value '
                                        'instead)'),
-    Refusal.VMAP_AT_PRE_DISPATCH: ("`torch.vmap` over the program's tensors at pre-dispatch "
-                                   '(`create_block_mask` in `forward`: build the BlockMask outside)'),
+    Refusal.FUNC_TRANSFORM_IN_HOP_BODY: ('`torch.vmap` (or `torch.func.grad`, `jacrev`, ...) inside the body of a '
+                                         '`cond`/`map`/`scan`/`while_loop`: torch captures the body with the '
+                                         "transform's level calls, which its functionalization cannot trace; call "
+                                         'the transform outside the HOP and pass its result in (in `forward` itself '
+                                         'it is exported)'),
     Refusal.AUTOCAST_IN_HOP_BODY: ("an autocast region inside a torch HOP's body (put it around the "
                                    'call)'),
     Refusal.HOP_NOT_REPRESENTABLE: ('a torch HOP whose traced call no `ExportedProgram` accepts '

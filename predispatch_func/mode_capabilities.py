@@ -32,6 +32,15 @@ class ObservesOpaqueCalls(Protocol):
                             non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None: ...
 
 
+@runtime_checkable
+class TracesBelowAutograd(Protocol):
+    """A PreDispatch mode that can hand the trace a twin for the Python key, below autograd,
+    where what the PreDispatch key cannot trace runs (``torch.func`` transforms:
+    ``hop/func_transforms.py``); None from a mode already below autograd."""
+
+    def twin_below_autograd(self) -> Any | None: ...
+
+
 class LayoutChanges(Protocol):
     def changed(self) -> dict[int, tuple[tuple, tuple]]:
         """id of each input whose layout changed -> (layout before, layout after)."""
@@ -51,4 +60,5 @@ def observer_of_opaque_calls(mode: Any) -> ObservesOpaqueCalls | None:
     return mode if isinstance(mode, ObservesOpaqueCalls) else None
 
 
-__all__ = ["LayoutChanges", "ObservesOpaqueCalls", "TraceBody", "TracingMode", "observer_of_opaque_calls"]
+__all__ = ["LayoutChanges", "ObservesOpaqueCalls", "TraceBody", "TracesBelowAutograd", "TracingMode",
+           "observer_of_opaque_calls"]

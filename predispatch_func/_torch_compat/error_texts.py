@@ -58,7 +58,7 @@ WHILE_LOOP_RESULT_AS_HOP_OPERAND = TorchErrorText(
 HOP_BODY_INPUT_MUTATION = TorchErrorText(UNCAPTURED_HOP_ERROR,
                                          ("Encountered input mutation during higher order op tracing",))
 
-# torch.vmap over FunctionalTensors at pre-dispatch (create_block_mask, associative_scan 'generic')
+# torch.vmap (or another torch.func transform) inside a HOP body captured by dynamo, at pre-dispatch
 FUNCTIONAL_TENSOR_ON_ITS_OWN = TorchErrorText(RuntimeError, ("Attempting to use FunctionalTensor on its own",))
 
 # functionalization of a HOP body re-runs it without the autocast region inside it

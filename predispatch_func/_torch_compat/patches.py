@@ -336,6 +336,102 @@ def below_autograd() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def func_transform_levels_wrapped(around: Callable[[], contextlib.AbstractContextManager[Any]]) -> Iterator[None]:
+    """Enter ``around()`` around every level a ``torch.func`` transform opens (functorch's
+    ``vmap_increment_nesting``, ``grad_increment_nesting``, ``jvp_increment_nesting``, which
+    ``vmap``, ``grad``, ``vjp``, ``jvp``, ``jacrev``, ``jacfwd`` and ``hessian`` enter) and
+    around the backward a ``vjp`` function runs after its level closed (``_autograd_grad``);
+    each is looked up by name in its module when called. While dynamo captures (a HOP's
+    body), torch's own are back. And functorch's pre-dispatch wrappers (``torch._functorch.predispatch``)
+    run their kernels instead of recording themselves as graph nodes (torch.export's
+    non-functional form of vmap, which also asserts on a nested trace's second
+    ``PreDispatchTorchFunctionMode``)."""
+    import torch._export.utils as export_utils
+    import torch._functorch.eager_transforms as eager_transforms
+    import torch._functorch.vmap as vmap_module
+
+    def level(original: Callable[..., Any]) -> Callable[..., Any]:
+        @contextlib.contextmanager
+        def entered(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with around(), original(*args, **kwargs) as opened:
+                yield opened
+
+        def opening(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_dynamo_compiling():
+                return original(*args, **kwargs)
+            return entered(*args, **kwargs)
+        return opening
+
+    def call(original: Callable[..., Any]) -> Callable[..., Any]:
+        def called(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_dynamo_compiling():
+                return original(*args, **kwargs)
+            with around():
+                return original(*args, **kwargs)
+        return called
+
+    places = [(vmap_module, "vmap_increment_nesting", level), (eager_transforms, "grad_increment_nesting", level),
+              (eager_transforms, "jvp_increment_nesting", level), (eager_transforms, "_autograd_grad", call),
+              (export_utils, "_maybe_find_pre_dispatch_tf_mode_for_export", lambda _: lambda: None)]
+    originals = [getattr(module, name) for module, name, _ in places]
+    wrapped = [wrap(original) for (_, _, wrap), original in zip(places, originals)]
+
+    def install(values: list[Any]) -> None:
+        for (module, name, _), value in zip(places, values):
+            setattr(module, name, value)
+
+    # dynamo knows the level context managers by identity (a set built when it is imported, and
+    # a check when it meets one): it must see torch's own, so import it first, and capture a
+    # HOP's body (cond, map, scan: torch._higher_order_ops.utils) with torch's functions back
+    import torch._dynamo.variables.torch  # noqa: F401
+    import torch._higher_order_ops.utils as hop_utils
+
+    compilation_env = hop_utils._set_compilation_env
+
+    @contextlib.contextmanager
+    def compiling_with_torchs(*args: Any, **kwargs: Any) -> Iterator[None]:
+        install(originals)
+        try:
+            with compilation_env(*args, **kwargs):
+                yield
+        finally:
+            install(wrapped)
+
+    install(wrapped)
+    hop_utils._set_compilation_env = compiling_with_torchs
+    try:
+        yield
+    finally:
+        install(originals)
+        hop_utils._set_compilation_env = compilation_env
+
+
+@contextlib.contextmanager
+def trace_moved_below_autograd(functional_mode: Any) -> Iterator[None]:
+    """For the block, trace on the Python key (below autograd and functorch's transforms)
+    instead of PreDispatch: the PreDispatch modes step aside, the same tracer records
+    through a proxy mode on the Python key under ``functional_mode`` (one made with
+    ``pre_dispatch=False``), as ``ExportedProgram.run_decompositions`` traces."""
+    from torch._ops import _len_torch_dispatch_stack_pre_dispatch, _pop_mode_from_pre_dispatch
+    from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
+    from torch.utils._python_dispatch import _push_mode
+
+    stepped_aside = [_pop_mode_from_pre_dispatch() for _ in range(_len_torch_dispatch_stack_pre_dispatch())]
+    try:
+        proxy = next((m for m in stepped_aside if isinstance(m, ProxyTorchDispatchMode)), None)
+        if proxy is None:
+            raise RuntimeError("trace_moved_below_autograd: no tracing proxy mode on the PreDispatch key")
+        below = ProxyTorchDispatchMode(proxy.tracer, proxy.tracing_mode, pre_dispatch=False,
+                                       _allow_fake_constant=proxy._allow_fake_constant,
+                                       _error_on_data_dependent_ops=proxy._error_on_data_dependent_ops)
+        with below, functional_mode:
+            yield
+    finally:
+        for mode in reversed(stepped_aside):
+            _push_mode(mode)
+
+
+@contextlib.contextmanager
 def non_strict_call_rewrites() -> Iterator[None]:
     """What torch.export runs a model under when it traces it non-strict: its TorchFunctionMode
     (indexing with SymInts as ``select``/``slice``, ``torch.tensor`` of SymInts in its traceable
@@ -360,6 +456,8 @@ def non_strict_call_rewrites() -> Iterator[None]:
 
 __all__ = [
     "non_strict_call_rewrites",
+    "trace_moved_below_autograd",
+    "func_transform_levels_wrapped",
     "below_pre_dispatch",
     "exporting_state",
     "ops_with_cached_pre_dispatch_handler",

@@ -9,6 +9,8 @@ Entered by the tracer around the user's code:
   region (C++ inference mode cannot be traced: its tensors cannot re-enter
   autograd, and its values equal ``no_grad``'s wherever eager runs);
 * ``torch.compile``-d submodules run the module they wrap;
+* ``torch.func`` transforms (``torch.vmap``, ``grad``, ...) are traced below autograd, where functorch
+  runs them (``func_transforms.py``);
 * torch's HOPs find a rule for our mode (``torch_hops.py``), and where torch
   cannot trace one, a clear refusal (``torch_limits.py``).
 """
@@ -19,6 +21,7 @@ import contextlib
 
 from .. import _torch_compat as tc
 from ..mode_capabilities import TraceBody
+from .func_transforms import func_transforms_traced_below_autograd
 from .function_trace import tracing_autograd_functions
 from .torch_hops import let_torch_hops_through
 from .torch_limits import torch_hop_limits_refused
@@ -32,5 +35,5 @@ def traced_extensions(trace_body: TraceBody, *, pre_dispatch: bool = True):
         let_torch_hops_through(type(mode))
     with tracing_autograd_functions(trace_body, pre_dispatch=pre_dispatch), \
             tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly(), \
-            torch_hop_limits_refused(), tc.hop_capture_static():
+            torch_hop_limits_refused(), tc.hop_capture_static(), func_transforms_traced_below_autograd():
         yield

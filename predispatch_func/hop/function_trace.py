@@ -74,7 +74,9 @@ def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -
             "of its forward; export with pre_dispatch=True", kind=Refusal.AUTOGRAD_FUNCTION_AFTER_AUTOGRAD,
             op=f"{cls.__name__}.apply",
             source=user_source_line())
-    if settings is None or tc.current_proxy_tracer() is None:
+    if settings is None or tc.current_proxy_tracer() is None or tc.active_functional_mode() is None:
+        # not tracing, or inside a HOP rule's own trace of a body below functionalization
+        # (flex_attention's mask_mod indexing a captured tensor: torch's ModIndex): torch's Function
         return original(*args, **kwargs)
     return trace_call(cls, args, kwargs, settings)
 

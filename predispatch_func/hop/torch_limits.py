@@ -20,11 +20,11 @@ _LIMITS = (
      "torch cannot capture this higher-order op: {first}. torch refuses a HOP body that writes "
      "its operands or a closed-over tensor (cond, while_loop, map, scan): return the new value "
      "instead and write it outside the call"),
-    (tc.error_texts.FUNCTIONAL_TENSOR_ON_ITS_OWN, Refusal.VMAP_AT_PRE_DISPATCH,
-     "torch's functionalization cannot trace torch.vmap over the program's tensors at "
-     "pre-dispatch (create_block_mask in forward, associative_scan(combine_mode='generic') "
-     "use it): build the BlockMask outside forward and pass it in, or scan with torch's "
-     "scan HOP"),
+    (tc.error_texts.FUNCTIONAL_TENSOR_ON_ITS_OWN, Refusal.FUNC_TRANSFORM_IN_HOP_BODY,
+     "torch's functionalization cannot trace torch.vmap (or another torch.func transform) "
+     "inside the body of a higher-order op (cond, map, scan, while_loop): torch captures the "
+     "body with the transform's level calls in it. Call the transform outside the HOP and "
+     "pass its result in (in forward itself it is exported)"),
     (tc.error_texts.TENSOR_DTYPE_MISMATCH, Refusal.AUTOCAST_IN_HOP_BODY,
      "torch's functionalization of a HOP body re-runs it without the autocast region inside "
      "it, so dtypes disagree ({first}); put the autocast region around the HOP call instead of "

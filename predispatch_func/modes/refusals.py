@@ -121,10 +121,14 @@ def storage_swaps(call: OpCall, input_ids: set[int]) -> None:
 
 
 def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,
-           draws_after_reseed: DrawsAfterReseed) -> tuple[Check, ...]:
-    """The checks every op passes first, for one trace."""
+           draws_after_reseed: DrawsAfterReseed, *, under_pre_dispatch: bool = False) -> tuple[Check, ...]:
+    """The checks every op passes first, for one trace. ``under_pre_dispatch``: a stretch
+    traced below autograd inside a pre-dispatch trace (``torch.func`` transforms,
+    hop/func_transforms.py), whose grad-mode changes that trace still records as regions."""
     if pre_dispatch:
         return (metadata_writes, overlapping_writes, sparse_writes, storage_swaps, draws_after_reseed)
+    if under_pre_dispatch:
+        return (metadata_writes, sparse_writes, storage_swaps, draws_after_reseed)
     return (grad_mode_after_autograd, metadata_writes, sparse_writes, storage_swaps, draws_after_reseed)
 
 

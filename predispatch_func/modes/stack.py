@@ -65,7 +65,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
     gives this type FunctionalTensorMode's rules.)
     """
 
-    def __init__(self, policy: CompositePolicy, *, pre_dispatch: bool, copy_target: CopyTarget):
+    def __init__(self, policy: CompositePolicy, *, pre_dispatch: bool, copy_target: CopyTarget,
+                 under: PolicyFunctionalMode | None = None):
         super().__init__(pre_dispatch=pre_dispatch, export=True)
         self.policy = policy
         self.failed_op: Any = None
@@ -77,8 +78,12 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.identity = IdentityEdges(self.bases, self.grad_reach, detached)
         self.view_modes = ViewGradModes(self._base_may_need_grad)
         self.metadata_writes = refusals.InputMetadataWrites()
-        self.draws_after_reseed = refusals.DrawsAfterReseed()
-        self._refusals = refusals.checks(pre_dispatch, self.metadata_writes, self.draws_after_reseed)
+        # a twin below autograd (``under``) watches draws against its PreDispatch mode's reseeds
+        # a twin below autograd (``under``) watches draws against its PreDispatch mode's reseeds
+        self.draws_after_reseed: refusals.DrawsAfterReseed = (
+            under.draws_after_reseed if under is not None else refusals.DrawsAfterReseed())
+        self._refusals = refusals.checks(pre_dispatch, self.metadata_writes, self.draws_after_reseed,
+                                         under_pre_dispatch=under is not None)
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
         # `.data` (tensor_data.py): `t.data = v` against live aliases; writes after a saved read
         self.storage_aliases = StorageAliases()
@@ -112,6 +117,14 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             observer.after(call, results)
         for i in non_differentiable:  # eager: marked non-differentiable, never requires grad
             set_requires_grad(results[i], False)
+
+    def twin_below_autograd(self) -> PolicyFunctionalMode | None:
+        """This mode as the Python key's (``pre_dispatch=False``), for what the PreDispatch key
+        cannot trace (``torch.func`` transforms, hop/func_transforms.py); None when this mode is
+        already below autograd."""
+        if not self.pre_dispatch:
+            return None
+        return PolicyFunctionalMode(self.policy, pre_dispatch=False, copy_target=CopyTarget(), under=self)
 
     def note_identity(self, source: Any, value: Any) -> None:
         """``value`` keeps ``source``'s autograd identity (re-traced region HOPs call this)."""

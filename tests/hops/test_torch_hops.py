@@ -11,9 +11,6 @@ from predispatch_func.errors import UnsupportedError
 from tests.support.oracle import export_checked, graph_code
 from tests.support.torch_release import torch_limit
 
-TORCH_VMAP = ("torch's functional pre-dispatch tracing (ours and aot_export_module(pre_dispatch=True)) "
-              "fails on torch.vmap over functional tensors; torch.export, which does not functionalize, "
-              "traces it")
 TORCH_AUTOCAST_IN_BODY = ("torch's functionalization of a HOP body loses an autocast region inside it "
                           "(aot_export_module(pre_dispatch=True) fails the same way)")
 
@@ -303,8 +300,7 @@ class HopsTest(TestCase):
         ep = export_checked(RegionInsideScan(), (torch.randn(3), torch.randn(5, 3)))
         self.assertIn("pf_grad_region(False", graph_code(ep))
 
-    @torch_limit(TORCH_VMAP, raises=UnsupportedError)
-    def test_associative_scan(self):
+    def test_associative_scan(self):  # its generic mode calls torch.vmap (hop/func_transforms.py)
         export_checked(AssociativeScan(), (torch.randn(5, 3),))
 
     def test_flex_attention_with_block_mask_made_outside_forward(self):
@@ -324,7 +320,27 @@ class HopsTest(TestCase):
         ep = export_checked(Flex(), (q, k, v), check_grads=False)
         self.assertIn("higher_order.flex_attention", hop_names(ep))
 
-    @torch_limit(TORCH_VMAP, raises=UnsupportedError)
+    def test_flex_attention_whose_mask_mod_indexes_a_captured_tensor(self):
+        # torch runs mask_mod's indexing as its ModIndex autograd.Function inside the HOP's own
+        # trace of the mask, below functionalization: torch's Function there, not ours
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        document = torch.arange(128) // 40
+
+        class DocumentMasked(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mask = create_block_mask(
+                    lambda b, h, qi, ki: (document[qi] == document[ki]) & (qi >= ki), None, None, 128, 128,
+                    device="cpu")
+
+            def forward(self, q, k, v):
+                return flex_attention(q, k, v, block_mask=self.mask)
+
+        q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+        ep = export_checked(DocumentMasked(), (q, k, v), check_grads=False)
+        self.assertIn("higher_order.flex_attention", hop_names(ep))
+
     def test_flex_attention_with_block_mask_made_in_forward(self):
         q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
         ep = export_checked(FlexAttention(), (q, k, v), check_grads=False)

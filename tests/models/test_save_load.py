@@ -39,11 +39,13 @@ def _round_trips(ep, model, args, kwargs=None, *, grads=True):
     report = pf.verify(loaded)
     assert report.ok, report
     replay_calls(loaded, model, args, kwargs, calls=2, grads=grads)
-    # plain torch.export.load: torch's module() registers only the signature's names, so a
-    # tied weight's other name (gpt2's lm_head.weight) is missing from its state_dict;
+    # plain torch.export.load: torch's module() registers the signature's names, a tied
+    # weight's other name (gpt2's lm_head.weight) among them (program/tied_names.py);
     # outputs, write-backs and gradients are eager's
     buffer.seek(0)
-    report = pf.verify(torch.export.load(buffer), model, args, kwargs, calls=2, check_grads=grads)
+    plain = torch.export.load(buffer)
+    assert sorted(plain.module().state_dict()) == sorted(model.state_dict())
+    report = pf.verify(plain, model, args, kwargs, calls=2, check_grads=grads)
     assert report.ok, report
 
 

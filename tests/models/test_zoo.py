@@ -33,3 +33,25 @@ def test_zoo_model_ours_is_right_wherever_torch_export_is(zm):
     assert result.ours.status != "wrong", f"ours silently wrong: {result.ours.error}"
     if result.torch.status == "ok":
         assert result.ours.status == "ok", f"torch.export exports and is right; ours: {result.ours}"
+
+
+def test_a_replay_that_runs_out_of_time_is_a_failure_not_a_wrong_program():
+    """Regression: the timeout fired inside the replay was caught as a program that raises
+    where eager runs, so a slow replay on a busy machine counted as silently wrong."""
+    import time
+
+    import torch
+
+    import predispatch_func as pf
+    from tests.models.zoo_run import _export_and_judge
+
+    class SlowWhenRun(torch.nn.Module):
+        def forward(self, x):
+            if not torch.compiler.is_exporting():  # eager, in the replay: slower than the limit
+                time.sleep(3)
+            return x + 1
+
+    model, x = SlowWhenRun(), torch.randn(2)
+    ep = pf.export(model, (x,))  # before the clock starts: only the replay is slow
+    outcome = _export_and_judge(lambda: ep, model, (x,), {}, grads=False, contract=False, timeout=1)
+    assert outcome.status == "failed" and "timed out" in outcome.error, outcome

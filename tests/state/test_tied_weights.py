@@ -38,9 +38,11 @@ def test_every_name_of_a_tied_tensor_is_in_the_program():
     ep = export_checked(model, (_ids(),))
     assert sorted(ep.state_dict) == sorted(model.state_dict())
     assert ep.state_dict["head.weight"] is ep.state_dict["emb.weight"]
-    # one placeholder per tensor: the graph reads the first name only
-    targets = [s.target for s in ep.graph_signature.input_specs if s.target is not None]
-    assert targets == ["emb.weight", "norm.scale"]
+    # every name is an input, as torch.export lists them; the graph reads the first name only
+    specs = [s for s in ep.graph_signature.input_specs if s.target is not None]
+    assert [s.target for s in specs] == ["emb.weight", "head.weight", "norm.scale", "other.scale"]
+    placeholder = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    assert [s.target for s in specs if placeholder[s.arg.name].users] == ["emb.weight", "norm.scale"]
     program = ep.module()
     assert sorted(program.state_dict()) == sorted(model.state_dict())
     assert program.head.weight is program.emb.weight
@@ -69,6 +71,23 @@ def test_exported_on_meta_then_real_weights_assigned():
     program(ids).sum().backward()
     real(ids).sum().backward()
     torch.testing.assert_close(program.emb.weight.grad, real.emb.weight.grad)
+
+
+def test_plain_torch_export_load_gives_every_name():
+    """Regression: torch's module() registers only the signature's names, so a program loaded
+    with plain ``torch.export.load`` lacked ``head.weight`` and ``other.scale``, and
+    ``load_state_dict(model.state_dict())`` failed on the unexpected keys."""
+    model, ids = TiedHead(), _ids()
+    buffer = io.BytesIO()
+    torch.export.save(export_checked(model, (ids,)), buffer)
+    buffer.seek(0)
+    program = torch.export.load(buffer).module()
+    assert sorted(program.state_dict()) == sorted(model.state_dict())
+    with torch.no_grad():
+        model.emb.weight.mul_(-3)
+        model.norm.scale.fill_(2.0)
+    program.load_state_dict(model.state_dict())  # strict: every key on both sides
+    torch.testing.assert_close(program(ids), model(ids))
 
 
 def test_aliases_survive_save_load_unflatten_and_run_decompositions():

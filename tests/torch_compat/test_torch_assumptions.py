@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import importlib
 import math
 import pathlib
@@ -158,7 +159,30 @@ def _state() -> dict:
         "builtins": (builtins.max, builtins.min, math.pow),
         "function_modes": torch._C._len_torch_function_stack(),
         "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
+        "pre_dispatch_modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
+        "func_transform_levels": _func_transform_names(),
     }
+
+
+def _func_transform_names() -> tuple:
+    import torch._export.utils as export_utils
+    import torch._functorch.eager_transforms as eager_transforms
+    import torch._functorch.vmap as vmap_module
+    import torch._higher_order_ops.utils as hop_utils
+
+    return (vmap_module.vmap_increment_nesting, eager_transforms.grad_increment_nesting,
+            eager_transforms.jvp_increment_nesting, eager_transforms._autograd_grad,
+            export_utils._maybe_find_pre_dispatch_tf_mode_for_export, hop_utils._set_compilation_env)
+
+
+@contextlib.contextmanager
+def _moved_below_autograd():
+    """trace_moved_below_autograd needs a tracing proxy mode on the PreDispatch key to move."""
+    from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, PythonKeyTracer
+
+    with ProxyTorchDispatchMode(PythonKeyTracer(), "real", pre_dispatch=True), \
+            patches.trace_moved_below_autograd(_NoopMode()):
+        yield
 
 
 class _NoopMode(torch.utils._python_dispatch.TorchDispatchMode):
@@ -188,6 +212,8 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "dynamo_function_capture_refused": lambda: patches.dynamo_function_capture_refused(lambda cls: None),
     "below_autograd": lambda: patches.below_autograd(),
     "non_strict_call_rewrites": lambda: patches.non_strict_call_rewrites(),
+    "func_transform_levels_wrapped": lambda: patches.func_transform_levels_wrapped(contextlib.nullcontext),
+    "trace_moved_below_autograd": _moved_below_autograd,
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs"}
 
@@ -304,3 +330,29 @@ def test_a_torch_limit_is_strict_until_the_release_that_lifts_it():
     assert torch_limit("r", lifted_in=(release[0], release[1] + 1)).args[0] is True
     assert torch_limit("r", lifted_in=release[:2]).args[0] is False
     assert torch_limit("r").kwargs["strict"] is True
+
+
+# --- torch.func transforms open their levels through the names func_transform_levels_wrapped wraps
+
+
+_TRANSFORMS = {
+    "vmap": lambda x: torch.vmap(torch.sin)(x),
+    "grad": lambda x: torch.func.grad(lambda a: a.sin().sum())(x),
+    "vjp": lambda x: torch.func.vjp(torch.sin, x)[1](torch.ones_like(x)),
+    "jvp": lambda x: torch.func.jvp(torch.sin, (x,), (x,)),
+    "jacrev": lambda x: torch.func.jacrev(torch.sin)(x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TRANSFORMS))
+def test_func_transform_enters_a_wrapped_level(name):
+    entered = []
+
+    @contextlib.contextmanager
+    def around():
+        entered.append(name)
+        yield
+
+    with patches.func_transform_levels_wrapped(around):
+        _TRANSFORMS[name](torch.randn(3))
+    assert entered, f"torch.func.{name} opened no level through the names we wrap (torch moved them)"

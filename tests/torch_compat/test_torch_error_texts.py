@@ -20,8 +20,8 @@ from predispatch_func.hop import torch_limits
 from predispatch_func.modes import refusals
 from tests.external.test_conformance_regressions import GrowInput
 from tests.fuzz.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
+from tests.hops.test_func_transforms import VmapInsideCond
 from tests.hops.test_torch_hops import (
-    AssociativeScan,
     CondWritesOperand,
     RegionsInsideCondBranches,
     _WhileLoopResultIntoHop,
@@ -45,7 +45,7 @@ PROVOKED_BY = {
     "WHILE_LOOP_RESULT_AS_HOP_OPERAND": (R.HOP_OPERAND_OF_WHILE_LOOP, lambda: (
         _WhileLoopResultIntoHop("cond"), (torch.randn(3, 2, requires_grad=True),))),
     "HOP_BODY_INPUT_MUTATION": (R.HOP_BODY_WRITES_OPERANDS, lambda: (CondWritesOperand(), (torch.randn(2, 3),))),
-    "FUNCTIONAL_TENSOR_ON_ITS_OWN": (R.VMAP_AT_PRE_DISPATCH, lambda: (AssociativeScan(), (torch.randn(5, 3),))),
+    "FUNCTIONAL_TENSOR_ON_ITS_OWN": (R.FUNC_TRANSFORM_IN_HOP_BODY, lambda: (VmapInsideCond(), (torch.randn(4, 3),))),
     "TENSOR_DTYPE_MISMATCH": (R.AUTOCAST_IN_HOP_BODY, lambda: (RegionsInsideCondBranches(), (torch.randn(2, 3),))),
 }
 

@@ -1,0 +1,60 @@
+"""Every form of ``set_`` in forward is our clear refusal, naming the op and the user's line,
+never torch's raw program check (``SpecViolationError``: "aten.set_ is not functional"),
+and the caller's tensors and model are left as they were.
+
+torch.export's non-functional program keeps the ``set_`` and equals eager where its
+source is a tensor (a Storage source fails it too); a functional program has no
+memory for one tensor to share with another (docs/limits.md, ``STORAGE_SWAP``).
+"""
+
+import pytest
+import torch
+from torch import nn
+
+import predispatch_func as pf
+from tests.support.expect_refusal import refused
+from tests.support.oracle import assert_same_caller_state, caller_state
+
+
+class SetForm(nn.Module):
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+        self.register_buffer("buf", torch.zeros(3))
+
+    def forward(self, x, y):
+        if self.form == "tensor":
+            x.set_(y)
+        elif self.form == "storage":
+            x.set_(y.untyped_storage())
+        elif self.form == "storage_offset_size_stride":
+            x.set_(y.untyped_storage(), 1, (2,), (2,))
+        elif self.form == "empty":
+            x.set_()
+        elif self.form == "buffer":
+            self.buf.set_(y)
+            return self.buf * 2
+        elif self.form == "under_no_grad":
+            with torch.no_grad():
+                x.set_(y)
+        elif self.form == "through_data":
+            x.data.set_(y)
+        elif self.form == "intermediate_then_written":
+            t = torch.empty(0)
+            t.set_(y)
+            t.add_(1)
+            return t * 2
+        return x * 2
+
+
+FORMS = ["tensor", "storage", "storage_offset_size_stride", "empty", "buffer", "under_no_grad", "through_data",
+         "intermediate_then_written"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_set_form_is_a_clear_refusal_that_changes_nothing(form):
+    model, args = SetForm(form), (torch.randn(3), torch.randn(6))
+    before = caller_state(model, args)
+    with refused(pf.Refusal.STORAGE_SWAP, r"set_[\s\S]*test_storage_swaps\.py"):
+        pf.export(model, args)
+    assert_same_caller_state(before, caller_state(model, args), form)
