@@ -4,11 +4,10 @@ eager (gradients where eager has them). Where torch itself cannot represent the
 program (torch.export fails the same way), a clear UnsupportedError: strict xfail."""
 
 import pytest
-import torch
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
-from tests.support.hop_db_cases import exportdb_cases, hop_db_cases
+from tests.support.hop_db_cases import exportdb_cases, hop_db_cases, skip_unless_eager_runs
 from tests.support.torch_release import torch_limit
 
 TORCH_CANNOT = {  # checked with torch 2.13.0, 2.14.1, 2.15.0: torch.export.export fails each, strict and non-strict;
@@ -34,13 +33,7 @@ def _params():
 @pytest.mark.parametrize("name", list(_params()))
 def test_hop_db_and_exportdb(name):
     model, args, skip = CASES[name]
-    if skip:
-        pytest.skip(skip)
-    try:
-        with torch.no_grad():
-            model(*args)
-    except RuntimeError as exc:
-        pytest.skip(f"eager does not run it on CPU: {exc}")
+    skip_unless_eager_runs(model, args, skip)
     ep = pf.export(model, args)
     report = pf.verify(ep, model, args)
     assert report.ok, report  # gradients compared wherever eager's backward runs

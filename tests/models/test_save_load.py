@@ -14,7 +14,7 @@ from torch._export.serde.serialize import SerializeError
 
 import predispatch_func as pf
 from tests.models.corpus import CASES, build
-from tests.support.hop_db_cases import exportdb_cases, hop_db_cases
+from tests.support.hop_db_cases import exportdb_cases, hop_db_cases, skip_unless_eager_runs
 from tests.support.oracle import export_checked, replay_calls
 from tests.support.torch_release import torch_limit
 
@@ -62,13 +62,7 @@ def test_corpus_program_round_trips_through_save_and_load(name, train):
                                                if name in TORCH_CANNOT_SAVE else []) for name in HOP_CASES])
 def test_hop_program_round_trips_through_save_and_load(name):
     model, args, skip = HOP_CASES[name]
-    if skip:
-        pytest.skip(skip)
-    try:
-        with torch.no_grad():
-            model(*args)
-    except RuntimeError as exc:
-        pytest.skip(f"eager does not run it on CPU: {exc}")
+    skip_unless_eager_runs(model, args, skip)
     try:
         ep = pf.export(model, args)
     except pf.UnsupportedError as exc:

@@ -69,6 +69,19 @@ def exportdb_cases():
         yield f"exportdb/{key}", model, args, None
 
 
+def skip_unless_eager_runs(model, args: tuple, skip: str | None) -> None:
+    """Skip a case the database marks, or one eager itself cannot run on CPU."""
+    import pytest
+
+    if skip:
+        pytest.skip(skip)
+    try:
+        with torch.no_grad():
+            model(*args)
+    except RuntimeError as exc:
+        pytest.skip(f"eager does not run it on CPU: {exc}")
+
+
 def judge(model, args) -> tuple[str, str]:
     try:
         with torch.no_grad():
