@@ -32,6 +32,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",
+    "graph_module_flat_inputs",
     "has_sparse_kernel",
     "sparse_components",
     "has_functionalize_kernel",
@@ -577,3 +578,10 @@ def excluding_spare_key() -> Any:
 def registrations_on_key(key: str) -> list[str]:
     """The ops with a kernel registered on dispatch key ``key``."""
     return list(torch._C._dispatch_get_registrations_for_dispatch_key(key))
+
+
+def graph_module_flat_inputs(ep: Any, args: tuple, kwargs: dict) -> tuple:
+    """What ``ep.graph_module`` takes for the call ``ep.module()(*args, **kwargs)``: the
+    program's parameters, buffers and constants in placeholder order, then the user's
+    inputs flattened."""
+    return tuple(ep._graph_module_flat_inputs(args, kwargs))
