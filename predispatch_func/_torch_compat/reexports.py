@@ -57,6 +57,9 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "ENTER_AUTOCAST",
     "EXIT_AUTOCAST",
     "reparametrize",
+    "fake_tensor_leak_check_requested",
+    "proxy_node_in",
+    "value_behind_functional",
     "rename_node",
     "value_range",
     "symbol_range",
@@ -214,6 +217,11 @@ def inner_of_functional(t: Any) -> Any:
     return torch._from_functional_tensor(t.elem)
 
 
+def value_behind_functional(t: Any) -> Any:
+    """The value a FunctionalTensor wraps, as it is (no sync: safe outside the trace)."""
+    return torch._from_functional_tensor(t.elem) if isinstance(t, FunctionalTensor) else t
+
+
 def has_kernel(op: OpOverload) -> bool:
     return torch._C._dispatch_has_kernel(op.name())
 
@@ -324,6 +332,23 @@ def phantom_symbol(env: ShapeEnv, hint: int, name: str) -> torch.SymInt | int:
 
     symbol = env.create_symbol(hint, ConstantSource(name), DimDynamic.DYNAMIC)
     return env.create_symintnode(symbol, hint=hint)
+
+
+def fake_tensor_leak_check_requested() -> bool:
+    """torch.export's switch for reporting traced tensors the model keeps past export."""
+    import torch._export.config as export_config
+
+    return bool(getattr(export_config, "detect_non_strict_fake_tensor_leaks", False))
+
+
+def proxy_node_in(tracer: Any, t: torch.Tensor) -> torch.fx.Node | None:
+    """The fx node ``tracer`` recorded for ``t``, if any (the tracer may have finished)."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    try:
+        return get_proxy_slot(value_behind_functional(t), tracer).proxy.node
+    except (KeyError, RuntimeError, AttributeError):
+        return None
 
 
 def proxy_node_of(t: torch.Tensor) -> torch.fx.Node | None:
