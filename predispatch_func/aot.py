@@ -95,6 +95,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     node_meta.placeholders_require_grad_as_inputs(placeholders.pairs())
     node_meta.fill_missing(gm, type(mod))
     node_meta.without_torch_annotations(gm)
+    node_meta.keep_graph_annotations(gm, mod)
     module_call_signatures = preserved.collect(gm, signature)
     for _, sub in all_graph_modules(gm):  # the passes above edit graphs; generate code once
         sub.recompile()

@@ -69,15 +69,14 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     "test_detect_leak_nonstrict": (DIFFERENCE, "a tensor the model keeps is our tracing tensor (a FunctionalTensor "
                                                "over a fake), not a FakeTensor; the leak warning itself is torch's"),
     "test_detect_leak_nonstrict_with_stacktrace": (DIFFERENCE, "as test_detect_leak_nonstrict"),
-    "test_constant_aliasing": (DIFFERENCE, "a tensor constant reached through two submodules is named once, "
-                                           "`lifted_tensor_0`, not `m2.foo`; the program is right"),
     "test_shared_submodule_nn_module_stack": (DIFFERENCE, "`nn_module_stack` of a submodule reached through two "
                                                           "paths names the first path"),
     "test_slice_nn_module_stack": (DIFFERENCE, "`nn_module_stack` of a sliced ModuleList names the module, not "
                                                "torch's `mod_list_1.slice(2, 3, None).2` path"),
     "test_export_cond_preserve_torch_fn_for_subgraphs": (DIFFERENCE, "`torch_fn` metadata inside cond subgraphs"),
-    "test_custom_tag_metadata_re_export": (DIFFERENCE, "`graph_module.meta['custom']` is not carried into a "
-                                                       "re-export of the program"),
+    "test_custom_tag_metadata_re_export": (DIFFERENCE, "a node's `meta['custom']` is not carried into a re-export "
+                                                       "of `ep.module()` (the graph's `meta['custom']` is): torch "
+                                                       "runs a GraphModule through fx's Interpreter, ours calls it"),
     "test_stack_trace_make_fx": (DIFFERENCE, "`stack_trace` of nodes when the model itself calls make_fx"),
     "test_profiling_code": (OPEN, "torch.profiler.record_function in forward (strict=True dropped): our program "
                                   "keeps its ScriptObject result as a node value, which torch's verifier rejects"),

@@ -41,6 +41,9 @@ class ModelCall:
     def __call__(self, traced: list[Any], mode: TracingMode) -> list[Any]:
         slots, n_state = self._inputs.slots, self._inputs.n_state
         by_fqn = {s.target: t for s, t in zip(slots[:n_state], traced[:n_state])}
+        # a tensor constant under a second name reads the same input (torch ties parameters and buffers itself)
+        constants = {s.target for s in slots[:n_state] if s.kind is SlotKind.CONSTANT}
+        by_fqn |= {alias: by_fqn[target] for alias, target in self._inputs.aliases if target in constants}
         call_args, call_kwargs = tc.pytree.tree_unflatten(traced[n_state:], self._inputs.in_spec)
         with tc.reparametrize(self._mod, by_fqn), self._around():
             out = self._mod(*call_args, **call_kwargs)

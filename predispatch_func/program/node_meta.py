@@ -337,3 +337,10 @@ def _shared_stack(gm: torch.fx.GraphModule, hop: torch.fx.Node) -> Stack | None:
             n += 1
         shared = shared[:n]
     return dict(shared)
+
+
+def keep_graph_annotations(gm: torch.fx.GraphModule, root: torch.nn.Module) -> None:
+    """A graph module exported again (``ep.module()`` of an edited program) keeps the user's
+    graph-level ``meta["custom"]``, as torch.export keeps it."""
+    if isinstance(root, torch.fx.GraphModule) and CUSTOM in root.meta:
+        gm.meta[CUSTOM] = root.meta[CUSTOM]
