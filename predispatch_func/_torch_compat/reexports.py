@@ -54,6 +54,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "fake_mode_of",
     "discarding_unbacked_symbols",
     "SET_GRAD_ENABLED",
+    "PROFILER_RANGE_OPS",
     "ENTER_AUTOCAST",
     "EXIT_AUTOCAST",
     "reparametrize",
@@ -245,6 +246,11 @@ def discarding_unbacked_symbols(fake_mode: FakeTensorMode) -> Any:
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
 
 
+# the ops torch.profiler.record_function records in a trace (the range's start, with its
+# ScriptObject handle, and its end)
+PROFILER_RANGE_OPS = frozenset((torch.ops.profiler._record_function_enter.default,
+                                torch.ops.profiler._record_function_enter_new.default,
+                                torch.ops.profiler._record_function_exit._RecordFunction))
 ENTER_AUTOCAST = torch.amp.autocast_mode._enter_autocast
 
 
