@@ -78,8 +78,6 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
                                                        "of `ep.module()` (the graph's `meta['custom']` is): torch "
                                                        "runs a GraphModule through fx's Interpreter, ours calls it"),
     "test_stack_trace_make_fx": (DIFFERENCE, "`stack_trace` of nodes when the model itself calls make_fx"),
-    "test_profiling_code": (OPEN, "torch.profiler.record_function in forward (strict=True dropped): our program "
-                                  "keeps its ScriptObject result as a node value, which torch's verifier rejects"),
     "test_capture_subclass_constructor": (OPEN, "a tensor subclass constructed in forward fails in our trace "
                                                 "(`Unable to cast NotImplemented to Tensor`)"),
     "test_export_aten_to_unflatten_subclass": (OPEN, "a tensor subclass input's own methods are not reachable on "
