@@ -18,6 +18,7 @@ from .. import _torch_compat as tc
 from ..artifacts import Inputs, InputSlot, Mutations, SlotKind
 from ..errors import Refusal, UnsupportedError
 from ..mode_capabilities import TracingMode
+from . import node_meta
 
 
 class ModelCall:
@@ -46,7 +47,7 @@ class ModelCall:
         by_fqn |= {alias: by_fqn[target] for alias, target in self._inputs.aliases if target in constants}
         call_args, call_kwargs = tc.pytree.tree_unflatten(traced[n_state:], self._inputs.in_spec)
         with tc.reparametrize(self._mod, by_fqn), self._around():
-            out = self._mod(*call_args, **call_kwargs)
+            out = node_meta.call_carrying_annotations(self._mod, call_args, call_kwargs)
             reassigned = _reassigned_state(self._mod, slots[:n_state], traced)
         flat_out, out_spec = tc.pytree.tree_flatten(out)
         final = [reassigned.get(i, t) for i, t in enumerate(traced)]

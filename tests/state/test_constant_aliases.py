@@ -43,10 +43,3 @@ def test_constant_under_two_names_is_one_input_with_both_names(requires_grad):
     torch.testing.assert_close(unflatten(ep)(x), model(x))
     torch.testing.assert_close(ep.module()(x), model(x))
 
-
-def test_graph_level_custom_annotation_survives_re_export():
-    ep = export_checked(torch.nn.Linear(3, 3), (torch.randn(3, 3),))
-    gm = ep.module()
-    gm.meta["custom"] = {"f": "bar"}
-    again = export_checked(gm, (torch.randn(3, 3),))
-    assert again.graph_module.meta["custom"] == {"f": "bar"}
