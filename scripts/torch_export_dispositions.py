@@ -31,7 +31,6 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     # graph text / node names
     "test_cond_branches_return_same_int": (GRAPH_TEXT, "printed graph of a cond whose branches return ints"),
     "test_issue_157289": (GRAPH_TEXT, "printed graph (sym_size nodes placed differently)"),
-    "test_unflatten_multiple_graphs_shared_submodule": (GRAPH_TEXT, "printed unflattened graphs"),
     "test_hints_wrapper": (GRAPH_TEXT, "printed graph of hints_wrapper (node names)"),
     "test_placeholder_naming_collisions": (GRAPH_TEXT, "placeholder names (`p_param_1` for `p_param`)"),
     "test_placeholder_naming_collisions_hoo_subgraphs": (GRAPH_TEXT, "names of HOP subgraph attributes"),
@@ -73,6 +72,11 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     "test_detect_leak_nonstrict_with_stacktrace": (DIFFERENCE, "as test_detect_leak_nonstrict"),
     "test_shared_submodule_nn_module_stack": (DIFFERENCE, "`nn_module_stack` of a submodule reached through two "
                                                           "paths names the first path"),
+    "test_unflatten_multiple_graphs_shared_submodule": (DIFFERENCE, "one module under two attribute names "
+                                                                    "(`self.n`, `self.p`): `nn_module_stack` names "
+                                                                    "its first path, so `unflatten` makes other "
+                                                                    "submodules (printed graph and their names); "
+                                                                    "the values are eager's"),
     "test_slice_nn_module_stack": (DIFFERENCE, "`nn_module_stack` of a sliced ModuleList names the module, not "
                                                "torch's `mod_list_1.slice(2, 3, None).2` path"),
     "test_export_cond_preserve_torch_fn_for_subgraphs": (DIFFERENCE, "`torch_fn` metadata inside cond subgraphs"),
