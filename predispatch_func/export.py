@@ -44,8 +44,8 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     ``torch.export.unflatten`` keeps (so they can be swapped), as in torch.export.
     """
     del strict, prefer_deferred_runtime_asserts_over_guards  # see the docstring
-    args, kwargs = checked_call(model, args, kwargs)
-    with leaks.watching() as leak_watch:
+    with tc.module_inputs_flattened((args, kwargs)), leaks.watching() as leak_watch:
+        args, kwargs = checked_call(model, args, kwargs)
         gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
                                     dynamic_shapes=dynamic_shapes,
                                     composite_overrides=composite_overrides,

@@ -59,6 +59,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "EXIT_AUTOCAST",
     "reparametrize",
     "fake_tensor_leak_check_requested",
+    "module_inputs_flattened",
     "proxy_node_in",
     "value_behind_functional",
     "rename_node",
@@ -338,6 +339,15 @@ def phantom_symbol(env: ShapeEnv, hint: int, name: str) -> torch.SymInt | int:
 
     symbol = env.create_symbol(hint, ConstantSource(name), DimDynamic.DYNAMIC)
     return env.create_symintnode(symbol, hint=hint)
+
+
+def module_inputs_flattened(inputs: Any) -> contextlib.AbstractContextManager[None]:
+    """While it is open, an ``nn.Module`` among ``inputs`` is a pytree node whose leaves are its
+    parameters and buffers (unflattened: a copy holding the given tensors), as torch.export
+    takes module inputs; ``ep.module()`` opens the same around each call."""
+    from torch._export.non_strict_utils import _enable_graph_inputs_of_type_nn_module
+
+    return _enable_graph_inputs_of_type_nn_module(inputs)
 
 
 def fake_tensor_leak_check_requested() -> bool:
