@@ -421,6 +421,7 @@ def run(args) -> None:
 # --- the report -----------------------------------------------------------------------
 
 UNEXPLAINED = "UNEXPLAINED"
+_OK = ("pass", "xfail", "xpass")
 
 CATEGORIES = (("graph-text", "graph text / node names"), ("metadata", "metadata"),
               ("semantic", "semantic"), ("expected-error", "expected an error, got another/none"))
@@ -594,10 +595,17 @@ def report(paths: list[str], out: str, source: str) -> None:
              "PYTHONPATH=. python3 -m scripts.run_torch_export_tests --report docs/runs/torch_export_tests.md \\",
              "  --results .testexport/results-torch-2.13.0.jsonl .testexport/results-torch-2.15.0.jsonl",
              "```", ""]
+    lost: set[str] = set()
     for path in paths:
         rows = load_results(path)
         if rows:
             lines += torch_section(rows, list(dict.fromkeys(t for t, _ in rows)))
+            lost |= {t for (t, e), r in rows.items() if e == "ours" and r["status"] not in _OK
+                     and rows.get((t, "torch"), {}).get("status") in _OK}
+    stale = sorted(set(DISPOSITIONS) - lost)
+    lines += ["## Dispositions of tests that now pass", "",
+              "Entries of `scripts/torch_export_dispositions.py` for tests ours passes on every torch above "
+              "(to be removed): " + (", ".join(f"`{t}`" for t in stale) or "none") + "."]
     with open(out, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")
     print(f"wrote {out}")

@@ -51,8 +51,6 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     "test_state_tensors": (REFUSAL, "PYTHON_STATE_CHANGED: forward replaces tensors in a list attribute and later "
                                     "eager calls read them (torch.export's warning about it is given first); "
                                     "`python_state='warn'` keeps torch.export's behaviour"),
-    "test_vmap": (REFUSAL, "FUNC_TRANSFORM_IN_HOP_BODY where torch.vmap meets torch's functionalization"),
-    "test_vmap_to_assert": (REFUSAL, "FUNC_TRANSFORM_IN_HOP_BODY where torch.vmap meets torch's functionalization"),
     # documented differences
     "test_derived_dim_1_2": (DIFFERENCE, "ours accepts a size torch's program rejects (dx = 1 within the declared "
                                          "range [1, 2]; torch's test says `TODO: this should not error?`)"),
