@@ -348,3 +348,36 @@ def _shared_stack(gm: torch.fx.GraphModule, hop: torch.fx.Node) -> Stack | None:
             n += 1
         shared = shared[:n]
     return dict(shared)
+
+
+def keep_graph_annotations(gm: torch.fx.GraphModule, root: torch.nn.Module) -> None:
+    """A graph module exported again (``ep.module()`` of an edited program) keeps the user's
+    graph-level ``meta["custom"]``, as torch.export keeps it."""
+    if isinstance(root, torch.fx.GraphModule) and CUSTOM in root.meta:
+        gm.meta[CUSTOM] = root.meta[CUSTOM]
+
+
+def call_carrying_annotations(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+    """``mod(*args, **kwargs)``; a graph module whose nodes hold the user's ``meta["custom"]``
+    (an annotated program exported again, as PT2E quantization does) runs node by node instead,
+    so the nodes traced from each one keep its annotation, as torch.export keeps them."""
+    if not (isinstance(mod, torch.fx.GraphModule) and any(n.meta.get(CUSTOM) for n in mod.graph.nodes)):
+        return mod(*args, **kwargs)
+    return _AnnotationCarrier(mod).run(*args, *kwargs.values())
+
+
+class _AnnotationCarrier(torch.fx.Interpreter):
+    """Runs each node with its ``meta["custom"]`` as the current one (copied into every node
+    traced meanwhile, ``fx.traceback.preserve_node_meta``), and without it otherwise."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        current = _current()
+        before = current.pop(CUSTOM, None)
+        if n.meta.get(CUSTOM):
+            current[CUSTOM] = dict(n.meta[CUSTOM])
+        try:
+            return super().run_node(n)
+        finally:
+            current.pop(CUSTOM, None)
+            if before is not None:
+                current[CUSTOM] = before
