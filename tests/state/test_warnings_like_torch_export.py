@@ -16,6 +16,8 @@ import pytest
 import torch
 import torch._export.config as export_config
 
+import predispatch_func as pf
+from predispatch_func.errors import Refusal, UnsupportedError
 from tests.support.oracle import export_checked
 
 _ASSIGNED = "The tensor attribute self.{} was assigned during export"
@@ -34,8 +36,14 @@ class AssignsTensorAttribute(torch.nn.Module):
 
 def test_assigned_tensor_attribute_warns_as_torch_export():
     model = AssignsTensorAttribute()
+    # eager's second call sees t + 3 again: a program would repeat the first call, so by default
+    # the change is judged and refused (torch.export only warns and replays the first call)
     with pytest.warns(UserWarning, match=re.escape(_ASSIGNED.format("t"))):
-        ep = export_checked(model, (torch.randn(2, 3),))  # the program replays the first call, as torch's
+        with pytest.raises(UnsupportedError, match="assigns tensor attribute 't'") as refused:
+            pf.export(model, (torch.randn(2, 3),))
+    assert refused.value.kind is Refusal.PYTHON_STATE_CHANGED
+    with pytest.warns(UserWarning, match=re.escape(_ASSIGNED.format("t"))):
+        ep = export_checked(model, (torch.randn(2, 3),), python_state="warn")  # replays the first call
     with pytest.warns(UserWarning, match=re.escape(_ASSIGNED.format("t"))):
         torch.export.export(AssignsTensorAttribute(), (torch.randn(2, 3),))
     assert torch.equal(model.t, torch.ones(2, 3)), "exporting changed the model"
