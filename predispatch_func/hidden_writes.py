@@ -35,14 +35,15 @@ def inputs_the_graph_writes(ep: torch.export.ExportedProgram, args: tuple, kwarg
 
     ``ep`` must be a copy the caller may spend: its state is what the graph reads.
     A graph that raises is not judged here (the replay reports it)."""
-    flat = tc.graph_module_flat_inputs(ep, args, kwargs)
-    names = [n.name for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
-    before = {i: t.detach().clone() for i, t in enumerate(flat) if _comparable(t)}
     try:
+        with tc.module_inputs_flattened((args, kwargs)):  # a module input is its tensors, as ep.module() takes it
+            flat = tc.graph_module_flat_inputs(ep, args, kwargs)
+        before = {i: t.detach().clone() for i, t in enumerate(flat) if _comparable(t)}
         with torch.random.fork_rng(devices=[]), torch.no_grad():  # the caller's RNG stays as it was
             torch.manual_seed(seed)
             ep.graph_module(*flat)
     except Exception:  # noqa: BLE001 (the replay runs the same program and reports how it fails)
         return []
+    names = [n.name for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
     return [names[i] if i < len(names) else f"input {i}"
             for i, old in before.items() if not _same(old, flat[i].detach())]
