@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
 from ..graphs import all_graph_modules
+from .stack_trace_files import dropped_files
 
 NN_MODULE_STACK = "nn_module_stack"
 TORCH_FN = "torch_fn"
@@ -96,7 +97,7 @@ class _UserStack:
     Formatting is cached per chain of frames: a model repeats its few lines."""
 
     def __init__(self) -> None:
-        self.anchors, self.dropped = tc.stack_trace_filter()
+        self.anchors, self.dropped = tc.stack_trace_anchors(), dropped_files()
         self.formatted: dict[tuple, str] = {}
         self.kept: dict[types.CodeType, bool] = {}  # per code object: is its frame recorded?
 
