@@ -27,7 +27,7 @@ from .graphs import all_graph_modules
 from .modes import CompositePolicy
 from .opsets.lowering import Lowering
 from .pipeline import TraceSettings, trace_subgraph
-from .program import node_meta
+from .program import leaks, node_meta
 from .program.fakeify import Fakeifier
 from .program.graph_cleanup import copy_outputs_reading_written_inputs, lift_traced_constants, name_placeholders
 from .program.lift import collect_inputs
@@ -35,6 +35,7 @@ from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
 from .program.signature import build_signature, grad_sources, written_placeholders
 from .program.state_guard import StateGuard
+from .program.tensor_attribute_writes import warning_on_assigned_tensor_attributes
 from .program.tied_names import with_tied_names
 from .program.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
 from .schema_audit import shipped_decision, shipped_untested_layouts
@@ -94,6 +95,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     node_meta.placeholders_require_grad_as_inputs(placeholders.pairs())
     node_meta.fill_missing(gm, type(mod))
     node_meta.without_torch_annotations(gm)
+    node_meta.keep_graph_annotations(gm, mod)
     module_call_signatures = preserved.collect(gm, signature)
     for _, sub in all_graph_modules(gm):  # the passes above edit graphs; generate code once
         sub.recompile()
@@ -120,6 +122,9 @@ def _named_inputs(inputs: Inputs, guard: StateGuard, trace: Trace) -> Placeholde
 @contextlib.contextmanager
 def _observed(mod: torch.nn.Module, preserved: PreservedCalls):
     """Around the model's call: torch.export's rewrites of calls non-strict tracing cannot take
-    as they are, node metadata (node_meta.py), preserved call brackets."""
-    with tc.non_strict_call_rewrites(), node_meta.recording(mod), preserved.bracketing():
+    as they are, node metadata (node_meta.py), preserved call brackets, torch.export's warning
+    about tensor attributes assigned in forward; the tracer kept when leaks are to be reported."""
+    leaks.note_tracer()
+    with tc.non_strict_call_rewrites(), node_meta.recording(mod), preserved.bracketing(), \
+            warning_on_assigned_tensor_attributes(mod):
         yield

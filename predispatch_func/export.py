@@ -13,6 +13,7 @@ from . import _torch_compat as tc
 from .aot import aot_export_module
 from .artifacts import AotSignature, ProgramFacts, program_facts, with_program_facts
 from .autograd_facts import may_carry_grad
+from .program import leaks
 from .program.input_check import checked_call
 
 
@@ -43,13 +44,16 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     ``torch.export.unflatten`` keeps (so they can be swapped), as in torch.export.
     """
     del strict, prefer_deferred_runtime_asserts_over_guards  # see the docstring
-    args, kwargs = checked_call(model, args, kwargs)
-    gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
-                                dynamic_shapes=dynamic_shapes,
-                                composite_overrides=composite_overrides,
-                                python_state=python_state, target=target,
-                                preserve_module_call_signature=tuple(preserve_module_call_signature))
+    with tc.module_inputs_flattened((args, kwargs)), leaks.watching() as leak_watch:
+        args, kwargs = checked_call(model, args, kwargs)
+        gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
+                                    dynamic_shapes=dynamic_shapes,
+                                    composite_overrides=composite_overrides,
+                                    python_state=python_state, target=target,
+                                    preserve_module_call_signature=tuple(preserve_module_call_signature))
     ep = to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
+    if leak_watch is not None:
+        leak_watch.report(tc.fake_mode_of([n.meta.get("val") for n in ep.graph.find_nodes(op="placeholder")]))
     if isinstance(dynamic_shapes, torch.export.AdditionalInputs):
         # as torch.export: every example the spec was inferred from must run (a size the trace fixed,
         # a relation it found, fails here, not in the caller's pipeline)

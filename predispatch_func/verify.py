@@ -3,7 +3,9 @@
 ``check_contract`` reads the program only (design.md points 2 and 3).
 ``verify`` adds point 6 when given the model and inputs: the program and the
 model run on fresh clones of the same inputs, under the same RNG seed, and
-outputs, written-back inputs, buffers and gradients are compared.
+outputs, written-back inputs, buffers and gradients are compared; and the
+graph itself runs once more to show it writes none of its inputs (a write its
+op's schema hides, which the schema check cannot see).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .artifacts import program_facts
 from .autograd_facts import may_carry_grad
 from .errors import VerificationError
 from .graphs import all_graph_modules
+from .hidden_writes import inputs_the_graph_writes
 
 _FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
 
@@ -229,6 +232,11 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
             replay.checked.append(f"program constants copied without their autograd history: {', '.join(detached)}")
         report.problems += replay.problems
         report.checked += replay.checked
+        report.checked.append("the graph writes none of its inputs")
+        spent, _ = copy_without_history(ep)
+        p_args, p_kwargs = _clone((args, kwargs or {}), grad_for_floats=False)
+        report.problems += [f"the graph writes its input {name} (an op writes it without declaring it)"
+                            for name in inputs_the_graph_writes(spent, p_args, p_kwargs, seed)]
     if raise_on_failure and not report.ok:
         raise VerificationError(str(report))
     return report

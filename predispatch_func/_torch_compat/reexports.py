@@ -32,6 +32,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",
+    "graph_module_flat_inputs",
     "has_sparse_kernel",
     "sparse_components",
     "has_functionalize_kernel",
@@ -54,9 +55,14 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "fake_mode_of",
     "discarding_unbacked_symbols",
     "SET_GRAD_ENABLED",
+    "PROFILER_RANGE_OPS",
     "ENTER_AUTOCAST",
     "EXIT_AUTOCAST",
     "reparametrize",
+    "fake_tensor_leak_check_requested",
+    "module_inputs_flattened",
+    "proxy_node_in",
+    "value_behind_functional",
     "rename_node",
     "value_range",
     "symbol_range",
@@ -214,6 +220,11 @@ def inner_of_functional(t: Any) -> Any:
     return torch._from_functional_tensor(t.elem)
 
 
+def value_behind_functional(t: Any) -> Any:
+    """The value a FunctionalTensor wraps, as it is (no sync: safe outside the trace)."""
+    return torch._from_functional_tensor(t.elem) if isinstance(t, FunctionalTensor) else t
+
+
 def has_kernel(op: OpOverload) -> bool:
     return torch._C._dispatch_has_kernel(op.name())
 
@@ -237,6 +248,11 @@ def discarding_unbacked_symbols(fake_mode: FakeTensorMode) -> Any:
 SET_GRAD_ENABLED = torch._C._set_grad_enabled
 
 
+# the ops torch.profiler.record_function records in a trace (the range's start, with its
+# ScriptObject handle, and its end)
+PROFILER_RANGE_OPS = frozenset((torch.ops.profiler._record_function_enter.default,
+                                torch.ops.profiler._record_function_enter_new.default,
+                                torch.ops.profiler._record_function_exit._RecordFunction))
 ENTER_AUTOCAST = torch.amp.autocast_mode._enter_autocast
 
 
@@ -332,6 +348,32 @@ def phantom_symbol(env: ShapeEnv, hint: int, name: str) -> torch.SymInt | int:
 
     symbol = env.create_symbol(hint, ConstantSource(name), DimDynamic.DYNAMIC)
     return env.create_symintnode(symbol, hint=hint)
+
+
+def module_inputs_flattened(inputs: Any) -> contextlib.AbstractContextManager[None]:
+    """While it is open, an ``nn.Module`` among ``inputs`` is a pytree node whose leaves are its
+    parameters and buffers (unflattened: a copy holding the given tensors), as torch.export
+    takes module inputs; ``ep.module()`` opens the same around each call."""
+    from torch._export.non_strict_utils import _enable_graph_inputs_of_type_nn_module
+
+    return _enable_graph_inputs_of_type_nn_module(inputs)
+
+
+def fake_tensor_leak_check_requested() -> bool:
+    """torch.export's switch for reporting traced tensors the model keeps past export."""
+    import torch._export.config as export_config
+
+    return bool(getattr(export_config, "detect_non_strict_fake_tensor_leaks", False))
+
+
+def proxy_node_in(tracer: Any, t: torch.Tensor) -> torch.fx.Node | None:
+    """The fx node ``tracer`` recorded for ``t``, if any (the tracer may have finished)."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    try:
+        return get_proxy_slot(value_behind_functional(t), tracer).proxy.node
+    except (KeyError, RuntimeError, AttributeError):
+        return None
 
 
 def proxy_node_of(t: torch.Tensor) -> torch.fx.Node | None:
@@ -585,3 +627,10 @@ def excluding_spare_key() -> Any:
 def registrations_on_key(key: str) -> list[str]:
     """The ops with a kernel registered on dispatch key ``key``."""
     return list(torch._C._dispatch_get_registrations_for_dispatch_key(key))
+
+
+def graph_module_flat_inputs(ep: Any, args: tuple, kwargs: dict) -> tuple:
+    """What ``ep.graph_module`` takes for the call ``ep.module()(*args, **kwargs)``: the
+    program's parameters, buffers and constants in placeholder order, then the user's
+    inputs flattened."""
+    return tuple(ep._graph_module_flat_inputs(args, kwargs))

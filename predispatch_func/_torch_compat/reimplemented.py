@@ -113,16 +113,28 @@ def _find_unary_inplace_twin(op: Any) -> OpOverload | None:
             or schema.arguments[0] is not tensors[0] or not schema.arguments[0].is_write
             or any(a.is_write for a in schema.arguments[1:]) or len(schema.returns) != 1):
         return None
+    return functional_overload_of(op, positional=True)  # the op's arguments are passed on as they are
+
+
+def functional_overload_of(op: OpOverload, *, positional: bool) -> OpOverload | None:
+    """The aten overload named as the in-place ``op`` without its ``_`` that writes nothing
+    and takes the same arguments: in the same order with the same defaults (``positional``,
+    for a call that passes the op's arguments on as they are), or by name."""
+    name = op._schema.name.removeprefix("aten::")
     packet = getattr(torch.ops.aten, name[:-1], None)
-    def signature(s: Any) -> list[tuple[str, str, Any, bool]]:  # the call op's arguments must bind to the twin
-        return [(a.name, str(a.type), a.default_value if a.has_default_value() else None, a.kwarg_only)
-                for a in s.arguments]
-    wanted = signature(schema)
+    wanted = _arguments_key(op._schema, positional)
     for overload in packet.overloads() if packet is not None else ():
         twin = getattr(packet, overload)
-        if not twin._schema.is_mutable and signature(twin._schema) == wanted:
+        if not twin._schema.is_mutable and _arguments_key(twin._schema, positional) == wanted:
             return twin
     return None
+
+
+def _arguments_key(schema: Any, positional: bool) -> list[tuple]:
+    if positional:
+        return [(a.name, str(a.type), a.default_value if a.has_default_value() else None, a.kwarg_only)
+                for a in schema.arguments]
+    return sorted((a.name, str(a.type).replace("(a!)", "")) for a in schema.arguments)
 
 
 def functionalize_inplace_through_twin(mode: FunctionalTensorMode, op: OpOverload, twin: OpOverload,
@@ -319,6 +331,7 @@ __all__ = [
     "only_functionalized_tensor_types",
     "functionalize_kept_op",
     "functional_twin_of_unary_inplace",
+    "functional_overload_of",
     "functionalize_inplace_through_twin",
     "stack_trace_anchors",
     "uninteresting_stack_files",

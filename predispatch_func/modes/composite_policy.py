@@ -5,7 +5,9 @@ a ``-> Tensor`` result that is really the input (``type_as`` with a matching
 dtype, ``einsum("ij->ji")``) makes functionalization drop every later in-place
 op on it. The decision, in order:
 
-1. ops with alias or mutation annotations, or tagged unsafe by torch: decompose;
+1. ops with alias or mutation annotations, or tagged unsafe by torch: decompose
+   (``WRITES_ONLY_WHEN``: tagged ops whose writes their arguments decide, kept for
+   the calls that write nothing);
 2. the user's per-op override (``export(..., composite_overrides=)``);
 3. the schema audit's shipped table (``schema_audit``), if it has the op (for
    the few liars whose lie the guard below sees exactly, ``GUARD_DECIDES_PER_CALL``,
@@ -115,6 +117,29 @@ HONEST_TWINS = _honest_twins()
 GUARD_DECIDES_PER_CALL = frozenset({torch.ops.aten.einsum.default})
 
 
+def _argument(op: tc.OpOverload, args: tuple, kwargs: dict, name: str) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    index = next(i for i, a in enumerate(tc.schema_of(op).arguments) if a.name == name)
+    return args[index]
+
+
+def _batch_norm_updates_running_stats(op: tc.OpOverload, args: tuple, kwargs: dict) -> bool:
+    return bool(_argument(op, args, kwargs, "training")) and any(
+        _argument(op, args, kwargs, stat) is not None for stat in ("running_mean", "running_var"))
+
+
+# Composites torch tags maybe-aliasing-or-mutating whose writes the call's non-tensor
+# arguments decide, and which no fake-tensor guard can see (the kernel writes without
+# bumping a version): op -> "does this call write?". A call that writes nothing stays one
+# node, as in torch.export's programs. ``batch_norm`` writes its running statistics only
+# when training with them; decomposing the eval-mode call traced four more ops per layer
+# (half of a conv net's trace time).
+WRITES_ONLY_WHEN: dict[Any, Callable[[tc.OpOverload, tuple, dict], bool]] = {
+    torch.ops.aten.batch_norm.default: _batch_norm_updates_running_stats,
+}
+
+
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
@@ -143,6 +168,11 @@ class CompositePolicy:
         fixed = self._by_op[op]
         if isinstance(fixed, bool):
             return fixed
+        writes = WRITES_ONLY_WHEN.get(op)
+        if writes is not None:
+            if writes(op, args, kwargs):
+                return self._record(op, Decision.DECOMPOSE, "this call writes an input its schema does not mark")
+            return self._record(op, Decision.KEEP, "writes nothing for these arguments")
         untested = self._untested_layout(op, args, kwargs)
         if untested is not None:  # the audit's "keep" holds only for the layouts it ran
             return self._record(op, Decision.DECOMPOSE, f"the schema audit never ran it on {untested} inputs")
@@ -161,13 +191,15 @@ class CompositePolicy:
         if self.lowering is not None and self.lowering.forces_decomposition(op):
             return self._record(op, Decision.DECOMPOSE, "not in the target op set")
         schema = tc.schema_of(op)
-        if schema.is_mutable or any(a.alias_info for a in schema.arguments) or tc.torch_tags_unsafe(op):
+        if schema.is_mutable or any(a.alias_info for a in schema.arguments):
             return self._record(op, Decision.DECOMPOSE, "schema declares aliasing or mutation")
+        if tc.torch_tags_unsafe(op) and op not in WRITES_ONLY_WHEN:
+            return self._record(op, Decision.DECOMPOSE, "torch tags it maybe aliasing or mutating")
         name = str(op)
         if name in self.overrides:
             return self._record(op, self.overrides[name], "user override")
         audited = self.audit_lookup(op) if self.audit_lookup is not None else None
-        if audited == Decision.DECOMPOSE and op not in GUARD_DECIDES_PER_CALL:
+        if audited == Decision.DECOMPOSE and op not in GUARD_DECIDES_PER_CALL and op not in WRITES_ONLY_WHEN:
             return self._record(op, Decision.DECOMPOSE, "schema audit")
         return audited
 

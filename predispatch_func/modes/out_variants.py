@@ -163,16 +163,8 @@ def inplace_twin(op: tc.OpOverload) -> tc.OpOverload | None:
         name = tc.schema_of(op).name
         if (name.startswith("aten::") and name.endswith("_") and not name.endswith("__")
                 and tc.schema_of(op).is_mutable and torch.Tag.inplace_view not in op.tags
-                and (tc.has_composite_implicit_kernel(op)
-                                               or not tc.has_functionalize_kernel(op))):
-            packet = getattr(torch.ops.aten, name[len("aten::"):-1], None)
-            wanted = sorted((a.name, str(a.type).replace("(a!)", "")) for a in tc.schema_of(op).arguments)
-            for overload in packet.overloads() if packet is not None else ():
-                twin = getattr(packet, overload)
-                if not tc.schema_of(twin).is_mutable and sorted(
-                        (a.name, str(a.type)) for a in tc.schema_of(twin).arguments) == wanted:
-                    _INPLACE_TWINS[op] = twin
-                    break
+                and (tc.has_composite_implicit_kernel(op) or not tc.has_functionalize_kernel(op))):
+            _INPLACE_TWINS[op] = tc.functional_overload_of(op, positional=False)  # called by name
     return _INPLACE_TWINS[op]
 
 

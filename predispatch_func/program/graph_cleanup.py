@@ -20,8 +20,8 @@ from .signature import written_placeholders
 
 @graph_pass
 def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
-    """Drop unused view replays (in every body too); keep random ops so the RNG
-    stream matches eager, also inside a region whose results are unused, and drop
+    """Drop unused view replays (in every body too) and profiler ranges; keep random ops so
+    the RNG stream matches eager, also inside a region whose results are unused, and drop
     the bodies of regions no longer called."""
     for _, sub in reversed(list(all_graph_modules(gm))):
         sub.graph.eliminate_dead_code(is_impure_node=functools.partial(_impure, owner=sub))
@@ -33,6 +33,11 @@ def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
 
 def _impure(node: torch.fx.Node, owner: torch.fx.GraphModule) -> bool:
     target = node.target
+    if target in tc.PROFILER_RANGE_OPS:
+        # eager profiling ranges (torch.profiler.record_function) are dropped, as torch.export
+        # drops them: a runtime profiles the program its own way, and the range's handle is a
+        # ScriptObject no program value may be
+        return False
     if isinstance(target, tc.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
         return True
     parts = region_body_and_operands(node)

@@ -22,9 +22,9 @@ def collect_inputs(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Inputs:
     tensor attributes, then the flattened user inputs, each named."""
     flat_user, in_spec = tc.pytree.tree_flatten((args, kwargs))
     user_names, arg_names = user_input_names(mod, args, kwargs)
-    state = _state_slots(mod)
+    state, constant_aliases = _state_slots(mod)
     slots = (*state, *(InputSlot(SlotKind.USER, n, v) for n, v in zip(user_names, flat_user)))
-    return Inputs(slots, len(state), in_spec, tuple(arg_names), _aliases(mod))
+    return Inputs(slots, len(state), in_spec, tuple(arg_names), _aliases(mod) + constant_aliases)
 
 
 def _aliases(mod: torch.nn.Module) -> tuple[tuple[str, str], ...]:
@@ -42,7 +42,10 @@ def _aliases(mod: torch.nn.Module) -> tuple[tuple[str, str], ...]:
     return tuple(aliases)
 
 
-def _state_slots(mod: torch.nn.Module) -> list[InputSlot]:
+def _state_slots(mod: torch.nn.Module) -> tuple[list[InputSlot], tuple[tuple[str, str], ...]]:
+    """The state's slots, and (alias, first name) for each tensor constant held under more than
+    one name (``m1.foo`` and ``m1.m2.foo``): one input, every name among the program's constants,
+    as torch.export lists them."""
     non_persistent = {
         f"{prefix}.{name}" if prefix else name
         for prefix, sub in mod.named_modules()
@@ -51,12 +54,18 @@ def _state_slots(mod: torch.nn.Module) -> list[InputSlot]:
     slots = [InputSlot(SlotKind.PARAMETER, k, v) for k, v in mod.named_parameters()]
     slots += [InputSlot(SlotKind.BUFFER, k, v, k not in non_persistent) for k, v in mod.named_buffers()]
     known = {id(s.value) for s in slots}
+    constants: dict[int, str] = {}
+    aliases = []
     for prefix, sub in mod.named_modules():
         for name, value in vars(sub).items():
-            if isinstance(value, torch.Tensor) and id(value) not in known:
-                slots.append(InputSlot(SlotKind.CONSTANT, f"{prefix}.{name}" if prefix else name, value))
+            fqn = f"{prefix}.{name}" if prefix else name
+            if isinstance(value, torch.Tensor) and id(value) in constants:
+                aliases.append((fqn, constants[id(value)]))
+            elif isinstance(value, torch.Tensor) and id(value) not in known:
+                slots.append(InputSlot(SlotKind.CONSTANT, fqn, value))
                 known.add(id(value))
-    return slots
+                constants[id(value)] = fqn
+    return slots, tuple(aliases)
 
 
 def _sanitize(name: str) -> str:

@@ -18,6 +18,7 @@ from .. import _torch_compat as tc
 from ..artifacts import Inputs, InputSlot, Mutations, SlotKind
 from ..errors import Refusal, UnsupportedError
 from ..mode_capabilities import TracingMode
+from . import node_meta
 
 
 class ModelCall:
@@ -41,9 +42,12 @@ class ModelCall:
     def __call__(self, traced: list[Any], mode: TracingMode) -> list[Any]:
         slots, n_state = self._inputs.slots, self._inputs.n_state
         by_fqn = {s.target: t for s, t in zip(slots[:n_state], traced[:n_state])}
+        # a tensor constant under a second name reads the same input (torch ties parameters and buffers itself)
+        constants = {s.target for s in slots[:n_state] if s.kind is SlotKind.CONSTANT}
+        by_fqn |= {alias: by_fqn[target] for alias, target in self._inputs.aliases if target in constants}
         call_args, call_kwargs = tc.pytree.tree_unflatten(traced[n_state:], self._inputs.in_spec)
         with tc.reparametrize(self._mod, by_fqn), self._around():
-            out = self._mod(*call_args, **call_kwargs)
+            out = node_meta.call_carrying_annotations(self._mod, call_args, call_kwargs)
             reassigned = _reassigned_state(self._mod, slots[:n_state], traced)
         flat_out, out_spec = tc.pytree.tree_flatten(out)
         final = [reassigned.get(i, t) for i, t in enumerate(traced)]

@@ -94,18 +94,24 @@ class _UserStack:
     """The ``stack_trace`` fx's tracer would write for a node made now, read from
     the live frames: the ``forward`` frames (and torch's anchors), outermost
     first, without torch's uninteresting files, formatted as fx formats them.
-    Formatting is cached per chain of frames: a model repeats its few lines."""
+    Formatting is cached per chain of frames: a model repeats its few lines. The callers
+    of the frame that runs the trace (``bottom``) wait at the same lines for the whole
+    trace, so they are walked once and each walk stops at them."""
 
-    def __init__(self) -> None:
+    def __init__(self, bottom: types.FrameType | None = None) -> None:
         self.anchors, self.dropped = tc.stack_trace_anchors(), dropped_files()
         self.formatted: dict[tuple, str] = {}
         self.kept: dict[types.CodeType, bool] = {}  # per code object: is its frame recorded?
+        self.stop = bottom.f_back if bottom is not None else None
+        self.below = self._walk(self.stop, None)[0] if self.stop is not None else []
 
-    def __call__(self) -> str:
+    def _walk(self, frame: types.FrameType | None,
+              stop: types.FrameType | None) -> tuple[list[tuple[str, int, str]], bool]:
+        """The recorded frames from ``frame`` down to ``stop`` (excluded), innermost first;
+        and whether the walk met ``stop``."""
         chain = []
         kept = self.kept
-        frame: types.FrameType | None = sys._getframe(2)  # noqa: SLF001  (CPython's frame walk)
-        while frame is not None:
+        while frame is not None and frame is not stop:
             code = frame.f_code
             keep = kept.get(code)
             if keep is None:
@@ -114,11 +120,15 @@ class _UserStack:
             if keep:
                 chain.append((code.co_filename, frame.f_lineno, code.co_name))
             frame = frame.f_back
-        key = tuple(chain)
+        return chain, frame is not None
+
+    def __call__(self) -> str:
+        chain, met_stop = self._walk(sys._getframe(2), self.stop)  # noqa: SLF001  (CPython's frame walk)
+        key = (*chain, *self.below) if met_stop else tuple(chain)
         text = self.formatted.get(key)
         if text is None:
             frames = [traceback.FrameSummary(f, n, name, line=linecache.getline(f, n))
-                      for f, n, name in reversed(chain)]
+                      for f, n, name in reversed(key)]
             text = self.formatted[key] = "".join(traceback.StackSummary.from_list(frames).format()).strip()
         return text
 
@@ -126,10 +136,10 @@ class _UserStack:
 class _TorchFnMode(TorchFunctionMode):
     """Names the outermost torch call (nested ones run with this mode popped, as in torch)."""
 
-    def __init__(self) -> None:
+    def __init__(self, bottom: types.FrameType | None = None) -> None:
         super().__init__()
         self.counts: dict[Any, int] = {}
-        self.user_stack = _UserStack()
+        self.user_stack = _UserStack(bottom)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -164,7 +174,8 @@ def recording(root: torch.nn.Module) -> Iterator[None]:
         pre = torch.nn.modules.module.register_module_forward_pre_hook(calls.pre)
         post = torch.nn.modules.module.register_module_forward_hook(calls.post, always_call=True)
         try:
-            with _TorchFnMode():
+            # this generator's caller's caller runs the body of ``with recording(...)``
+            with _TorchFnMode(bottom=sys._getframe(2)):  # noqa: SLF001  (CPython's frame walk)
                 yield
         finally:
             pre.remove()
@@ -338,3 +349,36 @@ def _shared_stack(gm: torch.fx.GraphModule, hop: torch.fx.Node) -> Stack | None:
             n += 1
         shared = shared[:n]
     return dict(shared)
+
+
+def keep_graph_annotations(gm: torch.fx.GraphModule, root: torch.nn.Module) -> None:
+    """A graph module exported again (``ep.module()`` of an edited program) keeps the user's
+    graph-level ``meta["custom"]``, as torch.export keeps it."""
+    if isinstance(root, torch.fx.GraphModule) and CUSTOM in root.meta:
+        gm.meta[CUSTOM] = root.meta[CUSTOM]
+
+
+def call_carrying_annotations(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+    """``mod(*args, **kwargs)``; a graph module whose nodes hold the user's ``meta["custom"]``
+    (an annotated program exported again, as PT2E quantization does) runs node by node instead,
+    so the nodes traced from each one keep its annotation, as torch.export keeps them."""
+    if not (isinstance(mod, torch.fx.GraphModule) and any(n.meta.get(CUSTOM) for n in mod.graph.nodes)):
+        return mod(*args, **kwargs)
+    return _AnnotationCarrier(mod).run(*args, *kwargs.values())
+
+
+class _AnnotationCarrier(torch.fx.Interpreter):
+    """Runs each node with its ``meta["custom"]`` as the current one (copied into every node
+    traced meanwhile, ``fx.traceback.preserve_node_meta``), and without it otherwise."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        current = _current()
+        before = current.pop(CUSTOM, None)
+        if n.meta.get(CUSTOM):
+            current[CUSTOM] = dict(n.meta[CUSTOM])
+        try:
+            return super().run_node(n)
+        finally:
+            current.pop(CUSTOM, None)
+            if before is not None:
+                current[CUSTOM] = before

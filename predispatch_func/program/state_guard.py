@@ -178,6 +178,10 @@ class StateGuard:
                     found.append(self._change(snap, where, name, "deletes attribute"))
                 elif not _same(now[name], snap.attrs[name]):
                     found.append(self._change(snap, where, name, "changes attribute"))
+                elif key in self.writes and _is_tensor_constant(snap.attrs[name]):
+                    # the trace lifts a tensor attribute to a program constant and puts the
+                    # original back after the call, over the tensor forward assigned
+                    found.append(self._change(snap, where, name, "assigns tensor attribute"))
                 elif (not _same(_contents(now[name]), snap.contents[name]) if name in snap.contents
                       else name in snap.empty and len(now[name]) > 0):
                     found.append(self._change(snap, where, name, "changes the contents of attribute"))
@@ -280,6 +284,11 @@ def _recording_attribute_writes(writes: dict[tuple[int, str], str | None],
     finally:
         for name, original in originals.items():
             setattr(torch.nn.Module, name, original)
+
+
+def _is_tensor_constant(value: Any) -> bool:
+    """A plain tensor attribute (not a parameter; buffers live in ``_buffers``)."""
+    return isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
 
 
 def _holds_already(module: Any, name: str, value: Any) -> bool:

@@ -127,3 +127,14 @@ def test_classify_uses_the_failing_statement(tmp_path):
     assert "assertExpectedInline" in index.statement(4)
     assert index.in_assert_raises(10) and not index.in_assert_raises(13)
     assert "nn_module_stack" in index.statement(13)
+
+
+def test_every_failure_left_has_a_disposition_or_reads_unexplained():
+    runner = _load_runner()
+    listed = {"test": "test_device_to_static", "status": "fail", "category": "graph-text"}
+    assert runner.disposition(listed)[0] == "graph text"
+    # a graph-text disposition holds only where the failing line checks graph text
+    assert runner.disposition({**listed, "category": "semantic"})[0] == runner.UNEXPLAINED
+    assert runner.disposition({"test": "test_not_listed", "status": "error"})[0] == runner.UNEXPLAINED
+    lines = "\n".join(runner.disposition_lines([listed, {"test": "test_not_listed", "status": "error"}], "x"))
+    assert "**1 unexplained**" in lines and "| `test_not_listed` | UNEXPLAINED |" in lines

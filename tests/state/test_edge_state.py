@@ -118,9 +118,8 @@ def forward(self, p_bn_weight, p_bn_bias, b_bn_running_mean, b_bn_running_var, b
         self.assertEqual(mutations(ep), [])
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p_weight, p_bias, b_running_mean, b_running_var, b_num_batches_tracked, input_1):
-    _native_batch_norm_legit_no_training = torch.ops.aten._native_batch_norm_legit_no_training.default(input_1, p_weight, p_bias, b_running_mean, b_running_var, 0.1, 1e-05);  input_1 = p_weight = p_bias = b_running_mean = b_running_var = None
-    getitem = _native_batch_norm_legit_no_training[0];  _native_batch_norm_legit_no_training = None
-    return (getitem,)""")
+    batch_norm = torch.ops.aten.batch_norm.default(input_1, p_weight, p_bias, b_running_mean, b_running_var, False, 0.1, 1e-05, True);  input_1 = p_weight = p_bias = b_running_mean = b_running_var = None
+    return (batch_norm,)""")
 
     def test_conv_batchnorm2d_train(self):
         ep = export_case("conv_batchnorm2d_train")

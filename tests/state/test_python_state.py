@@ -9,12 +9,14 @@ The real models these come from are at the end.
 """
 
 import re
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
 import predispatch_func as pf
+from predispatch_func.errors import Refusal, UnsupportedError
 from tests.support.oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
 
 
@@ -430,3 +432,40 @@ def test_a_random_draw_cached_on_the_first_call_is_refused():
     with pytest.raises(pf.UnsupportedError, match=r"changes attribute 'noise'[\s\S]*\n  eager: the attribute later "
                        "eager calls read it"):
         pf.export(CachesARandomDrawOnFirstCall(), (torch.randn(2, 3),))
+
+
+class _RecomputedTensorAttribute(torch.nn.Module):
+    """A plain tensor attribute (not a buffer) recomputed from the input on every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.last = torch.zeros(3)
+
+    def forward(self, x):
+        self.last = x * 2
+        return self.last + 1
+
+
+class _AccumulatedTensorAttribute(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.total = torch.zeros(3)
+
+    def forward(self, x):
+        self.total = self.total + x
+        return self.total * 1
+
+
+def test_tensor_attribute_reassigned_in_forward_is_judged_not_silently_replayed():
+    """The trace lifts a plain tensor attribute to a constant and puts the original back after
+    the call: the assignment forward made was invisible, and an accumulating attribute gave a
+    program that repeated its first call while eager drifted."""
+    x = torch.randn(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch.export's own warning about the assignment
+        with pytest.raises(UnsupportedError, match="assigns tensor attribute 'total'") as refused:
+            pf.export(_AccumulatedTensorAttribute(), (x,))
+        assert refused.value.kind is Refusal.PYTHON_STATE_CHANGED
+        model = _RecomputedTensorAttribute()
+        ep = export_checked(model, (x,))  # recomputed each call: carried
+        assert pf.verify(ep, model, (x,), calls=3).ok

@@ -356,3 +356,18 @@ def test_func_transform_enters_a_wrapped_level(name):
     with patches.func_transform_levels_wrapped(around):
         _TRANSFORMS[name](torch.randn(3))
     assert entered, f"torch.func.{name} opened no level through the names we wrap (torch moved them)"
+
+
+def test_batch_norm_writes_running_stats_only_when_training_with_them():
+    """``WRITES_ONLY_WHEN`` keeps ``aten.batch_norm`` for eval calls: torch tags it
+    maybe-aliasing-or-mutating, its schema marks no write, and its kernel writes the
+    running statistics exactly when ``training`` is true and they are given."""
+    op = torch.ops.aten.batch_norm.default
+    assert torch.Tag.maybe_aliasing_or_mutating in op.tags
+    assert not tc.schema_of(op).is_mutable
+    x = torch.randn(4, 3)
+    for training in (False, True):
+        mean, var = torch.zeros(3), torch.ones(3)
+        op(x, None, None, mean, var, training, 0.5, 1e-5, False)
+        assert (not torch.equal(mean, torch.zeros(3))) is training
+        assert (not torch.equal(var, torch.ones(3))) is training

@@ -1,0 +1,56 @@
+"""Composites torch tags maybe-aliasing-or-mutating whose writes the call's arguments decide
+(``WRITES_ONLY_WHEN``) stay one node for the calls that write nothing, and are decomposed
+(their writes in the signature) for the calls that write. Every program is replayed
+against eager and its graph run to show it writes none of its inputs."""
+
+import pytest
+import torch
+
+from predispatch_func.modes.composite_policy import WRITES_ONLY_WHEN
+from tests.support.oracle import call_targets, export_checked, mutations
+
+A = torch.ops.aten
+
+
+def _conv_bn(track_running_stats: bool) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4, track_running_stats=track_running_stats),
+                               torch.nn.ReLU())
+
+
+@pytest.mark.parametrize("train,track,kept", [(False, True, True), (True, True, False), (True, False, True),
+                                              (False, False, True)],
+                         ids=["eval", "train-with-running-stats", "train-without", "eval-without"])
+def test_batch_norm_is_one_node_exactly_when_it_writes_nothing(train, track, kept):
+    model = _conv_bn(track).train(train)
+    ep = export_checked(model, (torch.randn(2, 3, 8, 8),))
+    assert ("aten.batch_norm.default" in call_targets(ep)) is kept
+    written = {target for _, target in mutations(ep)}
+    assert written == ({"1.running_mean", "1.running_var", "1.num_batches_tracked"} if train and track else set())
+
+
+def test_batch_norm_kept_under_no_grad_and_in_a_functional_call():
+    class Functional(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(4))
+            self.register_buffer("var", torch.ones(4))
+
+        def forward(self, x):
+            with torch.no_grad():
+                y = torch.nn.functional.batch_norm(x, self.mean, self.var, training=False)
+            return torch.nn.functional.batch_norm(y + x, self.mean, self.var, training=True, momentum=0.5)
+
+    ep = export_checked(Functional(), (torch.randn(2, 4, 5),))
+    assert "aten.batch_norm.default" in call_targets(ep)  # the eval call
+    assert {target for _, target in mutations(ep)} == {"mean", "var"}  # the training call's writes
+
+
+def test_the_writes_predicate_reads_keyword_arguments():
+    (writes,) = WRITES_ONLY_WHEN.values()
+    op = A.batch_norm.default
+    stats = (torch.zeros(2), torch.ones(2))
+    assert writes(op, (torch.randn(1, 2), None, None, *stats, True, 0.1, 1e-5, False), {})
+    assert not writes(op, (torch.randn(1, 2), None, None, *stats, False, 0.1, 1e-5, False), {})
+    assert not writes(op, (torch.randn(1, 2), None, None, None, None), {"training": True, "momentum": 0.1,
+                                                                          "eps": 1e-5, "cudnn_enabled": False})
