@@ -81,7 +81,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     # the user's torch._check on unbacked values (.item(), nonzero sizes) and the ranges the
     # trace learned for them: runtime asserts of the program, as torch.export keeps them
     tc.insert_deferred_runtime_asserts(gm, fakeify.shape_env, f"exported program {type(mod).__name__}", export=True)
-    tc.recompute_unbacked_bindings(gm)
+    tc.recompute_unbacked_bindings(gm, fakeify.shape_env)
     if lowering is not None:
         lowering.check(gm)
         lowering.warn_decomposed_members(policy.decisions)

@@ -12,6 +12,9 @@ before each timed call:
   fresh interpreters per exporter, alternating; each imports torch and the model's
   library, builds the model, then times importing the exporter and its first export.
   The model's ratio is the median of ours over the median of torch.export's.
+  ``--baseline DIR`` adds a third exporter in the same alternation: ours from another
+  checkout (``git worktree add DIR main``), so a change is measured before and after
+  under the same load; its seconds and ratio are kept as ``baseline`` in the results.
 
 Ratios are kept for models both exporters export. Results are appended to
 ``.bench/zoo-<mode>-torch-<release>.jsonl`` (a rerun resumes); ``--report`` writes
@@ -19,7 +22,7 @@ Ratios are kept for models both exporters export. Results are appended to
 
 Run:
     python -m scripts.bench_zoo --mode warm [--rounds 5] [--per-family N] [-k SUBSTR] [--heavy]
-    python -m scripts.bench_zoo --mode cold [--processes 3] [--per-family 3]
+    python -m scripts.bench_zoo --mode cold [--processes 3] [--per-family 3] [--baseline DIR]
     python -m scripts.bench_zoo --report
 """
 
@@ -148,33 +151,39 @@ def cold_worker(name: str, exporter: str) -> None:
     print(json.dumps({"seconds": time.process_time() - start}))
 
 
-def _cold_once(name: str, exporter: str) -> float | str:
-    run = subprocess.run([sys.executable, "-m", "scripts.bench_zoo", "--cold-worker", name, exporter],
-                         cwd=_ROOT, capture_output=True, text=True, timeout=900)
+def _cold_once(name: str, exporter: str, baseline: str | None = None) -> float | str:
+    """One fresh process; ``baseline`` runs ours from that checkout (its package and this script)."""
+    root = baseline if exporter == "baseline" else _ROOT
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, "-m", "scripts.bench_zoo", "--cold-worker", name,
+                          "ours" if exporter == "baseline" else exporter],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=900)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     if run.returncode or not lines:
         return (run.stderr.strip().splitlines() or ["no output"])[-1][:200]
     return float(json.loads(lines[-1])["seconds"])
 
 
-def _compiled_package() -> None:
+def _compiled_package(baseline: str | None) -> None:
     """Bytecode for the package, as a pip install leaves it: with PYTHONDONTWRITEBYTECODE set
     (or a read-only checkout) every cold process would compile our sources and torch's not."""
     import predispatch_func
     compileall.compile_dir(os.path.dirname(predispatch_func.__file__), quiet=1)
+    if baseline:
+        compileall.compile_dir(os.path.join(baseline, "predispatch_func"), quiet=1)
 
 
 def cold(args: argparse.Namespace) -> None:
-    _compiled_package()
+    _compiled_package(args.baseline)
     path = args.results or _results_path("cold")
     todo = [zm for zm in _selected(args) if zm.name not in _done(path)]
     for i, zm in enumerate(todo):
         row: dict[str, Any] = {"name": zm.name, "library": zm.library, "family": zm.family}
-        seconds: dict[str, list[float]] = {"ours": [], "torch.export": []}
+        seconds: dict[str, list[float]] = {"ours": [], "torch.export": [], **({"baseline": []} if args.baseline else {})}
         failed = {}
         for _ in range(args.processes):
             for exporter in seconds:
-                got = _cold_once(zm.name, exporter)
+                got = _cold_once(zm.name, exporter, args.baseline)
                 if isinstance(got, str):
                     failed[exporter] = got
                 else:
@@ -185,10 +194,13 @@ def cold(args: argparse.Namespace) -> None:
             _append(path, {**row, "status": "failed", "failed": failed})
             print(f"[{i + 1}/{len(todo)}] {zm.name}: failed {failed}", flush=True)
             continue
-        ratio = statistics.median(seconds["ours"]) / statistics.median(seconds["torch.export"])
-        _append(path, {**row, "status": "ok", "seconds": seconds, "ratio": ratio})
-        print(f"[{i + 1}/{len(todo)}] {zm.name}: ours {statistics.median(seconds['ours']):.2f} s, torch.export "
-              f"{statistics.median(seconds['torch.export']):.2f} s, ratio {ratio:.2f}", flush=True)
+        ratios = {name: statistics.median(seconds[name]) / statistics.median(seconds["torch.export"])
+                  for name in seconds if name != "torch.export"}
+        extra = {"baseline_ratio": ratios["baseline"]} if "baseline" in ratios else {}
+        _append(path, {**row, "status": "ok", "seconds": seconds, "ratio": ratios["ours"], **extra})
+        print(f"[{i + 1}/{len(todo)}] {zm.name}: " + ", ".join(
+            f"{name} {statistics.median(got):.2f} s" for name, got in seconds.items())
+            + ", ratio " + ", ".join(f"{name} {r:.2f}" for name, r in ratios.items()), flush=True)
 
 
 # --- the report ---------------------------------------------------------------------------
@@ -258,6 +270,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--heavy", action="store_true", help="include the zoo's heavy models")
     parser.add_argument("--results", help="results file (default .bench/zoo-<mode>-torch-<release>.jsonl)")
+    parser.add_argument("--baseline", help="cold: also time ours from this checkout, alternating")
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--note", default="", help="a sentence for the report (machine load, ...)")
     parser.add_argument("--out")

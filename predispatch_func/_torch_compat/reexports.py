@@ -323,10 +323,18 @@ def relate_symbol(env: ShapeEnv, symbol: Any, expr: Any) -> None:
     env._set_replacement(symbol, expr, "derived Dim")
 
 
-def recompute_unbacked_bindings(gm: torch.fx.GraphModule) -> None:
+def recompute_unbacked_bindings(gm: torch.fx.GraphModule, env: ShapeEnv) -> None:
     """torch.export's pass over a traced graph's ``unbacked_bindings``: recomputed from each node's
     value, so a binding of a symbol the trace replaced (``torch._check(u0 == 4)``) is dropped, as
-    in torch.export's programs (a stale one names a symbol the program no longer has)."""
+    in torch.export's programs (a stale one names a symbol the program no longer has).
+
+    A trace with no unbacked symbol has nothing to recompute, and skipping the pass keeps
+    its module (it imports aot_autograd and networkx: a tenth of a second) out of a first export."""
+    from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+    if not any("unbacked_bindings" in node.meta for node in gm.graph.nodes) and \
+            not any(symbol_is_type(s, (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)) for s in env.var_to_range):
+        return
     from torch.export._trace import _replace_unbacked_bindings
 
     _replace_unbacked_bindings(gm)

@@ -7,7 +7,7 @@ FunctionalTensorMode's dispatch on the edge-case catalogue,
 ``functionalize_inplace_through_twin`` likewise (catalogue cases of in-place ops with
 Python Meta kernels), ``torch_export_keeps`` against ``aot_export_module(pre_dispatch=True)``'s
 graphs, the node recorders against the graphs torch's tracer records,
-``stack_trace_filter`` and ``fake_with_dynamic_dims`` against torch.export's
+``stack_trace_anchors``, ``uninteresting_stack_files`` and ``fake_with_dynamic_dims`` against torch.export's
 stack traces and runtime shape checks.
 """
 
@@ -181,15 +181,22 @@ def _functional_wrappers(value: Any, mode: FunctionalTensorMode, wrapped: list[b
     return value
 
 
-def stack_trace_filter() -> tuple[set[tuple[str, str]], set[str]]:
-    """What fx's tracer keeps of a stack when only ``forward`` frames are recorded:
-    besides ``forward`` frames, the (filename, function) anchors torch registered (the
-    live set: torch adds to it as it goes), less the files torch always drops."""
+def stack_trace_anchors() -> set[tuple[str, str]]:
+    """What fx's tracer keeps of a stack besides ``forward`` frames when only those are
+    recorded: the (filename, function) anchors torch registered (the live set: torch adds
+    to it as it goes). Frames of :func:`uninteresting_stack_files` are dropped after."""
     import torch.fx.proxy as fx_proxy
+
+    return fx_proxy._STACK_TRACE_ANCHORS
+
+
+def uninteresting_stack_files() -> set[str]:
+    """The files whose frames fx's tracer always drops from a node's stack (fx also keeps
+    frames of torch/__init__.py, which this set then drops). Computing it imports the
+    modules it names, torch.export's tracer among them: callers cache it per torch install."""
     from torch.fx.experimental.symbolic_shapes import uninteresting_files
 
-    # fx also keeps frames of torch/__init__.py, which uninteresting_files() then drops
-    return fx_proxy._STACK_TRACE_ANCHORS, uninteresting_files()
+    return uninteresting_files()
 
 
 def fake_with_dynamic_dims(mode: FakeTensorMode, t: torch.Tensor, dims: set[int],
@@ -326,7 +333,8 @@ __all__ = [
     "functional_twin_of_unary_inplace",
     "functional_overload_of",
     "functionalize_inplace_through_twin",
-    "stack_trace_filter",
+    "stack_trace_anchors",
+    "uninteresting_stack_files",
     "fake_with_dynamic_dims",
     "symbolic_int",
     "record_grad_marker",

@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import _torch_compat as tc
-from ..schema_audit.checker import VERDICTS
 from ..schema_audit.report import render_diff, render_summary, render_table, to_json
 from ..schema_audit.tagger import DECOMPOSE, KEEP, apply_overrides
+from ..schema_audit.verdicts import VERDICTS
 from .user_code import import_user_module
 
 

@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
 from ..graphs import all_graph_modules
+from .stack_trace_files import dropped_files
 
 NN_MODULE_STACK = "nn_module_stack"
 TORCH_FN = "torch_fn"
@@ -98,7 +99,7 @@ class _UserStack:
     trace, so they are walked once and each walk stops at them."""
 
     def __init__(self, bottom: types.FrameType | None = None) -> None:
-        self.anchors, self.dropped = tc.stack_trace_filter()
+        self.anchors, self.dropped = tc.stack_trace_anchors(), dropped_files()
         self.formatted: dict[tuple, str] = {}
         self.kept: dict[types.CodeType, bool] = {}  # per code object: is its frame recorded?
         self.stop = bottom.f_back if bottom is not None else None

@@ -23,13 +23,7 @@ import torch
 
 from .. import _torch_compat as tc
 from .samples import Sample
-
-LIES_ALIAS = "lies_alias"
-LIES_MUTATION = "lies_mutation"
-MAYBE_ALIAS = "maybe_alias"
-HONEST = "honest"
-UNTESTED = "untested"
-VERDICTS = (LIES_ALIAS, LIES_MUTATION, MAYBE_ALIAS, HONEST, UNTESTED)
+from .verdicts import HONEST, LIES_ALIAS, LIES_MUTATION, MAYBE_ALIAS, UNTESTED
 
 
 @dataclasses.dataclass

@@ -12,6 +12,7 @@ still audits everything.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -32,7 +33,7 @@ class AtenEntries:
 
     __slots__ = ("_entries", "lazy", "_cache_path", "_lock", "audited_now")
 
-    def __init__(self, entries: dict[str, Entry], *, lazy: bool, cache_path: Path | None = None):
+    def __init__(self, entries: Mapping[str, Entry], *, lazy: bool, cache_path: Path | None = None):
         self._entries = entries
         self.lazy = lazy
         self._cache_path = cache_path
@@ -41,10 +42,10 @@ class AtenEntries:
 
     @classmethod
     def for_installed_torch(cls) -> AtenEntries:
-        from .table import load, table_path
+        from .table import ShippedEntries, table_path
 
         if table_path().exists():
-            return cls(load().entries, lazy=False)
+            return cls(ShippedEntries.read(), lazy=False)
         return cls.lazily(lazy_cache_path())
 
     @classmethod
@@ -77,12 +78,14 @@ class AtenEntries:
         from .runner import audit_op
         from .tagger import tag
 
+        entries = self._entries
+        assert isinstance(entries, dict), "only a lazy AtenEntries audits, into its own dict"
         with self._lock:
-            if str(op) in self._entries:
-                return self._entries[str(op)]
+            if str(op) in entries:
+                return entries[str(op)]
             with tc.outside_all_modes():
                 entry = tag(op, audit_op(op))
-            self._entries[entry.op] = entry
+            entries[entry.op] = entry
             self.audited_now.append(entry.op)
             self._write()
             return entry

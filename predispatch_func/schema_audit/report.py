@@ -10,8 +10,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from .checker import VERDICTS
 from .tagger import Entry
+from .verdicts import VERDICTS
 
 _VERDICT_STYLE = {"lies_alias": "bold red", "lies_mutation": "bold red", "maybe_alias": "yellow",
                   "honest": "green", "untested": "dim"}

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import torch
 
 from .. import _torch_compat as tc
-from .runner import audit_many, audit_scope, overloads_in
-from .tagger import Entry, tag
+from .tagger import Entry
 
 TABLES_DIR = Path(__file__).with_name("tables")
 FORMAT = 1
@@ -67,6 +66,9 @@ class AuditTable:
 def audit_entries(ops: Iterable[tc.OpOverload], *, isolate: bool = True,
                   use_opinfo: bool = True,
                   progress: Callable[[str], None] | None = None) -> list[Entry]:
+    from .runner import audit_many
+    from .tagger import tag
+
     ops = list(ops)
     results = audit_many(ops, isolate=isolate, use_opinfo=use_opinfo, progress=progress)
     return [tag(op, r) for op, r in zip(ops, results)]
@@ -74,6 +76,8 @@ def audit_entries(ops: Iterable[tc.OpOverload], *, isolate: bool = True,
 
 def build(progress: Callable[[str], None] | None = None) -> AuditTable:
     """Audit every aten overload (the script's job; about half a minute)."""
+    from .runner import audit_scope
+
     entries = audit_entries(audit_scope("aten"), progress=progress)
     return AuditTable(torch.__version__, torch.version.git_version or "", {e.op: e for e in entries})
 
@@ -94,6 +98,70 @@ def save(table: AuditTable, path: Path | None = None) -> Path:
 def load(path: Path | None = None) -> AuditTable:
     """The table at ``path`` (default: the shipped table of the installed torch's release)."""
     return AuditTable.from_json(json.loads(Path(path or table_path()).read_text()))
+
+
+class ShippedEntries(Mapping[str, Entry]):
+    """A table's entries by overload name, each parsed the first time it is asked for.
+
+    An export meets a few dozen of the three thousand overloads, and parsing all of them
+    is most of what reading the table costs a first export. :func:`save` writes one entry
+    a line, so the lines are indexed by the overload they name and parsed on demand; a
+    file in any other layout is parsed whole, as :func:`load` does.
+    """
+
+    __slots__ = ("_lines", "_parsed")
+
+    def __init__(self, text: str):
+        self._parsed: dict[str, Entry] = {}
+        lines = _entry_lines(text)
+        if lines is None:
+            self._parsed = AuditTable.from_json(json.loads(text)).entries
+        self._lines: dict[str, str] = lines or {}
+
+    @classmethod
+    def read(cls, path: Path | None = None) -> ShippedEntries:
+        return cls(Path(path or table_path()).read_text())
+
+    def __getitem__(self, name: str) -> Entry:
+        entry = self._parsed.get(name)
+        if entry is None:
+            data = json.loads(self._lines[name])  # KeyError: not in the table
+            if data.get("op") != name:
+                raise ValueError(f"audit table line for {name} names {data.get('op')!r}")
+            entry = self._parsed[name] = Entry.from_json(data)
+        return entry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parsed if not self._lines else self._lines)
+
+    def __len__(self) -> int:
+        return len(self._parsed if not self._lines else self._lines)
+
+
+_OP_KEY = ', "op": "'
+
+
+def _entry_lines(text: str) -> dict[str, str] | None:
+    """{overload: its entry's JSON} for a table in :func:`save`'s layout (a header line
+    ending in the entries' bracket, one entry a line, ``]}`` last), else None. Inside a
+    JSON string every quote is escaped, so the first unescaped ``, "op": "`` is the key."""
+    lines = text.rstrip("\n").split("\n")
+    if len(lines) < 3 or lines[-1] != "]}" or not lines[0].endswith('"entries": ['):
+        return None
+    try:
+        head = json.loads(lines[0] + "]}")
+    except ValueError:
+        return None
+    if head.get("format") != FORMAT:
+        raise ValueError(f"audit table format {head.get('format')!r}, expected {FORMAT}")
+    index = {}
+    for line in lines[1:-1]:
+        start = line.find(_OP_KEY)
+        if not line.startswith("{") or start < 0:
+            return None
+        start += len(_OP_KEY)
+        index[line[start:line.index('"', start)]] = line.removesuffix(",")
+    return index
 
 
 def load_release(release: str) -> AuditTable:
@@ -140,6 +208,8 @@ def diff(before: AuditTable, after: AuditTable, *, composites_only: bool = True)
 
 def staleness(table: AuditTable) -> list[str]:
     """Why ``table`` does not describe the installed torch (empty: it does)."""
+    from .runner import overloads_in
+
     problems = []
     # the local tag (+cpu, +cu128) names a build of the same source: same ops, same schemas
     if table.torch_version.split("+")[0] != torch.__version__.split("+")[0]:

@@ -10,10 +10,13 @@ override wins, and the entry remembers what the audit said underneath it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _torch_compat as tc
-from .checker import HONEST, LIES_ALIAS, LIES_MUTATION, MAYBE_ALIAS, UNTESTED, CheckResult
+from .verdicts import HONEST, LIES_ALIAS, LIES_MUTATION, MAYBE_ALIAS, UNTESTED
+
+if TYPE_CHECKING:  # the checker is the auditing code; an export only reads entries
+    from .checker import CheckResult
 
 KEEP = "keep"
 DECOMPOSE = "decompose"

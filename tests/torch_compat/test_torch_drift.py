@@ -122,7 +122,7 @@ def test_the_keeps_cases_cover_both_answers():
     assert answers.count(True) >= 5 and answers.count(False) >= 5
 
 
-# --- stack_trace_filter ---------------------------------------------------------------------
+# --- stack_trace_anchors, uninteresting_stack_files ------------------------------------------
 
 
 def _relu_in_a_helper(t):  # not a forward frame: fx drops it
@@ -155,8 +155,9 @@ def _traces(ep) -> list[tuple[str, str]]:
 
 
 def test_stack_traces_are_the_ones_torch_export_records():
-    """``stack_trace_filter`` restates which frames fx's tracer keeps in a node's ``stack_trace``
-    (``forward`` frames and torch's registered anchors, less torch's uninteresting files), and
+    """``stack_trace_anchors`` and ``uninteresting_stack_files`` restate which frames fx's tracer
+    keeps in a node's ``stack_trace`` (``forward`` frames and torch's registered anchors, less
+    torch's uninteresting files, read from the disk cache where an earlier process left them), and
     ``program/node_meta.py`` formats them as fx does. Pins: on a functional model (same nodes
     in both programs) every node's stack_trace equals the one ``torch.export.export`` records."""
     x = torch.randn(2, 3)
@@ -167,6 +168,37 @@ def test_stack_traces_are_the_ones_torch_export_records():
     assert [t for t, _ in ours] == [t for t, _ in torchs]
     assert all(trace for _, trace in ours)
     assert ours == torchs
+
+
+# --- recompute_unbacked_bindings ------------------------------------------------------------
+
+
+class _GathersNonzero(torch.nn.Module):
+    def forward(self, x):
+        return x[x.nonzero()[:, 0]].sum(0) + x.shape[0]
+
+
+def test_torchs_unbacked_binding_pass_has_nothing_to_do_without_unbacked_symbols():
+    """``recompute_unbacked_bindings`` skips torch's pass (and the import of its module) where
+    the trace made no unbacked symbol and no node has a binding. Pins: torch's pass then
+    leaves every node's meta as it was (dynamic sizes, backed symbols, included), and on a
+    trace with unbacked symbols our programs keep the bindings torch.export's keep."""
+    from torch.export._trace import _replace_unbacked_bindings
+
+    ep = pf.export(_Outer(), (torch.randn(4, 3),), dynamic_shapes=({0: torch.export.Dim("b", max=64)},))
+    gm = ep.graph_module
+    before = [(n.name, sorted(n.meta), n.meta.get("unbacked_bindings")) for n in gm.graph.nodes]
+    assert not any(bindings for _, _, bindings in before)
+    _replace_unbacked_bindings(gm)
+    assert [(n.name, sorted(n.meta), n.meta.get("unbacked_bindings")) for n in gm.graph.nodes] == before
+
+    def bound(program):
+        return sorted(str(n.target) for n in program.graph.nodes if n.meta.get("unbacked_bindings"))
+
+    x = torch.tensor([1.0, 0.0, 2.0, 3.0])
+    ours = pf.export(_GathersNonzero(), (x,))
+    assert bound(ours) and bound(ours) == bound(torch.export.export(_GathersNonzero(), (x,)))
+    assert torch.equal(ours.module()(x), _GathersNonzero()(x))
 
 
 # --- record_grad_marker, record_hop_call ----------------------------------------------------

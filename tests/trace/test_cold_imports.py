@@ -1,0 +1,41 @@
+"""What a first export in a fresh process imports: nothing of torch that ``torch.export``'s
+own first export needs and ours does not (its tracer's module pulls in aot_autograd and
+networkx, a tenth to a third of a second of a cold export), once an earlier process has
+left what it computed from them in the disk cache."""
+
+import json
+import os
+import subprocess
+import sys
+
+from predispatch_func.program import stack_trace_files
+
+_SCRIPT = """
+import json, sys, torch
+heavy = ("torch.export._trace", "torch._functorch.aot_autograd", "networkx")
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+before = [m for m in heavy if m in sys.modules]
+import predispatch_func as pf
+ep = pf.export(model, (torch.randn(1, 3, 8, 8),))
+assert torch.allclose(ep.module()(torch.ones(1, 3, 8, 8)), model(torch.ones(1, 3, 8, 8)))
+print(json.dumps({"before": before, "after": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def _first_export(env: dict) -> dict:
+    run = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_a_first_export_imports_no_module_of_torch_exports_tracer(tmp_path, monkeypatch):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+           "PREDISPATCH_FUNC_CACHE": str(tmp_path)}
+    monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", str(tmp_path))
+    stack_trace_files.forget()
+    stack_trace_files.dropped_files()  # as the first process on this torch install leaves it
+    stack_trace_files.forget()
+    got = _first_export(env)
+    assert got["before"] == []  # importing torch alone does not import them: the check means something
+    assert got["after"] == []
