@@ -2,10 +2,11 @@
 
 A plain tensor attribute (``self.t = torch.ones(2)``, or one held in a list or
 dict attribute) is a constant of the program: the program keeps the value the
-trace read, so ``self.t = self.t + 1`` in ``forward`` is not carried, in ours as
-in torch.export, which warns. Ours gives the same warning (same class, same
-text) so a pipeline that watches for it keeps working; registering the tensor
-as a buffer makes the write part of the program.
+trace read. torch.export warns that ``self.t = self.t + 1`` in ``forward`` is
+not carried; ours gives the same warning (same class, same text) so a pipeline
+that watches for it keeps working, and the state guard then judges the write
+(refused by default where later eager calls differ, state_guard.py).
+Registering the tensor as a buffer makes the write part of the program.
 """
 
 from __future__ import annotations
