@@ -166,13 +166,13 @@ class CompositePolicy:
         if op not in self._by_op:  # everything that depends on the op alone, once per op
             self._by_op[op] = self._decide_by_op(op)
         fixed = self._by_op[op]
-        if isinstance(fixed, bool):
-            return fixed
         writes = WRITES_ONLY_WHEN.get(op)
-        if writes is not None:
+        if writes is not None and fixed is not True:  # not even a user's "keep" keeps a call that writes
             if writes(op, args, kwargs):
                 return self._record(op, Decision.DECOMPOSE, "this call writes an input its schema does not mark")
-            return self._record(op, Decision.KEEP, "writes nothing for these arguments")
+            return False if fixed is False else self._record(op, Decision.KEEP, "writes nothing for these arguments")
+        if isinstance(fixed, bool):
+            return fixed
         untested = self._untested_layout(op, args, kwargs)
         if untested is not None:  # the audit's "keep" holds only for the layouts it ran
             return self._record(op, Decision.DECOMPOSE, f"the schema audit never ran it on {untested} inputs")

@@ -54,3 +54,13 @@ def test_the_writes_predicate_reads_keyword_arguments():
     assert not writes(op, (torch.randn(1, 2), None, None, *stats, False, 0.1, 1e-5, False), {})
     assert not writes(op, (torch.randn(1, 2), None, None, None, None), {"training": True, "momentum": 0.1,
                                                                           "eps": 1e-5, "cudnn_enabled": False})
+
+
+def test_a_users_keep_override_still_decomposes_a_call_that_writes():
+    model = _conv_bn(True).train()
+    ep = export_checked(model, (torch.randn(2, 3, 8, 8),), composite_overrides={"aten.batch_norm.default": "keep"})
+    assert "aten.batch_norm.default" not in call_targets(ep)
+    assert {target for _, target in mutations(ep)} == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
+    ep = export_checked(model.eval(), (torch.randn(2, 3, 8, 8),),
+                        composite_overrides={"aten.batch_norm.default": "decompose"})
+    assert "aten.batch_norm.default" not in call_targets(ep)  # the user's "decompose" holds
