@@ -96,31 +96,54 @@ class _UserStack:
     first, without torch's uninteresting files, formatted as fx formats them.
     Formatting is cached per chain of frames: a model repeats its few lines. The callers
     of the frame that runs the trace (``bottom``) wait at the same lines for the whole
-    trace, so they are walked once and each walk stops at them."""
+    trace, so they are walked once and each walk stops at them. A transformer's stack is
+    fifty frames deep and a layer makes dozens of torch calls from the same callers, so
+    each caller's part of the walk is kept too (:meth:`_walk`)."""
 
     def __init__(self, bottom: types.FrameType | None = None) -> None:
         self.anchors, self.dropped = tc.stack_trace_anchors(), dropped_files()
         self.formatted: dict[tuple, str] = {}
         self.kept: dict[types.CodeType, bool] = {}  # per code object: is its frame recorded?
+        # per caller frame: (its line, the recorded frames from it down, whether that walk met the stop)
+        self.from_caller: dict[types.FrameType, tuple[int, tuple, bool]] = {}
         self.stop = bottom.f_back if bottom is not None else None
-        self.below = self._walk(self.stop, None)[0] if self.stop is not None else []
+        self.below = list(self._walk(self.stop, None)[0]) if self.stop is not None else []
 
-    def _walk(self, frame: types.FrameType | None,
-              stop: types.FrameType | None) -> tuple[list[tuple[str, int, str]], bool]:
+    def _walk(self, frame: types.FrameType | None, stop: types.FrameType | None) -> tuple[tuple, bool]:
         """The recorded frames from ``frame`` down to ``stop`` (excluded), innermost first;
-        and whether the walk met ``stop``."""
-        chain = []
-        kept = self.kept
-        while frame is not None and frame is not stop:
+        and whether the walk met ``stop``. A frame waiting in a call keeps its callers
+        (and so what the walk finds below it) for as long as it waits at that line, so
+        the walk from a caller met before at the same line is reused. A generator's
+        frame is not: each resumption may come from other callers."""
+        chain: list[tuple[str, int, str]] = []
+        walked: list[tuple[types.FrameType, int, int]] = []  # (caller frame, its line, chain length there)
+        kept, from_caller = self.kept, self.from_caller
+        first = frame
+        rest: tuple = ()
+        while True:
+            if frame is None or frame is stop:
+                met = frame is not None
+                break
             code = frame.f_code
+            lineno = frame.f_lineno
+            if frame is not first:
+                cached = from_caller.get(frame)
+                if cached is not None and cached[0] == lineno:
+                    rest, met = cached[1], cached[2]
+                    break
+                if not code.co_flags & _RESUMABLE:
+                    walked.append((frame, lineno, len(chain)))
             keep = kept.get(code)
             if keep is None:
                 keep = kept[code] = (code.co_name == "forward" or (code.co_filename, code.co_name) in self.anchors) \
                     and code.co_filename not in self.dropped
             if keep:
-                chain.append((code.co_filename, frame.f_lineno, code.co_name))
+                chain.append((code.co_filename, lineno, code.co_name))
             frame = frame.f_back
-        return chain, frame is not None
+        full = (*chain, *rest)
+        for caller, lineno, at in walked:
+            from_caller[caller] = (lineno, full[at:], met)
+        return full, met
 
     def __call__(self) -> str:
         chain, met_stop = self._walk(sys._getframe(2), self.stop)  # noqa: SLF001  (CPython's frame walk)
@@ -161,6 +184,9 @@ class _TorchFnMode(TorchFunctionMode):
                     meta[key] = value
 
 
+_RESUMABLE = 0x20 | 0x80 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR: callers change per resumption
+
+
 def _current() -> dict[str, Any]:
     return fx_traceback.get_current_meta()
 
@@ -173,13 +199,15 @@ def recording(root: torch.nn.Module) -> Iterator[None]:
         _current()[NN_MODULE_STACK] = dict(calls.stack)
         pre = torch.nn.modules.module.register_module_forward_pre_hook(calls.pre)
         post = torch.nn.modules.module.register_module_forward_hook(calls.post, always_call=True)
+        # this generator's caller's caller runs the body of ``with recording(...)``
+        torch_fn_mode = _TorchFnMode(bottom=sys._getframe(2))  # noqa: SLF001  (CPython's frame walk)
         try:
-            # this generator's caller's caller runs the body of ``with recording(...)``
-            with _TorchFnMode(bottom=sys._getframe(2)):  # noqa: SLF001  (CPython's frame walk)
+            with torch_fn_mode:
                 yield
         finally:
             pre.remove()
             post.remove()
+            torch_fn_mode.user_stack.from_caller.clear()  # the frames it holds hold the trace's tensors
 
 
 def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
