@@ -209,7 +209,12 @@ def opinfo_db() -> list[Any]:
 
 
 def to_functional(t: torch.Tensor) -> torch.Tensor:
-    return FunctionalTensor.to_functional(t)
+    """``t`` wrapped for the active FunctionalTensorMode. The wrapper's construction reads
+    ``t``'s metadata a dozen times; under the tracer each read would pass through its two
+    torch-function modes, which record nothing for them (three quarters of the cost of
+    wrapping a model's parameters). tests/torch_compat pins that the modes are bypassed."""
+    with torch._C.DisableTorchFunction():
+        return FunctionalTensor.to_functional(t)
 
 
 def inner_of_functional(t: Any) -> Any:

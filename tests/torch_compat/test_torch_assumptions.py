@@ -371,3 +371,26 @@ def test_batch_norm_writes_running_stats_only_when_training_with_them():
         op(x, None, None, mean, var, training, 0.5, 1e-5, False)
         assert (not torch.equal(mean, torch.zeros(3))) is training
         assert (not torch.equal(var, torch.ones(3))) is training
+
+
+# --- torch-function modes stand aside where the compat layer turns them off ----------------
+
+
+def test_wrapping_for_functionalization_bypasses_torch_function_modes():
+    """tc.to_functional turns torch-function modes off while it builds the wrapper: the
+    tracer's modes would see a dozen metadata reads per tensor and record nothing."""
+    seen = []
+
+    class Watch(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with tc.FunctionalTensorMode(), Watch():
+        x = torch.ones(2, 3)
+        x.stride()
+        assert seen, "a torch-function mode sees tensor method calls"
+        seen.clear()
+        wrapped = tc.to_functional(x)
+        assert seen == []
+    assert isinstance(wrapped, tc.FunctionalTensor) and wrapped.shape == x.shape
