@@ -69,11 +69,12 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     policy = CompositePolicy(audit_lookup=shipped_decision, overrides=composite_overrides, lowering=lowering,
                              untested_layouts=shipped_untested_layouts)
     preserved = PreservedCalls(mod, preserve_module_call_signature)
-    call = ModelCall(mod, inputs, fakes, around=lambda: _observed(mod, preserved))
+    guard = StateGuard(mod, (args, kwargs), python_state=python_state)
+    call = ModelCall(mod, inputs, fakes, around=lambda: _observed(mod, preserved, guard))
     settings = TraceSettings(policy, {**(lowering.proxy_table() if lowering else {}), **(decompositions or {})})
-    with StateGuard(mod, (args, kwargs), python_state=python_state) as guard:
+    with guard:
         traced = trace_subgraph(call, fakes, grad_enabled=True, settings=settings, pre_dispatch=pre_dispatch,
-                                fake_mode=fakeify.mode, prepare=functools.partial(_named_inputs, inputs, guard))
+                                fake_mode=fakeify.mode, prepare=functools.partial(_named_inputs, inputs, guard, call))
     trace, gm, mutations = traced.trace, traced.graph_module, call.mutations
     written_through_data = {inputs.slots[i] for i in trace.hidden_written}
     placeholders = traced.placeholders
@@ -110,21 +111,27 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         module_call_signatures=module_call_signatures)
 
 
-def _named_inputs(inputs: Inputs, guard: StateGuard, trace: Trace) -> Placeholders:
+def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, trace: Trace) -> Placeholders:
     """Between the trace and the regions: no Python-level change left uncarried, the
     constants the trace created lifted to inputs, the placeholders named."""
-    guard.refuse_uncarried_changes()
+    written = {id(slot) for slot in call.mutations.mutated}
+    placeholders = [n for n in trace.graph_module.graph.nodes if n.op == "placeholder"]
+    guard.refuse_uncarried_changes(readable_state=frozenset(
+        node for node, slot in zip(placeholders, inputs.slots)
+        if slot.kind is not SlotKind.USER and id(slot) not in written))
     inputs = lift_traced_constants(trace.graph_module, inputs)
     name_placeholders(trace.graph_module, inputs)
     return Placeholders.of(trace.graph_module, inputs)
 
 
 @contextlib.contextmanager
-def _observed(mod: torch.nn.Module, preserved: PreservedCalls):
+def _observed(mod: torch.nn.Module, preserved: PreservedCalls, guard: StateGuard):
     """Around the model's call: torch.export's rewrites of calls non-strict tracing cannot take
     as they are, node metadata (node_meta.py), preserved call brackets, torch.export's warning
-    about tensor attributes assigned in forward; the tracer kept when leaks are to be reported."""
+    about tensor attributes assigned in forward; the tracer kept when leaks are to be reported;
+    the caches of state forward filled, while the trace can still tell what they hold."""
     leaks.note_tracer()
     with tc.non_strict_call_rewrites(), node_meta.recording(mod), preserved.bracketing(), \
             warning_on_assigned_tensor_attributes(mod):
         yield
+        guard.note_memo_entries()

@@ -33,12 +33,15 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, _is_user_frame
+from . import state_memos
 from .python_state import Written, judge_over_calls
 
 # the Module methods through which model code changes what a module holds
 _RECORDED = ("__setattr__", "__delattr__", "register_buffer", "register_parameter",
              "register_module", "add_module")
 _CONTAINERS = (list, dict, set)
+_CONTENTS_CHANGED = "changes the contents of attribute"
+_MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 _OUR_DIR = __file__.rsplit("/", 2)[0] + "/"  # the package, not program/
 _TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
 
@@ -90,6 +93,8 @@ class StateGuard:
         self.python_state = python_state
         self.writes: dict[tuple[int, str], str | None] = {}  # (id(module), name) -> user's line
         self.by_torch: set[tuple[int, str]] = set()  # written by torch's module code only
+        # (id(module), name) of a dict that gained entries -> their graph nodes (None: not a cache)
+        self.memo_entries: dict[tuple[int, str], list[torch.fx.Node] | None] = {}
 
     # --- snapshot and restore ------------------------------------------------------
 
@@ -184,23 +189,50 @@ class StateGuard:
                     found.append(self._change(snap, where, name, "assigns tensor attribute"))
                 elif (not _same(_contents(now[name]), snap.contents[name]) if name in snap.contents
                       else name in snap.empty and len(now[name]) > 0):
-                    found.append(self._change(snap, where, name, "changes the contents of attribute"))
+                    found.append(self._change(snap, where, name, _CONTENTS_CHANGED))
             if snap.module.training != snap.training:
                 found.append(self._change(snap, where, "training", "switches train/eval mode of"))
         return found
 
+    def _caches_unwritten_state(self, change: Change, readable_state: frozenset[torch.fx.Node]) -> bool:
+        if change.what != _CONTENTS_CHANGED:
+            return False
+        try:
+            module = self.mod.get_submodule(change.written.module)
+        except AttributeError:
+            return False
+        nodes = self.memo_entries.get((id(module), change.written.name))
+        return nodes is not None and state_memos.computed_from_unwritten_state(nodes, readable_state)
+
     def _change(self, snap: _ModuleSnapshot, where: str, name: str, what: str) -> Change:
         return Change(Written(where, name), what, self.writes.get((id(snap.module), name)))
 
-    def refuse_uncarried_changes(self) -> None:
+    def note_memo_entries(self) -> None:
+        """Inside the trace, once ``forward`` has returned: the entries each dict attribute
+        gained, as graph nodes (:mod:`.state_memos`)."""
+        for snap in self.modules:
+            now = vars(snap.module)
+            for name in (*snap.contents, *snap.empty):
+                if name in _MODULE_TABLES:
+                    continue
+                value = now.get(name)
+                if isinstance(value, dict) and value is snap.attrs[name] \
+                        and len(value) != len(snap.contents.get(name, ())):
+                    self.memo_entries[(id(snap.module), name)] = state_memos.new_entries(
+                        snap.contents.get(name, {}), value)
+
+    def refuse_uncarried_changes(self, readable_state: frozenset[torch.fx.Node] = frozenset()) -> None:
         """Raise (or warn) for every change a program cannot carry; call before exit.
 
         Changes are judged by eager over several calls (:mod:`.python_state`), on copies,
         after the model is restored; what is carried leaves the caller's model as it was
-        (exporting never changes it, and eager's first call starts from there too).
+        (exporting never changes it, and eager's first call starts from there too). When
+        every change is a cache of state the trace proves carried (:mod:`.state_memos`,
+        given ``readable_state``: the placeholders of state the program never writes),
+        eager is not run.
         """
         found = self.changes()
-        if not found:
+        if not found or all(self._caches_unwritten_state(c, readable_state) for c in found):
             return
         self._stop_recording()
         self._restore()
