@@ -82,6 +82,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "torch_tag_maybe_aliasing",
     "function_has_setup_context",
     "current_proxy_tracer",
+    "torch_function_modes_off",
     "autocast_state",
     "all_higher_order_ops",
     "active_functional_mode",
@@ -208,12 +209,18 @@ def opinfo_db() -> list[Any]:
     return list(op_db)
 
 
+def torch_function_modes_off() -> Any:
+    """A context in which tensor methods skip every torch-function mode: for our own reads of
+    tensor metadata inside the trace, which the tracer's modes would see and record nothing for."""
+    return torch._C.DisableTorchFunction()
+
+
 def to_functional(t: torch.Tensor) -> torch.Tensor:
     """``t`` wrapped for the active FunctionalTensorMode. The wrapper's construction reads
     ``t``'s metadata a dozen times; under the tracer each read would pass through its two
     torch-function modes, which record nothing for them (three quarters of the cost of
     wrapping a model's parameters). tests/torch_compat pins that the modes are bypassed."""
-    with torch._C.DisableTorchFunction():
+    with torch_function_modes_off():
         return FunctionalTensor.to_functional(t)
 
 
