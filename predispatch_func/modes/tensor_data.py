@@ -197,7 +197,7 @@ class HiddenWrites:
         what = self._saved.read_unchecked_by(key)
         if what is not None:
             raise UnsupportedError(
-                f"an in-place write (by {call.func}) to a tensor that {what} read with grad on: torch 2.13's "
+                f"an in-place write (by {call.func}) to a tensor that {what} read with grad on: torch's "
                 f"{what} backward reads its operands without autograd's version check, so eager's gradient "
                 "silently uses the written value (an op's backward would raise instead), which a program, "
                 "whose backward reads the value the call was given, cannot reproduce; write to a clone",
