@@ -304,3 +304,45 @@ def test_a_relation_s_fix_names_the_dim_the_other_fixes_keep():
     assert refined["x"][2][0].root is refined["x"][0]["data"][0] and refined["x"][2][0].fn(10) == 12
     ep = export_checked(model, args, dynamic_shapes=refined)
     pf.verify(ep, model, (({"data": torch.randn(5, 3)}, torch.randn(5, 3), torch.randn(7, 3)),), raise_on_failure=True)
+
+
+class MaxOfTensorAndSize(torch.nn.Module):
+    """Python's ``max`` compares a tensor with an int: ``bool()`` of a many-element tensor."""
+
+    def forward(self, x):
+        return max(x, x.shape[0])
+
+
+class BoolOfEmpty(torch.nn.Module):
+    def forward(self, x):
+        return x + 1 if x[:0] else x - 1
+
+
+@pytest.mark.parametrize("model, x, shapes, phrase", [
+    (MaxOfTensorAndSize(), torch.randn(4, 4), {"x": {0: Dim.AUTO}}, "more than one value"),
+    (BoolOfEmpty(), torch.randn(3), None, "no values"),
+], ids=["many", "empty"])
+def test_bool_of_a_tensor_fails_with_eager_s_text(model, x, shapes, phrase):
+    """Regression: ``bool()`` of a tensor in forward reached ``item()`` first and failed with "a Tensor
+    with 4*s6 elements cannot be converted to Scalar"; eager and torch.export say why it is refused."""
+    text = f"Boolean value of Tensor with {phrase} is ambiguous"
+    with pytest.raises(RuntimeError, match=text):
+        model(x)
+    with pytest.raises(RuntimeError, match=text):
+        pf.export(model, (x,), dynamic_shapes=shapes)
+
+
+class MaxOfScalars(torch.nn.Module):
+    """``bool()`` of a one-element tensor the trace can still decide (its size is static)."""
+
+    def forward(self, x, n):
+        return x * max(n.shape[0], x.shape[0]) + min(x.sum(), x.max())
+
+
+def test_max_and_min_over_tensors_and_sizes_keep_eager_s_values():
+    model = MaxOfScalars()
+    ep = export_checked(model, (torch.randn(3), torch.randn(5)),
+                        dynamic_shapes={"x": {0: Dim("a")}, "n": {0: Dim("b")}})
+    for a, b in ((4, 2), (2, 6)):
+        args = (torch.randn(a), torch.randn(b))
+        pf.verify(ep, model, args, raise_on_failure=True)
