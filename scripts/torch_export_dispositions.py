@@ -13,7 +13,9 @@ is listed with its disposition here, and one that has none is counted as
   where it is an ``UnsupportedError``; listed in docs/usage.md (drop-in section);
 - ``documented difference``: ours behaves differently on purpose or in a way a
   user can act on, listed in docs/usage.md (drop-in section) with the reason;
-- ``open``: not yet understood or not yet fixed; the reason says what is known.
+- ``open``: not yet understood or not yet fixed; the reason says what is known;
+- ``strict-only``: never listed here; the report derives it from a result, where
+  torch.export with ``strict=False`` forced fails the test too (``--torch-nonstrict``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ REGION_HOP = "region HOP"
 REFUSAL = "documented refusal"
 DIFFERENCE = "documented difference"
 OPEN = "open"
+STRICT_ONLY = "strict-only"
 
 _TO_FAMILY = ("op list of the functional IR, as in torch's own training-IR branch of the test (`_to_copy`, or no "
               "node for a no-op `.to`; see docs/usage.md); the program was checked against eager")
@@ -54,10 +57,6 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     # documented differences
     "test_derived_dim_1_2": (DIFFERENCE, "ours accepts a size torch's program rejects (dx = 1 within the declared "
                                          "range [1, 2]; torch's test says `TODO: this should not error?`)"),
-    "test_export_max_nonstrict": (DIFFERENCE, "the first check is strict-only (Dynamo's error text; ours is always "
-                                              "non-strict); ours then fails with another RuntimeError text"),
-    "test_export_dynamo_config": (DIFFERENCE, "strict-only: Dynamo's config has no effect on a non-strict trace"),
-    "test_linear_conv": (DIFFERENCE, "strict-only metadata: `source_fn_stack` is written by Dynamo's capture"),
     "test_suggested_fixes_new_roots": (DIFFERENCE, "ours refuses too, but its suggested fixes miss a modulo "
                                                    "relation (`dy % 3 == 0`) torch's suggest as new root dims"),
     "test_specialize_derived_dim_roots": (DIFFERENCE, "ours refuses too, but names a range (`dy >= 8`) where "
