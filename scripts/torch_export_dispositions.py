@@ -65,15 +65,6 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     "test_detect_leak_nonstrict": (DIFFERENCE, "a tensor the model keeps is our tracing tensor (a FunctionalTensor "
                                                "over a fake), not a FakeTensor; the leak warning itself is torch's"),
     "test_detect_leak_nonstrict_with_stacktrace": (DIFFERENCE, "as test_detect_leak_nonstrict"),
-    "test_shared_submodule_nn_module_stack": (DIFFERENCE, "`nn_module_stack` of a submodule reached through two "
-                                                          "paths names the first path"),
-    "test_unflatten_multiple_graphs_shared_submodule": (DIFFERENCE, "one module under two attribute names "
-                                                                    "(`self.n`, `self.p`): `nn_module_stack` names "
-                                                                    "its first path, so `unflatten` makes other "
-                                                                    "submodules (printed graph and their names); "
-                                                                    "the values are eager's"),
-    "test_slice_nn_module_stack": (DIFFERENCE, "`nn_module_stack` of a sliced ModuleList names the module, not "
-                                               "torch's `mod_list_1.slice(2, 3, None).2` path"),
     "test_export_cond_preserve_torch_fn_for_subgraphs": (DIFFERENCE, "`torch_fn` metadata inside cond subgraphs"),
     "test_stack_trace_make_fx": (DIFFERENCE, "`stack_trace` of nodes when the model itself calls make_fx"),
     "test_capture_subclass_constructor": (OPEN, "a tensor subclass constructed in forward fails in our trace "

@@ -481,7 +481,25 @@ def _functional_bool_checks_numel() -> Iterator[None]:
         FunctionalTensor.__bool__ = plain  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def module_getattr_wrapped(wrap: Callable[[torch.nn.Module, str, Any], Any]) -> Iterator[None]:
+    """For the block, ``module.name`` that ``nn.Module.__getattr__`` answers (parameters, buffers,
+    submodules) gives ``wrap(module, name, value)``: how torch.export's non-strict trace learns the
+    path ``forward`` walked to a submodule (fx's tracer patches the same method)."""
+    original = torch.nn.Module.__getattr__
+
+    def wrapped(self: torch.nn.Module, name: str) -> Any:
+        return wrap(self, name, original(self, name))
+
+    torch.nn.Module.__getattr__ = wrapped  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module.__getattr__ = original  # type: ignore[method-assign]
+
+
 __all__ = [
+    "module_getattr_wrapped",
     "non_strict_call_rewrites",
     "trace_moved_below_autograd",
     "func_transform_levels_wrapped",

@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
 from ..graphs import all_graph_modules
+from . import module_access
 from .stack_trace_files import dropped_files
 
 NN_MODULE_STACK = "nn_module_stack"
@@ -57,10 +58,13 @@ def root_stack(root_cls: type) -> Stack:
 
 
 class _ModuleCalls:
-    """Pushes ``(fqn, type)`` when a submodule of ``root`` starts ``forward``, pops when it ends."""
+    """Pushes ``(fqn, type)`` when a submodule of ``root`` starts ``forward``, pops when it ends.
+    The fqn is the module's path; where the model holds a module twice, the path ``forward``
+    walked to it (``access``, module_access.py)."""
 
-    def __init__(self, root: torch.nn.Module):
+    def __init__(self, root: torch.nn.Module, access: module_access.Paths | None = None):
         self.paths = {id(m): name for name, m in root.named_modules() if name}
+        self.access = access
         self.stack: Stack = root_stack(type(root))
         self.calls: dict[str, int] = {}
         self.keys: list[str | None] = []
@@ -68,7 +72,9 @@ class _ModuleCalls:
     def pre(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_dynamo_compiling():  # a torch HOP's body under dynamo: no side effects
             return
-        fqn = self.paths.get(id(module))
+        fqn = self.access.path_of(module) if self.access is not None else None
+        if not fqn:
+            fqn = self.paths.get(id(module))
         # not a submodule of the model (made in forward), or a graph body a HOP calls
         # (re-exporting ep.module()): torch records none
         if fqn is None or isinstance(module, torch.fx.GraphModule):
@@ -194,8 +200,8 @@ def _current() -> dict[str, Any]:
 @contextlib.contextmanager
 def recording(root: torch.nn.Module) -> Iterator[None]:
     """Around the model's call inside the trace: stamp every node with module and torch call."""
-    calls = _ModuleCalls(root)
-    with fx_traceback.preserve_node_meta():  # restores the current meta on exit
+    with module_access.access_paths(root) as access, fx_traceback.preserve_node_meta():  # restores the meta
+        calls = _ModuleCalls(root, access)
         _current()[NN_MODULE_STACK] = dict(calls.stack)
         pre = torch.nn.modules.module.register_module_forward_pre_hook(calls.pre)
         post = torch.nn.modules.module.register_module_forward_hook(calls.post, always_call=True)

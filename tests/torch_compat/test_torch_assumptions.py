@@ -158,6 +158,7 @@ def _state() -> dict:
         "dynamo_call_apply": AutogradFunctionVariable.call_apply,
         "builtins": (builtins.max, builtins.min, math.pow),
         "functional_bool": tc.FunctionalTensor.__dict__["__bool__"],
+        "module_getattr": torch.nn.Module.__dict__["__getattr__"],
         "function_modes": torch._C._len_torch_function_stack(),
         "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
         "pre_dispatch_modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
@@ -213,6 +214,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "dynamo_function_capture_refused": lambda: patches.dynamo_function_capture_refused(lambda cls: None),
     "below_autograd": lambda: patches.below_autograd(),
     "non_strict_call_rewrites": lambda: patches.non_strict_call_rewrites(),
+    "module_getattr_wrapped": lambda: patches.module_getattr_wrapped(lambda module, name, value: value),
     "func_transform_levels_wrapped": lambda: patches.func_transform_levels_wrapped(contextlib.nullcontext),
     "trace_moved_below_autograd": _moved_below_autograd,
 }
