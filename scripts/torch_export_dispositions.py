@@ -65,8 +65,6 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     "test_detect_leak_nonstrict": (DIFFERENCE, "a tensor the model keeps is our tracing tensor (a FunctionalTensor "
                                                "over a fake), not a FakeTensor; the leak warning itself is torch's"),
     "test_detect_leak_nonstrict_with_stacktrace": (DIFFERENCE, "as test_detect_leak_nonstrict"),
-    "test_export_cond_preserve_torch_fn_for_subgraphs": (DIFFERENCE, "`torch_fn` metadata inside cond subgraphs"),
-    "test_stack_trace_make_fx": (DIFFERENCE, "`stack_trace` of nodes when the model itself calls make_fx"),
     "test_capture_subclass_constructor": (OPEN, "a tensor subclass constructed in forward fails in our trace "
                                                 "(`Unable to cast NotImplemented to Tensor`)"),
     "test_export_aten_to_unflatten_subclass": (OPEN, "a tensor subclass input's own methods are not reachable on "

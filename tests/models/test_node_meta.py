@@ -256,3 +256,62 @@ def test_a_shared_module_is_named_by_the_path_forward_walked(model, x, op):
     # the stand-ins are gone: the model's own submodules are what it holds, and it runs as before
     assert all(type(m).__name__ == type(m).__mro__[0].__name__ and "_pf_paths" not in type(m).__dict__
                for m in model.modules())
+
+
+class BranchCalls(torch.nn.Module):
+    """cond branches calling functions, Tensor methods, operators and a nested cond."""
+
+    def inner(self, x):
+        y = torch.sin(x) + x.cos()
+        y = y.cos() * 2
+        z = torch.cond(y.sum() > 0, lambda a: a.exp(), lambda a: torch.nn.functional.relu(a), (y,))
+        return z - torch.nn.functional.gelu(y)
+
+    def other(self, x):
+        return torch.tanh(x) - x
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, self.inner, self.other, (x,)) + x.cos()
+
+
+def _torch_fns_by_graph(ep):
+    return {where: [n.meta.get("torch_fn") for n in gm.graph.nodes if n.op == "call_function"]
+            for where, gm in ep.graph_module.named_modules() if isinstance(gm, torch.fx.GraphModule)}
+
+
+def test_calls_in_cond_branches_carry_their_own_torch_fn():
+    """Regression: every call in a cond branch carried the cond's ``torch_fn`` (``cond_1``); torch.export
+    names the torch call each came from, counted afresh in each branch."""
+    model, x = BranchCalls(), torch.randn(2, 3)
+    ours = _torch_fns_by_graph(export_checked(model, (x,)))
+    assert ours == _torch_fns_by_graph(torch.export.export(model, (x,)))
+    assert ours["true_graph_0"][:3] == [("sin_1", "builtin_function_or_method.sin"),
+                                        ("cos_1", "method_descriptor.cos"), ("add_1", "method_descriptor.add")]
+
+
+class LinearThenScale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.linear(x)
+        x *= 2.0
+        return x
+
+
+@pytest.mark.parametrize("make", ["make_fx", "ep.module()"])
+def test_an_exported_graph_module_keeps_its_nodes_stack_traces(make):
+    """Regression: a graph module (``make_fx``'s, a program's ``module()``) exported again ran its
+    generated code, so its nodes' stack traces named that code (``<eval_with_key>``); torch.export
+    runs it node by node and each node's calls keep the node's ``stack_trace``: the model's lines."""
+    model, x = LinearThenScale(), torch.randn(4, 4)
+    if make == "make_fx":
+        gm = torch.fx.experimental.proxy_tensor.make_fx(model, record_stack_traces=True)(x)
+    else:
+        gm = pf.export(model, (x,)).module()
+    ep = export_checked(gm, (x,))
+    traces = {n.target: n.meta.get("stack_trace") or "" for n in ep.graph.nodes if n.op == "call_function"}
+    assert traces and all("<eval_with_key>" not in t for t in traces.values())
+    mul = next(t for target, t in traces.items() if "mul" in str(target))
+    assert "in forward\n    x *= 2.0" in mul and __file__ in mul
