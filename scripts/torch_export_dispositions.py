@@ -65,8 +65,11 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     "test_detect_leak_nonstrict": (DIFFERENCE, "a tensor the model keeps is our tracing tensor (a FunctionalTensor "
                                                "over a fake), not a FakeTensor; the leak warning itself is torch's"),
     "test_detect_leak_nonstrict_with_stacktrace": (DIFFERENCE, "as test_detect_leak_nonstrict"),
-    "test_capture_subclass_constructor": (OPEN, "a tensor subclass constructed in forward fails in our trace "
-                                                "(`Unable to cast NotImplemented to Tensor`)"),
-    "test_export_aten_to_unflatten_subclass": (OPEN, "a tensor subclass input's own methods are not reachable on "
-                                                     "our FunctionalTensor (`no attribute 'get_elem_a'`)"),
+    "test_capture_subclass_constructor": (REFUSAL, "TENSOR_SUBCLASS_IN_FORWARD: a tensor subclass built in forward "
+                                                   "(torch records it as a `flat_apply` node our functional trace "
+                                                   "cannot take)"),
+    "test_export_aten_to_unflatten_subclass": (REFUSAL, "TENSOR_SUBCLASS_IN_FORWARD: forward calls the subclass's own "
+                                                        "`get_elem_a`, which our functional tracing tensors lack "
+                                                        "(torch.export refuses the same model later, in "
+                                                        "run_decompositions)"),
 }

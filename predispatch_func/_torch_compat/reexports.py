@@ -50,6 +50,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "opinfo_db",
     "to_functional",
     "inner_of_functional",
+    "subclass_built_in",
     "has_kernel",
     "has_data_mutation",
     "fake_mode_of",
@@ -228,6 +229,21 @@ def inner_of_functional(t: Any) -> Any:
 def value_behind_functional(t: Any) -> Any:
     """The value a FunctionalTensor wraps, as it is (no sync: safe outside the trace)."""
     return torch._from_functional_tensor(t.elem) if isinstance(t, FunctionalTensor) else t
+
+
+def subclass_built_in(tb: Any) -> type | None:
+    """The tensor subclass whose constructor failed in ``tb``: torch's export wrapper of a subclass
+    ``__init__`` (``mark_subclass_constructor_exportable_experimental``) records the construction
+    as a ``flat_apply`` node, which our functional trace cannot take. None if ``tb`` holds none."""
+    import torch._export.wrappers as wrappers
+
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename == wrappers.__file__ and "constructor_subclass" in frame.f_locals:
+            args = frame.f_locals.get("args") or ()
+            return type(args[0]) if args else None
+        tb = tb.tb_next
+    return None
 
 
 def has_kernel(op: OpOverload) -> bool:

@@ -407,3 +407,18 @@ def test_functional_tensor_bool_skips_eager_s_numel_check():
 
     source = inspect.getsource(tc.FunctionalTensor.__bool__)
     assert "item()" in source and "numel" not in source
+
+
+def test_a_subclass_built_in_forward_fails_inside_torch_s_constructor_wrapper():
+    """``subclass_built_in`` finds the subclass in the frame of torch's export wrapper of its
+    ``__init__`` (``constructor_subclass`` and ``args`` among its locals). When torch moves or
+    renames it, the refusal for a subclass built in forward stops firing: this fails first."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    class Builds(torch.nn.Module):
+        def forward(self, x):
+            return TwoTensor(x, x).a
+
+    with pytest.raises(pf.UnsupportedError) as err:
+        pf.export(Builds(), (torch.randn(2),))
+    assert tc.subclass_built_in(err.value.__cause__.__traceback__) is TwoTensor
