@@ -57,11 +57,6 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     # documented differences
     "test_derived_dim_1_2": (DIFFERENCE, "ours accepts a size torch's program rejects (dx = 1 within the declared "
                                          "range [1, 2]; torch's test says `TODO: this should not error?`)"),
-    "test_suggested_fixes_new_roots": (DIFFERENCE, "ours refuses too, but its suggested fixes miss a modulo "
-                                                   "relation (`dy % 3 == 0`) torch's suggest as new root dims"),
-    "test_specialize_derived_dim_roots": (DIFFERENCE, "ours refuses too, but names a range (`dy >= 8`) where "
-                                                      "torch solves the guard `2*(dy - 6) == dy` to `dy = 12` "
-                                                      "(the program would keep that guard)"),
     "test_detect_leak_nonstrict": (DIFFERENCE, "a tensor the model keeps is our tracing tensor (a FunctionalTensor "
                                                "over a fake), not a FakeTensor; the leak warning itself is torch's"),
     "test_detect_leak_nonstrict_with_stacktrace": (DIFFERENCE, "as test_detect_leak_nonstrict"),

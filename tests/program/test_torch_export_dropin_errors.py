@@ -406,3 +406,57 @@ def test_ops_on_a_subclass_parameter_are_still_traced():
             return x + (2 * self.param).sum()
 
     export_checked(Ops(), (torch.randn(4, 4),))
+
+
+def _torch_s_fixes(model, args, shapes) -> str:
+    """torch.export's suggested fixes for the same refusal (a drift check of our solver's)."""
+    with pytest.raises(UserError) as err:
+        torch.export.export(model, args, dynamic_shapes=shapes)
+    return str(err.value).split("Suggested fixes:\n")[1].split("\n\n")[0].rstrip()
+
+
+class FlattenPlusDerived(torch.nn.Module):
+    def forward(self, x, y):
+        return x.reshape([-1]) + y
+
+
+def test_a_guard_that_allows_one_size_of_a_root_is_a_specialisation_with_that_size_as_the_fix():
+    """Regression: ``x: (dy - 6, 2)`` flattened and added to ``y: (dy,)`` holds only for dy = 12
+    (2*(dy - 6) == dy); the fix named a range (``dy >= 8``) that the program would still refuse."""
+    dy = Dim("dy", min=6)
+    model, x, y = FlattenPlusDerived(), torch.randn(6, 2), torch.randn(12)
+    with pytest.raises(UserError) as err:
+        pf.export(model, (x, y), dynamic_shapes={"x": (dy - 6, 2), "y": (dy,)})
+    text = str(err.value)
+    assert "Specializations unexpectedly required (dy)!" in text
+    assert "solving the guards generated for dy - 6 = L['x'].size()[0] resulted in a specialized value of 6" in text
+    assert text.endswith("Suggested fixes:\n  dy = 12") and "dy - 6 = 6" not in text
+    assert _torch_s_fixes(model, (x, y), {"x": (dy - 6, 2), "y": (dy,)}) == "  dy = 12"
+    export_checked(model, (x, y), dynamic_shapes={"x": (6, 2), "y": (12,)})  # the fix taken
+
+
+class ThreeRelated(torch.nn.Module):
+    def forward(self, x, y, z):
+        if x.shape[0] >= 5 and x.shape[0] <= 36 and y.shape[0] % 3 == 0:
+            return x + y[1:] + z[3:]
+        return x
+
+
+def test_a_divisibility_of_a_related_size_introduces_a_new_root_in_the_fixes():
+    """Regression: ``(dx + 1) % 3 == 0`` (``y = x + 1`` sizes, ``y % 3`` checked) was left out of the
+    fixes, which named ``dx``'s range only; torch.export's introduce a root ``_dx`` and spell every
+    related dim in it. The fixes taken export, and the program is eager's at other sizes."""
+    from torch.export import dims
+
+    dx, dy, dz = dims("dx", "dy", "dz")
+    model, args = ThreeRelated(), (torch.randn(11), torch.randn(12), torch.randn(14))
+    with pytest.raises(UserError) as err:
+        pf.export(model, args, dynamic_shapes={"x": (dx,), "y": (dy,), "z": (dz,)})
+    assert str(err.value).endswith("Suggested fixes:\n  _dx = Dim('_dx', max=12)\n  dx = 3*_dx - 1\n"
+                                   "  dy = 3*_dx\n  dz = 3*_dx + 2")
+    assert str(err.value).endswith(_torch_s_fixes(model, args, {"x": (dx,), "y": (dy,), "z": (dz,)}))
+    _dx = Dim("_dx", min=2, max=12)
+    ep = export_checked(model, args, dynamic_shapes={"x": (3 * _dx - 1,), "y": (3 * _dx,), "z": (3 * _dx + 2,)})
+    for n in (2, 7, 12):
+        other = (torch.randn(3 * n - 1), torch.randn(3 * n), torch.randn(3 * n + 2))
+        pf.verify(ep, model, other, raise_on_failure=True)
