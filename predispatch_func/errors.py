@@ -174,6 +174,7 @@ class Refusal(enum.Enum):
     EAGER_OP_UNREACHABLE = ("an op run under pf.eager.on with no path into the target op set", False)
     EAGER_BACKEND_LACKS_FLOOR = ("pf.eager.register on a backend without kernels for the runtime floor", False)
     REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
+    TENSOR_SUBCLASS_IN_FORWARD = ("a tensor subclass's own Python API used in forward, or one built there", False)
 
     def __init__(self, summary: str, torch_limit: bool):
         self.summary = summary

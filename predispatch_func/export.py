@@ -13,7 +13,8 @@ from . import _torch_compat as tc
 from .aot import aot_export_module
 from .artifacts import AotSignature, ProgramFacts, program_facts, with_program_facts
 from .autograd_facts import may_carry_grad
-from .program import leaks
+from .errors import ExportError
+from .program import leaks, tensor_subclasses
 from .program.input_check import checked_call
 
 
@@ -46,11 +47,17 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     del strict, prefer_deferred_runtime_asserts_over_guards  # see the docstring
     with tc.module_inputs_flattened((args, kwargs)), leaks.watching() as leak_watch:
         args, kwargs = checked_call(model, args, kwargs)
-        gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
-                                    dynamic_shapes=dynamic_shapes,
-                                    composite_overrides=composite_overrides,
-                                    python_state=python_state, target=target,
-                                    preserve_module_call_signature=tuple(preserve_module_call_signature))
+        try:
+            gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
+                                        dynamic_shapes=dynamic_shapes,
+                                        composite_overrides=composite_overrides,
+                                        python_state=python_state, target=target,
+                                        preserve_module_call_signature=tuple(preserve_module_call_signature))
+        except ExportError as err:
+            refusal = tensor_subclasses.refusal_for(err)
+            if refusal is None:
+                raise
+            raise refusal from err.__cause__
     ep = to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
     if leak_watch is not None:
         leak_watch.report(tc.fake_mode_of([n.meta.get("val") for n in ep.graph.find_nodes(op="placeholder")]))

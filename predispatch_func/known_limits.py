@@ -180,6 +180,12 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                         'allocation, views, random fills), named'),
     Refusal.REGION_NOT_INLINABLE: ('`interop.inline_regions` on an autocast region (use '
                                    '`ep.run_decompositions()`)'),
+    Refusal.TENSOR_SUBCLASS_IN_FORWARD: ("a tensor subclass's own Python API in `forward` (a method or attribute "
+                                         'the subclass adds, read from an input, parameter or result of that class) '
+                                         'or a subclass built in `forward`: the trace runs `forward` on functional '
+                                         "tensors that carry only `torch.Tensor`'s API. Ops on subclass inputs and "
+                                         'parameters are traced; call the subclass API outside the model, or '
+                                         'build the subclass outside and pass it in'),
 }
 
 # limits that are not refusals: where the program is eager's only up to a stated difference

@@ -50,14 +50,18 @@ import traceback
 import types
 
 try:
-    from scripts.torch_export_dispositions import DISPOSITIONS, GRAPH_TEXT, REGION_HOP
+    from scripts.torch_export_dispositions import DISPOSITIONS, GRAPH_TEXT, REGION_HOP, STRICT_ONLY
 except ImportError:  # run as a file, without the repository root on the path: its folder is
-    from torch_export_dispositions import DISPOSITIONS, GRAPH_TEXT, REGION_HOP  # type: ignore[no-redef]
+    from torch_export_dispositions import DISPOSITIONS, GRAPH_TEXT, REGION_HOP, STRICT_ONLY  # type: ignore[no-redef]
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(_ROOT, ".testexport")
 TEST_CLASS = "TestExport"
 EXPORTERS = ("torch", "ours")
+# "torch-nonstrict": torch.export with `strict=False` forced on every call, as torch's own
+# test_export_nonstrict.py runs the file; a reference row (--torch-nonstrict) that says which tests
+# only Dynamo's strict capture passes, so the report can call them strict-only from a result
+NONSTRICT = "torch-nonstrict"
 # "ours-all": ours also behind `torch.export.export`, which about a fifth of TestExport calls by name
 # (torch's variant files leave those calls alone); an extra, stricter run with --patch-torch-export
 OURS_ALL = "ours-all"
@@ -93,6 +97,19 @@ def make_ours(calls: ExportCalls):
                 calls.dropped.add(f"{name}={value!r}"[:80])
         return pf.export(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
                          preserve_module_call_signature=tuple(preserve_module_call_signature or ()))
+
+    return export
+
+
+def make_nonstrict(fn, calls: ExportCalls):
+    """torch.export with ``strict=False`` forced, as torch's ``test_export_nonstrict.py`` swaps it in."""
+    @functools.wraps(fn)
+    def export(*args, **kwargs):
+        calls.calls += 1
+        if kwargs.get("strict"):
+            calls.dropped.add("strict=True")
+        kwargs["strict"] = False
+        return fn(*args, **kwargs)
 
     return export
 
@@ -273,7 +290,9 @@ def worker(test_file: str, result_fd: int) -> None:
     for request in sys.stdin:
         exporter, name = request.split()
         calls = ExportCalls()
-        fn = make_ours(calls) if exporter in ("ours", OURS_ALL) else make_counted(torch_export, calls)
+        fn = (make_ours(calls) if exporter in ("ours", OURS_ALL)
+              else make_nonstrict(torch_export, calls) if exporter == NONSTRICT
+              else make_counted(torch_export, calls))
         result = Result()
         start = time.monotonic()
         with patch.object(mod, "export", fn), \
@@ -375,6 +394,8 @@ def run(args) -> None:
     exporters = ["torch"] if args.torch_export_only else ["ours"] if args.ours_only else list(EXPORTERS)
     if args.patch_torch_export:
         exporters = [OURS_ALL]
+    if args.torch_nonstrict:
+        exporters = [NONSTRICT]
 
     def wanted(n: str, e: str) -> bool:
         if args.rerun:
@@ -499,6 +520,10 @@ def torch_section(rows: dict[tuple[str, str], dict], names: list[str]) -> list[s
              _table_row("torch.export.export", [rows[(n, "torch")] for n in both]),
              _table_row("predispatch_func.export", [rows[(n, "ours")] for n in both]),
              _table_row("ours, on the tests torch.export passes", [rows[(n, "ours")] for n in torch_ok])]
+    nonstrict_rows = [rows[(n, NONSTRICT)] for n in both if (n, NONSTRICT) in rows]
+    if nonstrict_rows:
+        lines.insert(-2, _table_row("torch.export, `strict=False` forced (reference for strict-only tests)",
+                                    nonstrict_rows))
     all_rows = [rows[(n, OURS_ALL)] for n in torch_ok if (n, OURS_ALL) in rows]
     if all_rows:
         lines.append(_table_row("ours also behind `torch.export.export`, on the tests torch.export passes",
@@ -523,6 +548,9 @@ def torch_section(rows: dict[tuple[str, str], dict], names: list[str]) -> list[s
         lines += [f"- `{r['test']}` ({r['status']}, {r.get('category', r['status'])}): {_md(r.get('reason', ''))}"
                   for r in more]
         lines.append("")
+    for r in lost:  # the strict-only reference travels with the row the dispositions judge
+        if (r["test"], NONSTRICT) in rows:
+            r["nonstrict"] = rows[(r["test"], NONSTRICT)]
     lines += disposition_lines(lost, version)
     by_theme: dict[str, list[dict]] = collections.defaultdict(list)
     for r in lost:
@@ -543,9 +571,20 @@ def torch_section(rows: dict[tuple[str, str], dict], names: list[str]) -> list[s
 
 
 def disposition(row: dict) -> tuple[str, str]:
-    """(kind, reason) from scripts/torch_export_dispositions.py; a graph-text disposition holds only
-    where the runner classed the failing line as graph text too, else it reads as unexplained."""
+    """(kind, reason) for one test torch.export passes and ours does not.
+
+    *strict-only* comes from the result of the same test with torch.export, ``strict=False`` forced
+    (``row["nonstrict"]``, the --torch-nonstrict row), never from a list: torch's own non-strict
+    export fails it too. Everything else is read from scripts/torch_export_dispositions.py; a
+    graph-text disposition holds only where the runner classed the failing line as graph text too,
+    else it reads as unexplained."""
+    ref = row.get("nonstrict")
+    if ref is not None and ref["status"] not in _OK + ("skip",):
+        return STRICT_ONLY, f"torch.export with strict=False fails it too: {ref.get('reason', ref['status'])}"
     kind, why = DISPOSITIONS.get(row["test"], (UNEXPLAINED, "no disposition in scripts/torch_export_dispositions.py"))
+    if kind == STRICT_ONLY:
+        return UNEXPLAINED, ("listed as strict-only, but no torch.export strict=False result fails it"
+                             " (run --torch-nonstrict)")
     if kind in (GRAPH_TEXT, REGION_HOP) and row.get("category") != "graph-text":
         return UNEXPLAINED, f"listed as {kind}, but the failing line checks {row.get('category', row['status'])}"
     return kind, why
@@ -592,6 +631,7 @@ def report(paths: list[str], out: str, source: str) -> None:
              f"PYTHONPATH=. $PY {here} -k 'test_cond' --rerun   # a subset again; --ours-only, --limit N",
              f"PYTHONPATH=. $PY {here} --ours-only --rerun      # after a change of ours: torch.export's rows stand",
              f"PYTHONPATH=. $PY {here} --patch-torch-export --rerun  # ours also behind torch.export.export (extra row)",
+             f"PYTHONPATH=. $PY {here} --torch-nonstrict --rerun  # torch.export, strict=False forced (strict-only row)",
              "PYTHONPATH=. python3 -m scripts.run_torch_export_tests --report docs/runs/torch_export_tests.md \\",
              "  --results .testexport/results-torch-2.13.0.jsonl .testexport/results-torch-2.15.0.jsonl",
              "```", ""]
@@ -625,6 +665,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--import-timeout", type=float, default=300.0, help="seconds for a worker to import the file")
     p.add_argument("--rerun", action="store_true", help="run tests that already have a result again")
     p.add_argument("--rerun-failed", action="store_true", help="run again only what failed or raised last time (not timeouts)")
+    p.add_argument("--torch-nonstrict", action="store_true",
+                   help=f"run torch.export with strict=False forced (results as exporter {NONSTRICT!r}): the "
+                   "reference that makes a test strict-only in the report")
     p.add_argument("--patch-torch-export", action="store_true",
                    help=f"run ours also behind torch.export.export (results as exporter {OURS_ALL!r})")
     p.add_argument("--python", default=sys.executable, help="the interpreter (and so the torch) to test with")

@@ -13,7 +13,9 @@ is listed with its disposition here, and one that has none is counted as
   where it is an ``UnsupportedError``; listed in docs/usage.md (drop-in section);
 - ``documented difference``: ours behaves differently on purpose or in a way a
   user can act on, listed in docs/usage.md (drop-in section) with the reason;
-- ``open``: not yet understood or not yet fixed; the reason says what is known.
+- ``open``: not yet understood or not yet fixed; the reason says what is known;
+- ``strict-only``: never listed here; the report derives it from a result, where
+  torch.export with ``strict=False`` forced fails the test too (``--torch-nonstrict``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ REGION_HOP = "region HOP"
 REFUSAL = "documented refusal"
 DIFFERENCE = "documented difference"
 OPEN = "open"
+STRICT_ONLY = "strict-only"
 
 _TO_FAMILY = ("op list of the functional IR, as in torch's own training-IR branch of the test (`_to_copy`, or no "
               "node for a no-op `.to`; see docs/usage.md); the program was checked against eager")
@@ -54,31 +57,14 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     # documented differences
     "test_derived_dim_1_2": (DIFFERENCE, "ours accepts a size torch's program rejects (dx = 1 within the declared "
                                          "range [1, 2]; torch's test says `TODO: this should not error?`)"),
-    "test_export_max_nonstrict": (DIFFERENCE, "the first check is strict-only (Dynamo's error text; ours is always "
-                                              "non-strict); ours then fails with another RuntimeError text"),
-    "test_export_dynamo_config": (DIFFERENCE, "strict-only: Dynamo's config has no effect on a non-strict trace"),
-    "test_linear_conv": (DIFFERENCE, "strict-only metadata: `source_fn_stack` is written by Dynamo's capture"),
-    "test_suggested_fixes_new_roots": (DIFFERENCE, "ours refuses too, but its suggested fixes miss a modulo "
-                                                   "relation (`dy % 3 == 0`) torch's suggest as new root dims"),
-    "test_specialize_derived_dim_roots": (DIFFERENCE, "ours refuses too, but names a range (`dy >= 8`) where "
-                                                      "torch solves the guard `2*(dy - 6) == dy` to `dy = 12` "
-                                                      "(the program would keep that guard)"),
     "test_detect_leak_nonstrict": (DIFFERENCE, "a tensor the model keeps is our tracing tensor (a FunctionalTensor "
                                                "over a fake), not a FakeTensor; the leak warning itself is torch's"),
     "test_detect_leak_nonstrict_with_stacktrace": (DIFFERENCE, "as test_detect_leak_nonstrict"),
-    "test_shared_submodule_nn_module_stack": (DIFFERENCE, "`nn_module_stack` of a submodule reached through two "
-                                                          "paths names the first path"),
-    "test_unflatten_multiple_graphs_shared_submodule": (DIFFERENCE, "one module under two attribute names "
-                                                                    "(`self.n`, `self.p`): `nn_module_stack` names "
-                                                                    "its first path, so `unflatten` makes other "
-                                                                    "submodules (printed graph and their names); "
-                                                                    "the values are eager's"),
-    "test_slice_nn_module_stack": (DIFFERENCE, "`nn_module_stack` of a sliced ModuleList names the module, not "
-                                               "torch's `mod_list_1.slice(2, 3, None).2` path"),
-    "test_export_cond_preserve_torch_fn_for_subgraphs": (DIFFERENCE, "`torch_fn` metadata inside cond subgraphs"),
-    "test_stack_trace_make_fx": (DIFFERENCE, "`stack_trace` of nodes when the model itself calls make_fx"),
-    "test_capture_subclass_constructor": (OPEN, "a tensor subclass constructed in forward fails in our trace "
-                                                "(`Unable to cast NotImplemented to Tensor`)"),
-    "test_export_aten_to_unflatten_subclass": (OPEN, "a tensor subclass input's own methods are not reachable on "
-                                                     "our FunctionalTensor (`no attribute 'get_elem_a'`)"),
+    "test_capture_subclass_constructor": (REFUSAL, "TENSOR_SUBCLASS_IN_FORWARD: a tensor subclass built in forward "
+                                                   "(torch records it as a `flat_apply` node our functional trace "
+                                                   "cannot take)"),
+    "test_export_aten_to_unflatten_subclass": (REFUSAL, "TENSOR_SUBCLASS_IN_FORWARD: forward calls the subclass's own "
+                                                        "`get_elem_a`, which our functional tracing tensors lack "
+                                                        "(torch.export refuses the same model later, in "
+                                                        "run_decompositions)"),
 }

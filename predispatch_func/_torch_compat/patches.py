@@ -445,7 +445,7 @@ def non_strict_call_rewrites() -> Iterator[None]:
     from torch._export.non_strict_utils import _NonStrictTorchFunctionHandler, _override_builtin_ops
 
     backends = (torch.backends.mkldnn, torch.backends.nnpack)
-    with _NonStrictTorchFunctionHandler(), _override_builtin_ops():
+    with _NonStrictTorchFunctionHandler(), _override_builtin_ops(), _functional_bool_checks_numel():
         before = [backend.set_flags(False) for backend in backends]
         try:
             yield
@@ -454,7 +454,52 @@ def non_strict_call_rewrites() -> Iterator[None]:
                 backend.set_flags(*flags)
 
 
+@contextlib.contextmanager
+def _functional_bool_checks_numel() -> Iterator[None]:
+    """``bool()`` of a tensor in forward fails as eager's does: torch's ``FunctionalTensor.__bool__``
+    goes straight to ``item()``, so ``max(x, n)`` over a many-element ``x`` (Python comparing a tensor)
+    failed with ``item``'s "cannot be converted to Scalar" where eager, and torch.export's trace of
+    plain fake tensors, say "Boolean value of Tensor with more than one value is ambiguous". A size
+    the trace cannot decide is left to ``item()``, as before."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    plain = FunctionalTensor.__bool__
+
+    def checked(self: Any) -> bool:
+        numel = self.numel()
+        if guard_or_false(numel == 0):
+            raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
+        if guard_or_false(numel > 1):
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return plain(self)
+
+    FunctionalTensor.__bool__ = checked  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FunctionalTensor.__bool__ = plain  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def module_getattr_wrapped(wrap: Callable[[torch.nn.Module, str, Any], Any]) -> Iterator[None]:
+    """For the block, ``module.name`` that ``nn.Module.__getattr__`` answers (parameters, buffers,
+    submodules) gives ``wrap(module, name, value)``: how torch.export's non-strict trace learns the
+    path ``forward`` walked to a submodule (fx's tracer patches the same method)."""
+    original = torch.nn.Module.__getattr__
+
+    def wrapped(self: torch.nn.Module, name: str) -> Any:
+        return wrap(self, name, original(self, name))
+
+    torch.nn.Module.__getattr__ = wrapped  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module.__getattr__ = original  # type: ignore[method-assign]
+
+
 __all__ = [
+    "module_getattr_wrapped",
     "non_strict_call_rewrites",
     "trace_moved_below_autograd",
     "func_transform_levels_wrapped",

@@ -50,6 +50,8 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "opinfo_db",
     "to_functional",
     "inner_of_functional",
+    "value_forced_by_guards",
+    "subclass_built_in",
     "has_kernel",
     "has_data_mutation",
     "fake_mode_of",
@@ -237,6 +239,21 @@ def value_behind_functional(t: Any) -> Any:
     return torch._from_functional_tensor(t.elem) if isinstance(t, FunctionalTensor) else t
 
 
+def subclass_built_in(tb: Any) -> type | None:
+    """The tensor subclass whose constructor failed in ``tb``: torch's export wrapper of a subclass
+    ``__init__`` (``mark_subclass_constructor_exportable_experimental``) records the construction
+    as a ``flat_apply`` node, which our functional trace cannot take. None if ``tb`` holds none."""
+    import torch._export.wrappers as wrappers
+
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename == wrappers.__file__ and "constructor_subclass" in frame.f_locals:
+            args = frame.f_locals.get("args") or ()
+            return type(args[0]) if args else None
+        tb = tb.tb_next
+    return None
+
+
 def has_kernel(op: OpOverload) -> bool:
     return torch._C._dispatch_has_kernel(op.name())
 
@@ -314,8 +331,9 @@ def divisible_by(expr: Any, k: int) -> Any:
     return sympy.Eq(Mod(expr, k), 0)
 
 
-def divisibility_guards(env: ShapeEnv) -> list[tuple[Any, int]]:
-    """(symbol, k) for each guard ``Eq(Mod(symbol, k), 0)`` the trace made (``reshape(-1, k)``)."""
+def divisibility_guards(env: ShapeEnv) -> list[tuple[Any, int, int]]:
+    """(symbol, k, c) for each guard ``Eq(Mod(symbol + c, k), 0)`` the trace made (``reshape(-1, k)``,
+    ``y.shape[0] % 3 == 0`` of a size ``x.shape[0] + 1``)."""
     import sympy
     from torch.utils._sympy.functions import Mod
 
@@ -324,9 +342,30 @@ def divisibility_guards(env: ShapeEnv) -> list[tuple[Any, int]]:
         expr = guard.expr
         if isinstance(expr, sympy.Eq) and expr.rhs == 0 and isinstance(expr.lhs, (Mod, sympy.Mod)):
             base, k = expr.lhs.args
-            if base.is_symbol and k.is_Integer:
-                out.append((base, int(k)))
+            base = sympy.expand(base.xreplace(env.replacements))  # a size related to another after the guard
+            symbols = base.free_symbols
+            if len(symbols) == 1 and k.is_Integer:
+                (symbol,) = symbols
+                offset = base - symbol
+                if offset.is_Integer:
+                    out.append((symbol, int(k), int(offset)))
     return out
+
+
+def value_forced_by_guards(env: ShapeEnv, symbol: Any) -> int | None:
+    """The one size of ``symbol`` that an equality guard of the trace on it alone allows
+    (``Eq(2*s - 12, s)``: 12), which the shape env kept as a guard instead of replacing the
+    symbol with it; None if no such guard."""
+    import sympy
+
+    for guard in env.guards:
+        expr = guard.expr
+        if isinstance(expr, sympy.Eq) and expr.free_symbols == {symbol} \
+                and (expr.lhs - expr.rhs).is_polynomial(symbol):  # not Mod(s, 3) == 0: a divisibility
+            solutions = sympy.solve(expr, symbol)
+            if len(solutions) == 1 and solutions[0].is_Integer:
+                return int(solutions[0])
+    return None
 
 
 def relate_symbol(env: ShapeEnv, symbol: Any, expr: Any) -> None:

@@ -73,6 +73,7 @@ class Fakeifier:
         self._user_index = 0
         self._declared: dict[str, _DeclaredDim] = {}
         self._derived: list[_DerivedUse] = []
+        self._respelled: dict[Any, Any] = {}  # a Dim's symbol -> its spelling in a new root the fixes declare
 
     def state(self, t: Any) -> Any:
         return self.mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
@@ -247,6 +248,8 @@ class Fakeifier:
                 violations.add(d.name, f"The values of {d.name} = {d.torch_name('L')} ({d.where}) and {other.name} = "
                                        f"{other.torch_name('L')} ({other.where}) must always be equal",
                                f"{d.name} = {other.name}")
+            elif expr.is_symbol and d.strict and (forced := tc.value_forced_by_guards(self.shape_env, expr)) is not None:
+                self._forced(d, forced, violations)
             elif expr.is_symbol:
                 divisible = d.strict and self._divisibility(d, expr, violations)
                 out[expr] = self._declared_range(d, expr, violations, suggest=not divisible)
@@ -308,6 +311,16 @@ class Fakeifier:
                                    f"be related to the values of {use.dim.__name__} = {use.torch_name} ({use.where}) by "
                                    f"{named.name} = {root.name}", f"{named.name} = {root.name}")
 
+    def _forced(self, d: _DeclaredDim, value: int, violations: _Violations) -> None:
+        """A named Dim a guard of the trace allows one size of (``x.reshape(-1) + y`` with
+        ``x: (dy - 6, 2)``, ``y: (dy,)``: 2*(dy - 6) == dy, so dy = 12), in torch.export's words:
+        the derived Dim whose guards were solved, and the root's size as the fix."""
+        use = next((u for u in self._derived if u.dim.root.__name__ == d.name), None)
+        what, at, where = ((f"{use.dim.__name__} = {use.torch_name}", use.dim.fn(value), use.where) if use is not None
+                           else (f"{d.name} = {d.torch_name('L')}", value, d.where))
+        violations.specialisation(d.name, f"solving the guards generated for {what} resulted in a specialized "
+                                          f"value of {at} ({where})", f"{d.name} = {value}")
+
     def _declared_range(self, d: _DeclaredDim, symbol: Any, violations: _Violations, *, suggest: bool) -> Any:
         traced = tc.symbol_range(self.shape_env, symbol)
         if d.strict and (traced.upper < d.upper or traced.lower > max(2, d.lower)):
@@ -319,16 +332,28 @@ class Fakeifier:
         return tc.value_range(lower, traced.upper if not d.strict else d.upper)
 
     def _divisibility(self, d: _DeclaredDim, symbol: Any, violations: _Violations) -> bool:
-        """A named Dim the model only takes in multiples of k (``reshape(-1, k)``): the program would
-        fail on other sizes, so refuse with the derived Dim that says it (``dx = k*_dx``)."""
-        factors = [k for guarded, k in tc.divisibility_guards(self.shape_env) if guarded == symbol]
-        if not factors:
+        """A named Dim the model only takes in multiples of k (``reshape(-1, k)``), or at one residue
+        (``(dx + 1) % 3 == 0``): the program would fail on other sizes, so refuse with the derived Dim
+        that says it (``dx = k*_dx``, ``dx = 3*_dx - 1``); dims related to it are then spelled in ``_dx``."""
+        residues = {(k, -c % k) for guarded, k, c in tc.divisibility_guards(self.shape_env) if guarded == symbol}
+        if not residues:
             return False
-        k, traced, root = math.lcm(*factors), tc.symbol_range(self.shape_env, symbol), f"_{d.name}"
+        if all(r == 0 for _, r in residues):
+            k, shift = math.lcm(*(k for k, _ in residues)), 0
+        elif len(residues) == 1:
+            ((k, r),) = residues
+            shift = k - r  # symbol = k*_d - shift
+        else:  # several residues: the range the trace narrowed is what the fixes say
+            return False
+        traced, root = tc.symbol_range(self.shape_env, symbol), f"_{d.name}"
         lower, upper = max(d.lower, int(traced.lower)), min(d.upper, traced.upper)
-        violations.fix(_dim_fix(root, -(-lower // k), upper // k if upper < tc.INT_OO else upper, 1))
+        upper_root = (upper + shift) // k if upper < tc.INT_OO else upper
+        violations.fix(_dim_fix(root, -(-(lower + shift) // k), upper_root, 1 if shift == 0 else 0))
+        spelled = k * sympy.Symbol(root) - shift
+        self._respelled[symbol] = spelled
+        line = f"must always be divisible by {k}" if shift == 0 else f"must always satisfy ({d.name} + {shift}) % {k} == 0"
         violations.add(d.name, f"Not all values of {d.name} satisfy the generated guard: the values of {d.name} "
-                               f"({d.where}) must always be divisible by {k}", f"{d.name} = {k}*{root}", first=True)
+                               f"({d.where}) {line}", f"{d.name} = {spelled}", first=True)
         return True
 
     def _undeclared_relation(self, d: _DeclaredDim, expr: Any, violations: _Violations) -> None:
@@ -343,7 +368,7 @@ class Fakeifier:
             names[symbol] = f"_{d.name}" if len(new_roots) == 1 else f"_{d.name}_{i}"
             traced = tc.symbol_range(self.shape_env, symbol)
             violations.fix(_dim_fix(names[symbol], int(traced.lower), traced.upper, 0))
-        spelled = expr.subs({s: sympy.Symbol(names[s]) for s in expr.free_symbols})
+        spelled = expr.subs({s: self._respelled.get(s, sympy.Symbol(names[s])) for s in expr.free_symbols})
         others = ", ".join(sorted(_spelled_with_input(declared[s]) if s in declared else names[s]
                                   for s in expr.free_symbols))
         violations.add(d.name, f"The values of {d.name} = {d.torch_name('L')} ({d.where}) must always be related to "
@@ -358,6 +383,11 @@ class _Violations:
         self.names: list[str] = []
         self.lines: list[str] = []
         self.fixes: list[str] = []
+        self.forced: dict[str, str] = {}  # name -> line: a Dim the trace allows one size of
+
+    def specialisation(self, name: str, line: str, fix: str) -> None:
+        self.forced[name] = f"  - {line}"
+        self.fix(fix)
 
     def add(self, name: str, line: str, fix: str | None, *, first: bool = False) -> None:
         """``first``: a shape the model needs (a divisibility) is listed before the ranges it narrows,
@@ -381,11 +411,16 @@ class _Violations:
                  f"{name} = {int(expr)}" if fix else None)
 
     def raise_if_any(self) -> None:
-        if not self.lines:
+        if not self.lines and not self.forced:
             return
+        sections = []
+        if self.lines:
+            sections.append(f"Constraints violated ({', '.join(dict.fromkeys(self.names))})!\n" + "\n".join(self.lines))
+        if self.forced:
+            sections.append(f"Specializations unexpectedly required ({', '.join(self.forced)})!\n"
+                            + "\n".join(self.forced.values()))
         fixes = "\nSuggested fixes:\n" + "\n".join(f"  {f}" for f in self.fixes) if self.fixes else ""
-        raise DynamicShapesError(f"Constraints violated ({', '.join(dict.fromkeys(self.names))})!\n" + "\n".join(self.lines) + fixes,
-                                 kind=Refusal.DIM_NOT_DYNAMIC)
+        raise DynamicShapesError("\n".join(sections) + fixes, kind=Refusal.DIM_NOT_DYNAMIC)
 
 
 def _dim_fix(name: str, lower: int, upper: Any, declared_lower: int) -> str:

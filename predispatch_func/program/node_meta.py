@@ -24,7 +24,9 @@ module that called the HOP.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import linecache
+import operator
 import re
 import sys
 import traceback
@@ -38,6 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
 from ..graphs import all_graph_modules
+from . import module_access
 from .stack_trace_files import dropped_files
 
 NN_MODULE_STACK = "nn_module_stack"
@@ -57,10 +60,13 @@ def root_stack(root_cls: type) -> Stack:
 
 
 class _ModuleCalls:
-    """Pushes ``(fqn, type)`` when a submodule of ``root`` starts ``forward``, pops when it ends."""
+    """Pushes ``(fqn, type)`` when a submodule of ``root`` starts ``forward``, pops when it ends.
+    The fqn is the module's path; where the model holds a module twice, the path ``forward``
+    walked to it (``access``, module_access.py)."""
 
-    def __init__(self, root: torch.nn.Module):
+    def __init__(self, root: torch.nn.Module, access: module_access.Paths | None = None):
         self.paths = {id(m): name for name, m in root.named_modules() if name}
+        self.access = access
         self.stack: Stack = root_stack(type(root))
         self.calls: dict[str, int] = {}
         self.keys: list[str | None] = []
@@ -68,7 +74,9 @@ class _ModuleCalls:
     def pre(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_dynamo_compiling():  # a torch HOP's body under dynamo: no side effects
             return
-        fqn = self.paths.get(id(module))
+        fqn = self.access.path_of(module) if self.access is not None else None
+        if not fqn:
+            fqn = self.paths.get(id(module))
         # not a submodule of the model (made in forward), or a graph body a HOP calls
         # (re-exporting ep.module()): torch records none
         if fqn is None or isinstance(module, torch.fx.GraphModule):
@@ -173,7 +181,7 @@ class _TorchFnMode(TorchFunctionMode):
         meta = _current()
         before = meta.get(TORCH_FN), meta.get(STACK_TRACE)
         meta[TORCH_FN] = (f"{name}_{self.counts[func]}", f"{type(func).__name__}.{name}")
-        meta[STACK_TRACE] = self.user_stack() or None
+        meta[STACK_TRACE] = _CARRIED_STACK.get() or self.user_stack() or None
         try:
             return func(*args, **kwargs)
         finally:
@@ -194,8 +202,8 @@ def _current() -> dict[str, Any]:
 @contextlib.contextmanager
 def recording(root: torch.nn.Module) -> Iterator[None]:
     """Around the model's call inside the trace: stamp every node with module and torch call."""
-    calls = _ModuleCalls(root)
-    with fx_traceback.preserve_node_meta():  # restores the current meta on exit
+    with module_access.access_paths(root) as access, fx_traceback.preserve_node_meta():  # restores the meta
+        calls = _ModuleCalls(root, access)
         _current()[NN_MODULE_STACK] = dict(calls.stack)
         pre = torch.nn.modules.module.register_module_forward_pre_hook(calls.pre)
         post = torch.nn.modules.module.register_module_forward_hook(calls.post, always_call=True)
@@ -336,8 +344,10 @@ def without_generated_frames(stack_trace: str) -> str:
 
 
 def _bodies_inherit_torch_fn(gm: torch.fx.GraphModule) -> None:
-    """A call in a HOP body that no torch call of the user made (a ``torch.cond``
-    branch dynamo traced) is part of the HOP call's torch_fn, as in torch.export."""
+    """The calls of a HOP body (a ``torch.cond`` branch dynamo captured, traced with our
+    observers popped) take the torch call dynamo recorded for them (``source_fn_stack``),
+    counted afresh in each body, as torch.export's tracer of that body names them; a call
+    dynamo recorded none for is part of the HOP call's torch_fn."""
     for _, sub in all_graph_modules(gm):  # parents first
         for node in sub.graph.nodes:
             if not isinstance(node.target, tc.HigherOrderOperator) or TORCH_FN not in node.meta:
@@ -346,9 +356,40 @@ def _bodies_inherit_torch_fn(gm: torch.fx.GraphModule) -> None:
                 body = getattr(sub, str(arg.target), None) if isinstance(arg, torch.fx.Node) \
                     and arg.op == "get_attr" else None
                 if isinstance(body, torch.fx.GraphModule):
+                    named = _CapturedTorchCalls()
                     for inner in body.graph.nodes:
-                        if inner.op == "call_function":
-                            inner.meta.setdefault(TORCH_FN, node.meta[TORCH_FN])
+                        if inner.op == "call_function" and TORCH_FN not in inner.meta:
+                            inner.meta[TORCH_FN] = named.of(inner) or node.meta[TORCH_FN]
+
+
+_OPERATORS = frozenset(getattr(operator, name) for name in dir(operator) if not name.startswith("_"))
+
+
+class _CapturedTorchCalls:
+    """``torch_fn`` of a body's nodes from the call dynamo captured each from: the last entry of
+    ``source_fn_stack``, ``(dynamo's node name, the function or the Tensor method's name)``.
+    The nodes one call made share its count."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.seen: dict[str, tuple[str, str]] = {}
+
+    def of(self, node: torch.fx.Node) -> tuple[str, str] | None:
+        stack = node.meta.get("source_fn_stack")
+        if not stack:
+            return None
+        call, fn = stack[-1]
+        if isinstance(fn, str):  # a Tensor method, as dynamo records call_method
+            fn = getattr(torch.Tensor, fn, None)
+        elif isinstance(fn, types.BuiltinFunctionType) and fn in _OPERATORS:  # `x + y`: the Tensor method eager's operator calls
+            fn = getattr(torch.Tensor, fn.__name__, None) or getattr(torch.Tensor, f"__{fn.__name__}__", None)
+        name = getattr(fn, "__name__", None)
+        if name is None or isinstance(fn, (type, tc.HigherOrderOperator)):  # a module's call, a HOP
+            return None
+        if call not in self.seen:
+            self.counts[name] = self.counts.get(name, 0) + 1
+            self.seen[call] = (f"{name}_{self.counts[name]}", f"{type(fn).__name__}.{name}")
+        return self.seen[call]
 
 
 def _neighbour_with(node: torch.fx.Node, key: str) -> torch.fx.Node | None:
@@ -388,25 +429,34 @@ def keep_graph_annotations(gm: torch.fx.GraphModule, root: torch.nn.Module) -> N
 
 def call_carrying_annotations(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
     """``mod(*args, **kwargs)``; a graph module whose nodes hold the user's ``meta["custom"]``
-    (an annotated program exported again, as PT2E quantization does) runs node by node instead,
-    so the nodes traced from each one keep its annotation, as torch.export keeps them."""
-    if not (isinstance(mod, torch.fx.GraphModule) and any(n.meta.get(CUSTOM) for n in mod.graph.nodes)):
+    (an annotated program exported again, as PT2E quantization does) or a ``stack_trace`` (a graph
+    ``make_fx`` or an export made) runs node by node instead, so the nodes traced from each one
+    keep its annotation and its stack, as torch.export keeps them (it runs every graph module so)."""
+    if not (isinstance(mod, torch.fx.GraphModule)
+            and any(n.meta.get(CUSTOM) or n.meta.get(STACK_TRACE) for n in mod.graph.nodes)):
         return mod(*args, **kwargs)
     return _AnnotationCarrier(mod).run(*args, *kwargs.values())
 
 
+# the stack_trace of the graph node being run node by node, for the calls it makes
+_CARRIED_STACK: contextvars.ContextVar[str | None] = contextvars.ContextVar("pf_carried_stack", default=None)
+
+
 class _AnnotationCarrier(torch.fx.Interpreter):
     """Runs each node with its ``meta["custom"]`` as the current one (copied into every node
-    traced meanwhile, ``fx.traceback.preserve_node_meta``), and without it otherwise."""
+    traced meanwhile, ``fx.traceback.preserve_node_meta``), and without it otherwise; its
+    ``stack_trace`` is the one :class:`_TorchFnMode` gives the calls it makes."""
 
     def run_node(self, n: torch.fx.Node) -> Any:
         current = _current()
         before = current.pop(CUSTOM, None)
         if n.meta.get(CUSTOM):
             current[CUSTOM] = dict(n.meta[CUSTOM])
+        carried = _CARRIED_STACK.set(n.meta.get(STACK_TRACE))
         try:
             return super().run_node(n)
         finally:
+            _CARRIED_STACK.reset(carried)
             current.pop(CUSTOM, None)
             if before is not None:
                 current[CUSTOM] = before

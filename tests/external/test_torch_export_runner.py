@@ -138,3 +138,27 @@ def test_every_failure_left_has_a_disposition_or_reads_unexplained():
     assert runner.disposition({"test": "test_not_listed", "status": "error"})[0] == runner.UNEXPLAINED
     lines = "\n".join(runner.disposition_lines([listed, {"test": "test_not_listed", "status": "error"}], "x"))
     assert "**1 unexplained**" in lines and "| `test_not_listed` | UNEXPLAINED |" in lines
+
+
+def test_strict_only_comes_from_torch_s_non_strict_result_never_from_a_list():
+    runner = _load_runner()
+    seen = []
+    calls = runner.ExportCalls()
+    forced = runner.make_nonstrict(lambda *a, **k: seen.append(k), calls)
+    forced("m", ("x",), strict=True)
+    forced("m", ("x",))
+    assert seen == [{"strict": False}, {"strict": False}] and calls.calls == 2 and calls.dropped == {"strict=True"}
+
+    ours = {"test": "test_device_to_static", "status": "fail", "category": "graph-text"}
+    failed = {"test": "test_device_to_static", "exporter": runner.NONSTRICT, "status": "fail",
+              "reason": "AssertionError: Unsupported not raised"}
+    kind, why = runner.disposition({**ours, "nonstrict": failed})
+    assert kind == "strict-only" and "Unsupported not raised" in why
+    # torch's non-strict export passing it: the list decides, as without the reference row
+    assert runner.disposition({**ours, "nonstrict": {**failed, "status": "pass"}})[0] == "graph text"
+    # a hand-listed strict-only test without a failing reference row reads as unexplained
+    runner.DISPOSITIONS["test_listed_strict_only"] = ("strict-only", "said so")
+    try:
+        assert runner.disposition({"test": "test_listed_strict_only", "status": "fail"})[0] == runner.UNEXPLAINED
+    finally:
+        del runner.DISPOSITIONS["test_listed_strict_only"]

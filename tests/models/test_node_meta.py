@@ -15,6 +15,7 @@ import torch
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
 from tests.models.corpus import CASES, build
+from tests.support.oracle import export_checked
 
 KEYS = ("nn_module_stack", "torch_fn", "stack_trace", "source_fn_stack")
 
@@ -196,3 +197,121 @@ def test_quick_model_preserved_signature():
 @pytest.mark.parametrize("name", sorted(PRESERVED))
 def test_corpus_preserved_signature(name):
     check_preserved_signature_swaps(*build(name), PRESERVED[name])
+
+
+# --- a module held under two names: the path forward walked, as torch.export names it ---------
+
+
+class SharedInSequential(torch.nn.Module):
+    """One LayerNorm at positions 0 and 2 of a Sequential; one Counter (a buffer it writes) as
+    ``self.n`` and ``self.p``, called through both names."""
+
+    def __init__(self):
+        super().__init__()
+        ln = torch.nn.LayerNorm(4)
+        self.seq = torch.nn.Sequential(ln, torch.nn.ReLU(), ln)
+        self.n = Counter()
+        self.p = self.n
+
+    def forward(self, x):
+        return self.p(self.n(self.seq(x)))
+
+
+class SlicedContainers(torch.nn.Module):
+    """A Sequential and a ModuleList sliced in forward, their items one shared module."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.seq = torch.nn.Sequential(*[self.lin] * 3)
+        self.items = torch.nn.ModuleList([self.lin] * 3)
+        self.table = torch.nn.ModuleDict({"a": self.lin})
+
+    def forward(self, x):
+        for m in self.seq[1:2]:
+            x = m(x)
+        for m in self.items[2:]:
+            x = m(x)
+        return self.table["a"](x) + self.items[0](x)
+
+
+def _last_fqns(ep, op):
+    return [list(n.meta["nn_module_stack"].values())[-1][0] for _, n in _calls(ep) if n.target is op]
+
+
+@pytest.mark.parametrize("model, x, op", [
+    (SharedInSequential(), torch.randn(3, 4), torch.ops.aten.layer_norm.default),
+    (SharedInSequential(), torch.randn(3, 4), torch.ops.aten.linear.default),
+    (SlicedContainers(), torch.randn(3, 4), torch.ops.aten.linear.default),
+], ids=["sequential", "two-names", "slices"])
+def test_a_shared_module_is_named_by_the_path_forward_walked(model, x, op):
+    """Regression: a module held twice was named by its first path (``seq.0`` for both calls of a
+    LayerNorm at 0 and 2, ``n`` for a call through ``self.p``); torch.export names the path
+    forward walked, slices included, and ``unflatten`` builds its modules from those names."""
+    ep = export_checked(model, (x,))
+    theirs = torch.export.export(copy.deepcopy(model), (x,))
+    assert _last_fqns(ep, op) == _last_fqns(theirs, op) and len(_last_fqns(ep, op)) >= 2
+    assert len(set(_last_fqns(ep, op))) == len(_last_fqns(ep, op))
+    check_unflatten_runs_like_eager(model, (x,), {})
+    # the stand-ins are gone: the model's own submodules are what it holds, and it runs as before
+    assert all(type(m).__name__ == type(m).__mro__[0].__name__ and "_pf_paths" not in type(m).__dict__
+               for m in model.modules())
+
+
+class BranchCalls(torch.nn.Module):
+    """cond branches calling functions, Tensor methods, operators and a nested cond."""
+
+    def inner(self, x):
+        y = torch.sin(x) + x.cos()
+        y = y.cos() * 2
+        z = torch.cond(y.sum() > 0, lambda a: a.exp(), lambda a: torch.nn.functional.relu(a), (y,))
+        return z - torch.nn.functional.gelu(y)
+
+    def other(self, x):
+        return torch.tanh(x) - x
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, self.inner, self.other, (x,)) + x.cos()
+
+
+def _torch_fns_by_graph(ep):
+    return {where: [n.meta.get("torch_fn") for n in gm.graph.nodes if n.op == "call_function"]
+            for where, gm in ep.graph_module.named_modules() if isinstance(gm, torch.fx.GraphModule)}
+
+
+def test_calls_in_cond_branches_carry_their_own_torch_fn():
+    """Regression: every call in a cond branch carried the cond's ``torch_fn`` (``cond_1``); torch.export
+    names the torch call each came from, counted afresh in each branch."""
+    model, x = BranchCalls(), torch.randn(2, 3)
+    ours = _torch_fns_by_graph(export_checked(model, (x,)))
+    assert ours == _torch_fns_by_graph(torch.export.export(model, (x,)))
+    assert ours["true_graph_0"][:3] == [("sin_1", "builtin_function_or_method.sin"),
+                                        ("cos_1", "method_descriptor.cos"), ("add_1", "method_descriptor.add")]
+
+
+class LinearThenScale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.linear(x)
+        x *= 2.0
+        return x
+
+
+@pytest.mark.parametrize("make", ["make_fx", "ep.module()"])
+def test_an_exported_graph_module_keeps_its_nodes_stack_traces(make):
+    """Regression: a graph module (``make_fx``'s, a program's ``module()``) exported again ran its
+    generated code, so its nodes' stack traces named that code (``<eval_with_key>``); torch.export
+    runs it node by node and each node's calls keep the node's ``stack_trace``: the model's lines."""
+    model, x = LinearThenScale(), torch.randn(4, 4)
+    if make == "make_fx":
+        gm = torch.fx.experimental.proxy_tensor.make_fx(model, record_stack_traces=True)(x)
+    else:
+        gm = pf.export(model, (x,)).module()
+    ep = export_checked(gm, (x,))
+    traces = {n.target: n.meta.get("stack_trace") or "" for n in ep.graph.nodes if n.op == "call_function"}
+    assert traces and all("<eval_with_key>" not in t for t in traces.values())
+    mul = next(t for target, t in traces.items() if "mul" in str(target))
+    assert "in forward\n    x *= 2.0" in mul and __file__ in mul

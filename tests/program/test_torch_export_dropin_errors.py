@@ -304,3 +304,159 @@ def test_a_relation_s_fix_names_the_dim_the_other_fixes_keep():
     assert refined["x"][2][0].root is refined["x"][0]["data"][0] and refined["x"][2][0].fn(10) == 12
     ep = export_checked(model, args, dynamic_shapes=refined)
     pf.verify(ep, model, (({"data": torch.randn(5, 3)}, torch.randn(5, 3), torch.randn(7, 3)),), raise_on_failure=True)
+
+
+class MaxOfTensorAndSize(torch.nn.Module):
+    """Python's ``max`` compares a tensor with an int: ``bool()`` of a many-element tensor."""
+
+    def forward(self, x):
+        return max(x, x.shape[0])
+
+
+class BoolOfEmpty(torch.nn.Module):
+    def forward(self, x):
+        return x + 1 if x[:0] else x - 1
+
+
+@pytest.mark.parametrize("model, x, shapes, phrase", [
+    (MaxOfTensorAndSize(), torch.randn(4, 4), {"x": {0: Dim.AUTO}}, "more than one value"),
+    (BoolOfEmpty(), torch.randn(3), None, "no values"),
+], ids=["many", "empty"])
+def test_bool_of_a_tensor_fails_with_eager_s_text(model, x, shapes, phrase):
+    """Regression: ``bool()`` of a tensor in forward reached ``item()`` first and failed with "a Tensor
+    with 4*s6 elements cannot be converted to Scalar"; eager and torch.export say why it is refused."""
+    text = f"Boolean value of Tensor with {phrase} is ambiguous"
+    with pytest.raises(RuntimeError, match=text):
+        model(x)
+    with pytest.raises(RuntimeError, match=text):
+        pf.export(model, (x,), dynamic_shapes=shapes)
+
+
+class MaxOfScalars(torch.nn.Module):
+    """``bool()`` of a one-element tensor the trace can still decide (its size is static)."""
+
+    def forward(self, x, n):
+        return x * max(n.shape[0], x.shape[0]) + min(x.sum(), x.max())
+
+
+def test_max_and_min_over_tensors_and_sizes_keep_eager_s_values():
+    model = MaxOfScalars()
+    ep = export_checked(model, (torch.randn(3), torch.randn(5)),
+                        dynamic_shapes={"x": {0: Dim("a")}, "n": {0: Dim("b")}})
+    for a, b in ((4, 2), (2, 6)):
+        args = (torch.randn(a), torch.randn(b))
+        pf.verify(ep, model, args, raise_on_failure=True)
+
+
+class SubclassMethodOfAResult(torch.nn.Module):
+    """A TwoTensor parameter's ops are traced; its own method on a result is not there."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        self.param = torch.nn.Parameter(TwoTensor(torch.ones(4, 4), torch.ones(4, 4)))
+
+    def forward(self, x):
+        return (self.param.to(torch.float).sum() + x.sum()).get_elem_a()
+
+
+class SubclassAttributeOfAParameter(SubclassMethodOfAResult):
+    def forward(self, x):
+        return x + self.param.a
+
+
+class SubclassBuiltInForward(torch.nn.Module):
+    def forward(self, x):
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        return (x + TwoTensor(x, x)).b
+
+
+@pytest.mark.parametrize("model, what", [
+    (SubclassMethodOfAResult(), "forward uses 'get_elem_a' of tensor subclass TwoTensor"),
+    (SubclassAttributeOfAParameter(), "forward uses 'a' of tensor subclass TwoTensor"),
+    (SubclassBuiltInForward(), "forward builds tensor subclass TwoTensor"),
+], ids=["method", "attribute", "constructor"])
+def test_a_tensor_subclass_s_own_api_in_forward_is_a_clear_refusal(model, what):
+    """Regression: these failed deep in the trace ("'FunctionalTensor' object has no attribute
+    'get_elem_a'", "Unable to cast NotImplemented to Tensor"); the refusal names the subclass."""
+    x = torch.randn(4, 4)
+    model(x)  # eager runs it
+    with pytest.raises(pf.UnsupportedError, match=what) as err:
+        pf.export(model, (x,))
+    assert err.value.kind is pf.Refusal.TENSOR_SUBCLASS_IN_FORWARD
+    assert "in forward" in str(err.value) and "test_torch_export_dropin_errors.py" in str(err.value)
+
+
+def test_a_missing_attribute_of_a_plain_tensor_stays_torch_s_error():
+    class Typo(torch.nn.Module):
+        def forward(self, x):
+            return x.no_such_method()
+
+    with pytest.raises(AttributeError, match="no_such_method") as err:
+        pf.export(Typo(), (torch.randn(2),))
+    assert not isinstance(err.value, pf.UnsupportedError)
+
+
+def test_ops_on_a_subclass_parameter_are_still_traced():
+    """The neighbour that works: no subclass API, only ops (replayed against eager)."""
+    class Ops(SubclassMethodOfAResult):
+        def forward(self, x):
+            return x + (2 * self.param).sum()
+
+    export_checked(Ops(), (torch.randn(4, 4),))
+
+
+def _torch_s_fixes(model, args, shapes) -> str:
+    """torch.export's suggested fixes for the same refusal (a drift check of our solver's)."""
+    with pytest.raises(UserError) as err:
+        torch.export.export(model, args, dynamic_shapes=shapes)
+    return str(err.value).split("Suggested fixes:\n")[1].split("\n\n")[0].rstrip()
+
+
+class FlattenPlusDerived(torch.nn.Module):
+    def forward(self, x, y):
+        return x.reshape([-1]) + y
+
+
+def test_a_guard_that_allows_one_size_of_a_root_is_a_specialisation_with_that_size_as_the_fix():
+    """Regression: ``x: (dy - 6, 2)`` flattened and added to ``y: (dy,)`` holds only for dy = 12
+    (2*(dy - 6) == dy); the fix named a range (``dy >= 8``) that the program would still refuse."""
+    dy = Dim("dy", min=6)
+    model, x, y = FlattenPlusDerived(), torch.randn(6, 2), torch.randn(12)
+    with pytest.raises(UserError) as err:
+        pf.export(model, (x, y), dynamic_shapes={"x": (dy - 6, 2), "y": (dy,)})
+    text = str(err.value)
+    assert "Specializations unexpectedly required (dy)!" in text
+    assert "solving the guards generated for dy - 6 = L['x'].size()[0] resulted in a specialized value of 6" in text
+    assert text.endswith("Suggested fixes:\n  dy = 12") and "dy - 6 = 6" not in text
+    assert _torch_s_fixes(model, (x, y), {"x": (dy - 6, 2), "y": (dy,)}) == "  dy = 12"
+    export_checked(model, (x, y), dynamic_shapes={"x": (6, 2), "y": (12,)})  # the fix taken
+
+
+class ThreeRelated(torch.nn.Module):
+    def forward(self, x, y, z):
+        if x.shape[0] >= 5 and x.shape[0] <= 36 and y.shape[0] % 3 == 0:
+            return x + y[1:] + z[3:]
+        return x
+
+
+def test_a_divisibility_of_a_related_size_introduces_a_new_root_in_the_fixes():
+    """Regression: ``(dx + 1) % 3 == 0`` (``y = x + 1`` sizes, ``y % 3`` checked) was left out of the
+    fixes, which named ``dx``'s range only; torch.export's introduce a root ``_dx`` and spell every
+    related dim in it. The fixes taken export, and the program is eager's at other sizes."""
+    from torch.export import dims
+
+    dx, dy, dz = dims("dx", "dy", "dz")
+    model, args = ThreeRelated(), (torch.randn(11), torch.randn(12), torch.randn(14))
+    with pytest.raises(UserError) as err:
+        pf.export(model, args, dynamic_shapes={"x": (dx,), "y": (dy,), "z": (dz,)})
+    assert str(err.value).endswith("Suggested fixes:\n  _dx = Dim('_dx', max=12)\n  dx = 3*_dx - 1\n"
+                                   "  dy = 3*_dx\n  dz = 3*_dx + 2")
+    assert str(err.value).endswith(_torch_s_fixes(model, args, {"x": (dx,), "y": (dy,), "z": (dz,)}))
+    _dx = Dim("_dx", min=2, max=12)
+    ep = export_checked(model, args, dynamic_shapes={"x": (3 * _dx - 1,), "y": (3 * _dx,), "z": (3 * _dx + 2,)})
+    for n in (2, 7, 12):
+        other = (torch.randn(3 * n - 1), torch.randn(3 * n), torch.randn(3 * n + 2))
+        pf.verify(ep, model, other, raise_on_failure=True)
