@@ -91,7 +91,9 @@ class StateGuard:
         self.mod = mod
         self.inputs = inputs
         self.python_state = python_state
-        self.writes: dict[tuple[int, str], str | None] = {}  # (id(module), name) -> user's line
+        # keyed by (id of the module's __dict__, name): a stand-in that reaches a module held under
+        # two names (module_access.py) shares the module's __dict__, not its identity
+        self.writes: dict[tuple[int, str], str | None] = {}  # -> the user's line
         self.by_torch: set[tuple[int, str]] = set()  # written by torch's module code only
         # (id(module), name) of a dict that gained entries -> their graph nodes (None: not a cache)
         self.memo_entries: dict[tuple[int, str], list[torch.fx.Node] | None] = {}
@@ -173,7 +175,7 @@ class StateGuard:
                 for name in before.keys() - after.keys():
                     found.append(self._change(snap, where, name, f"removes {kind}"))
             for name in now.keys() | snap.attrs.keys():
-                key = (id(snap.module), name)
+                key = (id(vars(snap.module)), name)
                 if name in ("_parameters", "_buffers", "_modules", "training") or (
                         key in self.by_torch and key not in self.writes):
                     continue
@@ -205,7 +207,7 @@ class StateGuard:
         return nodes is not None and state_memos.computed_from_unwritten_state(nodes, readable_state)
 
     def _change(self, snap: _ModuleSnapshot, where: str, name: str, what: str) -> Change:
-        return Change(Written(where, name), what, self.writes.get((id(snap.module), name)))
+        return Change(Written(where, name), what, self.writes.get((id(vars(snap.module)), name)))
 
     def note_memo_entries(self) -> None:
         """Inside the trace, once ``forward`` has returned: the entries each dict attribute
@@ -301,9 +303,9 @@ def _recording_attribute_writes(writes: dict[tuple[int, str], str | None],
                 caller = inspect.currentframe()
                 caller = caller.f_back if caller is not None else None
                 if caller is not None and caller.f_code.co_filename.startswith(_TORCH_DIR):
-                    by_torch.add((id(self), name))  # torch's own bookkeeping (LSTM's flat weights)
-                elif (id(self), name) not in writes:
-                    writes[(id(self), name)] = _user_line_of_caller()
+                    by_torch.add((id(vars(self)), name))  # torch's own bookkeeping (LSTM's flat weights)
+                elif (id(vars(self)), name) not in writes:
+                    writes[(id(vars(self)), name)] = _user_line_of_caller()
                 if method_name == "__setattr__" and rest and _holds_already(self, name, rest[0]):
                     return None
             return original(self, name, *rest, **kw)

@@ -469,3 +469,23 @@ def test_tensor_attribute_reassigned_in_forward_is_judged_not_silently_replayed(
         model = _RecomputedTensorAttribute()
         ep = export_checked(model, (x,))  # recomputed each call: carried
         assert pf.verify(ep, model, (x,), calls=3).ok
+
+
+class CountsThroughASecondName(nn.Module):
+    """One submodule under two names: the trace reaches it through a stand-in of its path."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.second = self.first
+        self.first.calls = 0
+
+    def forward(self, x):
+        self.second.calls += 1
+        return self.second(x)
+
+
+def test_a_refused_write_through_a_module_held_twice_names_the_users_line():
+    with pytest.raises(UnsupportedError, match=_line("self.second.calls += 1")) as info:
+        pf.export(CountsThroughASecondName(), (torch.randn(2, 4),))
+    assert info.value.kind is Refusal.PYTHON_STATE_CHANGED
