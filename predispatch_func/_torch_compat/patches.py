@@ -321,11 +321,8 @@ def dynamo_function_capture_refused(refuse: Callable[[type], None]) -> Iterator[
         refuse(self.fn_cls)
         return original(self, *args, **kwargs)
 
-    AutogradFunctionVariable.call_apply = call_apply  # type: ignore[method-assign]
-    try:
+    with _replaced(AutogradFunctionVariable, "call_apply", call_apply):
         yield
-    finally:
-        AutogradFunctionVariable.call_apply = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -474,11 +471,8 @@ def _functional_bool_checks_numel() -> Iterator[None]:
             raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
         return plain(self)
 
-    FunctionalTensor.__bool__ = checked  # type: ignore[method-assign]
-    try:
+    with _replaced(FunctionalTensor, "__bool__", checked):
         yield
-    finally:
-        FunctionalTensor.__bool__ = plain  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -491,11 +485,23 @@ def module_getattr_wrapped(wrap: Callable[[torch.nn.Module, str, Any], Any]) -> 
     def wrapped(self: torch.nn.Module, name: str) -> Any:
         return wrap(self, name, original(self, name))
 
-    torch.nn.Module.__getattr__ = wrapped  # type: ignore[method-assign]
+    with _replaced(torch.nn.Module, "__getattr__", wrapped):
+        yield
+
+
+@contextlib.contextmanager
+def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
+    """``owner.name`` is ``value`` for the block, and what it was after, however the block ends
+    (an attribute ``owner`` inherited is inherited again)."""
+    owned, original = name in owner.__dict__, owner.__dict__.get(name)
+    setattr(owner, name, value)
     try:
         yield
     finally:
-        torch.nn.Module.__getattr__ = original  # type: ignore[method-assign]
+        if owned:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
 
 
 __all__ = [

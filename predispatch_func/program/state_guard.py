@@ -41,7 +41,7 @@ _RECORDED = ("__setattr__", "__delattr__", "register_buffer", "register_paramete
              "register_module", "add_module")
 _CONTAINERS = (list, dict, set)
 _CONTENTS_CHANGED = "changes the contents of attribute"
-_MODULE_TABLES = ("_parameters", "_buffers", "_modules")
+_MODULE_TABLES = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "submodule"}  # what each holds
 _OUR_DIR = __file__.rsplit("/", 2)[0] + "/"  # the package, not program/
 _TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
 
@@ -167,16 +167,15 @@ class StateGuard:
         for snap in self.modules:
             where = names.get(id(snap.module), "")
             now = vars(snap.module)
-            for table in ("_parameters", "_buffers", "_modules"):
+            for table, kind in _MODULE_TABLES.items():
                 before, after = snap.contents.get(table, {}), now.get(table, {})
-                kind = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "submodule"}[table]
                 for name in after.keys() - before.keys():
                     found.append(self._change(snap, where, name, f"registers {kind}"))
                 for name in before.keys() - after.keys():
                     found.append(self._change(snap, where, name, f"removes {kind}"))
             for name in now.keys() | snap.attrs.keys():
                 key = (id(vars(snap.module)), name)
-                if name in ("_parameters", "_buffers", "_modules", "training") or (
+                if name in _MODULE_TABLES or name == "training" or (
                         key in self.by_torch and key not in self.writes):
                     continue
                 if name not in snap.attrs:
