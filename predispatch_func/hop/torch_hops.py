@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from .. import _torch_compat as tc
 from ..autograd_facts import Fact, has
 from ..errors import Refusal, UnsupportedError, user_source_line
@@ -50,6 +52,20 @@ _PREPARED: dict[str, Callable[[tuple, dict], tuple[tuple, dict]]] = {
 }
 
 
+def _real_parameters_as_constants(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A real ``nn.Parameter`` among the operands (a module the model closes over, not its
+    own state) as a plain tensor: torch's functionalization rule of a HOP declines every
+    tensor subclass but fake and functional ones (a TypeError "no implementation found"),
+    where torch.export takes such a tensor as a constant of the program. The alias is made
+    outside the trace; the program holds it as a constant, as torch.export's does."""
+    def plain(t: Any) -> Any:
+        if not isinstance(t, torch.nn.Parameter) or isinstance(t, (tc.FakeTensor, tc.FunctionalTensor)):
+            return t
+        with tc.outside_all_modes(), tc.torch_function_modes_off():
+            return t.detach()
+    return tc.pytree.tree_map(plain, (args, kwargs))
+
+
 def let_torch_hops_through(mode_type: type) -> None:
     """Register torch's FunctionalTensorMode rule of every HOP for ``mode_type`` too."""
     if mode_type is tc.FunctionalTensorMode:
@@ -60,6 +76,7 @@ def let_torch_hops_through(mode_type: type) -> None:
             refusal, prepare = _REFUSED.get(hop.name()), _PREPARED.get(hop.name())
             if prepare is not None:
                 rule = _preparing(rule, prepare)
+            rule = _preparing(rule, _real_parameters_as_constants)
             rule = _observed(hop, rule)
             hop.python_key_table[mode_type] = rule if refusal is None else _refusing(hop.name(), rule, refusal)
 

@@ -147,6 +147,42 @@ class Map(torch.nn.Module):
         return hop_map(lambda x: self.lin(x).tanh(), xs)
 
 
+class OutsideState(torch.nn.Module):
+    """A module the model closes over, not one of its submodules: its tensors are real."""
+
+    def __init__(self):
+        super().__init__()
+        self.param = torch.nn.Parameter(torch.tensor(5.0), requires_grad=False)
+        self.scale = torch.nn.Parameter(torch.randn(3))
+        self.buffer = torch.nn.Buffer(torch.tensor(6.0) + 1)
+
+
+def hops_over_outside_state():
+    outside = OutsideState()
+
+    def body(x):
+        z = x * outside.scale + outside.param + outside.buffer
+        z.add_(4)
+        return z
+
+    from torch._higher_order_ops.map import map as hop_map
+    from torch._higher_order_ops.scan import scan
+
+    class MapOverIt(torch.nn.Module):
+        def forward(self, xs):
+            return hop_map(body, xs)
+
+    class CondOverIt(torch.nn.Module):
+        def forward(self, xs):
+            return torch.cond(xs.sum() > 0, body, lambda t: t * outside.scale, (xs,))
+
+    class ScanOverIt(torch.nn.Module):
+        def forward(self, xs):
+            return scan(lambda carry, x: (carry + body(x), carry.clone()), torch.zeros(3), xs)
+
+    return {"map": MapOverIt(), "cond": CondOverIt(), "scan": ScanOverIt()}
+
+
 class Scan(torch.nn.Module):
     def forward(self, init, xs):
         from torch._higher_order_ops.scan import scan
@@ -292,6 +328,14 @@ class HopsTest(TestCase):
 
     def test_map(self):
         export_checked(Map(), (torch.randn(4, 2, 3),))
+
+    def test_hops_over_tensors_of_a_module_the_model_closes_over(self):
+        # a real Parameter among a HOP's operands: torch's functionalization rule declined it
+        # ("no implementation found for map_impl"); torch.export takes it as a constant
+        for hop, model in zip(("map_impl", "cond", "scan"), hops_over_outside_state().values()):
+            with self.subTest(hop=hop):
+                ep = export_checked(model, (torch.randn(4, 3),))
+                self.assertEqual(hop_names(ep), [f"higher_order.{hop}"])
 
     def test_scan(self):
         export_checked(Scan(), (torch.randn(3), torch.randn(5, 3)))
