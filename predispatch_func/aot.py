@@ -29,7 +29,12 @@ from .opsets.lowering import Lowering
 from .pipeline import TraceSettings, trace_subgraph
 from .program import leaks, node_meta
 from .program.fakeify import Fakeifier
-from .program.graph_cleanup import copy_outputs_reading_written_inputs, lift_traced_constants, name_placeholders
+from .program.graph_cleanup import (
+    copy_outputs_reading_written_inputs,
+    drop_unread_unbacked_bindings,
+    lift_traced_constants,
+    name_placeholders,
+)
 from .program.lift import collect_inputs
 from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
@@ -47,6 +52,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
                       composite_overrides: dict[str, str] | None = None,
                       target: Any = None, python_state: str = "error",
                       preserve_module_call_signature: tuple[str, ...] = (),
+                      prefer_deferred_runtime_asserts_over_guards: bool = False,
                       ) -> tuple[torch.fx.GraphModule, AotSignature]:
     """Trace ``mod`` into a functional graph over lifted state and flat user inputs.
 
@@ -59,10 +65,14 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     tracing (``opsets/lowering.py``), or refuses naming the ops it cannot lower.
     ``preserve_module_call_signature`` records each listed submodule's calling
     convention for ``torch.export.unflatten``, as torch.export.
+    ``prefer_deferred_runtime_asserts_over_guards``: what the trace assumes about a dynamic
+    size becomes a runtime assert in the program instead of a guard (or a narrowed range),
+    as torch.export.
     """
     args, kwargs = (tuple(args) if isinstance(args, (tuple, list)) else (args,)), dict(kwargs or {})
     inputs = collect_inputs(mod, args, kwargs)
-    fakeify = Fakeifier(dynamic_shapes, mod, args, kwargs)
+    fakeify = Fakeifier(dynamic_shapes, mod, args, kwargs,
+                        prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
     fakes = [fakeify.user(s.value) if s.kind is SlotKind.USER else fakeify.state(s.value) for s in inputs.slots]
     fakeify.relate_derived_dims()
     lowering = Lowering(target) if target is not None else None
@@ -83,6 +93,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     # trace learned for them: runtime asserts of the program, as torch.export keeps them
     tc.insert_deferred_runtime_asserts(gm, fakeify.shape_env, f"exported program {type(mod).__name__}", export=True)
     tc.recompute_unbacked_bindings(gm, fakeify.shape_env)
+    drop_unread_unbacked_bindings(gm)
     if lowering is not None:
         lowering.check(gm)
         lowering.warn_decomposed_members(policy.decisions)

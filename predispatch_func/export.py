@@ -31,8 +31,8 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     order, ``ShapesCollection``, ``AdditionalInputs``); ``strict`` is accepted and the
     trace is always torch's non-strict one (Python runs as in eager, which is
     torch.export's default; our state guard reports what strict mode's capture would
-    refuse); ``prefer_deferred_runtime_asserts_over_guards`` is accepted and has no
-    effect yet: a model that narrows a declared dim is refused, naming the Dim to declare.
+    refuse); ``prefer_deferred_runtime_asserts_over_guards`` turns what the trace assumes
+    of a dynamic size into runtime asserts of the program instead of guards, as in torch.export.
 
     ``pre_dispatch=False`` gives the same contract one level lower: after
     autograd, plain ATen. ``composite_overrides`` maps an op name such as
@@ -44,7 +44,7 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     ``preserve_module_call_signature``: submodule paths whose calling convention
     ``torch.export.unflatten`` keeps (so they can be swapped), as in torch.export.
     """
-    del strict, prefer_deferred_runtime_asserts_over_guards  # see the docstring
+    del strict  # see the docstring
     with tc.module_inputs_flattened((args, kwargs)), leaks.watching() as leak_watch:
         args, kwargs = checked_call(model, args, kwargs)
         try:
@@ -52,7 +52,9 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                                         dynamic_shapes=dynamic_shapes,
                                         composite_overrides=composite_overrides,
                                         python_state=python_state, target=target,
-                                        preserve_module_call_signature=tuple(preserve_module_call_signature))
+                                        preserve_module_call_signature=tuple(preserve_module_call_signature),
+                                        prefer_deferred_runtime_asserts_over_guards=(
+                                            prefer_deferred_runtime_asserts_over_guards))
         except ExportError as err:
             refusal = tensor_subclasses.refusal_for(err)
             if refusal is None:

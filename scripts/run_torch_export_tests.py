@@ -88,7 +88,7 @@ def make_ours(calls: ExportCalls):
 
     @functools.wraps(pf.export)
     def export(mod, args=(), kwargs=None, *, dynamic_shapes=None, strict=False,
-               preserve_module_call_signature=(), **rest):
+               preserve_module_call_signature=(), prefer_deferred_runtime_asserts_over_guards=False, **rest):
         calls.calls += 1
         if strict:
             calls.dropped.add("strict=True")
@@ -96,7 +96,8 @@ def make_ours(calls: ExportCalls):
             if value not in (None, False, ()):
                 calls.dropped.add(f"{name}={value!r}"[:80])
         return pf.export(mod, args, kwargs, dynamic_shapes=dynamic_shapes,
-                         preserve_module_call_signature=tuple(preserve_module_call_signature or ()))
+                         preserve_module_call_signature=tuple(preserve_module_call_signature or ()),
+                         prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
 
     return export
 
@@ -615,8 +616,8 @@ def report(paths: list[str], out: str, source: str) -> None:
              "names are unchanged, so the tests take their non-strict branches); a test over the time limit is",
              "killed with its worker and recorded as a timeout.", "",
              f"- Test file: {source}. It is PyTorch's code and is never committed; read it in as below.",
-             "- Keywords of `torch.export.export` that `predispatch_func.export` lacks are dropped per call",
-             "  (`strict=True`, `prefer_deferred_runtime_asserts_over_guards=True`) and counted below.",
+             "- Keywords of `torch.export.export` that `predispatch_func.export` does not honour are dropped per",
+             "  call (`strict=True`: ours always traces non-strict) and counted below.",
              "- A failure of ours is classed by what the failing line of the test checks: *graph text / node names*",
              "  (`assertExpectedInline`, `FileCheck`, `gm.code`, node names, lists of op targets), *metadata*",
              "  (`node.meta`, graph signature, range constraints, constants), *expected an error* (inside",

@@ -63,8 +63,13 @@ class _DerivedUse:
 class Fakeifier:
     """One fake mode per export; remembers which user dims are dynamic."""
 
-    def __init__(self, dynamic_shapes: Any, mod: torch.nn.Module, args: tuple, kwargs: dict):
-        self.shape_env = tc.ShapeEnv()
+    def __init__(self, dynamic_shapes: Any, mod: torch.nn.Module, args: tuple, kwargs: dict, *,
+                 prefer_deferred_runtime_asserts_over_guards: bool = False):
+        # as torch.export's shape env: a Python ``assert`` on a data-dependent value becomes a
+        # runtime assert of the program (not a data-dependent error)
+        self.shape_env = tc.ShapeEnv(
+            trace_asserts=True,
+            prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
         self.mode = tc.FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         self._dims_per_leaf = dims_per_leaf(dynamic_shapes, mod, args, kwargs)
         self._paths = leaf_paths(mod, args, kwargs)

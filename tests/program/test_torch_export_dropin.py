@@ -127,16 +127,43 @@ class NonzeroSized(torch.nn.Module):
         return idx.sum() + x.sum()
 
 
+class ChecksAValueItNeverUses(torch.nn.Module):
+    """The checked value feeds nothing else: dead code before the asserts were inserted."""
+
+    def forward(self, x):
+        n = x.max().to(torch.int64).item()
+        torch._check(n < 100)
+        return x + 1
+
+
+class AssertsOnAnUnbackedValue(torch.nn.Module):
+    """A Python ``assert`` on an int: torch.export's shape env turns it into a runtime assert
+    (on a float, torch.export too raises a data-dependent error). The shape env recognises
+    the statement by its bytecode, which pytest rewrites in a test module: compiled apart."""
+
+    exec(compile("def forward(self, x):\n    y = x + 1\n    assert y.max().item() < 100\n    return y\n",
+                 "<asserting model>", "exec"))
+
+
+class ChecksANonzeroSizeItNeverUses(torch.nn.Module):
+    def forward(self, x):
+        torch._check(torch.nonzero(x > 0).shape[0] <= 4)
+        return x * 2
+
+
 @pytest.mark.parametrize("model_cls, good, bad", [
     (ChecksAnUnbackedValue, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
     (NonzeroSized, torch.tensor([1.0, -1.0, 2.0, 0.0, 3.0]), torch.tensor([1.0, 1.0, 2.0, 5.0, 3.0])),
-], ids=["item", "nonzero"])
+    (ChecksAValueItNeverUses, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
+    (AssertsOnAnUnbackedValue, torch.tensor([2, 3]), torch.tensor([200, 3])),
+    (ChecksANonzeroSizeItNeverUses, torch.tensor([1.0, -1.0, 2.0, 0.0, 3.0]), torch.tensor([1.0, 1.0, 2.0, 5.0, 3.0])),
+], ids=["item", "nonzero", "item-unread", "python-assert", "nonzero-unread"])
 def test_users_checks_on_unbacked_values_stay_in_the_program(model_cls, good, bad):
     """Regression: the program accepted inputs the model rejects (torch._check was dropped)."""
     model = model_cls()
     ep = export_checked(model, (good,))
     assert "aten._assert_scalar.default" in str(ep.graph)
-    with pytest.raises(RuntimeError):
+    with pytest.raises((RuntimeError, AssertionError)):
         model(bad)  # eager refuses
     with pytest.raises(RuntimeError, match="Runtime assertion failed"):
         ep.module()(bad)  # and so does the program, as torch.export's does
@@ -651,3 +678,25 @@ def test_a_parameter_of_a_wrapper_tensor_subclass_survives_module_and_decomposit
     before = list(ep.state_dict)
     ep.run_decompositions()
     assert list(ep.state_dict) == before
+
+
+class ReshapesBySize(torch.nn.Module):
+    def forward(self, x):
+        return x.view(x.size(1), -1).softmax(dim=0)
+
+
+def test_prefer_deferred_runtime_asserts_turns_the_traces_assumptions_into_asserts():
+    """As torch.export: with the flag, what the trace assumed of a dynamic size (here
+    ``s != 20`` and ``s % 20 != 0``, from the example 64) is a runtime assert of the program
+    instead of a guard on its inputs."""
+    model, x = ReshapesBySize(), torch.rand(64, 20, 16)
+    shapes = {"x": {0: Dim("batch")}}
+    deferred = export_checked(model, (x,), dynamic_shapes=shapes, prefer_deferred_runtime_asserts_over_guards=True)
+    assert "aten._assert_scalar.default" in str(deferred.graph)
+    with pytest.raises(RuntimeError, match=r"Runtime assertion failed for expression Ne\(s\d+, 20\)"):
+        deferred.module()(torch.randn(20, 20, 16))
+    torch.testing.assert_close(deferred.module()(torch.randn(30, 20, 16)).shape, torch.Size([20, 480]))
+    guarded = export_checked(model, (x,), dynamic_shapes=shapes)
+    assert "aten._assert_scalar.default" not in str(guarded.graph)
+    with pytest.raises(AssertionError, match="Guard failed"):
+        guarded.module()(torch.randn(20, 20, 16))
