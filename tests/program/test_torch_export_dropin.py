@@ -13,6 +13,7 @@ from torch.export import AdditionalInputs, Dim, ShapesCollection
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 import predispatch_func as pf
+from predispatch_func.graphs import all_graph_modules
 from tests.support.oracle import export_checked
 
 
@@ -145,6 +146,25 @@ class AssertsOnAnUnbackedValue(torch.nn.Module):
                  "<asserting model>", "exec"))
 
 
+class ChecksInsideNoGrad(torch.nn.Module):
+    """The value is read inside a grad region, which becomes a region HOP: its check was
+    lost with the asserts inserted after the regions were outlined."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            n = x.max().to(torch.int64).item()
+            torch._check(n < 100)
+        return x + 1
+
+
+class ReadsInsideNoGradChecksOutside(torch.nn.Module):
+    def forward(self, x):
+        with torch.no_grad():
+            n = x.max().to(torch.int64).item()
+        torch._check(n < 100)
+        return x * 2
+
+
 class ChecksANonzeroSizeItNeverUses(torch.nn.Module):
     def forward(self, x):
         torch._check(torch.nonzero(x > 0).shape[0] <= 4)
@@ -157,12 +177,14 @@ class ChecksANonzeroSizeItNeverUses(torch.nn.Module):
     (ChecksAValueItNeverUses, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
     (AssertsOnAnUnbackedValue, torch.tensor([2, 3]), torch.tensor([200, 3])),
     (ChecksANonzeroSizeItNeverUses, torch.tensor([1.0, -1.0, 2.0, 0.0, 3.0]), torch.tensor([1.0, 1.0, 2.0, 5.0, 3.0])),
-], ids=["item", "nonzero", "item-unread", "python-assert", "nonzero-unread"])
+    (ChecksInsideNoGrad, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
+    (ReadsInsideNoGradChecksOutside, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
+], ids=["item", "nonzero", "item-unread", "python-assert", "nonzero-unread", "in-no-grad", "read-in-no-grad"])
 def test_users_checks_on_unbacked_values_stay_in_the_program(model_cls, good, bad):
     """Regression: the program accepted inputs the model rejects (torch._check was dropped)."""
     model = model_cls()
     ep = export_checked(model, (good,))
-    assert "aten._assert_scalar.default" in str(ep.graph)
+    assert any("aten._assert_scalar.default" in str(gm.graph) for _, gm in all_graph_modules(ep.graph_module))
     with pytest.raises((RuntimeError, AssertionError)):
         model(bad)  # eager refuses
     with pytest.raises(RuntimeError, match="Runtime assertion failed"):
