@@ -160,7 +160,13 @@ class Fakeifier:
             raise DynamicShapesError(f"{where}: example size {example} is outside Dim {name!r} "
                                    f"range [{lower}, {upper}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
         if name in self._declared:  # same Dim name: same symbol
-            tc.check(size == self._declared[name].size)
+            first = self._declared[name]
+            if named and (first.lower, first.upper) != (lower, upper):  # torch.export's words and class
+                raise DynamicShapesError(
+                    f"Found different definitions {_readable_dim(name, first.lower, first.upper)} and "
+                    f"{_readable_dim(name, lower, upper)} for the same symbolic dimension {name!r}!",
+                    kind=Refusal.DYNAMIC_SHAPES_SPEC)
+            tc.check(size == first.size)
             return
         # tracing assumes sizes >= 2 (0/1 are generalised, as torch.export does); a hint's bounds are
         # met with what the trace infers afterwards (so an example outside them is no error yet)
@@ -451,6 +457,12 @@ def _traced_lower(lower: int, example: int) -> int:
     """The least size the trace assumes: 2 (torch generalises 0 and 1), unless the example itself is
     0 or 1 and still symbolic (torch's ``backed_size_oblivious``): then the declared minimum."""
     return max(2, lower) if example >= 2 else lower
+
+
+def _readable_dim(name: str, lower: int, upper: Any) -> str:
+    """``Dim('C', min=3)`` as torch.export writes a Dim, bounds at their defaults left out."""
+    bounds = ([f"min={lower}"] if lower != 0 else []) + ([f"max={upper}"] if upper != tc.INT_OO else [])
+    return f"Dim({', '.join([repr(name), *bounds])})"
 
 
 def _torch_name(source: str, index: int | None, style: str) -> str:

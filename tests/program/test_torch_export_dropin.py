@@ -722,3 +722,22 @@ def test_prefer_deferred_runtime_asserts_turns_the_traces_assumptions_into_asser
     assert "aten._assert_scalar.default" not in str(guarded.graph)
     with pytest.raises(AssertionError, match="Guard failed"):
         guarded.module()(torch.randn(20, 20, 16))
+
+
+class MatMul(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.matmul(x, y)
+
+
+def test_two_dims_of_one_name_with_other_bounds_are_refused_as_torch_export_refuses_them():
+    """Regression: ours took the first definition and ignored the second one's bounds."""
+    first, second = Dim("C", min=3), Dim("C", max=12)
+    for exporter in (torch.export.export, pf.export):
+        with pytest.raises(UserError, match=r"Found different definitions Dim\(.*min=3\) and Dim\(.*max=12\) "
+                                            "for the same symbolic dimension"):
+            exporter(MatMul(), (torch.randn(10, 10), torch.randn(10, 10)),
+                     dynamic_shapes={"x": (first, second), "y": (second, first)})
+    same = Dim("C", min=3)  # one name, equal bounds: one dim, as in torch.export
+    ep = export_checked(MatMul(), (torch.randn(10, 10), torch.randn(10, 10)),
+                        dynamic_shapes={"x": (first, same), "y": (same, first)})
+    torch.testing.assert_close(ep.module()(torch.ones(5, 5), torch.ones(5, 5)), torch.full((5, 5), 5.0))
