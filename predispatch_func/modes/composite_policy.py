@@ -212,8 +212,11 @@ class CompositePolicy:
         twin, may_run_eager_kernel, otherwise = self._reroute_by_op[op]
         if twin is not None:
             return twin
-        if may_run_eager_kernel and self.needs_eager_kernel(op, args, kwargs) \
-                and self.should_decompose(op, args, kwargs):
+        # decided first: the eager-kernel check runs the decomposition on the call's fakes, and a
+        # kept op's decomposition must not leave its guards behind (pad_sequence's C++ kernel
+        # reads its sizes as ints: a dynamic dim specialised to the example's size)
+        if may_run_eager_kernel and self.should_decompose(op, args, kwargs) \
+                and self.needs_eager_kernel(op, args, kwargs):
             return functools.partial(tc.decompose_like_eager, op)
         return otherwise
 

@@ -741,3 +741,27 @@ def test_two_dims_of_one_name_with_other_bounds_are_refused_as_torch_export_refu
     ep = export_checked(MatMul(), (torch.randn(10, 10), torch.randn(10, 10)),
                         dynamic_shapes={"x": (first, same), "y": (same, first)})
     torch.testing.assert_close(ep.module()(torch.ones(5, 5), torch.ones(5, 5)), torch.full((5, 5), 5.0))
+
+
+class PadsSequences(torch.nn.Module):
+    def __init__(self, batch_first):
+        super().__init__()
+        self.batch_first = batch_first
+
+    def forward(self, x, y):
+        return torch.nn.utils.rnn.pad_sequence([x, y], batch_first=self.batch_first)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_a_kept_composite_leaves_dynamic_dims_dynamic(batch_first):
+    """Regression: the check of whether eager's C++ kernel of ``pad_sequence`` must be traced
+    ran that kernel on the call's fakes although the op is kept; the kernel reads sizes as
+    ints, so each dynamic dim was specialised ("Constraints violated"), where torch.export
+    keeps it dynamic."""
+    model = PadsSequences(batch_first)
+    ep = export_checked(model, (torch.randn(5, 2), torch.randn(3, 2)),
+                        dynamic_shapes={"x": {0: Dim("n")}, "y": {0: Dim("m")}})
+    assert "aten.pad_sequence.default" in str(ep.graph)
+    for n, m in ((7, 2), (2, 9)):
+        x, y = torch.randn(n, 2), torch.randn(m, 2)
+        torch.testing.assert_close(ep.module()(x, y), model(x, y))
