@@ -45,29 +45,30 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     ``torch.export.unflatten`` keeps (so they can be swapped), as in torch.export.
     """
     del strict  # see the docstring
-    with tc.module_inputs_flattened((args, kwargs)), leaks.watching() as leak_watch:
-        args, kwargs = checked_call(model, args, kwargs)
-        try:
-            gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
-                                        dynamic_shapes=dynamic_shapes,
-                                        composite_overrides=composite_overrides,
-                                        python_state=python_state, target=target,
-                                        preserve_module_call_signature=tuple(preserve_module_call_signature),
-                                        prefer_deferred_runtime_asserts_over_guards=(
-                                            prefer_deferred_runtime_asserts_over_guards))
-        except ExportError as err:
-            refusal = tensor_subclasses.refusal_for(err)
-            if refusal is None:
-                raise
-            raise refusal from err.__cause__
-    ep = to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
-    if leak_watch is not None:
-        leak_watch.report(tc.fake_mode_of([n.meta.get("val") for n in ep.graph.find_nodes(op="placeholder")]))
-    if isinstance(dynamic_shapes, torch.export.AdditionalInputs):
-        # as torch.export: every example the spec was inferred from must run (a size the trace fixed,
-        # a relation it found, fails here, not in the caller's pipeline)
-        dynamic_shapes.verify(ep)
-    return ep
+    with tc.callers_fake_mode_unset():  # inside the user's `with FakeTensorMode()`, as torch.export
+        with tc.module_inputs_flattened((args, kwargs)), leaks.watching() as leak_watch:
+            args, kwargs = checked_call(model, args, kwargs)
+            try:
+                gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,
+                                            dynamic_shapes=dynamic_shapes,
+                                            composite_overrides=composite_overrides,
+                                            python_state=python_state, target=target,
+                                            preserve_module_call_signature=tuple(preserve_module_call_signature),
+                                            prefer_deferred_runtime_asserts_over_guards=(
+                                                prefer_deferred_runtime_asserts_over_guards))
+            except ExportError as err:
+                refusal = tensor_subclasses.refusal_for(err)
+                if refusal is None:
+                    raise
+                raise refusal from err.__cause__
+        ep = to_exported_program(gm, sig, example_inputs=_detached((args, kwargs)))
+        if leak_watch is not None:
+            leak_watch.report(tc.fake_mode_of([n.meta.get("val") for n in ep.graph.find_nodes(op="placeholder")]))
+        if isinstance(dynamic_shapes, torch.export.AdditionalInputs):
+            # as torch.export: every example the spec was inferred from must run (a size the trace fixed,
+            # a relation it found, fails here, not in the caller's pipeline)
+            dynamic_shapes.verify(ep)
+        return ep
 
 
 def _detached(inputs: Any) -> Any:
@@ -156,7 +157,7 @@ def _tensor_key(t: torch.Tensor) -> Any:
 def _storage_pointer(t: torch.Tensor) -> int:
     """Where ``t``'s storage starts; 0 where it has none to read (meta, fake, a wrapper subclass,
     whose storage torch refuses to hand out)."""
-    if t.device.type == "meta":
+    if t.device.type == "meta" or isinstance(t, tc.FakeTensor):  # a fake's pointer: a warning, then 0
         return 0
     try:
         return t.untyped_storage().data_ptr()

@@ -187,6 +187,18 @@ def outside_trace() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def callers_fake_mode_unset() -> Iterator[None]:
+    """Export called inside the user's ``with FakeTensorMode():`` (a model built on fakes) runs
+    outside it, as torch.export does: the program's values belong to the export's own fake
+    mode, and torch's ExportedProgram refuses two active fake modes. The user's fake inputs
+    and parameters are fake-ified again in the export's mode."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        yield
+
+
+@contextlib.contextmanager
 def autocast_state_as(state: dict[str, tuple[bool, Any]]) -> Iterator[None]:
     """Set autocast's state without recording a marker (a HOP body traced on its own
     runs under its caller's autocast; the caller's graph already records it)."""
@@ -505,6 +517,7 @@ def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
 
 
 __all__ = [
+    "callers_fake_mode_unset",
     "module_getattr_wrapped",
     "non_strict_call_rewrites",
     "trace_moved_below_autograd",

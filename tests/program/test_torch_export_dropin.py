@@ -765,3 +765,31 @@ def test_a_kept_composite_leaves_dynamic_dims_dynamic(batch_first):
     for n, m in ((7, 2), (2, 9)):
         x, y = torch.randn(n, 2), torch.randn(m, 2)
         torch.testing.assert_close(ep.module()(x, y), model(x, y))
+
+
+class AddsAParameter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        return self.weight + x
+
+
+@pytest.mark.parametrize("exporter", [torch.export.export, pf.export], ids=["torch.export", "ours"])
+def test_export_inside_the_users_fake_mode_as_torch_export(exporter):
+    """Regression: a model built and exported inside ``with FakeTensorMode():`` failed with
+    "fake mode ... from active fake mode 0 doesn't match" (torch's ExportedProgram saw the
+    user's mode active beside the export's). The program's values share one fake mode; it
+    runs on the user's fakes under the user's mode."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv(tracked_fakes=[]))
+    with fake_mode:
+        model, x = AddsAParameter(), torch.randn(4, 4)
+        ep = exporter(model, (x,))
+        out = ep.module()(x)
+    assert isinstance(out, FakeTensor) and out.shape == (4, 4)
+    vals = [n.meta["val"] for n in ep.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+    assert vals and all(v.fake_mode is vals[0].fake_mode for v in vals)

@@ -219,6 +219,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "trace_moved_below_autograd": _moved_below_autograd,
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs"}
+CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
 
 
 class _Boom(Exception):
@@ -226,7 +227,22 @@ class _Boom(Exception):
 
 
 def test_every_patch_is_checked():
-    assert sorted(PATCHES) == sorted(set(patches.__all__) - NOT_CONTEXT_MANAGERS)
+    assert sorted(PATCHES) == sorted(set(patches.__all__) - NOT_CONTEXT_MANAGERS - CHECKED_APART)
+
+
+def test_callers_fake_mode_is_unset_inside_and_back_after_a_raise():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def active_fake_mode():
+        return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+
+    with FakeTensorMode() as mode:
+        assert active_fake_mode() is mode
+        with pytest.raises(_Boom):
+            with patches.callers_fake_mode_unset():
+                assert active_fake_mode() is None
+                raise _Boom
+        assert active_fake_mode() is mode
 
 
 @pytest.mark.parametrize("name", sorted(PATCHES))
