@@ -15,6 +15,7 @@ from .artifacts import AotSignature, ProgramFacts, program_facts, with_program_f
 from .autograd_facts import may_carry_grad
 from .errors import ExportError
 from .program import leaks, tensor_subclasses
+from .program.dynamic_shapes_spec import int_inputs_unwrapped
 from .program.input_check import checked_call
 
 
@@ -46,6 +47,7 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     """
     del strict  # see the docstring
     with tc.callers_fake_mode_unset():  # inside the user's `with FakeTensorMode()`, as torch.export
+        args, kwargs, dynamic_shapes = int_inputs_unwrapped(model, args, kwargs or {}, dynamic_shapes)
         with tc.module_inputs_flattened((args, kwargs)), leaks.watching() as leak_watch:
             args, kwargs = checked_call(model, args, kwargs)
             try:

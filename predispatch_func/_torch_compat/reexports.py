@@ -19,6 +19,7 @@ from torch._dynamo.exc import UserErrorType as TorchUserErrorType
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode, _can_decompose_fast
+from torch.export.dynamic_shapes import _IntWrapper as IntInputWrapper
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode, ShapeEnv
 from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
@@ -27,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [  # the private names the rest of the package uses as they are, then our wrappers
-    "_can_decompose_fast", "INT_OO", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
+    "_can_decompose_fast", "INT_OO", "IntInputWrapper", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
     "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",

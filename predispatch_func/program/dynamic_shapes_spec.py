@@ -20,6 +20,19 @@ from .. import _torch_compat as tc
 from ..errors import DynamicShapesError, Refusal
 
 
+def int_inputs_unwrapped(mod: torch.nn.Module, args: tuple, kwargs: dict,
+                         dynamic_shapes: Any) -> tuple[tuple, dict, Any]:
+    """torch.export's int wrappers (``_IntWrapper``: an int a ``ShapesCollection`` can mark
+    dynamic, keyed by the wrapper) as their ints, with the spec the collection builds for
+    them; inputs without a wrapper come back as they are."""
+    if not any(isinstance(leaf, tc.IntInputWrapper) for leaf in tc.pytree.tree_leaves((args, kwargs))):
+        return args, kwargs, dynamic_shapes
+    if callable(getattr(dynamic_shapes, "dynamic_shapes", None)):
+        dynamic_shapes = dynamic_shapes.dynamic_shapes(mod, args, kwargs)
+    args, kwargs = tc.pytree.tree_map_only(tc.IntInputWrapper, lambda wrapper: wrapper.val, (args, kwargs))
+    return args, kwargs, dynamic_shapes
+
+
 def leaf_paths(mod: torch.nn.Module, args: tuple, kwargs: dict) -> list[str]:
     """Each flat user input leaf as torch.export names it in messages: ``['x']``, ``['xs']['data'][0]``
     (forward's parameter name, then the path inside that argument)."""

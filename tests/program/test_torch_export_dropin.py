@@ -793,3 +793,24 @@ def test_export_inside_the_users_fake_mode_as_torch_export(exporter):
     assert isinstance(out, FakeTensor) and out.shape == (4, 4)
     vals = [n.meta["val"] for n in ep.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)]
     assert vals and all(v.fake_mode is vals[0].fake_mode for v in vals)
+
+
+class AddsTwoNumbers(torch.nn.Module):
+    def forward(self, x, n):
+        return x * n + n
+
+
+def test_ints_wrapped_for_a_shapes_collection_are_dynamic_int_inputs():
+    """Regression: torch.export's ``_IntWrapper`` (how a ShapesCollection marks an int input
+    dynamic) was refused as an input a program cannot take."""
+    from torch.export.dynamic_shapes import _IntWrapper
+
+    x, n = torch.randn(3), _IntWrapper(4)
+    shapes = ShapesCollection()
+    shapes[n] = Dim.DYNAMIC
+    model = AddsTwoNumbers()
+    ep = pf.export(model, (x, n), dynamic_shapes=shapes)
+    assert type(ep.graph_signature.input_specs[1].arg).__name__ == "SymIntArgument"
+    for k in (0, 4, 9):
+        torch.testing.assert_close(ep.module()(x, k), model(x, k))
+    pf.verify(ep, model, (x, 7), raise_on_failure=True)
