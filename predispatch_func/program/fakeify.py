@@ -148,8 +148,8 @@ class Fakeifier:
         name = dim.__name__ if named else f"_dynamic_{len(self._declared)}"
         if _is_derived_dim(dim):
             if not dim.min <= example <= dim.max:
-                raise DynamicShapesError(f"{where}: example size {example} is outside Dim {name!r} "
-                                         f"range [{dim.min}, {dim.max}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
+                raise DynamicShapesError(f"{where}: example size {example} not in range [{dim.min}, {dim.max}] "
+                                         f"(outside Dim {name!r})", kind=Refusal.DYNAMIC_SHAPES_SPEC)
             self._derived.append(_DerivedUse(dim, size, where, example, self._declarations,
                                              _torch_name(source, index, "L")))
             return
@@ -157,8 +157,8 @@ class Fakeifier:
         lower = int(getattr(dim, "min", None) or 0)
         upper = tc.INT_OO if getattr(dim, "max", None) is None else dim.max
         if named and not lower <= example <= upper:
-            raise DynamicShapesError(f"{where}: example size {example} is outside Dim {name!r} "
-                                   f"range [{lower}, {upper}]", kind=Refusal.DYNAMIC_SHAPES_SPEC)
+            raise DynamicShapesError(f"{where}: example size {example} not in range [{lower}, {upper}] "
+                                     f"(outside Dim {name!r})", kind=Refusal.DYNAMIC_SHAPES_SPEC)
         if name in self._declared:  # same Dim name: same symbol
             first = self._declared[name]
             if named and (first.lower, first.upper) != (lower, upper):  # torch.export's words and class
