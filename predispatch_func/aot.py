@@ -29,12 +29,7 @@ from .opsets.lowering import Lowering
 from .pipeline import TraceSettings, trace_subgraph
 from .program import leaks, node_meta
 from .program.fakeify import Fakeifier
-from .program.graph_cleanup import (
-    copy_outputs_reading_written_inputs,
-    drop_unread_unbacked_bindings,
-    lift_traced_constants,
-    name_placeholders,
-)
+from .program.graph_cleanup import copy_outputs_reading_written_inputs, lift_traced_constants, name_placeholders
 from .program.lift import collect_inputs
 from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
@@ -90,7 +85,6 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     written_through_data = {inputs.slots[i] for i in trace.hidden_written}
     placeholders = traced.placeholders
     inputs = placeholders.inputs  # with the constants the trace created
-    drop_unread_unbacked_bindings(gm)
     if lowering is not None:
         lowering.check(gm)
         lowering.warn_decomposed_members(policy.decisions)

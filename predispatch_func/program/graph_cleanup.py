@@ -19,36 +19,21 @@ from .signature import written_placeholders
 
 
 @graph_pass
-def eliminate_dead_code(gm: torch.fx.GraphModule, *, keep_unbacked_bindings: bool = True) -> None:
+def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
     """Drop unused view replays (in every body too) and profiler ranges; keep random ops so
     the RNG stream matches eager, also inside a region whose results are unused, and drop
-    the bodies of regions no longer called.
-
-    A node that binds an unbacked symbol (``.item()``, ``nonzero``) is kept while
-    ``keep_unbacked_bindings``: the user's ``torch._check`` or ``assert`` on the value
-    becomes a runtime assert only later (aot.py), reading that node; dropped first, the
-    check was silently lost. :func:`drop_unread_unbacked_bindings` drops what stays unread."""
+    the bodies of regions no longer called. (The user's checks on unbacked values are
+    runtime asserts by now, reading the ``.item()`` they check: aot.py inserts them first.)"""
     for _, sub in reversed(list(all_graph_modules(gm))):
-        sub.graph.eliminate_dead_code(is_impure_node=functools.partial(
-            _impure, owner=sub, keep_unbacked_bindings=keep_unbacked_bindings))
+        sub.graph.eliminate_dead_code(is_impure_node=functools.partial(_impure, owner=sub))
         called = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
         for name, child in list(sub.named_children()):
             if isinstance(child, torch.fx.GraphModule) and name not in called:
                 delattr(sub, name)
 
 
-def drop_unread_unbacked_bindings(gm: torch.fx.GraphModule) -> None:
-    """Once the runtime asserts are in: the unbacked bindings nothing reads, and what only
-    they read, go (a graph without such a binding is left untouched)."""
-    if any("unbacked_bindings" in node.meta and not node.users for _, sub in all_graph_modules(gm)
-           for node in sub.graph.nodes):
-        eliminate_dead_code(gm, keep_unbacked_bindings=False)
-
-
-def _impure(node: torch.fx.Node, owner: torch.fx.GraphModule, keep_unbacked_bindings: bool) -> bool:
+def _impure(node: torch.fx.Node, owner: torch.fx.GraphModule) -> bool:
     target = node.target
-    if keep_unbacked_bindings and "unbacked_bindings" in node.meta:
-        return True
     if target in tc.PROFILER_RANGE_OPS:
         # eager profiling ranges (torch.profiler.record_function) are dropped, as torch.export
         # drops them: a runtime profiles the program its own way, and the range's handle is a
@@ -59,7 +44,7 @@ def _impure(node: torch.fx.Node, owner: torch.fx.GraphModule, keep_unbacked_bind
     parts = region_body_and_operands(node)
     if parts is not None:
         body = getattr(owner, str(parts[0].target))
-        return any(_impure(n, body, keep_unbacked_bindings) for n in body.graph.nodes if n.op == "call_function")
+        return any(_impure(n, body) for n in body.graph.nodes if n.op == "call_function")
     return node.is_impure()
 
 
