@@ -72,11 +72,11 @@ _TORCHVISION = {
     "inception_v3": ("conv", 96), "alexnet": ("conv", 64), "vgg11_bn": ("conv", 64),
     "regnet_x_400mf": ("conv", 64), "regnet_y_400mf": ("conv", 64), "convnext_tiny": ("conv", 64),
     "swin_t": ("vision-transformer", 64), "swin_v2_t": ("vision-transformer", 64),
-    "vit_b_16": ("vision-transformer", 32), "maxvit_t": ("vision-transformer", 64),
+    "vit_b_16": ("vision-transformer", 32), "maxvit_t": ("vision-transformer", 224),
 }
 _TORCHVISION_KWARGS = {"googlenet": {"aux_logits": False, "init_weights": True},
                        "inception_v3": {"aux_logits": False, "init_weights": True},
-                       "vit_b_16": {"image_size": 32}, "maxvit_t": {"input_size": (64, 64)}}
+                       "vit_b_16": {"image_size": 32}, "maxvit_t": {"input_size": (224, 224)}}  # each stage a multiple of its partition size 7
 
 
 def _torchvision_classifier(name: str, size: int) -> Callable[[], Built]:
