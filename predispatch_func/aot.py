@@ -79,8 +79,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     settings = TraceSettings(policy, {**(lowering.proxy_table() if lowering else {}), **(decompositions or {})})
     with guard:
         traced = trace_subgraph(call, fakes, grad_enabled=True, settings=settings, pre_dispatch=pre_dispatch,
-                                fake_mode=fakeify.mode, prepare=functools.partial(
-                                    _named_inputs, inputs, guard, call, fakeify.shape_env, type(mod).__name__))
+                                fake_mode=fakeify.mode, prepare=functools.partial(_named_inputs, inputs, guard, call))
     trace, gm, mutations = traced.trace, traced.graph_module, call.mutations
     written_through_data = {inputs.slots[i] for i in trace.hidden_written}
     placeholders = traced.placeholders
@@ -113,14 +112,10 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         module_call_signatures=module_call_signatures)
 
 
-def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, shape_env: Any, model_name: str,
-                  trace: Trace) -> Placeholders:
+def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, trace: Trace) -> Placeholders:
     """Between the trace and the regions: no Python-level change left uncarried, the
-    constants the trace created lifted to inputs, the placeholders named; the user's
-    ``torch._check`` on unbacked values (``.item()``, nonzero sizes) and the ranges the
-    trace learned for them made runtime asserts, as torch.export keeps them. (Inserted
-    before the regions are outlined, an assert on a value read inside ``no_grad`` goes
-    into the region with it; inserted after, its value was out of reach and the check lost.)"""
+    constants the trace created lifted to inputs, the placeholders named (then
+    ``pipeline.trace_subgraph`` makes the user's checks on unbacked values runtime asserts)."""
     written = {id(slot) for slot in call.mutations.mutated}
     placeholders = [n for n in trace.graph_module.graph.nodes if n.op == "placeholder"]
     guard.refuse_uncarried_changes(readable_state=frozenset(
@@ -128,8 +123,6 @@ def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, shape_env:
         if slot.kind is not SlotKind.USER and id(slot) not in written))
     inputs = lift_traced_constants(trace.graph_module, inputs)
     name_placeholders(trace.graph_module, inputs)
-    tc.insert_deferred_runtime_asserts(trace.graph_module, shape_env, f"exported program {model_name}", export=True)
-    tc.recompute_unbacked_bindings(trace.graph_module, shape_env)
     return Placeholders.of(trace.graph_module, inputs)
 
 

@@ -73,10 +73,25 @@ def trace_subgraph(fn: Body, inputs: Sequence[Any], *, grad_enabled: bool, setti
                              trace_body=settings.trace_body)
     named = prepare(trace)
     gm = trace.graph_module
+    _checks_as_runtime_asserts(gm, fake_mode or tc.fake_mode_of([t for t in inputs if isinstance(t, torch.Tensor)]))
     outline_regions(gm, trace.identity_edges, grad_enabled=grad_enabled,
                     grad_sources=grad_sources(named) if named is not None else None)
     eliminate_dead_code(gm)
     return Subgraph(trace, named)
+
+
+def _checks_as_runtime_asserts(gm: torch.fx.GraphModule, fake_mode: Any) -> None:
+    """The user's ``torch._check`` (or ``assert``) on unbacked values (``.item()``, nonzero sizes)
+    and the ranges the trace learned for them, as runtime asserts of this graph, as
+    torch.export keeps them: inserted in the graph that reads the value (a Function's body
+    too), before the regions are outlined (an assert on a value read inside ``no_grad`` goes
+    into the region with it) and before dead code is dropped (which took the unread
+    ``.item()``, and so the check, with it)."""
+    shape_env = getattr(fake_mode, "shape_env", None)
+    if shape_env is None:
+        return
+    tc.insert_deferred_runtime_asserts(gm, shape_env, "exported program", export=True)
+    tc.recompute_unbacked_bindings(gm, shape_env)
 
 
 def _body_markers_dropped(trace: Trace) -> None:

@@ -23,7 +23,7 @@ def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
     """Drop unused view replays (in every body too) and profiler ranges; keep random ops so
     the RNG stream matches eager, also inside a region whose results are unused, and drop
     the bodies of regions no longer called. (The user's checks on unbacked values are
-    runtime asserts by now, reading the ``.item()`` they check: aot.py inserts them first.)"""
+    runtime asserts by now, reading the ``.item()`` they check: pipeline.py inserts them first.)"""
     for _, sub in reversed(list(all_graph_modules(gm))):
         sub.graph.eliminate_dead_code(is_impure_node=functools.partial(_impure, owner=sub))
         called = {n.target for n in sub.graph.nodes if n.op == "get_attr"}

@@ -165,6 +165,26 @@ class ReadsInsideNoGradChecksOutside(torch.nn.Module):
         return x * 2
 
 
+class _ChecksInItsForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        n = x.max().to(torch.int64).item()
+        torch._check(n < 100)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class ChecksInsideAFunction(torch.nn.Module):
+    """The value is read in a custom Function's forward, traced as its own body: the body's
+    check was lost (asserts were inserted in the program's graph only)."""
+
+    def forward(self, x):
+        return _ChecksInItsForward.apply(x)
+
+
 class ChecksANonzeroSizeItNeverUses(torch.nn.Module):
     def forward(self, x):
         torch._check(torch.nonzero(x > 0).shape[0] <= 4)
@@ -179,7 +199,9 @@ class ChecksANonzeroSizeItNeverUses(torch.nn.Module):
     (ChecksANonzeroSizeItNeverUses, torch.tensor([1.0, -1.0, 2.0, 0.0, 3.0]), torch.tensor([1.0, 1.0, 2.0, 5.0, 3.0])),
     (ChecksInsideNoGrad, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
     (ReadsInsideNoGradChecksOutside, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
-], ids=["item", "nonzero", "item-unread", "python-assert", "nonzero-unread", "in-no-grad", "read-in-no-grad"])
+    (ChecksInsideAFunction, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
+], ids=["item", "nonzero", "item-unread", "python-assert", "nonzero-unread", "in-no-grad", "read-in-no-grad",
+        "in-function"])
 def test_users_checks_on_unbacked_values_stay_in_the_program(model_cls, good, bad):
     """Regression: the program accepted inputs the model rejects (torch._check was dropped)."""
     model = model_cls()
