@@ -27,7 +27,7 @@ def int_inputs_unwrapped(mod: torch.nn.Module, args: tuple, kwargs: dict,
     them; inputs without a wrapper come back as they are."""
     if not any(isinstance(leaf, tc.IntInputWrapper) for leaf in tc.pytree.tree_leaves((args, kwargs))):
         return args, kwargs, dynamic_shapes
-    if callable(getattr(dynamic_shapes, "dynamic_shapes", None)):
+    if isinstance(dynamic_shapes, torch.export.ShapesCollection):  # keyed by the wrappers themselves
         dynamic_shapes = dynamic_shapes.dynamic_shapes(mod, args, kwargs)
     args, kwargs = tc.pytree.tree_map_only(tc.IntInputWrapper, lambda wrapper: wrapper.val, (args, kwargs))
     return args, kwargs, dynamic_shapes

@@ -803,7 +803,8 @@ def test_export_inside_the_users_fake_mode_as_torch_export(exporter):
     """Regression: a model built and exported inside ``with FakeTensorMode():`` failed with
     "fake mode ... from active fake mode 0 doesn't match" (torch's ExportedProgram saw the
     user's mode active beside the export's). The program's values share one fake mode; it
-    runs on the user's fakes under the user's mode."""
+    runs on the user's fakes under the user's mode, and, given real weights, computes what
+    eager computes with them."""
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -815,6 +816,11 @@ def test_export_inside_the_users_fake_mode_as_torch_export(exporter):
     assert isinstance(out, FakeTensor) and out.shape == (4, 4)
     vals = [n.meta["val"] for n in ep.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)]
     assert vals and all(v.fake_mode is vals[0].fake_mode for v in vals)
+    real = AddsAParameter()
+    program = ep.module()
+    program.load_state_dict(real.state_dict(), assign=True)
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(program(x), real(x))
 
 
 class AddsTwoNumbers(torch.nn.Module):
