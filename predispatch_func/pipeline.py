@@ -87,7 +87,7 @@ def _checks_as_runtime_asserts(gm: torch.fx.GraphModule, fake_mode: Any) -> None
     too), before the regions are outlined (an assert on a value read inside ``no_grad`` goes
     into the region with it) and before dead code is dropped (which took the unread
     ``.item()``, and so the check, with it)."""
-    shape_env = getattr(fake_mode, "shape_env", None)
+    shape_env = tc.shape_env_of(fake_mode)
     if shape_env is None:
         return
     tc.insert_deferred_runtime_asserts(gm, shape_env, "exported program", export=True)

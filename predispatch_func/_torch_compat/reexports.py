@@ -56,6 +56,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "has_kernel",
     "has_data_mutation",
     "fake_mode_of",
+    "shape_env_of",
     "discarding_unbacked_symbols",
     "SET_GRAD_ENABLED",
     "PROFILER_RANGE_OPS",
@@ -266,6 +267,11 @@ def has_data_mutation(t: FunctionalTensor) -> bool:
 
 def fake_mode_of(tensors: list[Any]) -> FakeTensorMode | None:
     return torch._guards.detect_fake_mode(tensors)
+
+
+def shape_env_of(fake_mode: FakeTensorMode | None) -> ShapeEnv | None:
+    """The shape env of a fake mode (None for a static trace or no mode)."""
+    return getattr(fake_mode, "shape_env", None)
 
 
 def discarding_unbacked_symbols(fake_mode: FakeTensorMode) -> Any:
