@@ -282,14 +282,15 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
     call_signature = ModuleCallSignature(inputs=[], outputs=[], in_spec=sig.in_spec,
                                          out_spec=sig.out_spec,
                                          forward_arg_names=sig.forward_arg_names)
-    ep = FunctionalExportedProgram(
-        root=gm, graph=gm.graph, graph_signature=sig.graph_signature,
-        state_dict=sig.state_dict, range_constraints=sig.range_constraints,
-        module_call_graph=[ModuleCallEntry(fqn="", signature=call_signature),
-                           *(ModuleCallEntry(fqn=fqn, signature=signature)
-                             for fqn, signature in sig.module_call_signatures.items())],
-        example_inputs=example_inputs, constants=sig.constants,  # type: ignore[arg-type]
-    )
+    with tc.exported_program_code_on_first_use():
+        ep = FunctionalExportedProgram(
+            root=gm, graph=gm.graph, graph_signature=sig.graph_signature,
+            state_dict=sig.state_dict, range_constraints=sig.range_constraints,
+            module_call_graph=[ModuleCallEntry(fqn="", signature=call_signature),
+                               *(ModuleCallEntry(fqn=fqn, signature=signature)
+                                 for fqn, signature in sig.module_call_signatures.items())],
+            example_inputs=example_inputs, constants=sig.constants,  # type: ignore[arg-type]
+        )
     with_program_facts(ep.graph_module, ProgramFacts(
         composite_decisions=sig.composite_decisions, grad_enabled_on_return=sig.grad_enabled_on_return,
         ambient=sig.ambient, input_layouts=dict(sig.input_layouts)))

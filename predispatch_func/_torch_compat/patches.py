@@ -72,6 +72,24 @@ def lazy_graph_modules() -> Any:
     return _use_lazy_graph_module(True)
 
 
+@contextlib.contextmanager
+def exported_program_code_on_first_use() -> Iterator[None]:
+    """An ExportedProgram made meanwhile holds a graph module whose Python code is generated
+    on first use (a call, ``.code``, printing, pickling), not when the program is made:
+    most programs are unlifted (``module()`` generates its own code), serialized or handed
+    to a compiler, and never run through that code. torch's constructor builds the module in
+    ``_create_graph_module_for_export``; it is swapped for the length of the block."""
+    import torch.export.exported_program as exported_program
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    eager = exported_program._create_graph_module_for_export
+    exported_program._create_graph_module_for_export = _LazyGraphModule
+    try:
+        yield
+    finally:
+        exported_program._create_graph_module_for_export = eager
+
+
 def _torch_push_mode() -> Callable[[Any], None]:
     import torch.utils._python_dispatch as python_dispatch
 
@@ -527,6 +545,7 @@ __all__ = [
     "ops_with_cached_pre_dispatch_handler",
     "push_mode_is_torchs",
     "lazy_graph_modules",
+    "exported_program_code_on_first_use",
     "pre_dispatch_pushes_without_uncache",
     "autocast_cache_as",
     "grad_mode_untraced",

@@ -842,3 +842,34 @@ def test_ints_wrapped_for_a_shapes_collection_are_dynamic_int_inputs():
     for k in (0, 4, 9):
         torch.testing.assert_close(ep.module()(x, k), model(x, k))
     pf.verify(ep, model, (x, 7), raise_on_failure=True)
+
+
+class CountsCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.lin(x).relu()
+
+
+def test_the_graph_module_runs_as_torch_exports_does():
+    """The program's graph module generates its code on first use (not when the program is
+    made): called directly with the lifted state and the inputs, as torch.export's is, it
+    returns the buffer's new value and the output; its code, printout, copies and pickles
+    are those of an eagerly generated module."""
+    import copy
+    import pickle
+
+    model, x = CountsCalls(), torch.randn(2, 3)
+    ep = export_checked(model, (x,))
+    gm = ep.graph_module
+    lifted = [ep.state_dict[spec.target] for spec in ep.graph_signature.input_specs if spec.target]
+    new_calls, out = gm(*lifted, x)
+    assert torch.equal(new_calls, torch.ones(())) and torch.allclose(out, model.lin(x).relu())
+    eagerly = torch.fx.GraphModule(gm, gm.graph)
+    assert gm.code == eagerly.code and "aten.linear.default" in gm.print_readable(print_output=False)
+    for copied in (copy.deepcopy(gm), pickle.loads(pickle.dumps(gm))):
+        assert all(torch.equal(a, b) for a, b in zip(copied(*lifted, x), (new_calls, out)))

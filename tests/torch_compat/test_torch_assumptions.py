@@ -163,6 +163,7 @@ def _state() -> dict:
         "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
         "pre_dispatch_modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
         "func_transform_levels": _func_transform_names(),
+        "exported_program_module": torch.export.exported_program._create_graph_module_for_export,
     }
 
 
@@ -217,6 +218,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "module_getattr_wrapped": lambda: patches.module_getattr_wrapped(lambda module, name, value: value),
     "func_transform_levels_wrapped": lambda: patches.func_transform_levels_wrapped(contextlib.nullcontext),
     "trace_moved_below_autograd": _moved_below_autograd,
+    "exported_program_code_on_first_use": lambda: patches.exported_program_code_on_first_use(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
@@ -438,3 +440,28 @@ def test_a_subclass_built_in_forward_fails_inside_torch_s_constructor_wrapper():
     with pytest.raises(pf.UnsupportedError) as err:
         pf.export(Builds(), (torch.randn(2),))
     assert tc.subclass_built_in(err.value.__cause__.__traceback__) is TwoTensor
+
+
+# --- the ExportedProgram's module, its code generated on first use ---------------------------
+
+
+def test_an_exported_program_made_inside_generates_its_code_on_first_use():
+    """torch's ExportedProgram constructor builds its graph module through
+    ``_create_graph_module_for_export`` (what the patch swaps): if it stops doing so, the
+    program's module is eager again and this test names why export got slower."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    class Add(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    eager = torch.export.export(Add(), (torch.ones(2),))
+    with patches.exported_program_code_on_first_use():
+        lazy = torch.export.ExportedProgram(
+            root=eager.graph_module, graph=eager.graph, graph_signature=eager.graph_signature,
+            state_dict=eager.state_dict, range_constraints=eager.range_constraints,
+            module_call_graph=eager.module_call_graph, constants=eager.constants)
+    assert isinstance(lazy.graph_module, _LazyGraphModule)
+    assert _LazyGraphModule._needs_recompile.__func__(type(lazy.graph_module))  # nothing generated yet
+    assert lazy.graph_module.code == eager.graph_module.code
+    assert torch.equal(lazy.module()(torch.ones(2)), torch.full((2,), 2.0))
