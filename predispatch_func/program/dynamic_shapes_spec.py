@@ -160,6 +160,53 @@ def _check_structure(spec: Any, value: list | tuple | dict, path: tuple) -> None
                                  f"has {len(spec)} elements", kind=Refusal.DYNAMIC_SHAPES_SPEC)
 
 
+def _tensor_dims(spec: Any, entries: Any, value: torch.Tensor, path: tuple) -> dict[int, Any]:
+    """``{dim index: dim}`` of one tensor's spec, each index counted from the front (``-1`` is the
+    last dim, as in torch.export) and each dim one torch.export takes, in its words where it is not;
+    an index the tensor does not have is refused (torch.export ignores it for ``Dim.AUTO`` and fails
+    with an IndexError for a named Dim), as is an index given twice."""
+    where = f"input tensor shape {spec} specified at `dynamic_shapes{_spelled(path)}`"
+    dims: dict[int, Any] = {}
+    for index, dim in entries:
+        if not isinstance(index, int):
+            raise DynamicShapesError(f"Unexpected index {index!r} in {where} (expected an int: the index of "
+                                     f"a dim of the tensor, of shape {tuple(value.shape)})",
+                                     kind=Refusal.DYNAMIC_SHAPES_SPEC)
+        if not -value.dim() <= index < value.dim():
+            raise DynamicShapesError(f"Index {index} in {where} is out of range: the tensor has {value.dim()} "
+                                     f"dims (shape {tuple(value.shape)})", kind=Refusal.DYNAMIC_SHAPES_SPEC)
+        if dim is not None and not isinstance(dim, (int, torch.export.Dim, type(torch.export.Dim.AUTO))):
+            raise DynamicShapesError(f"Unexpected dimension mapped to index {index} in {where} (expected None, "
+                                     "an int, a Dim, Dim.AUTO, Dim.STATIC, or Dim.DYNAMIC, "
+                                     f"but got {dim!r} instead)", kind=Refusal.DYNAMIC_SHAPES_SPEC)
+        if dim is None:
+            continue
+        position = index % value.dim()
+        if position in dims:
+            raise DynamicShapesError(f"Dim {position} is given twice in {where}", kind=Refusal.DYNAMIC_SHAPES_SPEC)
+        dims[position] = dim
+    return dims
+
+
+def _int_dim(spec: Any, value: int, path: tuple) -> IntDim | None:
+    """The spec of a Python int input: None or its own value (static), or a dim that makes it
+    symbolic. Anything else is refused (a string or a float was taken as Dim.DYNAMIC, a dict
+    ignored); torch.export fails there with an AssertionError, or an AttributeError for an int."""
+    where = f"`dynamic_shapes{_spelled(path)}`"
+    if spec is None:
+        return None
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        if spec != value:
+            raise DynamicShapesError(f"Static shape constraint of {spec} does not match input value of {value}, "
+                                     f"for the int input at {where}", kind=Refusal.DYNAMIC_SHAPES_SPEC)
+        return None
+    if not isinstance(spec, (torch.export.Dim, type(torch.export.Dim.AUTO))):
+        raise DynamicShapesError(f"Unexpected dynamic shape spec {spec!r} for the int input at {where} "
+                                 "(expected None, an int, Dim.AUTO, Dim.STATIC, or Dim.DYNAMIC)",
+                                 kind=Refusal.DYNAMIC_SHAPES_SPEC)
+    return IntDim(spec)
+
+
 @dataclasses.dataclass(frozen=True)
 class IntDim:
     """The spec of a Python int input: a Dim (or Dim.DYNAMIC/AUTO) makes it a symbolic input."""
@@ -170,20 +217,20 @@ class IntDim:
 def _collect(spec: Any, value: Any, out: list, path: tuple = ()) -> None:
     """Append the spec of every leaf of ``value``; ``path``: where ``spec`` sits in the spec (for errors)."""
     if isinstance(value, int) and not isinstance(value, bool):
-        out.append(IntDim(spec) if spec is not None and not isinstance(spec, (dict, list, tuple)) else None)
+        out.append(_int_dim(spec, value, path))
         return
     if isinstance(value, torch.Tensor):
         if spec is None:
             out.append(None)
         elif isinstance(spec, dict):
-            out.append(dict(spec))
+            out.append(_tensor_dims(spec, spec.items(), value, path))
         elif isinstance(spec, (list, tuple)):
             if len(spec) != value.dim():
                 raise DynamicShapesError(
                     f"Expected dynamic shape spec {spec} at `dynamic_shapes{_spelled(path)}` to have the same length "
                     f"as the actual tensor shape {value.shape} (expected {value.dim()}, but got {len(spec)} instead)",
                     kind=Refusal.DYNAMIC_SHAPES_SPEC)
-            out.append({i: d for i, d in enumerate(spec) if d is not None})
+            out.append(_tensor_dims(spec, enumerate(spec), value, path))
         else:
             raise DynamicShapesError(
                 f"Unexpected input tensor shape {spec} specified at `dynamic_shapes{_spelled(path)}` (expected either a "

@@ -192,6 +192,16 @@ SPEC_MISMATCHES = {
                                                 "Expected dynamic shape spec (Dim('dim', min=0), None) at "
                                                 "`dynamic_shapes['x']['k']['k'][0]` to have the same length as the "
                                                 "actual tensor shape torch.Size([4]) (expected 1, but got 2 instead)"),
+    # regressions: a string was taken as a Dim, an index past the tensor's dims crashed (IndexError)
+    "a string for a dim": (({"k": {"k": [{0: "dim"}, None]}},),
+                           "Unexpected dimension mapped to index 0 in input tensor shape {0: 'dim'} specified at "
+                           "`dynamic_shapes[0]['k']['k'][0]` (expected None, an int, a Dim, Dim.AUTO, Dim.STATIC, "
+                           "or Dim.DYNAMIC, but got 'dim' instead)"),
+    "an index the tensor does not have": (({"k": {"k": [{1: Dim.AUTO}, None]}},),
+                                          "Index 1 in input tensor shape {1: DimHint(AUTO)} specified at "
+                                          "`dynamic_shapes[0]['k']['k'][0]` is out of range: the tensor has 1 dims"),
+    "a float index": (({"k": {"k": [{0.0: _dim}, None]}},), "Unexpected index 0.0 in input tensor shape"),
+    "one dim twice": (({"k": {"k": [{0: _dim, -1: _dim}, None]}},), "Dim 0 is given twice in input tensor shape"),
 }
 
 
@@ -203,6 +213,48 @@ def test_a_spec_that_does_not_mirror_the_inputs_is_refused_in_torch_export_s_wor
         pf.export(Nested(), NESTED, dynamic_shapes=spec)
     assert text in str(err.value)
     assert err.value.kind is pf.Refusal.DYNAMIC_SHAPES_SPEC
+
+
+class Scale(torch.nn.Module):
+    def forward(self, y):
+        return y * 2 + y.shape[1]
+
+
+@pytest.mark.parametrize("index", [-1, 1])
+def test_a_negative_index_counts_from_the_last_dim_as_in_torch_export(index):
+    """Regression: ``{-1: Dim("n")}`` was refused as a specialisation of "dim -1"."""
+    y = torch.rand(3, 4)
+    ep = export_checked(Scale(), (y,), dynamic_shapes={"y": {index: Dim("n")}})
+    rows, cols = next(n for n in ep.graph.nodes if n.op == "placeholder").meta["val"].shape
+    assert rows == 3 and not isinstance(cols, int)
+    pf.verify(ep, Scale(), (torch.rand(3, 7),), raise_on_failure=True)
+
+
+class TimesInt(torch.nn.Module):
+    def forward(self, y, n):
+        return y * n
+
+
+INT_SPECS = {  # regressions: a string or a float made the int dynamic, a dict or a wrong int was ignored
+    "a string": ("n", "Unexpected dynamic shape spec 'n' for the int input at `dynamic_shapes['n']`"),
+    "a float": (2.0, "Unexpected dynamic shape spec 2.0 for the int input"),
+    "a tensor's spec": ({0: Dim.AUTO}, "Unexpected dynamic shape spec {0: DimHint(AUTO)} for the int input"),
+    "another int": (6, "Static shape constraint of 6 does not match input value of 5, for the int input at "
+                       "`dynamic_shapes['n']`"),
+}
+
+
+@pytest.mark.parametrize("name", list(INT_SPECS))
+def test_a_spec_an_int_input_cannot_take_is_refused(name):
+    spec, text = INT_SPECS[name]
+    with pytest.raises(UserError) as err:
+        pf.export(TimesInt(), (torch.rand(3), 5), dynamic_shapes={"y": None, "n": spec})
+    assert text in str(err.value)
+
+
+def test_an_int_input_spec_of_its_own_value_keeps_it_static():
+    ep = export_checked(TimesInt(), (torch.rand(3), 5), dynamic_shapes={"y": None, "n": 5})
+    assert [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"][1] == 5
 
 
 def test_a_spec_that_mirrors_the_inputs_in_another_key_order_is_taken():
