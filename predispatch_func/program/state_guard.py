@@ -169,11 +169,11 @@ class StateGuard:
             now = vars(snap.module)
             for table, kind in _MODULE_TABLES.items():
                 before, after = snap.contents.get(table, {}), now.get(table, {})
-                for name in after.keys() - before.keys():
+                for name in _added(before, after):
                     found.append(self._change(snap, where, name, f"registers {kind}"))
-                for name in before.keys() - after.keys():
+                for name in _added(after, before):
                     found.append(self._change(snap, where, name, f"removes {kind}"))
-            for name in now.keys() | snap.attrs.keys():
+            for name in [*snap.attrs, *_added(snap.attrs, now)]:
                 key = (id(vars(snap.module)), name)
                 if name in _MODULE_TABLES or name == "training" or (
                         key in self.by_torch and key not in self.writes):
@@ -252,6 +252,13 @@ class StateGuard:
             kind=Refusal.PYTHON_STATE_CHANGED, message="\n".join(refused) + f"\n{why}. Register state the model "
             "updates as a buffer in __init__ and update it in place (self.buf.add_(1)), or export with "
             "python_state='warn' to keep the values seen while tracing")
+
+
+def _added(before: dict, after: dict) -> list[str]:
+    """The names ``after`` has and ``before`` has not, in ``after``'s order: the changes are
+    reported in the order the model has them, the same on every run (a set's order follows
+    string hashing, which changes per process)."""
+    return [name for name in after if name not in before]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -489,3 +489,44 @@ def test_a_refused_write_through_a_module_held_twice_names_the_users_line():
     with pytest.raises(UnsupportedError, match=_line("self.second.calls += 1")) as info:
         pf.export(CountsThroughASecondName(), (torch.randn(2, 4),))
     assert info.value.kind is Refusal.PYTHON_STATE_CHANGED
+
+
+_COUNTERS = '''
+import torch
+import predispatch_func as pf
+
+
+class Counters(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c, self.d = 0, 0, 0, 0
+
+    def forward(self, x):
+        self.d += 1
+        self.c += 1
+        self.b += 1
+        self.a += 1
+        return x + 1
+
+
+try:
+    pf.export(Counters(), (torch.ones(2),))
+except pf.UnsupportedError as e:
+    print(" ".join(line.split("'")[1] for line in str(e).splitlines() if line.startswith("the model")))
+'''
+
+
+def test_writes_are_reported_in_the_model_s_order_whatever_the_string_hashing():
+    """Regression: the refusal listed the attributes in a set's order, which follows string
+    hashing and so changed from one process to the next."""
+    import os
+    import subprocess
+    import sys
+
+    named = set()
+    for seed in ("0", "1"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run([sys.executable, "-c", _COUNTERS], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        named.add(run.stdout.strip())
+    assert named == {"a b c d"}
