@@ -143,6 +143,28 @@ def _why_eager_cannot_run(model: torch.nn.Module, inputs: Any) -> str | None:
                *(t for t in tc.pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor))]
     if any(t.is_meta or isinstance(t, tc.FakeTensor) for t in tensors):
         return "the model or its inputs hold meta or fake tensors"
+    leftover = _traced_value_held(model)
+    if leftover is not None:
+        where, value = leftover
+        return (f"the model holds a traced {type(value).__name__} at {where!r}, which an earlier trace wrote "
+                "there (torch.export leaves the attributes its trace writes); the model cannot be copied to "
+                "be called: export a freshly built or loaded model")
+    return None
+
+
+_TRACED_VALUES = (torch.SymInt, torch.SymFloat, torch.SymBool, tc.FakeTensor, tc.FunctionalTensor)
+
+
+def _traced_value_held(model: torch.nn.Module) -> tuple[str, Any] | None:
+    """A symbolic value or tracing tensor in a module's attributes (or one container down):
+    what a trace that does not restore the model (torch.export's) leaves behind."""
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            inner = list(value.values()) if isinstance(value, dict) else \
+                list(value) if isinstance(value, (list, tuple)) else []
+            if any(isinstance(v, _TRACED_VALUES) for v in (value, *inner)):
+                return f"{name}.{attr}" if name else attr, next(
+                    v for v in (value, *inner) if isinstance(v, _TRACED_VALUES))
     return None
 
 

@@ -530,3 +530,31 @@ def test_writes_are_reported_in_the_model_s_order_whatever_the_string_hashing():
         assert run.returncode == 0, run.stderr[-2000:]
         named.add(run.stdout.strip())
     assert named == {"a b c d"}
+
+
+class RecordsItsLength(nn.Module):
+    """transformers' funnel: ``forward`` stores the sequence length before it uses it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seq_len = None
+        self.calls = 0
+
+    def forward(self, x):
+        self.seq_len = x.shape[0]
+        self.calls += 1
+        return x * self.seq_len
+
+
+def test_a_traced_value_left_in_the_model_is_named_when_eager_cannot_judge():
+    """torch.export leaves what its trace writes in the model (here a SymInt); the judge's
+    copy of the model then failed with "Cannot access data pointer of Tensor", which named
+    neither the attribute nor the cause."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    model = RecordsItsLength()
+    model.seq_len = ShapeEnv().create_unbacked_symint()  # what a dynamic torch.export leaves
+    with pytest.raises(UnsupportedError) as refused:
+        pf.export(model, (torch.ones(3),))
+    assert "the model holds a traced SymInt at 'seq_len', which an earlier trace wrote there" in str(refused.value)
+    assert refused.value.kind is Refusal.PYTHON_STATE_CHANGED
