@@ -160,6 +160,9 @@ def _check_structure(spec: Any, value: list | tuple | dict, path: tuple) -> None
                                  f"has {len(spec)} elements", kind=Refusal.DYNAMIC_SHAPES_SPEC)
 
 
+_DIMS = (torch.export.Dim, type(torch.export.Dim.AUTO))  # a named or derived Dim; a hint (AUTO, DYNAMIC, STATIC)
+
+
 def _tensor_dims(spec: Any, entries: Any, value: torch.Tensor, path: tuple) -> dict[int, Any]:
     """``{dim index: dim}`` of one tensor's spec, each index counted from the front (``-1`` is the
     last dim, as in torch.export) and each dim one torch.export takes, in its words where it is not;
@@ -175,7 +178,7 @@ def _tensor_dims(spec: Any, entries: Any, value: torch.Tensor, path: tuple) -> d
         if not -value.dim() <= index < value.dim():
             raise DynamicShapesError(f"Index {index} in {where} is out of range: the tensor has {value.dim()} "
                                      f"dims (shape {tuple(value.shape)})", kind=Refusal.DYNAMIC_SHAPES_SPEC)
-        if dim is not None and not isinstance(dim, (int, torch.export.Dim, type(torch.export.Dim.AUTO))):
+        if dim is not None and not isinstance(dim, (int, *_DIMS)):
             raise DynamicShapesError(f"Unexpected dimension mapped to index {index} in {where} (expected None, "
                                      "an int, a Dim, Dim.AUTO, Dim.STATIC, or Dim.DYNAMIC, "
                                      f"but got {dim!r} instead)", kind=Refusal.DYNAMIC_SHAPES_SPEC)
@@ -200,7 +203,7 @@ def _int_dim(spec: Any, value: int, path: tuple) -> IntDim | None:
             raise DynamicShapesError(f"Static shape constraint of {spec} does not match input value of {value}, "
                                      f"for the int input at {where}", kind=Refusal.DYNAMIC_SHAPES_SPEC)
         return None
-    if not isinstance(spec, (torch.export.Dim, type(torch.export.Dim.AUTO))):
+    if not isinstance(spec, _DIMS):
         raise DynamicShapesError(f"Unexpected dynamic shape spec {spec!r} for the int input at {where} "
                                  "(expected None, an int, Dim.AUTO, Dim.STATIC, or Dim.DYNAMIC)",
                                  kind=Refusal.DYNAMIC_SHAPES_SPEC)

@@ -160,11 +160,10 @@ def _traced_value_held(model: torch.nn.Module) -> tuple[str, Any] | None:
     what a trace that does not restore the model (torch.export's) leaves behind."""
     for name, module in model.named_modules():
         for attr, value in vars(module).items():
-            inner = list(value.values()) if isinstance(value, dict) else \
-                list(value) if isinstance(value, (list, tuple)) else []
-            if any(isinstance(v, _TRACED_VALUES) for v in (value, *inner)):
-                return f"{name}.{attr}" if name else attr, next(
-                    v for v in (value, *inner) if isinstance(v, _TRACED_VALUES))
+            members = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+            traced = next((v for v in (value, *members) if isinstance(v, _TRACED_VALUES)), None)
+            if traced is not None:
+                return (f"{name}.{attr}" if name else attr), traced
     return None
 
 
