@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from .access_order import AccessOrder
 
 _CALLS = 3
 _RTOL, _ATOL = 1.3e-6, 1e-5  # a cache and its recomputation may round differently
@@ -90,6 +91,9 @@ def judge_over_calls(model: torch.nn.Module, inputs: tuple[tuple, dict],
 
 def _judge(model: torch.nn.Module, inputs: tuple[tuple, dict], written: list[Written]) -> dict[Written, Judgement]:
     # ``model`` is back as the caller left it and is only ever copied, never called
+    judged = _judged_by_access_order(model, inputs, written)
+    if judged is not None:
+        return judged
     live = copy.deepcopy(model)
     calls = [inputs, inputs, _shuffled(inputs)]
     agree, seen = True, []
@@ -123,6 +127,30 @@ def _judge(model: torch.nn.Module, inputs: tuple[tuple, dict], written: list[Wri
         else:
             verdicts[w] = Judgement(Verdict.CARRIED if agree else Verdict.READ_BACK)
     return verdicts
+
+
+def _judged_by_access_order(model: torch.nn.Module, inputs: tuple[tuple, dict],
+                            written: list[Written]) -> dict[Written, Judgement] | None:
+    """Judge with two live calls and no replica when each call sets every written attribute
+    before reading it (:mod:`.access_order`); None when one reads one first.
+
+    A call that never reads what the last call left computes what the first call did:
+    live and replica would agree, so only settling is left to judge (a timestamp or a
+    random draw stored each call still changes on the second call)."""
+    live = copy.deepcopy(model)
+    order = AccessOrder.of(live, [(w.module, w.name) for w in written])
+    if order is None:
+        return None
+    seen = []
+    for call in range(2):
+        live_in = _fresh(inputs)
+        torch.manual_seed(call)
+        with order.recording():
+            live(*live_in[0], **live_in[1])
+        if order.read_before_written:
+            return None
+        seen.append({w: _frozen(_read(live, w)) for w in written})
+    return {w: Judgement(Verdict.DRIFTING if seen[0][w] != seen[1][w] else Verdict.CARRIED) for w in written}
 
 
 def _first_call_replays_itself(model: torch.nn.Module, live: torch.nn.Module, seeded: torch.Tensor) -> bool:
