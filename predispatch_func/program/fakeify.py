@@ -81,7 +81,10 @@ class Fakeifier:
         self._respelled: dict[Any, Any] = {}  # a Dim's symbol -> its spelling in a new root the fixes declare
 
     def state(self, t: Any) -> Any:
-        return self.mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
+        if not isinstance(t, torch.Tensor):
+            return t
+        fake = tc.fake_of_plain_state(self.mode, t)
+        return fake if fake is not None else self.mode.from_tensor(t, static_shapes=True)
 
     def user(self, value: Any) -> Any:
         leaf = self._user_index

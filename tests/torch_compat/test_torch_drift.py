@@ -411,3 +411,163 @@ def test_symbolic_int_input_is_the_one_torch_export_makes():
         torch.testing.assert_close(ours.module()(x, n), theirs.module()(x, n))
     with pytest.raises(pf.UnsupportedError, match="named Dim"):  # torch.export refuses these too
         pf.export(model, (x, 4), dynamic_shapes=(None, Dim("n")))
+
+
+# --- fake_of_plain_state --------------------------------------------------------------------
+
+
+def _plain_states() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    frozen = torch.nn.Parameter(torch.randn(3, 4, generator=g), requires_grad=False)
+    return {
+        "parameter": torch.nn.Parameter(torch.randn(3, 4, generator=g)),
+        "frozen parameter": frozen,
+        "channels-last parameter": torch.nn.Parameter(
+            torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last)),
+        "column-major buffer": torch.empty_strided((5, 3), (1, 5)).copy_(torch.randn(5, 3, generator=g)),
+        "int64 buffer": torch.arange(6),
+        "bool buffer": torch.ones(2, 2, dtype=torch.bool),
+        "bfloat16 buffer": torch.randn(4, generator=g).bfloat16(),
+        "0-dim buffer": torch.tensor(3.0),
+        "empty buffer": torch.empty(0, 3),
+    }
+
+
+def _not_plain_states() -> dict[str, torch.Tensor]:
+    base = torch.randn(4, 4)
+    with_grad = torch.nn.Parameter(torch.randn(2))
+    with_grad.grad = torch.ones(2)
+    with torch.inference_mode():
+        inference = torch.randn(2)
+    return {
+        "view": base[1],
+        "slice at an offset": base[1:].clone()[1:],
+        "expanded": torch.randn(1, 3).expand(2, 3),
+        "with a gradient": with_grad,
+        "conj bit": torch.randn(2, dtype=torch.complex64).conj(),
+        "inference tensor": inference,
+        "nn.Buffer": torch.nn.Buffer(torch.randn(2)),
+        "non-leaf": torch.randn(2, requires_grad=True) * 2,
+        "meta": torch.empty(2, device="meta"),
+        "sparse": torch.randn(2, 2).to_sparse(),
+    }
+
+
+def _described(fake: torch.Tensor) -> dict:
+    return {"type": type(fake), "shape": fake.shape, "stride": fake.stride(), "offset": fake.storage_offset(),
+            "dtype": fake.dtype, "device": fake.device, "fake device": fake.fake_device,
+            "requires_grad": fake.requires_grad, "is_leaf": fake.is_leaf,
+            "parameter": isinstance(fake, torch.nn.Parameter), "attributes": sorted(vars(fake)),
+            "storage bytes": fake.untyped_storage().nbytes(), "keys": str(torch._C._dispatch_keys(fake)),
+            "constant": fake.constant}
+
+
+def _fake_mode():
+    return tc.FakeTensorMode(shape_env=tc.ShapeEnv(), allow_non_fake_inputs=True)
+
+
+@pytest.mark.parametrize("name", list(_plain_states()))
+def test_plain_state_is_faked_as_torchs_from_tensor_fakes_it(name):
+    t = _plain_states()[name]
+    ours_mode, torchs_mode = _fake_mode(), _fake_mode()
+    ours = tc.fake_of_plain_state(ours_mode, t)
+    assert ours is not None, "a plain tensor took torch's path"
+    assert _described(ours) == _described(torchs_mode.from_tensor(t, static_shapes=True))
+    # the memos: torch's converter finds our fake for the tensor and builds its views on our storage
+    assert ours_mode.from_tensor(t, static_shapes=True) is ours
+    if t.dim() and t.numel():
+        view = ours_mode.from_tensor(t[0], static_shapes=True)
+        assert view.untyped_storage()._cdata == ours.untyped_storage()._cdata
+        assert _described(view) == _described(torchs_mode.from_tensor(t[0], static_shapes=True))
+
+
+@pytest.mark.parametrize("name", list(_not_plain_states()))
+def test_any_other_tensor_is_left_to_torchs_from_tensor(name):
+    assert tc.fake_of_plain_state(_fake_mode(), _not_plain_states()[name]) is None
+
+
+def test_a_tensor_sharing_a_faked_storage_is_left_to_torch_which_shares_it():
+    mode, storage_owner = _fake_mode(), torch.randn(6)
+    sharer = torch.empty(0).set_(storage_owner.untyped_storage(), 0, (6,), (1,))
+    fake = tc.fake_of_plain_state(mode, storage_owner)
+    assert fake is not None and tc.fake_of_plain_state(mode, sharer) is None
+    assert mode.from_tensor(sharer, static_shapes=True).untyped_storage()._cdata == fake.untyped_storage()._cdata
+
+
+class _SharesItsState(torch.nn.Module):
+    """One parameter under two names, a buffer viewing a parameter, an input viewing a
+    parameter: state whose fakes must alias as the tensors do."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 4))
+        self.tied = self.weight
+        self.register_buffer("row", self.weight.detach()[0])
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x, w):
+        self.steps.add_(1)
+        return x @ self.tied + self.row * w.sum() + self.steps
+
+
+def _state_programs():
+    from tests.models.corpus import build as build_corpus
+    from tests.support.cases_core import CASES, build
+
+    for name in sorted(CASES):
+        model, args, kwargs = build(name)
+        if isinstance(model, torch.nn.Module) and [*model.parameters(), *model.buffers()]:
+            yield name, lambda name=name: build(name)
+    for name in ("small_cnn", "bart"):
+        yield name, lambda name=name: build_corpus(name)
+
+    def shares():
+        torch.manual_seed(0)
+        model = _SharesItsState()
+        return model, (torch.randn(3, 4), model.weight.detach()[1]), {}
+    yield "shares its state", shares
+
+
+def test_every_program_with_state_is_the_one_torchs_from_tensor_gives():
+    from predispatch_func.errors import ExportError
+    from predispatch_func.graphs import all_graph_modules
+
+    def program(build) -> str:
+        model, args, kwargs = build()
+        try:
+            ep = pf.export(model, args, kwargs)
+        except ExportError as exc:
+            return f"refused: {exc}"
+        return "\n".join([str(ep.graph_signature)] + [f"{path}:\n{gm.code}" for path, gm in
+                                                      all_graph_modules(ep.graph_module)])
+
+    compared = 0
+    for name, build in _state_programs():
+        ours = program(build)
+        with unittest.mock.patch.object(tc, "fake_of_plain_state", lambda mode, t: None):
+            torchs = program(build)
+        assert ours == torchs, name
+        compared += not ours.startswith("refused")
+    assert compared >= 18
+
+
+def test_state_sharing_storage_exports_and_replays_against_eager():
+    from tests.support.oracle import export_checked
+
+    torch.manual_seed(0)
+    model = _SharesItsState()
+    export_checked(model, (torch.randn(3, 4), model.weight.detach()[1]))
+
+
+def test_only_the_user_inputs_of_a_model_with_plain_state_take_torchs_from_tensor():
+    converted = []
+    real = tc.FakeTensorMode.from_tensor
+
+    def counting(self, t, **kwargs):
+        converted.append(tuple(t.shape))
+        return real(self, t, **kwargs)
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.BatchNorm1d(5))
+    with unittest.mock.patch.object(tc.FakeTensorMode, "from_tensor", counting):
+        pf.export(model, (torch.randn(3, 4),))
+    assert converted == [(3, 4)]
