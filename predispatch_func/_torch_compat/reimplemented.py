@@ -226,7 +226,7 @@ def fake_of_plain_state(mode: FakeTensorMode, t: torch.Tensor) -> torch.Tensor |
     entered in the converter's tensor and storage memos as torch enters it, so a later
     ``from_tensor`` of it, or of a view of it, finds it. With tens of parameters per
     model that is a few percent of an export."""
-    if not _is_plain_state(t):
+    if not _is_plain_state(t) or torch.is_inference_mode_enabled():  # (its fakes are inference tensors)
         return None
     converter = mode.fake_tensor_converter
     meta = converter.meta_converter

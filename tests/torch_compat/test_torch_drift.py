@@ -481,6 +481,16 @@ def test_plain_state_is_faked_as_torchs_from_tensor_fakes_it(name):
         assert _described(view) == _described(torchs_mode.from_tensor(t[0], static_shapes=True))
 
 
+@pytest.mark.parametrize("name", ["parameter", "frozen parameter", "int64 buffer"])
+def test_plain_state_is_faked_as_torch_fakes_it_under_no_grad_and_left_to_torch_under_inference_mode(name):
+    t = _plain_states()[name]
+    with torch.no_grad():
+        ours = tc.fake_of_plain_state(_fake_mode(), t)
+        assert ours is not None and _described(ours) == _described(_fake_mode().from_tensor(t, static_shapes=True))
+    with torch.inference_mode():
+        assert tc.fake_of_plain_state(_fake_mode(), t) is None
+
+
 @pytest.mark.parametrize("name", list(_not_plain_states()))
 def test_any_other_tensor_is_left_to_torchs_from_tensor(name):
     assert tc.fake_of_plain_state(_fake_mode(), _not_plain_states()[name]) is None
