@@ -6,7 +6,7 @@ recurrent_gemma's ``self.recurrent_states = None``): its later calls compute
 what its first call did, which is what a program replays. That spares the
 Python-state judge (:mod:`.python_state`) its replica calls::
 
-    order = AccessOrder(live, written)
+    order = AccessOrder.of(live, [("corr_block", "corr_pyramid")])
     with order.recording():
         live(*args)
     order.read_before_written   # False: every written attribute was set first
