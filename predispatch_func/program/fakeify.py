@@ -102,6 +102,8 @@ class Fakeifier:
             return symbol
         if not isinstance(value, torch.Tensor):
             return value
+        if tc.fake_already_made(self.mode, value):  # the model's own parameter or buffer, passed in
+            value = _separate_alias(value)
         for i, d in (spec or {}).items():
             if isinstance(d, int) and d != value.shape[i]:
                 raise DynamicShapesError(f"Static shape constraint of {d} does not match input size of "
@@ -502,3 +504,14 @@ def _is_derived_dim(dim: Any) -> bool:
 
 def _is_static_hint(dim: Any) -> bool:
     return dim is None or isinstance(dim, int) or str(getattr(dim, "type", "")).endswith("STATIC")
+
+
+def _separate_alias(t: torch.Tensor) -> torch.Tensor:
+    """A new tensor object over ``t``'s storage, for a user input that is the model's own
+    parameter or buffer (``model(x, model.weight)``). Faked as the same object, the input
+    and the state were one fake, and the graph read the input wherever ``forward`` read the
+    state: called with any other tensor, the program computed with it in place of the
+    weight (torch.export's program does, silently). Its own fake shares the state's fake
+    storage, so a write through either is refused as a write to inputs that alias."""
+    with torch.inference_mode(False):  # the caller's inference_mode would make it an inference tensor
+        return t.detach().requires_grad_(t.requires_grad)
