@@ -33,7 +33,6 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",
-    "fake_already_made",
     "graph_module_flat_inputs",
     "has_sparse_kernel",
     "sparse_components",
@@ -455,11 +454,6 @@ def is_functional_base(t: FunctionalTensor) -> bool:
 
 def storage_key(t: FunctionalTensor) -> StorageWeakRef:
     return StorageWeakRef(t.elem.untyped_storage())
-
-
-def fake_already_made(mode: FakeTensorMode, t: torch.Tensor) -> bool:
-    """Whether ``mode.from_tensor(t)`` would return a fake made before (its converter's memo)."""
-    return mode.fake_tensor_converter._get_memo(t) is not None
 
 
 def last_recorded_call_source(target: Any) -> str | None:

@@ -78,11 +78,13 @@ class Fakeifier:
         self._user_index = 0
         self._declared: dict[str, _DeclaredDim] = {}
         self._derived: list[_DerivedUse] = []
+        self._state_ids: set[int] = set()  # the state tensors faked so far
         self._respelled: dict[Any, Any] = {}  # a Dim's symbol -> its spelling in a new root the fixes declare
 
     def state(self, t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
             return t
+        self._state_ids.add(id(t))  # (the model holds each for the export's length)
         fake = tc.fake_of_plain_state(self.mode, t)
         return fake if fake is not None else self.mode.from_tensor(t, static_shapes=True)
 
@@ -102,7 +104,7 @@ class Fakeifier:
             return symbol
         if not isinstance(value, torch.Tensor):
             return value
-        if tc.fake_already_made(self.mode, value):  # the model's own parameter or buffer, passed in
+        if id(value) in self._state_ids:  # the model's own parameter or buffer, passed in
             value = _separate_alias(value)
         for i, d in (spec or {}).items():
             if isinstance(d, int) and d != value.shape[i]:

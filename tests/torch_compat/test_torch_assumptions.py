@@ -466,12 +466,3 @@ def test_an_exported_program_made_inside_generates_its_code_on_first_use():
     assert lazy.graph_module.code == eager.graph_module.code
     assert torch.equal(lazy.module()(torch.ones(2)), torch.full((2,), 2.0))
 
-
-def test_fake_already_made_reads_the_converters_memo_of_from_tensor():
-    """``Fakeifier.user`` gives a user input that is the model's own parameter its own fake
-    when this says the state's fake exists (tests/state/test_state_passed_as_input.py)."""
-    mode = tc.FakeTensorMode(shape_env=tc.ShapeEnv(), allow_non_fake_inputs=True)
-    weight, other = torch.nn.Parameter(torch.randn(2)), torch.randn(2)
-    fake = mode.from_tensor(weight, static_shapes=True)  # the memo holds it while it lives
-    assert tc.fake_already_made(mode, weight) and fake is mode.from_tensor(weight, static_shapes=True)
-    assert not tc.fake_already_made(mode, other) and not tc.fake_already_made(mode, weight.detach())
