@@ -100,8 +100,7 @@ class AccessOrder:
         names = watched[1]
         if name == "__dict__":
             if not sys._getframe(2).f_code.co_filename.startswith(_TORCH_DIR):  # noqa: SLF001 (the reader)
-                names_unset = [n for n in names if (id(obj), n) not in self._set]
-                self.read_before_written = self.read_before_written or bool(names_unset)
+                self.read_before_written |= any((id(obj), n) not in self._set for n in names)
         elif name in names and (id(obj), name) not in self._set:
             self.read_before_written = True
 
