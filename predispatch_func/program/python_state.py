@@ -32,6 +32,7 @@ a call that raises), nothing is carried.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import enum
@@ -91,34 +92,63 @@ def judge_over_calls(model: torch.nn.Module, inputs: tuple[tuple, dict],
 
 def _judge(model: torch.nn.Module, inputs: tuple[tuple, dict], written: list[Written]) -> dict[Written, Judgement]:
     # ``model`` is back as the caller left it and is only ever copied, never called
-    judged = _judged_by_access_order(model, inputs, written)
-    if judged is not None:
-        return judged
     live = copy.deepcopy(model)
+    order = AccessOrder.of(live, [(w.module, w.name) for w in written])
+    first = _EagerCall.on(live, inputs, seed=0, order=order)
+    if order is not None and not order.read_before_written:
+        judged = _judged_by_access_order(live, inputs, written, order)
+        if judged is not None:
+            return judged
+        live = copy.deepcopy(model)  # read first on the second call: the full judge starts over
+        first = _EagerCall.on(live, inputs, seed=0)
+    return _judged_over_three_calls(model, live, inputs, written, first)
+
+
+@dataclasses.dataclass(frozen=True)
+class _EagerCall:
+    """One eager call of ``live``: its inputs (fresh clones, as the call left them), its
+    outputs, and the RNG state it started from (``torch.manual_seed(seed)``)."""
+
+    inputs: Any
+    outputs: Any
+    seeded: torch.Tensor
+
+    @staticmethod
+    def on(live: torch.nn.Module, inputs: tuple[tuple, dict], *, seed: int,
+           order: AccessOrder | None = None) -> _EagerCall:
+        fresh = _fresh(inputs)
+        torch.manual_seed(seed)
+        seeded = torch.get_rng_state()
+        with order.recording() if order is not None else contextlib.nullcontext():
+            out = live(*fresh[0], **fresh[1])
+        return _EagerCall(fresh, out, seeded)
+
+
+def _judged_over_three_calls(model: torch.nn.Module, live: torch.nn.Module, inputs: tuple[tuple, dict],
+                             written: list[Written], first_call: _EagerCall) -> dict[Written, Judgement]:
+    """The full judge (module docstring), ``live`` having made call 0 (``first_call``)."""
     calls = [inputs, inputs, _shuffled(inputs)]
-    agree, seen = True, []
+    agree = True
     first: tuple[Any, Any, dict[str, torch.Tensor]] | None = None  # call 0's inputs, outputs and tensors
-    for call, call_inputs in enumerate(calls):
+    if _first_call_replays_itself(model, live, first_call.seeded):
+        first = (_fresh(first_call.inputs), _fresh(first_call.outputs), _tensors(model))
+    seen = [{w: _frozen(_read(live, w)) for w in written}]
+    for call, call_inputs in enumerate(calls[1:], start=1):
         # the replica takes live's tensors as they are before the call (None: call 0 stands for it)
-        replica = _replica(model, live) if call and not (call == 1 and first is not None) else None
+        replica = _replica(model, live) if not (call == 1 and first is not None) else None
         live_in = _fresh(call_inputs)
         torch.manual_seed(call)
-        seeded = torch.get_rng_state()
         live_out = live(*live_in[0], **live_in[1])
-        if call == 0:
-            if _first_call_replays_itself(model, live, seeded):
-                first = (_fresh(live_in), _fresh(live_out), _tensors(model))
+        if replica is None:  # the replica would compute what call 0 did
+            assert first is not None
+            replica_in, replica_out, replica_tensors = first
         else:
-            if replica is None:  # the replica would compute what call 0 did
-                assert first is not None
-                replica_in, replica_out, replica_tensors = first
-            else:
-                replica_in = _fresh(call_inputs)
-                torch.manual_seed(call)
-                replica_out = replica(*replica_in[0], **replica_in[1])
-                replica_tensors = _tensors(replica)
-            agree = agree and _alike(live_out, replica_out) and _alike(live_in, replica_in) \
-                and _alike(_tensors(live), replica_tensors)
+            replica_in = _fresh(call_inputs)
+            torch.manual_seed(call)
+            replica_out = replica(*replica_in[0], **replica_in[1])
+            replica_tensors = _tensors(replica)
+        agree = agree and _alike(live_out, replica_out) and _alike(live_in, replica_in) \
+            and _alike(_tensors(live), replica_tensors)
         seen.append({w: _frozen(_read(live, w)) for w in written})
     verdicts = {}
     for w in written:
@@ -129,28 +159,21 @@ def _judge(model: torch.nn.Module, inputs: tuple[tuple, dict], written: list[Wri
     return verdicts
 
 
-def _judged_by_access_order(model: torch.nn.Module, inputs: tuple[tuple, dict],
-                            written: list[Written]) -> dict[Written, Judgement] | None:
-    """Judge with two live calls and no replica when each call sets every written attribute
-    before reading it (:mod:`.access_order`); None when one reads one first.
+def _judged_by_access_order(live: torch.nn.Module, inputs: tuple[tuple, dict], written: list[Written],
+                            order: AccessOrder) -> dict[Written, Judgement] | None:
+    """Judge with one more live call and no replica, ``live`` having made call 0 setting every
+    written attribute before reading it (:mod:`.access_order`); None when the second call
+    reads one first.
 
     A call that never reads what the last call left computes what the first call did:
     live and replica would agree, so only settling is left to judge (a timestamp or a
     random draw stored each call still changes on the second call)."""
-    live = copy.deepcopy(model)
-    order = AccessOrder.of(live, [(w.module, w.name) for w in written])
-    if order is None:
+    first = {w: _frozen(_read(live, w)) for w in written}
+    _EagerCall.on(live, inputs, seed=1, order=order)
+    if order.read_before_written:
         return None
-    seen = []
-    for call in range(2):
-        live_in = _fresh(inputs)
-        torch.manual_seed(call)
-        with order.recording():
-            live(*live_in[0], **live_in[1])
-        if order.read_before_written:
-            return None
-        seen.append({w: _frozen(_read(live, w)) for w in written})
-    return {w: Judgement(Verdict.DRIFTING if seen[0][w] != seen[1][w] else Verdict.CARRIED) for w in written}
+    return {w: Judgement(Verdict.DRIFTING if first[w] != _frozen(_read(live, w)) else Verdict.CARRIED)
+            for w in written}
 
 
 def _first_call_replays_itself(model: torch.nn.Module, live: torch.nn.Module, seeded: torch.Tensor) -> bool:

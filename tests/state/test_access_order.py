@@ -162,3 +162,30 @@ def test_a_read_before_the_first_set_is_seen_and_a_read_after_it_is_not():
     with sets_first.recording():
         model(torch.randn(2))
     assert reads_first.read_before_written and not sets_first.read_before_written
+
+
+class SetsAFlagOnItsFirstCall(nn.Module):
+    """Reads its flag before setting it: the full judge, which goes on from the access-order
+    attempt's call instead of making that call again on a new copy."""
+
+    calls = 0
+
+    def __init__(self):
+        super().__init__()
+        self.ready = False
+
+    def forward(self, x):
+        type(self).calls += 1
+        if not self.ready:
+            self.ready = True
+        return x * 2
+
+
+def test_a_read_first_is_judged_by_the_full_judge_going_on_from_the_first_call():
+    model, x = SetsAFlagOnItsFirstCall(), torch.randn(3)
+    SetsAFlagOnItsFirstCall.calls = 0
+    pf.export(model, (x,))
+    # the trace; then live's calls 0, 1 and 2 and call 2's replica (call 0 stands for call 1's)
+    assert SetsAFlagOnItsFirstCall.calls == 5
+    assert model.ready is False
+    _exports_and_equals_eager_over_three_calls(model, (x,))
