@@ -520,6 +520,26 @@ def module_getattr_wrapped(wrap: Callable[[torch.nn.Module, str, Any], Any]) -> 
 
 
 @contextlib.contextmanager
+def tensor_metadata_recorded_through(fast: Callable[[torch.Tensor], Any]) -> Iterator[None]:
+    """For the block, fx's proxy tracer stamps each node's ``tensor_meta`` with ``fast(result)``
+    where that is not None (``reimplemented.static_tensor_metadata``: the same value, sooner),
+    with torch's ``_extract_tensor_metadata`` otherwise."""
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+    torchs = proxy_tensor._extract_tensor_metadata
+
+    def recorded(result: torch.Tensor, include_contiguity: bool = True) -> Any:
+        value = fast(result) if include_contiguity else None
+        return value if value is not None else torchs(result, include_contiguity)
+
+    proxy_tensor._extract_tensor_metadata = recorded
+    try:
+        yield
+    finally:
+        proxy_tensor._extract_tensor_metadata = torchs
+
+
+@contextlib.contextmanager
 def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
     """``owner.name`` is ``value`` for the block, and what it was after, however the block ends
     (an attribute ``owner`` inherited is inherited again)."""
@@ -536,6 +556,7 @@ def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
 
 __all__ = [
     "callers_fake_mode_unset",
+    "tensor_metadata_recorded_through",
     "module_getattr_wrapped",
     "non_strict_call_rewrites",
     "trace_moved_below_autograd",

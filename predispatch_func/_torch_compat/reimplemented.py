@@ -8,12 +8,14 @@ FunctionalTensorMode's dispatch on the edge-case catalogue,
 Python Meta kernels), ``torch_export_keeps`` against ``aot_export_module(pre_dispatch=True)``'s
 graphs, the node recorders against the graphs torch's tracer records,
 ``stack_trace_anchors``, ``uninteresting_stack_files`` and ``fake_with_dynamic_dims`` against torch.export's
-stack traces and runtime shape checks, ``fake_of_plain_state`` against ``FakeTensorMode.from_tensor``.
+stack traces and runtime shape checks, ``fake_of_plain_state`` against ``FakeTensorMode.from_tensor``, ``static_tensor_metadata`` against
+``torch.fx.passes.shape_prop._extract_tensor_metadata``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -265,6 +267,51 @@ def _is_plain_state(t: Any) -> bool:
     return t.untyped_storage().nbytes() == span * t.element_size()
 
 
+def static_tensor_metadata(t: torch.Tensor) -> Any:
+    """``torch.fx.passes.shape_prop._extract_tensor_metadata(t)`` (a traced node's ``tensor_meta``)
+    for a dense, strided, unquantized tensor whose sizes and strides are plain ints; None for any
+    other tensor (the caller takes torch's).
+
+    torch's asks the tensor's layout four times and finds its memory format with the
+    SymInt-aware checks of ``torch._prims_common``, which guard each comparison: about a
+    twentieth of a transformer's export. With int sizes and strides those checks are the
+    integer rules restated here (:func:`_memory_format`), and the result is the same tuple."""
+    from torch.fx.passes.shape_prop import TensorMetadata
+
+    if t.layout is not torch.strided or t.is_quantized:
+        return None
+    shape, stride = t.shape, t.stride()
+    if not all(type(v) is int for v in (*shape, *stride)):
+        return None
+    return TensorMetadata(shape, t.dtype, t.requires_grad, stride, _memory_format(shape, stride), False, {})
+
+
+_CHANNELS_LAST_ORDER = {4: ((1, 3, 2, 0), torch.channels_last), 5: ((1, 4, 3, 2, 0), torch.channels_last_3d)}
+
+
+def _memory_format(shape: tuple[int, ...], stride: tuple[int, ...]) -> torch.memory_format | None:
+    """The first of contiguous, channels-last (4-d) and channels-last-3d (5-d) the layout is,
+    by ``torch._prims_common``'s rules: dims of size 1 are skipped, a tensor of fewer than two
+    elements is contiguous, and each other dim's stride is the product of the sizes inside it."""
+    if math.prod(shape) < 2 or _nested(shape, stride, range(len(shape) - 1, -1, -1)):
+        return torch.contiguous_format
+    channels_last = _CHANNELS_LAST_ORDER.get(len(shape))
+    if channels_last is not None and _nested(shape, stride, channels_last[0]):
+        return channels_last[1]
+    return None
+
+
+def _nested(shape: tuple[int, ...], stride: tuple[int, ...], inner_to_outer: Any) -> bool:
+    expected = 1
+    for dim in inner_to_outer:
+        if shape[dim] == 1:
+            continue
+        if stride[dim] != expected:
+            return False
+        expected *= shape[dim]
+    return True
+
+
 def symbolic_int(mode: FakeTensorMode, value: int, flat_index: int) -> Any:
     """A fresh backed symbol for a Python int input declared dynamic, its source named as
     :func:`fake_with_dynamic_dims` names a tensor's, so ``ep.module()`` checks it at run time."""
@@ -387,6 +434,7 @@ __all__ = [
     "uninteresting_stack_files",
     "fake_with_dynamic_dims",
     "fake_of_plain_state",
+    "static_tensor_metadata",
     "symbolic_int",
     "record_grad_marker",
     "last_recorded_node",

@@ -131,6 +131,7 @@ def test_private_attributes_exist(index):
 def _state() -> dict:
     """Everything a patch of patches.py may change."""
     import torch.fx._lazy_graph_module as lazy
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
     import torch.random
     import torch.utils._python_dispatch as python_dispatch
     from torch._dynamo.eval_frame import OptimizedModule
@@ -164,6 +165,7 @@ def _state() -> dict:
         "pre_dispatch_modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
         "func_transform_levels": _func_transform_names(),
         "exported_program_module": torch.export.exported_program._create_graph_module_for_export,
+        "tensor_metadata": proxy_tensor._extract_tensor_metadata,
     }
 
 
@@ -219,6 +221,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "func_transform_levels_wrapped": lambda: patches.func_transform_levels_wrapped(contextlib.nullcontext),
     "trace_moved_below_autograd": _moved_below_autograd,
     "exported_program_code_on_first_use": lambda: patches.exported_program_code_on_first_use(),
+    "tensor_metadata_recorded_through": lambda: patches.tensor_metadata_recorded_through(lambda t: None),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test

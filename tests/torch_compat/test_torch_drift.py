@@ -8,6 +8,7 @@ between releases), never the expected value.
 
 from __future__ import annotations
 
+import contextlib
 import unittest.mock
 
 import pytest
@@ -581,3 +582,111 @@ def test_only_the_user_inputs_of_a_model_with_plain_state_take_torchs_from_tenso
     with unittest.mock.patch.object(tc.FakeTensorMode, "from_tensor", counting):
         pf.export(model, (torch.randn(3, 4),))
     assert converted == [(3, 4)]
+
+
+# --- tensor_meta: static_tensor_metadata against torch's _extract_tensor_metadata -----------
+
+
+def _strided_layouts():
+    """Every shape of up to five dims with sizes 0-3 (up to three dims) or 1-2, each laid out
+    contiguous, in every dim order (up to four dims), channels-last where it applies, with a
+    dim expanded (stride 0) and with every stride doubled (a strided slice)."""
+    import itertools
+
+    def orders(ndim):
+        return itertools.permutations(range(ndim)) if ndim <= 4 else [tuple(range(ndim)), (0, 2, 3, 4, 1),
+                                                                      (4, 3, 2, 1, 0)]
+
+    for ndim in range(6):
+        for shape in itertools.product(range(4) if ndim <= 3 else range(1, 3), repeat=ndim):
+            for order in orders(ndim):  # order[0] outermost
+                stride, step = [0] * ndim, 1
+                for dim in reversed(order):
+                    stride[dim], step = step, step * max(shape[dim], 1)
+                yield shape, tuple(stride)
+                yield shape, tuple(2 * s for s in stride)
+                for dim in range(ndim):
+                    yield shape, tuple(0 if d == dim else s for d, s in enumerate(stride))
+
+
+def test_static_tensor_metadata_is_torchs_on_every_small_strided_layout():
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    mode, compared, formats = _fake_mode(), 0, set()
+    for shape, stride in _strided_layouts():
+        real = torch.empty_strided(shape, stride)
+        for t in (real, mode.from_tensor(real, static_shapes=True)):
+            ours = tc.static_tensor_metadata(t)
+            assert ours == _extract_tensor_metadata(t), (shape, stride)
+            formats.add(ours.memory_format)
+            compared += 1
+    assert formats == {torch.contiguous_format, torch.channels_last, torch.channels_last_3d, None}
+    assert compared > 10_000
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bool, torch.int64, torch.complex64])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_static_tensor_metadata_is_torchs_for_each_dtype_and_grad_flag(dtype, requires_grad):
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    if requires_grad and not (dtype.is_floating_point or dtype.is_complex):
+        pytest.skip("only float and complex tensors require grad")
+    t = torch.zeros(2, 3, 4, 5, dtype=dtype).to(memory_format=torch.channels_last).requires_grad_(requires_grad)
+    for value in (t, _fake_mode().from_tensor(t, static_shapes=True)):
+        assert tc.static_tensor_metadata(value) == _extract_tensor_metadata(value)
+
+
+def test_static_tensor_metadata_leaves_sparse_quantized_and_symbolic_tensors_to_torch():
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    mode = _fake_mode()
+    symbolic = mode.from_tensor(torch.randn(3, 4), symbolic_context=StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC]))
+    quantized = torch.quantize_per_tensor(torch.randn(2, 2), 0.1, 0, torch.quint8)
+    for t in (torch.randn(2, 2).to_sparse(), torch.randn(2, 2).to_sparse_csr(), quantized, symbolic):
+        assert tc.static_tensor_metadata(t) is None
+
+
+def _torchs_tensor_metadata(fast):
+    """In place of ``tc.tensor_metadata_recorded_through``: torch's own ``tensor_meta`` throughout."""
+    return contextlib.nullcontext()
+
+
+def _meta_of_every_node(ep) -> list:
+    from predispatch_func.graphs import all_graph_modules
+
+    return [(path, node.name, node.meta.get("tensor_meta")) for path, gm in all_graph_modules(ep.graph_module)
+            for node in gm.graph.nodes]
+
+
+def test_every_catalogue_program_records_the_tensor_meta_torchs_tracer_records():
+    from predispatch_func.errors import ExportError
+    from tests.support.cases_core import CASES, build
+
+    compared = 0
+    for name in sorted(CASES):
+        programs = []
+        for patch in (tc.tensor_metadata_recorded_through, _torchs_tensor_metadata):
+            model, args, kwargs = build(name)
+            with unittest.mock.patch.object(tc, "tensor_metadata_recorded_through", patch):
+                try:
+                    programs.append(_meta_of_every_node(pf.export(model, args, kwargs)))
+                except ExportError as exc:
+                    programs.append(f"refused: {exc}")
+        assert programs[0] == programs[1], name
+        compared += isinstance(programs[0], list)
+    assert compared >= 50
+
+
+def test_a_program_with_dynamic_dims_records_torchs_tensor_meta():
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return (x.t() @ x).relu().unsqueeze(0).expand(2, -1, -1)
+
+    x = torch.randn(5, 3)
+    shapes = {"x": {0: torch.export.Dim("n", min=2)}}
+    fast = pf.export(Model(), (x,), dynamic_shapes=shapes)
+    with unittest.mock.patch.object(tc, "tensor_metadata_recorded_through", _torchs_tensor_metadata):
+        torchs = pf.export(Model(), (x,), dynamic_shapes=shapes)
+    assert str(_meta_of_every_node(fast)) == str(_meta_of_every_node(torchs))
+    assert any(isinstance(s, torch.SymInt) for _, _, meta in _meta_of_every_node(fast) if meta for s in meta.shape)
