@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -540,6 +541,79 @@ def tensor_metadata_recorded_through(fast: Callable[[torch.Tensor], Any]) -> Ite
 
 
 @contextlib.contextmanager
+def node_values_unsnapshotted() -> Iterator[None]:
+    """For the block, fx's proxy tracer records an op's fake result itself as its node's
+    ``meta["val"]`` where torch's ``snapshot_fake`` would record a detached copy of it.
+
+    torch copies so that a later in-place change of the tensor's metadata (``t_()``,
+    ``resize_()``) leaves the value recorded for the node as it was. Below
+    functionalization no op writes its inputs, and a copy costs a fake tensor per node
+    (a twentieth of an export). So the copy is made only where it would differ: a result
+    that requires grad, holds a constant or a real tensor (torch's copy drops them), and,
+    before any op that writes a tensor whose node holds it uncopied, of that tensor."""
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    torchs_snapshot, torchs_call = proxy_tensor.snapshot_fake, proxy_tensor.proxy_call
+    if getattr(torchs_snapshot, "_unsnapshotted", False):  # a body traced inside a trace: already so
+        yield
+        return
+
+    def snapshot_fake(val: torch.Tensor, include_real: bool = False) -> Any:
+        if (include_real or type(val) is not FakeTensor or val.requires_grad or val.constant is not None
+                or val.real_tensor is not None):
+            return torchs_snapshot(val, include_real)
+        return val
+
+    def proxy_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs: dict) -> Any:
+        written = _written_positions(func)
+        if written:
+            _snapshot_recorded_values(mode.tracer, func, args, kwargs, written, torchs_snapshot)
+        return torchs_call(mode, func, pre_dispatch, args, kwargs)
+
+    snapshot_fake._unsnapshotted = True  # type: ignore[attr-defined]
+    proxy_tensor.snapshot_fake, proxy_tensor.proxy_call = snapshot_fake, proxy_call  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        proxy_tensor.snapshot_fake, proxy_tensor.proxy_call = torchs_snapshot, torchs_call
+
+
+_WRITTEN: dict[Any, tuple[tuple[int, str], ...]] = {}  # op -> (position, name) of each argument it writes
+
+
+def _written_positions(func: Any) -> tuple[tuple[int, str], ...]:
+    found = _WRITTEN.get(func)
+    if found is None:
+        schema = getattr(func, "_schema", None)
+        found = _WRITTEN[func] = () if schema is None or not schema.is_mutable else tuple(
+            (i, a.name) for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+    return found
+
+
+def _snapshot_recorded_values(tracer: Any, func: Any, args: tuple, kwargs: dict,
+                              written: tuple[tuple[int, str], ...], snapshot: Callable[..., Any]) -> None:
+    """Before ``func`` writes them, give each node holding a written tensor uncopied (the
+    node that made it, and a multi-result node's tuple) torch's copy of it."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    values = [args[i] if i < len(args) else kwargs.get(name) for i, name in written]
+    for t in [v for value in values for v in (value if isinstance(value, (list, tuple)) else [value])]:
+        if not isinstance(t, torch.Tensor):
+            continue
+        tracked = get_proxy_slot(t, tracer, None)
+        node = tracked.proxy.node if tracked is not None else None
+        for holder in (node, *(node.args[:1] if node is not None and node.target is operator.getitem else ())):
+            if not isinstance(holder, torch.fx.Node):
+                continue
+            val = holder.meta.get("val")
+            if val is t:
+                holder.meta["val"] = snapshot(t)
+            elif isinstance(val, (list, tuple)) and any(v is t for v in val):
+                holder.meta["val"] = type(val)(snapshot(v) if v is t else v for v in val)
+
+
+@contextlib.contextmanager
 def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
     """``owner.name`` is ``value`` for the block, and what it was after, however the block ends
     (an attribute ``owner`` inherited is inherited again)."""
@@ -556,6 +630,7 @@ def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
 
 __all__ = [
     "callers_fake_mode_unset",
+    "node_values_unsnapshotted",
     "tensor_metadata_recorded_through",
     "module_getattr_wrapped",
     "non_strict_call_rewrites",

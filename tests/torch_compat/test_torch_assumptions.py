@@ -166,6 +166,7 @@ def _state() -> dict:
         "func_transform_levels": _func_transform_names(),
         "exported_program_module": torch.export.exported_program._create_graph_module_for_export,
         "tensor_metadata": proxy_tensor._extract_tensor_metadata,
+        "node_values": (proxy_tensor.snapshot_fake, proxy_tensor.proxy_call),
     }
 
 
@@ -222,6 +223,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "trace_moved_below_autograd": _moved_below_autograd,
     "exported_program_code_on_first_use": lambda: patches.exported_program_code_on_first_use(),
     "tensor_metadata_recorded_through": lambda: patches.tensor_metadata_recorded_through(lambda t: None),
+    "node_values_unsnapshotted": lambda: patches.node_values_unsnapshotted(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test

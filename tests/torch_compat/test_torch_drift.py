@@ -690,3 +690,81 @@ def test_a_program_with_dynamic_dims_records_torchs_tensor_meta():
         torchs = pf.export(Model(), (x,), dynamic_shapes=shapes)
     assert str(_meta_of_every_node(fast)) == str(_meta_of_every_node(torchs))
     assert any(isinstance(s, torch.SymInt) for _, _, meta in _meta_of_every_node(fast) if meta for s in meta.shape)
+
+
+# --- meta["val"]: node_values_unsnapshotted against torch's snapshot_fake ----------------------
+
+
+def _described_values(ep) -> list:
+    """Every node's ``meta["val"]`` as metadata, and which values share a storage (by first use)."""
+    from predispatch_func.graphs import all_graph_modules
+
+    storages: dict = {}
+
+    def one(v):
+        if isinstance(v, (list, tuple)):
+            return type(v).__name__, [one(x) for x in v]
+        if not isinstance(v, torch.Tensor):
+            return repr(v)
+        key = v.untyped_storage()._cdata if v.layout is torch.strided else id(v)
+        return (type(v).__name__, str(v.shape), v.stride() if v.layout is torch.strided else None,
+                v.storage_offset() if v.layout is torch.strided else None, v.dtype, str(v.device), v.requires_grad,
+                v.is_leaf, getattr(v, "constant", None) is not None, storages.setdefault(key, len(storages)))
+    return [(path, node.name, one(node.meta.get("val"))) for path, gm in all_graph_modules(ep.graph_module)
+            for node in gm.graph.nodes]
+
+
+def _torchs_node_values():
+    """In place of ``tc.node_values_unsnapshotted``: torch's detached copies throughout."""
+    return contextlib.nullcontext()
+
+
+def _value_programs():
+    from tests.support.cases_core import CASES, build
+    from tests.support.hop_db_cases import exportdb_cases, hop_db_cases
+
+    for name in sorted(CASES):
+        yield name, lambda name=name: build(name)
+    for name, model, args, skip in [*hop_db_cases(1), *exportdb_cases()]:
+        if skip is None:
+            yield name, lambda model=model, args=args: (model, args, {})
+
+
+def test_every_program_records_the_node_values_torchs_snapshots_record():
+    from predispatch_func.errors import ExportError
+
+    compared = 0
+    for name, build in _value_programs():
+        programs = []
+        for patch in (tc.node_values_unsnapshotted, _torchs_node_values):
+            model, args, kwargs = build()
+            with unittest.mock.patch.object(tc, "node_values_unsnapshotted", patch):
+                try:
+                    ep = pf.export(model, args, kwargs)
+                    programs.append((ep.graph_module.code, _described_values(ep)))
+                except ExportError as exc:
+                    programs.append(f"refused: {exc}")
+        assert programs[0] == programs[1], name
+        compared += not isinstance(programs[0], str)
+    assert compared >= 80
+
+
+def test_a_tensor_written_after_its_node_is_recorded_gets_torchs_copy_first():
+    """Below functionalization no op writes a traced tensor; plain make_fx (no functionalization)
+    does: the node that made ``y`` keeps ``y``'s metadata from before ``t_()`` and ``unsqueeze_``."""
+    def f(x):
+        y = x * 2
+        a, b = y.split(2)
+        y.t_()
+        a.unsqueeze_(0)
+        return y + 1, a
+
+    def values(patch):
+        with patch():
+            gm = tc.make_fx(f, tracing_mode="fake")(torch.randn(4, 3))
+        return [(n.name, str(n.meta["val"]) if not isinstance(n.meta.get("val"), (list, tuple))
+                 else [str(v) for v in n.meta["val"]]) for n in gm.graph.nodes if "val" in n.meta]
+
+    ours = values(tc.node_values_unsnapshotted)
+    assert ours == values(_torchs_node_values)
+    assert ("mul", "FakeTensor(..., size=(4, 3))") in ours
