@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .reexports import autocast_state, disable_proxy_modes_tracing
+from .reexports import autocast_state, disable_proxy_modes_tracing, written_arguments, written_values
 
 
 @contextlib.contextmanager
@@ -528,11 +528,15 @@ def tensor_metadata_recorded_through(fast: Callable[[torch.Tensor], Any]) -> Ite
     import torch.fx.experimental.proxy_tensor as proxy_tensor
 
     torchs = proxy_tensor._extract_tensor_metadata
+    if getattr(torchs, "_recorded_through", False):  # a body traced inside a trace: already so
+        yield
+        return
 
     def recorded(result: torch.Tensor, include_contiguity: bool = True) -> Any:
         value = fast(result) if include_contiguity else None
         return value if value is not None else torchs(result, include_contiguity)
 
+    recorded._recorded_through = True  # type: ignore[attr-defined]
     proxy_tensor._extract_tensor_metadata = recorded
     try:
         yield
@@ -566,9 +570,8 @@ def node_values_unsnapshotted() -> Iterator[None]:
         return val
 
     def proxy_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs: dict) -> Any:
-        written = _written_positions(func)
-        if written:
-            _snapshot_recorded_values(mode.tracer, func, args, kwargs, written, torchs_snapshot)
+        if written_arguments(func):
+            _snapshot_recorded_values(mode.tracer, written_values(func, args, kwargs), torchs_snapshot)
         return torchs_call(mode, func, pre_dispatch, args, kwargs)
 
     snapshot_fake._unsnapshotted = True  # type: ignore[attr-defined]
@@ -579,25 +582,11 @@ def node_values_unsnapshotted() -> Iterator[None]:
         proxy_tensor.snapshot_fake, proxy_tensor.proxy_call = torchs_snapshot, torchs_call
 
 
-_WRITTEN: dict[Any, tuple[tuple[int, str], ...]] = {}  # op -> (position, name) of each argument it writes
-
-
-def _written_positions(func: Any) -> tuple[tuple[int, str], ...]:
-    found = _WRITTEN.get(func)
-    if found is None:
-        schema = getattr(func, "_schema", None)
-        found = _WRITTEN[func] = () if schema is None or not schema.is_mutable else tuple(
-            (i, a.name) for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
-    return found
-
-
-def _snapshot_recorded_values(tracer: Any, func: Any, args: tuple, kwargs: dict,
-                              written: tuple[tuple[int, str], ...], snapshot: Callable[..., Any]) -> None:
-    """Before ``func`` writes them, give each node holding a written tensor uncopied (the
-    node that made it, and a multi-result node's tuple) torch's copy of it."""
+def _snapshot_recorded_values(tracer: Any, values: list[Any], snapshot: Callable[..., Any]) -> None:
+    """Before an op writes ``values``, give each node holding one of their tensors uncopied
+    (the node that made it, and a multi-result node's tuple) torch's copy of it."""
     from torch.fx.experimental.proxy_tensor import get_proxy_slot
 
-    values = [args[i] if i < len(args) else kwargs.get(name) for i, name in written]
     for t in [v for value in values for v in (value if isinstance(value, (list, tuple)) else [value])]:
         if not isinstance(t, torch.Tensor):
             continue

@@ -33,6 +33,8 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",
+    "written_arguments",
+    "written_values",
     "graph_module_flat_inputs",
     "has_sparse_kernel",
     "sparse_components",
@@ -175,6 +177,27 @@ def torch_tags_unsafe(op: torch._ops.OpOverload) -> bool:
 def schema_of(op: Any) -> Any:
     """``op``'s FunctionSchema (None for a higher-order op or a Python callable)."""
     return getattr(op, "_schema", None)
+
+
+def written_arguments(op: Any) -> tuple[tuple[int, str], ...]:
+    """(position, name) of each argument ``op``'s schema marks written, in schema order; ()
+    for an op that writes nothing or has no schema. Decided once per op."""
+    found = _WRITTEN_ARGUMENTS.get(op)
+    if found is None:
+        schema = schema_of(op)
+        found = _WRITTEN_ARGUMENTS[op] = () if schema is None or not schema.is_mutable else tuple(
+            (i, a.name) for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+    return found
+
+
+_WRITTEN_ARGUMENTS: dict[Any, tuple[tuple[int, str], ...]] = {}
+
+
+def written_values(op: Any, args: tuple, kwargs: dict) -> list[Any]:
+    """What a call of ``op`` passes for the arguments it writes, positionally or by name
+    (``out=`` is keyword-only)."""
+    return [args[i] if i < len(args) else kwargs[name] for i, name in written_arguments(op)
+            if i < len(args) or name in kwargs]
 
 
 def version_of(t: torch.Tensor) -> int:

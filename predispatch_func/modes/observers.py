@@ -88,28 +88,10 @@ class Observer(Protocol):
 
 
 def written_tensors(func: Any, args: tuple, kwargs: dict) -> list[Any]:
-    """The tensors ``func`` writes, positional or keyword (``out=`` is keyword-only)."""
-    where = _WRITTEN_ARGUMENTS.get(func)
-    if where is None:
-        where = _WRITTEN_ARGUMENTS[func] = _written_arguments(func)
-    if not where:
+    """The traced tensors ``func`` writes, positional or keyword (``out=`` is keyword-only)."""
+    if not tc.written_arguments(func):
         return []
-    positions, names = where
-    values = [args[i] for i in positions if i < len(args)] + [kwargs[n] for n in names if n in kwargs]
-    return [v for v in values if isinstance(v, tc.FunctionalTensor)]
-
-
-def _written_arguments(func: Any) -> tuple[tuple[int, ...], tuple[str, ...]] | tuple[()]:
-    """Positions and keyword names of the arguments ``func``'s schema marks written."""
-    schema = tc.schema_of(func)
-    if schema is None or not schema.is_mutable:
-        return ()
-    written = [(i, arg) for i, arg in enumerate(schema.arguments)
-               if arg.alias_info is not None and arg.alias_info.is_write]
-    return (tuple(i for i, _ in written), tuple(arg.name for _, arg in written if arg.kwarg_only))
-
-
-_WRITTEN_ARGUMENTS: dict[Any, Any] = {}  # op -> _written_arguments(op), for the process
+    return [v for v in tc.written_values(func, args, kwargs) if isinstance(v, tc.FunctionalTensor)]
 
 
 class Bases:

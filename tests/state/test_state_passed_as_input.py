@@ -69,4 +69,3 @@ def test_state_passed_as_an_input_with_a_dynamic_dim_takes_other_sizes():
     ep = pf.export(model, (x, model.scale), dynamic_shapes=(None, {0: torch.export.Dim("n", min=2)}))
     longer = torch.randn(7)
     torch.testing.assert_close(ep.module()(x, longer), model(x, longer))
-
