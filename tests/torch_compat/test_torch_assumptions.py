@@ -384,19 +384,27 @@ def test_func_transform_enters_a_wrapped_level(name):
     assert entered, f"torch.func.{name} opened no level through the names we wrap (torch moved them)"
 
 
-def test_batch_norm_writes_running_stats_only_when_training_with_them():
-    """``WRITES_ONLY_WHEN`` keeps ``aten.batch_norm`` for eval calls: torch tags it
-    maybe-aliasing-or-mutating, its schema marks no write, and its kernel writes the
-    running statistics exactly when ``training`` is true and they are given."""
-    op = torch.ops.aten.batch_norm.default
-    assert torch.Tag.maybe_aliasing_or_mutating in op.tags
+@pytest.mark.parametrize("op,tagged", [(torch.ops.aten.batch_norm.default, True),
+                                       (torch.ops.aten.instance_norm.default, False)],
+                         ids=["batch_norm", "instance_norm"])
+def test_norms_write_running_stats_only_when_normalising_by_the_input_with_them(op, tagged):
+    """``WRITES_ONLY_WHEN`` keeps ``aten.batch_norm`` and ``aten.instance_norm`` for the calls
+    that write nothing: their schemas mark no write (torch tags batch_norm
+    maybe-aliasing-or-mutating, not instance_norm), and their kernels write the running
+    statistics exactly when the flag (``training``, ``use_input_stats``) is true and they
+    are given; the result never shares the input's storage."""
+    assert (torch.Tag.maybe_aliasing_or_mutating in op.tags) is tagged
     assert not tc.schema_of(op).is_mutable
-    x = torch.randn(4, 3)
-    for training in (False, True):
+    x = torch.randn(2, 3, 4)
+    for flag in (False, True):
         mean, var = torch.zeros(3), torch.ones(3)
-        op(x, None, None, mean, var, training, 0.5, 1e-5, False)
-        assert (not torch.equal(mean, torch.zeros(3))) is training
-        assert (not torch.equal(var, torch.ones(3))) is training
+        out = op(x, None, None, mean, var, flag, 0.5, 1e-5, False)
+        assert (not torch.equal(mean, torch.zeros(3))) is flag
+        assert (not torch.equal(var, torch.ones(3))) is flag
+        assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    versions = x._version
+    op(x, None, None, None, None, True, 0.5, 1e-5, False)
+    assert x._version == versions
 
 
 # --- torch-function modes stand aside where the compat layer turns them off ----------------
