@@ -544,6 +544,36 @@ def tensor_metadata_recorded_through(fast: Callable[[torch.Tensor], Any]) -> Ite
         proxy_tensor._extract_tensor_metadata = torchs
 
 
+NOT_RECORDED = object()  # what a direct recorder answers for a call it leaves to torch's proxy_call
+_direct_recorder_installed = False
+
+
+@contextlib.contextmanager
+def op_calls_recorded_through(direct: Callable[..., Any]) -> Iterator[None]:
+    """For the block, fx's proxy tracer records each op call with ``direct(mode, func,
+    pre_dispatch, args, kwargs)`` (``reimplemented.record_op_call``: the common call in
+    fewer steps), and with torch's ``proxy_call`` where that answers ``NOT_RECORDED``."""
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+    global _direct_recorder_installed
+    if _direct_recorder_installed:  # a body traced inside a trace: already so
+        yield
+        return
+    torchs = proxy_tensor.proxy_call
+
+    def proxy_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs: dict) -> Any:
+        out = direct(mode, func, pre_dispatch, args, kwargs)
+        return torchs(mode, func, pre_dispatch, args, kwargs) if out is NOT_RECORDED else out
+
+    proxy_tensor.proxy_call = proxy_call  # type: ignore[assignment]
+    _direct_recorder_installed = True
+    try:
+        yield
+    finally:
+        proxy_tensor.proxy_call = torchs
+        _direct_recorder_installed = False
+
+
 @contextlib.contextmanager
 def node_values_unsnapshotted() -> Iterator[None]:
     """For the block, fx's proxy tracer records an op's fake result itself as its node's
@@ -620,6 +650,8 @@ def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
 __all__ = [
     "callers_fake_mode_unset",
     "node_values_unsnapshotted",
+    "NOT_RECORDED",
+    "op_calls_recorded_through",
     "tensor_metadata_recorded_through",
     "module_getattr_wrapped",
     "non_strict_call_rewrites",

@@ -9,7 +9,7 @@ Python Meta kernels), ``torch_export_keeps`` against ``aot_export_module(pre_dis
 graphs, the node recorders against the graphs torch's tracer records,
 ``stack_trace_anchors``, ``uninteresting_stack_files`` and ``fake_with_dynamic_dims`` against torch.export's
 stack traces and runtime shape checks, ``fake_of_plain_state`` against ``FakeTensorMode.from_tensor``, ``static_tensor_metadata`` against
-``torch.fx.passes.shape_prop._extract_tensor_metadata``.
+``torch.fx.passes.shape_prop._extract_tensor_metadata``, ``record_op_call`` against fx's ``proxy_call``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.fx.experimental import proxy_tensor as _proxy_tensor
 
-from .patches import outside_trace
+from .patches import NOT_RECORDED, outside_trace
 from .reexports import (
     SET_GRAD_ENABLED,
     FakeTensor,
@@ -286,6 +287,92 @@ def static_tensor_metadata(t: torch.Tensor) -> Any:
     return TensorMetadata(shape, t.dtype, t.requires_grad, stride, _memory_format(shape, stride), False, {})
 
 
+class _Unrecorded(Exception):  # noqa: N818 (control flow: an argument the common call has not)
+    """An argument :func:`record_op_call` leaves to torch's ``proxy_call``."""
+
+
+def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs: dict) -> Any:
+    """fx's ``proxy_call`` for the common op call; ``NOT_RECORDED`` for any other (torch's records it).
+
+    The common call: pre-dispatch, an aten op without a decomposition of the tracer's, a
+    data-dependent output, or a rewrite of torch's (``lift_fresh``, ``is_nonzero``), whose
+    tensors are all traced by fx's proxy tracer without a constant value and whose other
+    arguments are plain values (numbers, strings, dtypes) in tuples and lists. There
+    torch's steps come to: one node whose arguments are the tensors' nodes, the op run,
+    its results tracked. torch flattens the arguments twice and puts each through the
+    tracer's ``create_arg`` checks (symbolic, opaque and script objects, parameters,
+    devices): about a tenth of a transformer's export. Here they are read once, with the
+    same node, name, metadata and results (tests/torch_compat/test_torch_drift.py)."""
+    tracer = mode.tracer
+    if not pre_dispatch or not _records_as_torch(type(tracer)) or not _common_op(func) \
+            or func in mode.decomposition_table:
+        return NOT_RECORDED
+    traced = tracer.tensor_tracker
+
+    def node_of(value: Any) -> Any:
+        kind = type(value)
+        if kind in _PLAIN_ARGUMENTS:
+            return value
+        if kind in _TRACED_TENSOR_TYPES:
+            tracked = traced.get(value)
+            if tracked is None or tracked.constant is not None:
+                raise _Unrecorded
+            return tracked.proxy.node
+        if kind is tuple or kind is list:
+            return kind(node_of(v) for v in value)
+        raise _Unrecorded
+
+    try:
+        node_args = tuple(node_of(a) for a in args)
+        node_kwargs = {k: node_of(v) for k, v in kwargs.items()}
+    except _Unrecorded:
+        return NOT_RECORDED
+    node = tracer.create_node("call_function", func, node_args, node_kwargs,
+                              tracer.graph._target_to_str(func.overloadpacket.__name__))
+    result = tracer.proxy(node)
+    with _proxy_tensor._enable_thunkify(tracer):
+        out = func(*args, **kwargs)
+    _proxy_tensor.track_tensor_tree(out, result, constant=None, tracer=tracer)
+    _proxy_tensor._maybe_record_pointwise_barrier(func, mode)
+    return out
+
+
+# what fx's create_arg passes through as it is; a Python scalar's type exactly (a SymInt,
+# an enum or a numpy number is left to torch)
+_PLAIN_ARGUMENTS = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.layout,
+                              torch.memory_format})
+_TRACED_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter, FakeTensor})  # proxy_call's HANDLED_TYPES
+
+
+def _records_as_torch(tracer_type: Any) -> bool:
+    """A tracer whose nodes are made as fx's proxy tracer makes them: ``create_proxy`` turning
+    proxies into their nodes with ``PythonKeyTracer.create_arg``, then ``create_node``."""
+    from torch.fx.proxy import TracerBase
+
+    as_torch = _TRACERS_AS_TORCH.get(tracer_type)
+    if as_torch is None:
+        as_torch = _TRACERS_AS_TORCH[tracer_type] = (
+            tracer_type.create_proxy is TracerBase.create_proxy and tracer_type.proxy is TracerBase.proxy
+            and tracer_type.create_arg is _proxy_tensor.PythonKeyTracer.create_arg)
+    return as_torch
+
+
+_TRACERS_AS_TORCH: dict[Any, bool] = {}
+
+
+def _common_op(func: Any) -> bool:
+    common = _COMMON_OPS.get(func)
+    if common is None:
+        common = _COMMON_OPS[func] = (
+            isinstance(func, OpOverload) and func.namespace == "aten"
+            and torch.Tag.data_dependent_output not in func.tags
+            and func not in (torch.ops.aten.lift_fresh.default, torch.ops.aten.is_nonzero.default))
+    return common
+
+
+_COMMON_OPS: dict[Any, bool] = {}
+
+
 _CHANNELS_LAST_ORDER = {4: ((1, 3, 2, 0), torch.channels_last), 5: ((1, 4, 3, 2, 0), torch.channels_last_3d)}
 
 
@@ -435,6 +522,7 @@ __all__ = [
     "fake_with_dynamic_dims",
     "fake_of_plain_state",
     "static_tensor_metadata",
+    "record_op_call",
     "symbolic_int",
     "record_grad_marker",
     "last_recorded_node",

@@ -246,7 +246,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
         with ambient.neutral(), tc.exporting_state(), tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules(), \
-                tc.tensor_metadata_recorded_through(tc.static_tensor_metadata), tc.node_values_unsnapshotted(), \
+                tc.tensor_metadata_recorded_through(tc.static_tensor_metadata), \
+                tc.op_calls_recorded_through(tc.record_op_call), tc.node_values_unsnapshotted(), \
                 (fake_mode if fake_mode is not None else contextlib.nullcontext()):
             gm = tracer(*flat_inputs)
         hidden = state["mode"].hidden_writes

@@ -167,6 +167,7 @@ def _state() -> dict:
         "exported_program_module": torch.export.exported_program._create_graph_module_for_export,
         "tensor_metadata": proxy_tensor._extract_tensor_metadata,
         "node_values": (proxy_tensor.snapshot_fake, proxy_tensor.proxy_call),
+        "direct_recorder": patches._direct_recorder_installed,
     }
 
 
@@ -224,8 +225,9 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "exported_program_code_on_first_use": lambda: patches.exported_program_code_on_first_use(),
     "tensor_metadata_recorded_through": lambda: patches.tensor_metadata_recorded_through(lambda t: None),
     "node_values_unsnapshotted": lambda: patches.node_values_unsnapshotted(),
+    "op_calls_recorded_through": lambda: patches.op_calls_recorded_through(lambda *call: patches.NOT_RECORDED),
 }
-NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs"}
+NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
 
 
@@ -479,3 +481,47 @@ def test_an_exported_program_made_inside_generates_its_code_on_first_use():
     assert lazy.graph_module.code == eager.graph_module.code
     assert torch.equal(lazy.module()(torch.ones(2)), torch.full((2,), 2.0))
 
+
+
+# --- fx's proxy tracer makes a node's arguments as record_op_call makes them ---------------------
+
+
+def test_the_proxy_tracer_makes_nodes_through_create_proxy_create_arg_and_create_node():
+    """``record_op_call`` restates ``proxy_call`` for tracers whose ``create_proxy``, ``proxy``
+    and ``create_arg`` are these of torch's; make_fx's tracer is one."""
+    from torch.fx.experimental.proxy_tensor import PythonKeyTracer
+
+    from predispatch_func._torch_compat.reimplemented import _records_as_torch
+
+    assert _records_as_torch(PythonKeyTracer)
+    seen = []
+
+    def f(x):
+        seen.append(type(torch.fx.experimental.proxy_tensor.get_proxy_mode().tracer))
+        return x + 1
+    tc.make_fx(f, pre_dispatch=True)(torch.randn(2))
+    assert seen and all(_records_as_torch(t) for t in seen)
+
+
+def test_create_arg_keeps_plain_arguments_and_turns_proxies_into_their_nodes():
+    """What ``record_op_call`` hands ``create_node`` is what ``create_proxy`` would: plain values
+    as they are, a proxy as its node, in the same tuples and lists."""
+    from torch.fx.experimental.proxy_tensor import PythonKeyTracer
+
+    from predispatch_func._torch_compat.reimplemented import _PLAIN_ARGUMENTS
+
+    tracer = PythonKeyTracer()
+    tracer.graph = torch.fx.Graph()
+    tracer.root = torch.nn.Module()
+    node = tracer.graph.placeholder("x")
+    proxy = tracer.proxy(node)
+    plain = {int: 3, float: float("nan"), bool: True, complex: 1j, str: "tanh", type(None): None,
+             torch.dtype: torch.float16, torch.layout: torch.strided, torch.memory_format: torch.channels_last}
+    assert set(plain) == set(_PLAIN_ARGUMENTS)
+    for value in plain.values():
+        made = tracer.create_arg(value)
+        assert made is value or (made != made and value != value)
+    made = tracer.create_arg((proxy, [proxy, 2, (None, 1.5)], "s"))
+    assert made == (node, [node, 2, (None, 1.5)], "s")
+    assert type(made) is tuple and type(made[1]) is list and type(made[1][2]) is tuple
+    assert tracer.create_arg({"dim": [proxy, 0]}) == {"dim": [node, 0]}

@@ -9,6 +9,7 @@ between releases), never the expected value.
 from __future__ import annotations
 
 import contextlib
+import re
 import unittest.mock
 
 import pytest
@@ -767,3 +768,88 @@ def test_a_tensor_written_after_its_node_is_recorded_gets_torchs_copy_first():
     ours = values(tc.node_values_unsnapshotted)
     assert ours == values(_torchs_node_values)
     assert ("mul", "FakeTensor(..., size=(4, 3))") in ours
+
+
+# --- op calls: record_op_call against fx's proxy_call ------------------------------------------
+
+# an object's address or id, generated code's number
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+|(?<=graph_id=)\d+|(?<=<eval_with_key>\.)\d+")
+
+
+def _described_nodes(ep) -> list:
+    """Every node of every graph module: name, kind, target, arguments, and each meta entry
+    (``val`` as :func:`_described_values` describes it, ``seq_nr`` as its rank in the
+    program, the others by repr without object addresses and generated code's numbers)."""
+    from predispatch_func.graphs import all_graph_modules
+
+    values = {(path, name): value for path, name, value in _described_values(ep)}
+    nodes = [(path, node) for path, gm in all_graph_modules(ep.graph_module) for node in gm.graph.nodes]
+    ranks = {s: i for i, s in enumerate(sorted({n.meta["seq_nr"] for _, n in nodes if "seq_nr" in n.meta}))}
+
+    def entry(path, node, key, value):
+        if key == "val":
+            return values[(path, node.name)]
+        return ranks[value] if key == "seq_nr" else _ADDRESS.sub("", repr(value))
+    return [(path, node.name, node.op, str(node.target), str(node.args), str(node.kwargs),
+             [(key, entry(path, node, key, value)) for key, value in sorted(node.meta.items())])
+            for path, node in nodes]
+
+
+def _torchs_op_calls(direct):
+    """In place of ``tc.op_calls_recorded_through``: torch's ``proxy_call`` for every call."""
+    return contextlib.nullcontext()
+
+
+def _recorded_both_ways(build) -> tuple[list, int, int]:
+    """The program recorded with ``record_op_call`` and with torch's ``proxy_call`` alone (or
+    the refusal each gave); how many op calls ``record_op_call`` recorded itself, of how many."""
+    from predispatch_func.errors import ExportError
+
+    counts, record = [0, 0], tc.record_op_call
+
+    def counted(*args):
+        out = record(*args)
+        counts[0] += out is not tc.NOT_RECORDED
+        counts[1] += 1
+        return out
+    programs = []
+    # the first export fills the process's trace-time caches: a check run on a miss between two
+    # nodes takes an autograd sequence number, and a node's seq_nr would tell a cold export
+    for patch in (_torchs_op_calls, tc.op_calls_recorded_through, _torchs_op_calls):
+        model, args, kwargs = build()
+        with unittest.mock.patch.object(tc, "op_calls_recorded_through", patch), \
+                unittest.mock.patch.object(tc, "record_op_call", counted):
+            try:
+                ep = pf.export(model, args, kwargs)
+                programs.append([(path, gm.code) for path, gm in _graph_modules(ep)] + _described_nodes(ep))
+            except ExportError as exc:
+                programs.append(f"refused: {exc}")
+    return programs[1:], *counts
+
+
+def _graph_modules(ep):
+    from predispatch_func.graphs import all_graph_modules
+
+    return all_graph_modules(ep.graph_module)
+
+
+def test_every_program_records_the_nodes_torchs_proxy_call_records():
+    compared = direct = calls = 0
+    for name, build in _value_programs():
+        programs, recorded, called = _recorded_both_ways(build)
+        assert programs[0] == programs[1], name
+        compared += not isinstance(programs[0], str)
+        direct, calls = direct + recorded, calls + called
+    assert compared >= 80
+    assert direct >= 0.6 * calls, (direct, calls)  # the common call is recorded directly
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "bert", "llama", "t5"])
+def test_corpus_models_record_the_nodes_torchs_proxy_call_records(name):
+    from tests.models import corpus
+
+    for train in (False, True):
+        programs, recorded, called = _recorded_both_ways(lambda train=train: corpus.build(name, train=train))
+        assert not isinstance(programs[0], str), programs[0]
+        assert programs[0] == programs[1], (name, train)
+        assert recorded >= 0.8 * called, (name, train, recorded, called)
