@@ -297,7 +297,7 @@ def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs
     The common call: pre-dispatch, an aten op without a decomposition of the tracer's, a
     data-dependent output, or a rewrite of torch's (``lift_fresh``, ``is_nonzero``), whose
     tensors are all traced by fx's proxy tracer without a constant value and whose other
-    arguments are plain values (numbers, strings, dtypes) in tuples and lists. There
+    arguments are plain values (numbers, strings, dtypes, devices) in tuples and lists. There
     torch's steps come to: one node whose arguments are the tensors' nodes, the op run,
     its results tracked. torch flattens the arguments twice and puts each through the
     tracer's ``create_arg`` checks (symbolic, opaque and script objects, parameters,
@@ -320,6 +320,8 @@ def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs
             return tracked.proxy.node
         if kind is tuple or kind is list:
             return kind(node_of(v) for v in value)
+        if kind is torch.device and not _devices_rewritten():
+            return value
         raise _Unrecorded
 
     try:
@@ -342,6 +344,8 @@ def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs
 _PLAIN_ARGUMENTS = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.layout,
                               torch.memory_format})
 _TRACED_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter, FakeTensor})  # proxy_call's HANDLED_TYPES
+# torch 2.15's proxy_call turns a device argument into a node under compile-on-one-rank
+_devices_rewritten = getattr(_proxy_tensor, "_coor_enabled", lambda: False)
 
 
 def _records_as_torch(tracer_type: Any) -> bool:

@@ -518,7 +518,7 @@ def test_create_arg_keeps_plain_arguments_and_turns_proxies_into_their_nodes():
     plain = {int: 3, float: float("nan"), bool: True, complex: 1j, str: "tanh", type(None): None,
              torch.dtype: torch.float16, torch.layout: torch.strided, torch.memory_format: torch.channels_last}
     assert set(plain) == set(_PLAIN_ARGUMENTS)
-    for value in plain.values():
+    for value in (*plain.values(), torch.device("cpu")):  # a device unless compile-on-one-rank rewrites it
         made = tracer.create_arg(value)
         assert made is value or (made != made and value != value)
     made = tracer.create_arg((proxy, [proxy, 2, (None, 1.5)], "s"))

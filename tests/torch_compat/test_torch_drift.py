@@ -853,3 +853,28 @@ def test_corpus_models_record_the_nodes_torchs_proxy_call_records(name):
         assert not isinstance(programs[0], str), programs[0]
         assert programs[0] == programs[1], (name, train)
         assert recorded >= 0.8 * called, (name, train, recorded, called)
+
+
+def _directly_recorded(model, args) -> list[str]:
+    recorded, record = [], tc.record_op_call
+
+    def counted(mode, func, *rest):
+        out = record(mode, func, *rest)
+        if out is not tc.NOT_RECORDED:
+            recorded.append(str(func))
+        return out
+    with unittest.mock.patch.object(tc, "record_op_call", counted):
+        pf.export(model, args)
+    return recorded
+
+
+@pytest.mark.skipif(not hasattr(torch.compiler.config, "compile_on_one_rank"),
+                    reason="this torch has no compile-on-one-rank device rewriting")
+def test_a_device_argument_is_left_to_torch_where_compile_on_one_rank_may_rewrite_it():
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.arange(3, device=x.device)
+
+    assert "aten.arange.default" in _directly_recorded(Model(), (torch.randn(3),))
+    with torch.compiler.config.patch(compile_on_one_rank=True):
+        assert "aten.arange.default" not in _directly_recorded(Model(), (torch.randn(3),))
