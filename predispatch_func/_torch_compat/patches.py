@@ -545,6 +545,8 @@ def tensor_metadata_recorded_through(fast: Callable[[torch.Tensor], Any]) -> Ite
 
 
 NOT_RECORDED = object()  # what a direct recorder answers for a call it leaves to torch's proxy_call
+# a flag, not a mark on the function as for the other recorder patches: node_values_unsnapshotted
+# wraps proxy_call again inside this one
 _direct_recorder_installed = False
 
 

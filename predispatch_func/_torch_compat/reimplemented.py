@@ -344,7 +344,7 @@ def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs
 _PLAIN_ARGUMENTS = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.layout,
                               torch.memory_format})
 _TRACED_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter, FakeTensor})  # proxy_call's HANDLED_TYPES
-# torch 2.15's proxy_call turns a device argument into a node under compile-on-one-rank
+# torch 2.14's and 2.15's proxy_call turn a device argument into a node under compile-on-one-rank
 _devices_rewritten = getattr(_proxy_tensor, "_coor_enabled", lambda: False)
 
 

@@ -29,19 +29,26 @@ def test_batch_norm_is_one_node_exactly_when_it_writes_nothing(train, track, kep
     assert written == ({"1.running_mean", "1.running_var", "1.num_batches_tracked"} if train and track else set())
 
 
+class _WithRunningStats(torch.nn.Module):
+    """Running statistics as buffers, and a forward (``body(x, mean, var)``) that normalises with them."""
+
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+    def forward(self, x):
+        return self.body(x, self.mean, self.var)
+
+
 def test_batch_norm_kept_under_no_grad_and_in_a_functional_call():
-    class Functional(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("mean", torch.zeros(4))
-            self.register_buffer("var", torch.ones(4))
+    def body(x, mean, var):
+        with torch.no_grad():
+            y = torch.nn.functional.batch_norm(x, mean, var, training=False)
+        return torch.nn.functional.batch_norm(y + x, mean, var, training=True, momentum=0.5)
 
-        def forward(self, x):
-            with torch.no_grad():
-                y = torch.nn.functional.batch_norm(x, self.mean, self.var, training=False)
-            return torch.nn.functional.batch_norm(y + x, self.mean, self.var, training=True, momentum=0.5)
-
-    ep = export_checked(Functional(), (torch.randn(2, 4, 5),))
+    ep = export_checked(_WithRunningStats(body), (torch.randn(2, 4, 5),))
     assert "aten.batch_norm.default" in call_targets(ep)  # the eval call
     assert {target for _, target in mutations(ep)} == {"mean", "var"}  # the training call's writes
 
@@ -78,19 +85,13 @@ def test_instance_norm_is_one_node_exactly_when_it_writes_nothing(train, track, 
 
 
 def test_instance_norm_kept_under_no_grad_and_written_back_in_a_functional_call():
-    class Functional(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("mean", torch.zeros(4))
-            self.register_buffer("var", torch.ones(4))
+    def body(x, mean, var):
+        with torch.no_grad():
+            y = torch.nn.functional.instance_norm(x)
+        z = torch.nn.functional.instance_norm(y * x, mean, var, use_input_stats=False)
+        return torch.nn.functional.instance_norm(z + x, mean, var, use_input_stats=True, momentum=0.5)
 
-        def forward(self, x):
-            with torch.no_grad():
-                y = torch.nn.functional.instance_norm(x)
-            z = torch.nn.functional.instance_norm(y * x, self.mean, self.var, use_input_stats=False)
-            return torch.nn.functional.instance_norm(z + x, self.mean, self.var, use_input_stats=True, momentum=0.5)
-
-    ep = export_checked(Functional(), (torch.randn(2, 4, 5, requires_grad=True),))
+    ep = export_checked(_WithRunningStats(body), (torch.randn(2, 4, 5, requires_grad=True),))
     kept = [n for _, gm in all_graph_modules(ep.graph_module) for n in gm.graph.nodes
             if n.target is A.instance_norm.default]
     assert len(kept) == 2  # the calls that write nothing, one under no_grad
