@@ -74,7 +74,7 @@ def plan_for(op: tc.OpOverload, lowering: Lowering) -> Plan:
             return Plan(How.VIEW_IN_PLACE, op, twin=twin)
     if schema.name == "aten::set_":  # shares memory: no functional form plus a copy can do that
         return Plan(How.UNREACHABLE, op, why="it gives a tensor other memory; the backend must implement it")
-    written = tuple(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
+    written = tuple(name for _, name in tc.written_arguments(op))
     twin = functional_overload(op) if out_argument_names(op) else _twin_by_name(op)
     if twin is not None and _writes_only(op, written):
         twin_arguments = tc.schema_of(twin).arguments

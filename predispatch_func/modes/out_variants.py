@@ -56,8 +56,7 @@ def is_composite_out(op: tc.OpOverload) -> bool:
 
 
 def _written_besides_out(op: tc.OpOverload) -> frozenset[str]:
-    return frozenset(a.name for a in tc.schema_of(op).arguments
-                     if not a.is_out and a.alias_info is not None and a.alias_info.is_write)
+    return frozenset(name for _, name in tc.written_arguments(op)) - frozenset(out_argument_names(op))
 
 
 def writes_besides_out(op: tc.OpOverload) -> bool:
