@@ -245,6 +245,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                         tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
+        # the direct recorder before node_values_unsnapshotted, whose write guard must see every call
+        # (test_torch_drift.py: test_a_tensor_written_after_its_node_is_recorded_gets_torchs_copy_first)
         with ambient.neutral(), tc.exporting_state(), tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules(), \
                 tc.tensor_metadata_recorded_through(tc.static_tensor_metadata), \
                 tc.op_calls_recorded_through(tc.record_op_call), tc.node_values_unsnapshotted(), \

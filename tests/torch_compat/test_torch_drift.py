@@ -749,8 +749,19 @@ def test_every_program_records_the_node_values_torchs_snapshots_record():
     assert compared >= 80
 
 
-def test_a_tensor_written_after_its_node_is_recorded_gets_torchs_copy_first():
-    """Below functionalization no op writes a traced tensor; plain make_fx (no functionalization)
+def _as_the_trace_nests_them():
+    """The two proxy_call patches as trace_functional enters them: the direct recorder first,
+    so node_values_unsnapshotted's write guard runs before every call, recorded directly or not."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(tc.op_calls_recorded_through(tc.record_op_call))
+    stack.enter_context(tc.node_values_unsnapshotted())
+    return stack
+
+
+@pytest.mark.parametrize("patch", [tc.node_values_unsnapshotted, _as_the_trace_nests_them],
+                         ids=["node-values", "with-the-direct-recorder"])
+def test_a_tensor_written_after_its_node_is_recorded_gets_torchs_copy_first(patch):
+    """Below functionalization no op writes a traced tensor; make_fx without functionalization
     does: the node that made ``y`` keeps ``y``'s metadata from before ``t_()`` and ``unsqueeze_``."""
     def f(x):
         y = x * 2
@@ -759,15 +770,24 @@ def test_a_tensor_written_after_its_node_is_recorded_gets_torchs_copy_first():
         a.unsqueeze_(0)
         return y + 1, a
 
+    recorded, record = [], tc.record_op_call
+
+    def counted(*args):
+        out = record(*args)
+        recorded.append(out is not tc.NOT_RECORDED)
+        return out
+
     def values(patch):
-        with patch():
-            gm = tc.make_fx(f, tracing_mode="fake")(torch.randn(4, 3))
+        with unittest.mock.patch.object(tc, "record_op_call", counted), patch():
+            gm = tc.make_fx(f, tracing_mode="fake", pre_dispatch=True)(torch.randn(4, 3))
         return [(n.name, str(n.meta["val"]) if not isinstance(n.meta.get("val"), (list, tuple))
                  else [str(v) for v in n.meta["val"]]) for n in gm.graph.nodes if "val" in n.meta]
 
-    ours = values(tc.node_values_unsnapshotted)
+    ours = values(patch)
     assert ours == values(_torchs_node_values)
     assert ("mul", "FakeTensor(..., size=(4, 3))") in ours
+    if patch is _as_the_trace_nests_them:  # the writes themselves were recorded directly
+        assert len(recorded) >= 4 and all(recorded), recorded
 
 
 # --- op calls: record_op_call against fx's proxy_call ------------------------------------------
