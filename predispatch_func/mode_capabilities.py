@@ -28,6 +28,8 @@ class ObservesOpaqueCalls(Protocol):
     """A mode that wants to see a call it does not dispatch as one op (a torch HOP, a custom
     Function) as an op: its reads and its results (``PolicyFunctionalMode``)."""
 
+    def before_opaque_call(self, operands: list[Any]) -> None: ...
+
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
                             non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None: ...
 

@@ -70,6 +70,15 @@ def record_call(hop: Any, constants: tuple, fwd_gm: torch.fx.GraphModule, bwd_gm
     return wrapped
 
 
+def read_operands(operands: list[Any]) -> list[Any]:
+    """The values below functionalization of a call's operands, their stale views rebuilt
+    first as the mode rebuilds an op's (in the grad mode eager made them in)."""
+    mode = observer_of_opaque_calls(tc.active_functional_mode())
+    if mode is not None:
+        mode.before_opaque_call(operands)
+    return [tc.inner_of_functional(t) for t in operands]
+
+
 def retrace_call(hop: Any, fwd: Callable[..., Any], bwd: Callable[..., Any], constants: tuple,
                  operands: list[Any]) -> tuple | None:
     """A call of ``hop`` met while our trace runs (re-exporting a program that holds one):
@@ -79,7 +88,7 @@ def retrace_call(hop: Any, fwd: Callable[..., Any], bwd: Callable[..., Any], con
     if settings is None or tc.current_proxy_tracer() is None:
         return None
     _, n_outputs, n_results, _, _ = constants
-    inner = [tc.inner_of_functional(t) for t in operands]
+    inner = read_operands(operands)
     fwd_gm = settings.trace_body(lambda wrapped, mode: list(fwd(*wrapped)), inner, grad_enabled=False)
     values = tuple(output_values(fwd_gm))
     bwd_gm = settings.trace_body(lambda wrapped, mode: list(bwd(*wrapped)),
@@ -87,4 +96,4 @@ def retrace_call(hop: Any, fwd: Callable[..., Any], bwd: Callable[..., Any], con
     return tuple(record_call(hop, constants, fwd_gm, bwd_gm, values, operands, inner, exposed=len(values)))
 
 
-__all__ = ["FunctionTracing", "backward_inputs", "current", "record_call", "retrace_call", "tracing"]
+__all__ = ["FunctionTracing", "backward_inputs", "current", "read_operands", "record_call", "retrace_call", "tracing"]

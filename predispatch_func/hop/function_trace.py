@@ -38,7 +38,7 @@ from ..mode_capabilities import TraceBody
 from . import function_calls
 from .autograd_function import pf_autograd_function
 from .fakes import output_values
-from .function_calls import FunctionTracing, backward_inputs, record_call
+from .function_calls import FunctionTracing, backward_inputs, read_operands, record_call
 from .function_ctx import TENSOR, SavedContext, TracingCtx, with_tensors, without_tensors
 from .hooks import route_register_hook, route_requires_grad_
 
@@ -186,7 +186,7 @@ class _Once(Generic[_T]):
 def trace_call(cls: type, args: tuple, kwargs: dict, settings: FunctionTracing) -> Any:
     """Record ``cls.apply(*args, **kwargs)`` as one ``pf_autograd_function`` call."""
     call = FunctionCall.bind(cls, args, kwargs)
-    inner = [tc.inner_of_functional(t) for t in call.operands]
+    inner = read_operands(call.operands)
     forward = _traced_or_refused(call, "forward", lambda: _trace_forward(call, inner, settings))
     _refuse_unmaterialized_grads(call, forward)
     bwd_gm, grads_for = _traced_or_refused(call, "backward", lambda: _trace_backward(call, forward, inner, settings))

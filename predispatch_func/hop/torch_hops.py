@@ -87,8 +87,10 @@ def _observed(hop: Any, rule: Callable[..., Any]):
     name, unchecked = hop.name(), has(hop, Fact.BACKWARD_READS_UNCHECKED)
 
     def observed(mode: Any, *args: Any, **kwargs: Any) -> Any:
-        out = rule(mode, *args, **kwargs)
         observer = observer_of_opaque_calls(mode)
+        if observer is not None:
+            observer.before_opaque_call(tc.pytree.tree_leaves((args, kwargs)))
+        out = rule(mode, *args, **kwargs)
         if observer is not None:
             observer.observe_opaque_call(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)), tc.pytree.tree_leaves(out),
                     keeps_inputs=False, backward_unchecked=unchecked)

@@ -102,6 +102,13 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         if self.saved_reads is not None:
             self.saved_reads.add_inputs(list(inputs))
 
+    def before_opaque_call(self, operands: list[Any]) -> None:
+        """Before a call this mode does not dispatch as one op reads ``operands`` (and so
+        rebuilds their stale views): rebuild them in the grad mode eager made them in, as
+        before an op (view_grad_modes.py)."""
+        if self.saved_reads is not None:
+            self.view_modes.rebuild_stale(operands)
+
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
                             non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None:
         """A call this mode does not dispatch as one op (a torch HOP, a custom autograd.Function),
@@ -176,6 +183,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         call = OpCall(func, args, kwargs or {}, written_tensors(func, args, kwargs or {}) if self._observers else [])
         try:
+            if self.saved_reads is not None:  # on the PreDispatch key: views keep eager's grad mode
+                self.view_modes.rebuild_read(call)
             for refuse in self._refusals:
                 refuse(call, self.bases.input_ids)
             instead = self._reroute(func, args, call.kwargs)

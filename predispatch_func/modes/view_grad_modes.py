@@ -70,12 +70,18 @@ class ViewGradModes:
 
     # --- the mode calls these around every op ------------------------------------
 
+    def rebuild_read(self, call: OpCall) -> None:
+        """Rebuild the stale views ``call`` reads, before anything else about the call
+        reads their values: the refusals, the composite policy's guards and reroutes sync
+        (rebuild) their arguments too, in whatever grad mode is current."""
+        if not _is_view_op(call.func):  # view ops do not read (sync) their input
+            self.rebuild_stale(call.tensors_read())
+
     def before(self, call: OpCall) -> None:
         func, args, grad = call.func, call.args, call.grad
         if grad:
             self._end_stretch()
-        if not _is_view_op(func):  # view ops do not read (sync) their input
-            self.rebuild_stale(call.tensors_read())
+        self.rebuild_read(call)  # again: a reroute may have made what this call reads
         if not grad and (self._views_a_storage_written_in_stretch(func, args)
                          or self._writes_a_view_made_in_stretch(call.written)):
             tc.record_grad_marker(True)
