@@ -7,9 +7,10 @@ and ``verify`` (contract checks and replay against eager).
 from .aot import aot_export_module
 from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
-from .export import FunctionalExportedProgram, export, functionalize, load
+from .export import export, functionalize
+from .inputs.input_check import InputError
 from .opsets import OpSet
-from .program.input_check import InputError
+from .program.runtime import FunctionalExportedProgram, load
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
 
 __all__ = [

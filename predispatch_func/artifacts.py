@@ -17,8 +17,8 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind, Output
 from . import _torch_compat as tc
 
 if TYPE_CHECKING:
-    from .modes.ambient import AmbientModes
-    from .modes.composite_policy import Decision
+    from .trace.ambient import AmbientModes
+    from .trace.composite_policy import Decision
 
 
 class SlotKind(enum.Enum):
@@ -136,7 +136,7 @@ class Mutations:
 class Trace:
     """The flat functional graph with its region markers, and what tracing learned.
 
-    Made by ``modes.trace_functional``; read by ``pipeline.trace_subgraph`` (its
+    Made by ``trace.trace_functional``; read by ``pipeline.trace_subgraph`` (its
     ``prepare`` step, the region outliner: identity edges) and ``aot.py``."""
 
     graph_module: torch.fx.GraphModule

@@ -1,10 +1,10 @@
 """What the tracing mode and the driver offer the code that runs inside a trace, as Protocols.
 
-``hop/`` (the Function and hook tracers, torch's HOP rules) and the model
-call (``program/mutations.py``) run under the mode of ``modes/`` but must not
-import it (``hop/`` sits below the stages), and a HOP rule may meet torch's
-own FunctionalTensorMode instead of ours. They name what they need here;
-``modes.stack.PolicyFunctionalMode`` and ``pipeline.TraceSettings`` provide it.
+``trace/extensions/`` (the Function and hook tracers, torch's HOP rules) and the
+model call (``program/mutations.py``) run under the mode of ``trace/stack.py`` but
+must not import it (the extensions are entered by the trace, and ``program/`` sits
+after it), and a HOP rule may meet torch's own FunctionalTensorMode instead of ours. They name what they need here;
+``trace.stack.PolicyFunctionalMode`` and ``pipeline.TraceSettings`` provide it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class ObservesOpaqueCalls(Protocol):
 class TracesBelowAutograd(Protocol):
     """A PreDispatch mode that can hand the trace a twin for the Python key, below autograd,
     where what the PreDispatch key cannot trace runs (``torch.func`` transforms:
-    ``hop/func_transforms.py``); None from a mode already below autograd."""
+    ``trace/extensions/func_transforms.py``); None from a mode already below autograd."""
 
     def twin_below_autograd(self) -> Any | None: ...
 

@@ -2,8 +2,8 @@
 
 Each entry is torch's half of a translation: the exception type torch raises
 and the text(s) its message must hold. Our half (the ``Refusal`` kind and what
-to write instead) lives with the code that translates: ``modes/refusals.py``
-(failures while an op is traced) and ``hop/torch_limits.py`` (failures while
+to write instead) lives with the code that translates: ``trace/refusals.py``
+(failures while an op is traced) and ``trace/extensions/torch_limits.py`` (failures while
 torch captures a higher-order op's body).
 
 What breaks here on a torch upgrade: torch rewords a message, or raises another

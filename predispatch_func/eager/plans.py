@@ -28,8 +28,8 @@ from collections.abc import Callable
 import torch
 
 from .. import _torch_compat as tc
-from ..modes.out_variants import functional_overload, out_argument_names
 from ..opsets import Lowering
+from ..trace.out_variants import functional_overload, out_argument_names
 from . import extra_decompositions
 
 

@@ -1,6 +1,6 @@
 """The traced call of the model, and what it learned about mutations.
 
-:class:`ModelCall` is the function ``modes.trace_functional`` traces: it runs
+:class:`ModelCall` is the function ``trace.trace_functional`` traces: it runs
 the user's ``forward`` over the functional wrappers of the graph inputs and
 returns the graph outputs, the final values of the inputs it wrote first, then
 the user outputs. What it found is one frozen ``artifacts.Mutations``, written once.
@@ -18,7 +18,7 @@ from .. import _torch_compat as tc
 from ..artifacts import Inputs, InputSlot, Mutations, SlotKind
 from ..errors import Refusal, UnsupportedError
 from ..mode_capabilities import TracingMode
-from . import node_meta
+from ..passes import node_meta
 
 
 class ModelCall:

@@ -12,11 +12,11 @@ from torch.utils import _pytree as pytree
 from predispatch_func import _torch_compat as tc
 from predispatch_func.artifacts import program_facts
 from predispatch_func.errors import ExportError, UnsupportedError
-from predispatch_func.modes.composite_policy import HONEST_TWINS
 from predispatch_func.schema_audit.checker import _aliases as aliases  # sparse-aware: indices, values
 from predispatch_func.schema_audit.checker import run_sample
 from predispatch_func.schema_audit.sample_sources import samples_for
 from predispatch_func.schema_audit.table import load
+from predispatch_func.trace.composite_policy import HONEST_TWINS
 from tests.support.oracle import export_checked
 from tests.support.torch_release import torch_limit
 

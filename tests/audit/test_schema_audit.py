@@ -476,7 +476,7 @@ def test_sparse_samples_are_fresh_and_keep_their_layout():
 
 def test_kept_composite_on_an_untested_layout_is_decomposed():
     """The exporter obeys the audit per layout: ``keep`` holds for the layouts it ran."""
-    from predispatch_func.modes.composite_policy import CompositePolicy
+    from predispatch_func.trace.composite_policy import CompositePolicy
 
     policy = CompositePolicy(audit_lookup=lambda op: KEEP, untested_layouts=lambda op: ["sparse_csr"])
     dense = torch.randn(2, 3)

@@ -398,7 +398,7 @@ class ViewOfNoGradViewMadeWithGrad(torch.nn.Module):
 
 class TestViewsRebuiltInTheirGradMode(TestCase):
     """Functionalization rebuilds a stale view when it is next read, in the grad mode of
-    that read; eager fixed the view's autograd link when it was made (modes/view_grad_modes.py)."""
+    that read; eager fixed the view's autograd link when it was made (trace/view_grad_modes.py)."""
 
     def test_view_of_input_written_in_same_region_reads_the_carried_value(self):
         ep = export_checked(ViewOfWrittenInputUsedInsideRegion(), (torch.randn(3, 4),))

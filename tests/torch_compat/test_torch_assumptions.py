@@ -316,7 +316,7 @@ class TestModePushShortcut(TestCase):
 
 
 def test_torch_still_fails_to_functionalize_fused_adam_out():
-    """OUT_WITH_OTHER_WRITES (modes/out_variants.py)."""
+    """OUT_WITH_OTHER_WRITES (trace/out_variants.py)."""
     from tests.external.test_conformance_regressions import FusedAdamOut
 
     args = (torch.randn(3), torch.randn(3), torch.rand(3), torch.rand(3), torch.ones(()), torch.zeros(3))
@@ -325,7 +325,7 @@ def test_torch_still_fails_to_functionalize_fused_adam_out():
 
 
 def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
-    """AUTOGRAD_FUNCTION_IN_HOP_BODY (hop/function_trace.py): torch.export's program of a
+    """AUTOGRAD_FUNCTION_IN_HOP_BODY (trace/extensions/function_trace.py): torch.export's program of a
     cond branch calling a Function has the gradient of the Function's forward, not its backward."""
     from tests.hops.test_torch_hops import FunctionInsideCond
 
@@ -340,7 +340,7 @@ def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
 @pytest.mark.parametrize("name", ["hop/invoke_quant.simple/0", "hop/local_map_hop.simple/0"])
 @pytest.mark.parametrize("strict", [False, True])
 def test_torch_export_still_cannot_represent(name, strict):
-    """HOP_NOT_REPRESENTABLE (hop/torch_hops.py): torch.export fails these hop_db cases."""
+    """HOP_NOT_REPRESENTABLE (trace/extensions/torch_hops.py): torch.export fails these hop_db cases."""
     from tests.support.hop_db_cases import hop_db_cases
 
     model, args = next((m, a) for n, m, a, _ in hop_db_cases(1) if n == name)

@@ -16,8 +16,8 @@ import torch
 
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
-from predispatch_func.hop import torch_limits
-from predispatch_func.modes import refusals
+from predispatch_func.trace import refusals
+from predispatch_func.trace.extensions import torch_limits
 from tests.external.test_conformance_regressions import GrowInput
 from tests.fuzz.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
 from tests.hops.test_func_transforms import VmapInsideCond

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as tc
-from ..mode_capabilities import TraceBody, observer_of_opaque_calls
+from ... import _torch_compat as tc
+from ...mode_capabilities import TraceBody, observer_of_opaque_calls
 from .fakes import fresh_like, output_values
 
 

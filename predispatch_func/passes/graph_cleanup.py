@@ -13,9 +13,20 @@ import torch
 from .. import _torch_compat as tc
 from ..artifacts import Inputs, InputSlot, Mutations, Placeholders, SlotKind
 from ..graphs import all_graph_modules, calls_view_op, graph_pass
-from ..hop.ops import region_body_and_operands
-from .lift import placeholder_name
-from .signature import written_placeholders
+from ..inputs.lift import placeholder_name
+from ..regions.ops import region_body_and_operands
+
+
+def _returned(gm: torch.fx.GraphModule) -> list[Any]:
+    return list(gm.graph.output_node().args[0])  # type: ignore[arg-type]
+
+
+def written_placeholders(gm: torch.fx.GraphModule, placeholders: Placeholders, mutations: Mutations,
+                         skip: set[InputSlot] | frozenset[InputSlot] = frozenset()
+                         ) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Each written input's placeholder (but those of ``skip``) -> the node holding its final value."""
+    returned = _returned(gm)
+    return {placeholders[slot]: returned[k] for k, slot in enumerate(mutations.mutated) if slot not in skip}
 
 
 @graph_pass

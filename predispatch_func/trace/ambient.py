@@ -24,7 +24,10 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..hop.frames import AMBIENT
+
+# the meta key of the grad markers the trace records for the caller's own modes
+# (outer regions); the region stage (regions/frames.py) reads it
+AMBIENT = "pf_ambient_grad"
 
 _DEVICES = ("cpu", "cuda")
 
@@ -81,7 +84,7 @@ class AmbientModes:
 @contextlib.contextmanager
 def _marked_no_grad(kind: str) -> Iterator[None]:
     """``torch.no_grad()`` whose two markers say they are the caller's, so the region
-    pass nests the model's own toggles inside it (see hop/frames.py)."""
+    pass nests the model's own toggles inside it (see regions/frames.py)."""
     with torch.no_grad():
         _tag_last_marker(False, kind)
         yield

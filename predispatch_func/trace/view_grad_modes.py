@@ -25,7 +25,7 @@ nothing (the view was not stale) are erased again.
 Two more boundaries. Inside a grad-off region, a tensor written there is the
 region's fresh value, and a view made there is a value of the region: either
 gets its autograd identity only where the region ends (``identity_of``,
-hop/ops.py, carries an operand's identity to a result). So the region is
+regions/ops.py, carries an operand's identity to a result). So the region is
 ended and reopened
 
 * before a view is made, with grad off, of a tensor written in the region: it

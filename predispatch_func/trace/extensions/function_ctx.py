@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as tc
-from ..errors import Refusal, UnsupportedError
+from ... import _torch_compat as tc
+from ...errors import Refusal, UnsupportedError
 
 
 class TracingCtx:

@@ -22,7 +22,7 @@ from ..disk_cache import cache_root, read_json, torch_build, write_json
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 # the code a verdict depends on besides torch: a change to it starts a new file
-_GUARD_CODE = (_PACKAGE / "modes" / "composite_policy.py", Path(__file__).resolve(),
+_GUARD_CODE = (_PACKAGE / "trace" / "composite_policy.py", Path(__file__).resolve(),
                *sorted((_PACKAGE / "_torch_compat").glob("*.py")))
 
 

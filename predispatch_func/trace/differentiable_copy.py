@@ -52,7 +52,7 @@ def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor, non_blockin
     # leaf that requires grad). Once written, its value may require grad (buf.copy_(w)),
     # and eager's copy_ result keeps dst's autograd link: it requires grad if dst did,
     # even when src does not. A write done without grad keeps its own autograd identity
-    # (hop/ops.py), so it needs a node of its own too.
+    # (regions/ops.py), so it needs a node of its own too.
     if _same_layout(dst, src) and torch.is_grad_enabled() and target.unwritten_input:
         return src
     value = src  # the scatter below copies, so the result never aliases src

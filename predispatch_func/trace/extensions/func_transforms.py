@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as tc
-from ..mode_capabilities import TracesBelowAutograd
+from ... import _torch_compat as tc
+from ...mode_capabilities import TracesBelowAutograd
 
 
 def _below_autograd_when_pre_dispatch() -> contextlib.AbstractContextManager[Any]:

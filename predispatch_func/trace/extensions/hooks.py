@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as tc
-from ..autograd_facts import may_carry_grad
-from ..errors import Refusal, UnsupportedError, user_source_line
+from ... import _torch_compat as tc
+from ...autograd_facts import may_carry_grad
+from ...errors import Refusal, UnsupportedError, user_source_line
 from .autograd_function import pf_autograd_function
 from .fakes import fresh_like
 

@@ -4,7 +4,7 @@ On the PreDispatch key (above autograd) sit, top first:
 
 * :class:`PolicyFunctionalMode`: torch's FunctionalTensorMode, with the
   keep-or-decompose decision for composites handed to a
-  :class:`~predispatch_func.modes.composite_policy.CompositePolicy`, and errors
+  :class:`~predispatch_func.trace.composite_policy.CompositePolicy`, and errors
   enriched with the op being dispatched;
 * torch's ProxyTorchDispatchMode (pushed by ``make_fx(pre_dispatch=True)``),
   which records each functional op, plus grad-mode and autocast toggles as
@@ -27,12 +27,12 @@ from .. import _torch_compat as tc
 from ..artifacts import Trace
 from ..autograd_facts import may_carry_grad
 from ..errors import ExportError, user_source_line
-from ..hop.extensions import traced_extensions
 from ..mode_capabilities import TraceBody
 from . import refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
+from .extensions import traced_extensions
 from .fast_paths import eager_fast_paths
 from .observers import (
     Bases,
@@ -61,7 +61,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
     Every op: refuse (refusals.py), reroute (the policy's honest twin or eager's
     kernel), dispatch, with each observer's ``before``/``after`` around it. What
     runs is chosen once here, for ``pre_dispatch`` True or False. (torch's
-    higher-order ops find a mode's rule by its exact type: hop/torch_hops.py
+    higher-order ops find a mode's rule by its exact type: trace/extensions/torch_hops.py
     gives this type FunctionalTensorMode's rules.)
     """
 
@@ -127,7 +127,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 
     def twin_below_autograd(self) -> PolicyFunctionalMode | None:
         """This mode as the Python key's (``pre_dispatch=False``), for what the PreDispatch key
-        cannot trace (``torch.func`` transforms, hop/func_transforms.py); None when this mode is
+        cannot trace (``torch.func`` transforms, trace/extensions/func_transforms.py); None when this mode is
         already below autograd."""
         if not self.pre_dispatch:
             return None

@@ -40,7 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
 from ..graphs import all_graph_modules
-from . import module_access
+from ..state import module_access
 from .stack_trace_files import dropped_files
 
 NN_MODULE_STACK = "nn_module_stack"

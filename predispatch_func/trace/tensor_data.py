@@ -120,11 +120,11 @@ class HiddenWrites:
     """Writes autograd does not see, refused where eager's backward would read them.
 
     A write through ``.data`` bumps no version, so eager's backward of an op that
-    saved the written storage (:class:`~predispatch_func.modes.saved_reads.SavedReads`)
+    saved the written storage (:class:`~predispatch_func.trace.saved_reads.SavedReads`)
     reads the write, silently. A program's backward reads the value the op was
     given. The two agree only when that value is a graph input itself, unwritten
     before the op: ``ep.module()`` then writes the new value back into the very
-    tensor autograd saved, keeping its version (``export.write_back``), and the
+    tensor autograd saved, keeping its version (``program.runtime.write_back``), and the
     write-back guard must not hand the op a clone (:meth:`hidden_only_inputs`).
     Any other such write is refused.
 

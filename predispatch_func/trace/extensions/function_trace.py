@@ -31,10 +31,10 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from .. import _torch_compat as tc
-from ..autograd_facts import may_carry_grad
-from ..errors import Refusal, UnsupportedError, user_source_line
-from ..mode_capabilities import TraceBody
+from ... import _torch_compat as tc
+from ...autograd_facts import may_carry_grad
+from ...errors import Refusal, UnsupportedError, user_source_line
+from ...mode_capabilities import TraceBody
 from . import function_calls
 from .autograd_function import pf_autograd_function
 from .fakes import output_values

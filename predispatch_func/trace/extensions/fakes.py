@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as tc
+from ... import _torch_compat as tc
 
 
 def fresh_like(t: torch.Tensor, contiguous: bool = False) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 
 from ..autograd_facts import Fact, has, may_carry_grad, nodes_that_may_carry_grad
 from ..graphs import calls_view_op, graph_pass
-from ..hop.ops import pf_grad_region
+from ..regions.ops import pf_grad_region
 
 
 def _may_save_self_for_itself(node: torch.fx.Node) -> bool:

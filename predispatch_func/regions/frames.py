@@ -18,6 +18,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError
+from ..trace.ambient import AMBIENT
 from .ops import pf_autocast_region, pf_grad_region
 
 
@@ -27,7 +28,7 @@ class GradFrame:
 
     enabled: bool
     stack_trace: str | None = None
-    # the caller's mode around the whole forward (modes/ambient.py): "no_grad" holds
+    # the caller's mode around the whole forward (trace/ambient.py): "no_grad" holds
     # the model's own toggles nested inside it; "inference" ignores them (as eager:
     # under inference_mode nothing requires grad, enable_grad or not)
     ambient: str | None = None
@@ -71,8 +72,7 @@ class AutocastFrame:
 Frame = GradFrame | AutocastFrame
 
 
-# node.meta key of the grad markers that open and close the caller's mode (modes/ambient.py)
-AMBIENT = "pf_ambient_grad"
+# node.meta key of the grad markers that open and close the caller's mode (trace/ambient.py)
 
 
 def is_marker(node: torch.fx.Node) -> bool:

@@ -124,7 +124,7 @@ def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,
            draws_after_reseed: DrawsAfterReseed, *, under_pre_dispatch: bool = False) -> tuple[Check, ...]:
     """The checks every op passes first, for one trace. ``under_pre_dispatch``: a stretch
     traced below autograd inside a pre-dispatch trace (``torch.func`` transforms,
-    hop/func_transforms.py), whose grad-mode changes that trace still records as regions."""
+    trace/extensions/func_transforms.py), whose grad-mode changes that trace still records as regions."""
     if pre_dispatch:
         return (metadata_writes, overlapping_writes, sparse_writes, storage_swaps, draws_after_reseed)
     if under_pre_dispatch:
@@ -134,7 +134,7 @@ def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,
 
 def leaked_autocast() -> None:
     """Autocast left enabled when forward returns has no functional form (grad mode
-    left off does: the program's module() sets it, see export.FunctionalExportedProgram)."""
+    left off does: the program's module() sets it, see program/runtime.py)."""
     if tc.autocast_enabled_anywhere():
         raise UnsupportedError(
             "the model leaves autocast enabled when forward returns; a functional program "

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as tc
+from ... import _torch_compat as tc
 from .fakes import fresh_like, output_values
 from .function_calls import retrace_call
 

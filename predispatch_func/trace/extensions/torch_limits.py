@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from .. import _torch_compat as tc
-from ..errors import Refusal, UnsupportedError, user_source_line
+from ... import _torch_compat as tc
+from ...errors import Refusal, UnsupportedError, user_source_line
 
 _LIMITS = (
     (tc.error_texts.HOP_BODY_INPUT_MUTATION, Refusal.HOP_BODY_WRITES_OPERANDS,

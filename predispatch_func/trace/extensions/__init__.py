@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import contextlib
 
-from .. import _torch_compat as tc
-from ..mode_capabilities import TraceBody
+from ... import _torch_compat as tc
+from ...mode_capabilities import TraceBody
 from .func_transforms import func_transforms_traced_below_autograd
 from .function_trace import tracing_autograd_functions
 from .torch_hops import let_torch_hops_through

@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as tc
-from ..autograd_facts import Fact, has
-from ..errors import Refusal, UnsupportedError, user_source_line
-from ..mode_capabilities import observer_of_opaque_calls
+from ... import _torch_compat as tc
+from ...autograd_facts import Fact, has
+from ...errors import Refusal, UnsupportedError, user_source_line
+from ...mode_capabilities import observer_of_opaque_calls
 
 TORCH_EXPORT_FAILS_TOO = "torch.export.export fails on it too, strict and non-strict"
 # HOPs whose programs torch cannot represent, with why: refused when met

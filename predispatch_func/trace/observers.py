@@ -1,6 +1,6 @@
 """What the tracing mode records about each op, one small class per fact.
 
-:class:`~predispatch_func.modes.stack.PolicyFunctionalMode` dispatches every
+:class:`~predispatch_func.trace.stack.PolicyFunctionalMode` dispatches every
 op the same way: refuse, reroute (policy), dispatch, and around the dispatch
 call each observer's ``before(call)`` and ``after(call, out)`` in order. An
 observer reads the :class:`OpCall` (the op, its arguments, the tensors it
@@ -276,7 +276,7 @@ class IdentityEdges:
 
     Eager keeps a tensor's autograd identity across an in-place write under
     ``no_grad`` or through a detached alias; functionalization makes a new
-    value. The region pass (hop/outline.py) reads these edges to carry the old
+    value. The region pass (regions/outline.py) reads these edges to carry the old
     identity to the new value (``identity_of``). Such a write is dispatched
     with grad off (``call.without_autograd``); one through a detached alias with
     grad on, or by an op eager's autograd does not record
