@@ -82,3 +82,13 @@ def test_no_capability_of_a_mode_is_looked_up_by_name():
 
 def test_the_check_finds_a_lookup_by_name():
     assert _getattr_on_a_mode(ast.parse('observe = getattr(tc.active_functional_mode(), "observe_opaque_call", None)'))
+
+
+def test_eager_reads_only_the_op_set_the_op_facts_the_errors_and_the_compat_layer():
+    # pf.eager runs beside the trace, not on it: one place for op facts (op_schema.py) keeps it so
+    graph = picture.graph_of(PACKAGE)
+    allowed = ("predispatch_func.eager", "predispatch_func.opsets", "predispatch_func.op_schema",
+               "predispatch_func.errors", "predispatch_func._torch_compat")
+    reached = sorted({dst for src, targets in graph.items() if src.startswith("predispatch_func.eager")
+                      for dst in targets if not dst.startswith(allowed)})
+    assert reached == []

@@ -35,12 +35,12 @@ import torch
 
 from .. import _torch_compat as tc
 from ..autograd_facts import may_carry_grad
+from ..op_schema import writes_besides_out
 from .out_variants import (
     call_composite_out,
     call_inplace_through_twin,
     inplace_twin,
     is_composite_out,
-    writes_besides_out,
 )
 from .persisted_guards import PersistedVerdicts
 

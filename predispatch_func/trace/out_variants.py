@@ -44,55 +44,20 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
-
-
-def out_argument_names(op: tc.OpOverload) -> list[str]:
-    """Names of ``op``'s ``out=`` arguments (mutable keyword-only tensors)."""
-    return [a.name for a in tc.schema_of(op).arguments if a.is_out]
+from ..op_schema import Match, functional_twin, out_argument_names, writes_besides_out, written_besides_out
 
 
 def is_composite_out(op: tc.OpOverload) -> bool:
     return bool(out_argument_names(op)) and tc.has_composite_implicit_kernel(op)
 
 
-def _written_besides_out(op: tc.OpOverload) -> frozenset[str]:
-    return frozenset(name for _, name in tc.written_arguments(op)) - frozenset(out_argument_names(op))
-
-
-def writes_besides_out(op: tc.OpOverload) -> bool:
-    """An ``out=`` overload that also writes other arguments (functionalization misorders it)."""
-    return bool(out_argument_names(op)) and bool(_written_besides_out(op))
-
-
-_TWINS: dict[tc.OpOverload, tc.OpOverload | None] = {}
-
-
-def functional_overload(op: tc.OpOverload) -> tc.OpOverload | None:
-    """The overload of ``op``'s packet taking the same arguments without ``out``
-    and returning as many tensors, or None. It writes no argument that ``op``
-    does not write besides ``out``."""
-    if op not in _TWINS:
-        wanted = [(a.name, str(a.type)) for a in tc.schema_of(op).arguments if not a.is_out]
-        n_out = len(out_argument_names(op))
-        packet = op.overloadpacket
-        _TWINS[op] = None
-        for name in packet.overloads():
-            twin = getattr(packet, name)
-            schema = tc.schema_of(twin)
-            if (_written_besides_out(twin) <= _written_besides_out(op) and len(schema.returns) == n_out
-                    and [(a.name, str(a.type)) for a in schema.arguments] == wanted):
-                _TWINS[op] = twin
-                break
-    return _TWINS[op]
-
-
 def call_composite_out(op: tc.OpOverload, args: tuple, kwargs: dict, *, after_autograd: bool = False) -> Any:
     """``op(*args, **kwargs)`` for a composite ``out=`` overload, or one that writes other
     arguments too; run under the functional mode."""
-    twin = functional_overload(op)
+    twin = functional_twin(op)
     if twin is None and writes_besides_out(op):
         raise UnsupportedError(
-            f"{op} writes {', '.join(sorted(_written_besides_out(op)))} besides out=, and torch's "
+            f"{op} writes {', '.join(sorted(written_besides_out(op)))} besides out=, and torch's "
             "functionalization pairs its results with the written tensors in the wrong order (a "
             "torch bug, 2.13 to 2.15); call the overload without out= and copy its results",
             kind=Refusal.OUT_WITH_OTHER_WRITES, op=op, source=user_source_line())
@@ -118,7 +83,7 @@ def _call_writing_copies(op: tc.OpOverload, twin: tc.OpOverload, args: tuple, kw
     names = [a.name for a in tc.schema_of(op).arguments]
     written = {name: value for name, value in zip(names, args)} | kwargs
     written = {name: value for name, value in written.items()
-               if name in _written_besides_out(op) and isinstance(value, torch.Tensor)}
+               if name in written_besides_out(op) and isinstance(value, torch.Tensor)}
     copies = {name: value.detach().clone() for name, value in written.items()}
     args = tuple(copies.get(name, a) for name, a in zip(names, args))
     result = twin(*args, **{k: copies.get(k, v) for k, v in kwargs.items()})
@@ -163,7 +128,7 @@ def inplace_twin(op: tc.OpOverload) -> tc.OpOverload | None:
         if (name.startswith("aten::") and name.endswith("_") and not name.endswith("__")
                 and tc.schema_of(op).is_mutable and torch.Tag.inplace_view not in op.tags
                 and (tc.has_composite_implicit_kernel(op) or not tc.has_functionalize_kernel(op))):
-            _INPLACE_TWINS[op] = tc.functional_overload_of(op, positional=False)  # called by name
+            _INPLACE_TWINS[op] = functional_twin(op, Match.BY_NAME)  # called by name
     return _INPLACE_TWINS[op]
 
 

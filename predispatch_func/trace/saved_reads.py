@@ -17,8 +17,8 @@ import torch
 
 from .. import _torch_compat as tc
 from ..autograd_facts import Fact, has, may_carry_grad, saved_operands
+from ..op_schema import out_argument_names
 from .observers import OpCall
-from .out_variants import out_argument_names
 
 
 class SavedReads:

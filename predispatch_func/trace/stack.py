@@ -28,6 +28,7 @@ from ..artifacts import Trace
 from ..autograd_facts import may_carry_grad
 from ..errors import ExportError, user_source_line
 from ..mode_capabilities import TraceBody
+from ..op_schema import Match, functional_twin
 from . import refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
@@ -175,7 +176,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
-        twin = tc.functional_twin_of_unary_inplace(func)
+        twin = functional_twin(func, Match.IN_ORDER) if tc.is_unary_inplace_with_python_meta(func) else None
         if twin is not None:
             return tc.functionalize_inplace_through_twin(self, func, twin, args, kwargs)
         return tc.functionalize_kept_op(self, func, args, kwargs)
