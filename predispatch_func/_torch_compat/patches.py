@@ -16,7 +16,13 @@ from typing import Any
 
 import torch
 
-from .reexports import autocast_state, disable_proxy_modes_tracing, written_arguments, written_values
+from .reexports import (
+    all_higher_order_ops,
+    autocast_state,
+    disable_proxy_modes_tracing,
+    written_arguments,
+    written_values,
+)
 
 
 @contextlib.contextmanager
@@ -635,6 +641,31 @@ def _snapshot_recorded_values(tracer: Any, values: list[Any], snapshot: Callable
 
 
 @contextlib.contextmanager
+def module_methods_wrapped(wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]],
+                           names: tuple[str, ...]) -> Iterator[None]:
+    """Each ``nn.Module`` method of ``names`` is ``wrap(name, original)`` for the block, and the
+    original after, however the block ends (the state guard records attribute writes this way)."""
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(_replaced(torch.nn.Module, name, wrap(name, getattr(torch.nn.Module, name))))
+        yield
+
+
+@contextlib.contextmanager
+def method_replaced(owner: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+    """``owner.name`` is ``make(original)`` for the block, and the original after, however the
+    block ends (``TransformerEncoder.forward`` while tracing: trace/fast_paths.py)."""
+    with _replaced(owner, name, make(getattr(owner, name))):
+        yield
+
+
+def hop_rule_tables() -> dict[str, dict[Any, Any]]:
+    """Each torch HOP's name -> a copy of its table of rules per Python mode type
+    (``python_key_table``), to show a trace leaves torch's own entries as they were."""
+    return {hop.name(): dict(hop.python_key_table) for hop in all_higher_order_ops()}
+
+
+@contextlib.contextmanager
 def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
     """``owner.name`` is ``value`` for the block, and what it was after, however the block ends
     (an attribute ``owner`` inherited is inherited again)."""
@@ -650,6 +681,9 @@ def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
 
 
 __all__ = [
+    "hop_rule_tables",
+    "method_replaced",
+    "module_methods_wrapped",
     "callers_fake_mode_unset",
     "node_values_unsnapshotted",
     "NOT_RECORDED",

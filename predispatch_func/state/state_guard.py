@@ -299,11 +299,7 @@ def _recording_attribute_writes(writes: dict[tuple[int, str], str | None],
     (the functional stand-in of the parameter), and assigning it back is a no-op,
     as it is in eager.
     """
-    originals = {name: getattr(torch.nn.Module, name) for name in _RECORDED}
-
-    def wrap(method_name: str) -> Any:
-        original = originals[method_name]
-
+    def wrap(method_name: str, original: Any) -> Any:
         def recorded(self: Any, name: Any, *rest: Any, **kw: Any) -> Any:
             if isinstance(name, str):
                 caller = inspect.currentframe()
@@ -317,13 +313,8 @@ def _recording_attribute_writes(writes: dict[tuple[int, str], str | None],
             return original(self, name, *rest, **kw)
         return recorded
 
-    for name in _RECORDED:
-        setattr(torch.nn.Module, name, wrap(name))
-    try:
+    with tc.module_methods_wrapped(wrap, _RECORDED):
         yield
-    finally:
-        for name, original in originals.items():
-            setattr(torch.nn.Module, name, original)
 
 
 def _is_tensor_constant(value: Any) -> bool:

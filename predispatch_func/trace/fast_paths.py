@@ -63,10 +63,5 @@ def _encoder_forward(original: Any) -> Any:
 @contextlib.contextmanager
 def eager_fast_paths() -> Iterator[None]:
     """While tracing, modules with an untraceable fast path compute what it computes."""
-    cls = torch.nn.TransformerEncoder
-    original = cls.forward
-    cls.forward = _encoder_forward(original)  # type: ignore[method-assign]
-    try:
+    with tc.method_replaced(torch.nn.TransformerEncoder, "forward", _encoder_forward):
         yield
-    finally:
-        cls.forward = original  # type: ignore[method-assign]
