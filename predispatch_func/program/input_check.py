@@ -24,6 +24,10 @@ class InputError(ExportError, TypeError):
     """The call itself is wrong (not a module, args not a tuple, arguments that do not
     match ``forward``, an input leaf a program cannot take)."""
 
+    @property
+    def hint(self) -> str:
+        return "the model and inputs given to export do not fit: change the call as the message says"
+
 
 class NotAnEagerModule(InputError, ValueError):
     """A TorchScript module: torch.export raises ValueError for it, so a caller's except still fires."""
