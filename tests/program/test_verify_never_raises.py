@@ -268,6 +268,11 @@ def test_a_wrong_gradient_to_a_shared_parameter_is_still_reported():
 EAGER_REFUSES = {"out_argument_into_input": "functions with out=... arguments don't support automatic differentiation"}
 
 
+# transformers' Wav2Vec2FeatureEncoder in train mode sets `requires_grad = True` on a view of its input,
+# which eager refuses for an input that requires grad (the view is then a non-leaf)
+CORPUS_EAGER_REFUSES = {"wav2vec2": "you can only change requires_grad flags of leaf variables"}
+
+
 def _check_never_raises(model, args, kwargs, check_values, variant, eager_refuses=None):
     if variant == "cached_grad":
         for param in model.parameters():
@@ -294,4 +299,4 @@ def test_verify_answers_on_every_catalogue_case(name, variant):
 def test_verify_answers_on_every_corpus_model(name, variant):
     pytest.importorskip("transformers")
     model, args, kwargs = corpus.build(name, train=True)
-    _check_never_raises(model, args, kwargs, True, variant)
+    _check_never_raises(model, args, kwargs, True, variant, CORPUS_EAGER_REFUSES.get(name))
