@@ -3,6 +3,8 @@ activations (a leaf's ``clone()``) written in place, inputs and parameters holdi
 ``.grad``, complex outputs (their gradients compared too), and a module registered under two
 names (timm's CoaT). Each report is also shown to catch a program that is wrong."""
 
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -300,3 +302,27 @@ def test_verify_answers_on_every_corpus_model(name, variant):
     pytest.importorskip("transformers")
     model, args, kwargs = corpus.build(name, train=True)
     _check_never_raises(model, args, kwargs, True, variant, CORPUS_EAGER_REFUSES.get(name))
+
+
+@functools.cache
+def _hop_cases():
+    from tests.support.hop_db_cases import exportdb_cases, hop_db_cases
+
+    return {name: (model, args, skip) for name, model, args, skip in [*hop_db_cases(1), *exportdb_cases()]}
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("variant", ["activation", "cached_grad"])
+@pytest.mark.parametrize("name", list(_hop_cases()))
+def test_verify_answers_on_every_hop_db_and_exportdb_case(name, variant):
+    from tests.support.hop_db_cases import skip_unless_eager_runs
+
+    model, args, skip = _hop_cases()[name]
+    skip_unless_eager_runs(model, args, skip)
+    args = _float_inputs(args, _as_activation if variant == "activation" else _with_cached_grad)
+    try:
+        ep = pf.export(model, args)
+    except pf.ExportError as err:  # refused or failed: no program to verify (tests/hops/test_hop_db.py judges it)
+        pytest.skip(f"no program: {type(err).__name__}: {err.reason[:120]}")
+    report = pf.verify(ep, model, args)
+    assert report.ok, report
