@@ -27,14 +27,13 @@ def _refused_before_autograd(what: str) -> None:
     # not our trace, or one after autograd (pre_dispatch=False, a torch.func level): the backward runs there
     if not isinstance(mode, TracesBelowAutograd) or mode.twin_below_autograd() is None:
         return
+    after_autograd = (", or export with pre_dispatch=False, where torch.autograd.grad is traced (without "
+                      "grad-mode and autocast regions)" if what == "torch.autograd.grad" else "")
     raise UnsupportedError(
-        f"{what} is called inside forward: the pre-dispatch trace runs forward before autograd (the "
-        "program's backward is made later, from the graph), so there is no autograd graph to "
-        "differentiate here, and a program could not give eager's result. torch.export cannot export it "
-        "either (it fails with a fake tensor left among the program's constants). Use torch.func.grad or "
-        "torch.func.vjp inside forward, which export traces; or export with pre_dispatch=False, where "
-        "torch.autograd.grad is traced (grad-mode and autocast regions are then not kept); or compute "
-        "the gradient outside the model", kind=Refusal.AUTOGRAD_CALL_IN_FORWARD, op=what, source=user_source_line())
+        f"{what} is called inside forward: the pre-dispatch trace runs forward before autograd, so there is "
+        "no autograd graph to differentiate yet (torch.export fails on it too). Use torch.func.grad or "
+        f"torch.func.vjp inside forward, which export traces{after_autograd}",
+        kind=Refusal.AUTOGRAD_CALL_IN_FORWARD, op=what, source=user_source_line())
 
 
 @contextlib.contextmanager
