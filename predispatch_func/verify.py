@@ -235,6 +235,9 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
     gradients, or, with ``nonleaf_inputs``, with each such input a leaf's
     ``clone()`` (an activation from an upstream layer, which eager lets a
     model write in place), so gradients through the write are compared too.
+    An input of the caller's that is such an activation stays one. It always
+    returns a report (``raise_on_failure`` aside): what it could not check
+    (eager refuses the inputs, the model cannot be copied) is a problem of it.
     ``target`` (an :class:`~predispatch_func.opsets.OpSet`): every op of every
     graph must be in it (region and torch HOPs aside).
     """
