@@ -186,6 +186,20 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                          "tensors that carry only `torch.Tensor`'s API. Ops on subclass inputs and "
                                          'parameters are traced; call the subclass API outside the model, or '
                                          'build the subclass outside and pass it in'),
+    Refusal.OUTPUT_NOT_A_PYTREE: ('an output of a type pytree does not know (transformers\' `DynamicCache`, '
+                                  'returned by default by its decoder LMs): no program can return it, and '
+                                  'torch.export refuses it too. The error names the type and where it sits in '
+                                  'the output; register it with `torch.utils._pytree.register_pytree_node` '
+                                  '(`torch.export.register_dataclass` for a dataclass), or use the library\'s '
+                                  'helper (transformers: `transformers.integrations.executorch.'
+                                  'register_dynamic_cache_export_support()`, or `use_cache=False`)'),
+    Refusal.AUTOGRAD_CALL_IN_FORWARD: ('`torch.autograd.grad`, `torch.autograd.backward` or `Tensor.backward()` '
+                                       'called inside `forward` (a gradient penalty, a physics-informed loss): '
+                                       'the pre-dispatch trace runs `forward` before autograd, so there is no '
+                                       'autograd graph to differentiate there. torch.export fails on it too. '
+                                       'Use `torch.func.grad` or `torch.func.vjp` inside `forward` (exported), '
+                                       'or export with `pre_dispatch=False`, where `torch.autograd.grad` is '
+                                       'traced (without grad-mode and autocast regions)'),
 }
 
 # limits that are not refusals: where the program is eager's only up to a stated difference

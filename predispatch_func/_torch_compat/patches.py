@@ -260,6 +260,28 @@ def patched_tensor_methods(**methods: Callable[..., Any]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def autograd_engine_runs_routed(on_run: Callable[[str], None]) -> Iterator[None]:
+    """Call ``on_run(what)`` before autograd's engine runs a backward pass: ``what`` is
+    ``"torch.autograd.grad"`` (it asks for gradients, ``accumulate_grad=False``) or
+    ``"backward()"`` (``Tensor.backward``, ``torch.autograd.backward``: they accumulate into
+    ``.grad``). All three reach the engine through ``torch.autograd._engine_run_backward``,
+    the name ``torch/autograd/__init__.py`` imports and calls, so the patch is that global."""
+    import torch.autograd as autograd_module
+
+    original = autograd_module._engine_run_backward
+
+    def routed(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        on_run("torch.autograd.grad" if kwargs.get("accumulate_grad") is False else "backward()")
+        return original(t_outputs, *args, **kwargs)
+
+    autograd_module._engine_run_backward = routed
+    try:
+        yield
+    finally:
+        autograd_module._engine_run_backward = original
+
+
+@contextlib.contextmanager
 def rng_reseeds_routed(on_reseed: Callable[[str], None]) -> Iterator[None]:
     """Call ``on_reseed(name)`` before ``torch.manual_seed``/``torch.seed``, and before a
     ``torch.set_rng_state`` that changes the CPU generator's state (torch's own tracers
@@ -708,6 +730,7 @@ __all__ = [
     "autocast_state_as",
     "patched_tensor_methods",
     "rng_reseeds_routed",
+    "autograd_engine_runs_routed",
     "inference_mode_as_grad_mode",
     "compiled_modules_run_eagerly",
     "hop_capture_static",

@@ -16,13 +16,17 @@ from .. import _torch_compat as tc
 from ..errors import ExportError
 
 # leaves a program can take: tensors, and constants it specialises on (as torch.export)
-_CONSTANT_LEAVES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device,
+CONSTANT_LEAVES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device,
                     torch.memory_format, torch.layout, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 class InputError(ExportError, TypeError):
     """The call itself is wrong (not a module, args not a tuple, arguments that do not
     match ``forward``, an input leaf a program cannot take)."""
+
+    @property
+    def hint(self) -> str:
+        return "the model and inputs given to export do not fit: change the call as the message says"
 
 
 class NotAnEagerModule(InputError, ValueError):
@@ -82,7 +86,7 @@ def _check_leaves(args: tuple, kwargs: dict) -> None:
         where = _describe(path)
         if isinstance(leaf, torch.Tensor):
             continue
-        if not isinstance(leaf, _CONSTANT_LEAVES):
+        if not isinstance(leaf, CONSTANT_LEAVES):
             raise InputError(
                 f"input {where} is a {type(leaf).__module__}.{type(leaf).__qualname__}, which a program "
                 "cannot take: inputs are tensors, or numbers, bools, strings and None (baked into the "

@@ -168,6 +168,7 @@ def _state() -> dict:
         "tensor_metadata": proxy_tensor._extract_tensor_metadata,
         "node_values": (proxy_tensor.snapshot_fake, proxy_tensor.proxy_call),
         "direct_recorder": patches._direct_recorder_installed,
+        "autograd_engine": torch.autograd._engine_run_backward,
     }
 
 
@@ -213,6 +214,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "patched_tensor_methods": lambda: patches.patched_tensor_methods(
         register_hook=lambda original, t, *a: original(t, *a), requires_grad_=lambda original, t, *a: original(t, *a)),
     "rng_reseeds_routed": lambda: patches.rng_reseeds_routed(lambda name: None),
+    "autograd_engine_runs_routed": lambda: patches.autograd_engine_runs_routed(lambda what: None),
     "inference_mode_as_grad_mode": lambda: patches.inference_mode_as_grad_mode(),
     "compiled_modules_run_eagerly": lambda: patches.compiled_modules_run_eagerly(),
     "hop_capture_static": lambda: patches.hop_capture_static(),
@@ -266,6 +268,21 @@ def test_patch_restores_what_it_changed_when_the_body_raises(name):
         after = _state()
     assert inside != before, f"{name} changed nothing this test sees: add what it patches to _state()"
     assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+
+
+def test_every_backward_entry_point_reaches_the_routed_engine_run():
+    """``autograd_engine_runs_routed`` sees torch.autograd.grad, torch.autograd.backward and
+    Tensor.backward (also ``from torch.autograd import grad``, imported before the patch)."""
+    from torch.autograd import grad as grad_imported_early
+
+    seen = []
+    x = torch.randn(3, requires_grad=True)
+    with patches.autograd_engine_runs_routed(seen.append):
+        torch.autograd.grad(x.sin().sum(), x)
+        grad_imported_early(x.sin().sum(), x)
+        torch.autograd.backward(x.sin().sum())
+        x.sin().sum().backward()
+    assert seen == ["torch.autograd.grad", "torch.autograd.grad", "backward()", "backward()"]
 
 
 # --- the mode-push shortcut ---------------------------------------------------------------

@@ -12,7 +12,9 @@ Entered by the tracer around the user's code:
 * ``torch.func`` transforms (``torch.vmap``, ``grad``, ...) are traced below autograd, where functorch
   runs them (``func_transforms.py``);
 * torch's HOPs find a rule for our mode (``torch_hops.py``), and where torch
-  cannot trace one, a clear refusal (``torch_limits.py``).
+  cannot trace one, a clear refusal (``torch_limits.py``);
+* ``torch.autograd.grad`` and ``backward()`` called by the model are refused
+  before autograd, with what to write instead (``autograd_calls.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import contextlib
 
 from ... import _torch_compat as tc
 from ...mode_capabilities import TraceBody
+from .autograd_calls import autograd_calls_refused
 from .func_transforms import func_transforms_traced_below_autograd
 from .function_trace import tracing_autograd_functions
 from .torch_hops import let_torch_hops_through
@@ -35,5 +38,6 @@ def traced_extensions(trace_body: TraceBody, *, pre_dispatch: bool = True):
         let_torch_hops_through(type(mode))
     with tracing_autograd_functions(trace_body, pre_dispatch=pre_dispatch), \
             tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly(), \
-            torch_hop_limits_refused(), tc.hop_capture_static(), func_transforms_traced_below_autograd():
+            torch_hop_limits_refused(), tc.hop_capture_static(), func_transforms_traced_below_autograd(), \
+            autograd_calls_refused():
         yield
