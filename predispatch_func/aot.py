@@ -29,6 +29,7 @@ from .opsets.lowering import Lowering
 from .pipeline import TraceSettings, trace_subgraph
 from .program import leaks, node_meta
 from .program.fakeify import Fakeifier
+from .program.grad_free_inputs import inputs_without_grad
 from .program.graph_cleanup import copy_outputs_reading_written_inputs, lift_traced_constants, name_placeholders
 from .program.lift import collect_inputs
 from .program.module_signatures import PreservedCalls
@@ -109,7 +110,8 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         grad_enabled_on_return=trace.grad_enabled_on_return, ambient=trace.ambient,
         input_layouts={str(spec.target): layout for spec, layout in zip(signature.output_specs, mutations.layouts)
                        if layout is not None},
-        module_call_signatures=module_call_signatures)
+        module_call_signatures=module_call_signatures,
+        inputs_without_grad=inputs_without_grad(trace.grad_free_writes, placeholders))
 
 
 def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, trace: Trace) -> Placeholders:

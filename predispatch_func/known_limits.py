@@ -122,7 +122,12 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                               '`grad`)'),
     Refusal.GRAD_VALUE_THROUGH_DETACH: ('a value that requires grad written through a `detach()`-ed '
                                         'alias, `.data` or `view(dtype)` (eager keeps two autograd '
-                                        'histories for one storage)'),
+                                        'histories for one storage). Where nothing it is computed from '
+                                        'requires grad in the export (plain float inputs, frozen '
+                                        'parameters) no gradient changes: it is exported, and '
+                                        "`ep.module()` refuses to run (grad on) with those inputs or "
+                                        'parameters requiring grad, naming them and the line; inside a '
+                                        "custom Function's, hook's or torch HOP's body it is refused"),
     Refusal.GRAD_VALUE_INTO_INTEGER: ('a value that requires grad written into an integer tensor '
                                       "(torch's functional `fill`/`masked_fill` fail under autograd; "
                                       'detach the value)'),

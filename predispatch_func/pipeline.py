@@ -27,6 +27,7 @@ from .hop.fakes import fresh_like
 from .hop.frames import drop_entry_and_exit_markers
 from .modes import CompositePolicy, trace_functional
 from .modes.stack import Body
+from .program.grad_free_inputs import refuse_in_body
 from .program.graph_cleanup import eliminate_dead_code
 from .program.signature import grad_sources
 
@@ -52,8 +53,10 @@ class TraceSettings:
         off = {device: (False, dtype) for device, (_, dtype) in ambient.items()}
         with tc.outside_trace(), tc.autocast_state_as(off):
             fresh = [fresh_like(t) for t in inputs]
-            gm = trace_subgraph(under_caller_autocast, fresh, grad_enabled=grad_enabled, settings=self,
-                                prepare=_body_markers_dropped).graph_module
+            traced = trace_subgraph(under_caller_autocast, fresh, grad_enabled=grad_enabled, settings=self,
+                                    prepare=_body_markers_dropped)
+            refuse_in_body(traced.trace.grad_free_writes)
+            gm = traced.graph_module
             for _, sub in all_graph_modules(gm):
                 sub.recompile()
         return gm

@@ -96,27 +96,32 @@ def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> 
 # --- replay against eager ------------------------------------------------------------
 
 
-def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None) -> Any:
+def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None,
+           as_given: frozenset[int] = frozenset()) -> Any:
     """Fresh copies of every tensor leaf; a tensor passed twice stays one tensor,
     so the replay sees the same aliasing between inputs as the caller's call.
     Float leaves require grad if asked (an in-place write to such a leaf is
     allowed where eager allows it: under no_grad or through ``detach()``).
     Given ``leaf_of``, each tensor that requires grad is a leaf's ``clone()``,
     as an activation from an upstream layer is: eager lets a model write such
-    an input in place, and its gradient reaches the leaf ``leaf_of`` records."""
+    an input in place, and its gradient reaches the leaf ``leaf_of`` records.
+    ``as_given``: positions among the flat leaves that keep the caller's requires_grad
+    (inputs the program must not be called with requiring grad)."""
     memo: dict[int, torch.Tensor] = {}
+    leaves, spec = tc.pytree.tree_flatten(value)
 
-    def one(t: torch.Tensor) -> torch.Tensor:
+    def one(t: torch.Tensor, position: int) -> torch.Tensor:
         if id(t) not in memo:
             c = t.detach().clone()
-            wants = t.requires_grad or (grad_for_floats and may_carry_grad(t))
+            wants = t.requires_grad or (grad_for_floats and may_carry_grad(t) and position not in as_given)
             c.requires_grad_(wants)
             if leaf_of is not None and wants:
                 leaf, c = c, c.clone()
                 leaf_of[id(c)] = (c, leaf)
             memo[id(t)] = c
         return memo[id(t)]
-    return tc.pytree.tree_map_only(torch.Tensor, one, value)
+    return tc.pytree.tree_unflatten([one(t, i) if isinstance(t, torch.Tensor) else t for i, t in enumerate(leaves)],
+                                    spec)
 
 
 def _grad_leaf(t: torch.Tensor, leaf_of: dict) -> torch.Tensor:
@@ -227,7 +232,8 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
         replay = replay_against_eager(program, model, args, kwargs, check_values=check_values,
                                       check_grads=check_grads, rtol=rtol, atol=atol, seed=seed,
                                       nonleaf_inputs=nonleaf_inputs,
-                                      ambient=program_facts(ep.graph_module).ambient, calls=calls)
+                                      ambient=program_facts(ep.graph_module).ambient, calls=calls,
+                                      inputs_as_given=_inputs_without_grad(ep))
         if detached:
             replay.checked.append(f"program constants copied without their autograd history: {', '.join(detached)}")
         report.problems += replay.problems
@@ -242,16 +248,26 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
     return report
 
 
+def _inputs_without_grad(ep: torch.export.ExportedProgram) -> frozenset[int]:
+    """Positions, among the flat user inputs, of those the program must not be called with
+    requiring grad (``program/grad_free_inputs.py``): replayed with the caller's flags."""
+    names = program_facts(ep.graph_module).inputs_without_grad
+    users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    return frozenset(i for i, name in enumerate(users) if name in names)
+
+
 def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args: tuple,
                          kwargs: dict | None = None, *, check_values: bool = True,
                          check_grads: bool = True, rtol: float = 1e-4, atol: float = 1e-5,
                          seed: int = 0, nonleaf_inputs: bool = False, ambient: Any = None,
-                         calls: int = 1) -> VerifyReport:
+                         calls: int = 1, inputs_as_given: frozenset[int] = frozenset()) -> VerifyReport:
     """Run ``program`` (a module that writes its mutations back, as ``ep.module()``
     does; it is run as given, so pass a copy) and a copy of ``model`` on fresh
     clones of the inputs, and compare. ``ambient``: the caller's modes at export
     (``AmbientModes``), which the program holds as outer regions; the eager model
-    runs under them. Also used by scripts to judge torch's paths."""
+    runs under them. ``inputs_as_given``: positions of flat inputs replayed with the
+    caller's requires_grad, never made to require grad. Also used by scripts to judge
+    torch's paths."""
     if calls < 1:
         raise ValueError(f"calls must be at least 1, got {calls}")
     report = VerifyReport()
@@ -264,7 +280,8 @@ def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args:
             problems: list[str] = []
             attempt = _replay(program, model, eager_model, attempt, tuple(args), dict(kwargs or {}), report,
                               problems, check_values=check_values, check_grads=check_grads, rtol=rtol,
-                              atol=atol, seed=seed + 2 * call, nonleaf_inputs=nonleaf_inputs, ambient=ambient)
+                              atol=atol, seed=seed + 2 * call, nonleaf_inputs=nonleaf_inputs, ambient=ambient,
+                              as_given=inputs_as_given)
             report.problems += [f"call {call + 1}: {p}" for p in problems] if calls > 1 else problems
             if attempt is None:  # the program could not run
                 break
@@ -308,7 +325,7 @@ def _copy_program(ep: torch.export.ExportedProgram) -> tuple[torch.nn.Module, li
 
 
 def _replay(program, model, eager_model, attempt, args, kwargs, report, problems, *, check_values,
-            check_grads, rtol, atol, seed, nonleaf_inputs, ambient) -> tuple | None:
+            check_grads, rtol, atol, seed, nonleaf_inputs, ambient, as_given=frozenset()) -> tuple | None:
     """One call of each, compared; returns how eager's inputs were made and the eager model,
     for the next call (None: the program raised). ``attempt`` is the previous call's, or
     None on the first, which tries: inputs that require grad as leaves; where eager refuses
@@ -323,7 +340,7 @@ def _replay(program, model, eager_model, attempt, args, kwargs, report, problems
     leaf_of: dict = {}
     for i, (grad_inputs, nonleaf) in enumerate(attempts):
         candidate = (copy_without_history(model)[0] if i else eager_model) if first else eager_model
-        e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
+        e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None, as_given)
         try:
             e_out, e_grad_mode = _run(candidate, e_args, e_kwargs, seed, ambient)
             e_rng = torch.get_rng_state()
@@ -332,7 +349,7 @@ def _replay(program, model, eager_model, attempt, args, kwargs, report, problems
         except RuntimeError:
             if i == len(attempts) - 1:
                 raise
-    p_args, p_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
+    p_args, p_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None, as_given)
     try:
         p_out, p_grad_mode = _run(program, p_args, p_kwargs, seed)
         p_rng = torch.get_rng_state()

@@ -254,7 +254,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             gm = tracer(*flat_inputs)
         hidden = state["mode"].hidden_writes
         return Trace(gm, state["mode"].identity.edges, state["grad_enabled_on_return"],
-                     hidden.hidden_only_inputs() if hidden is not None else frozenset(), ambient)
+                     hidden.hidden_only_inputs() if hidden is not None else frozenset(), ambient,
+                     tuple(state["mode"].identity.grad_free_writes))
     except ExportError:
         raise
     except Exception as exc:  # enrich with the op and the user's line

@@ -11,7 +11,7 @@ from expecttest import TestCase
 
 import predispatch_func as pf
 from tests.support.expect_refusal import refused
-from tests.support.oracle import export_checked, graph_code
+from tests.support.oracle import export_checked, graph_code, replay_calls
 from tests.support.torch_release import torch_limit
 
 
@@ -101,10 +101,65 @@ class WriteGradValueThroughDetach(torch.nn.Module):
         return d * x, y
 
 
+class DoublesIntoADetachedAlias(torch.nn.Module):
+    """From the fuzzer: the value written may require grad (a float input's), but nothing does here."""
+
+    def forward(self, x1):
+        v = x1.detach()
+        v.narrow(0, 0, 2).copy_(x1 * 2)
+        return v + x1
+
+
+class WritesItsLinearIntoADetachedAlias(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x1):
+        v = x1.detach()
+        v.copy_(self.lin(x1))
+        return v * x1
+
+
 class TestGradValueThroughDetach(TestCase):
     def test_write_of_grad_value_through_detach_is_refused(self):
         with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"written through a detach\(\)-ed alias[\s\S]*d.copy_"):
-            pf.export(WriteGradValueThroughDetach(), (torch.randn(3), torch.randn(3)))
+            pf.export(WriteGradValueThroughDetach(), (torch.randn(3, requires_grad=True), torch.randn(3)))
+
+    def test_write_through_detach_of_a_value_no_gradient_reaches_exports_and_equals_eager(self):
+        """Was refused because the value *may* require grad when the program runs; with nothing
+        requiring grad in the export, the write changes no gradient."""
+        for model, args in [(DoublesIntoADetachedAlias(), (torch.randn(2, 3),)),
+                            (WriteGradValueThroughDetach(), (torch.randn(3), torch.randn(3))),
+                            (WriteGradValueThroughDetach(), (torch.randn(3), torch.randn(3, requires_grad=True))),
+                            (WritesItsLinearIntoADetachedAlias().requires_grad_(False), (torch.randn(2, 3),))]:
+            ep = export_checked(model, args)
+            replay_calls(ep, model, args, calls=2)
+
+    def test_the_program_refuses_to_run_where_the_write_would_change_a_gradient(self):
+        """The program holds while the inputs the value came from do not require grad: called
+        with one that does, it refuses, naming the input and the model's line."""
+        ep = pf.export(DoublesIntoADetachedAlias(), (torch.randn(2, 3),))
+        with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"exported with x1 not requiring grad[\s\S]*"
+                     r"v.narrow\(0, 0, 2\).copy_\(x1 \* 2\)"):
+            ep.module()(torch.randn(2, 3, requires_grad=True))
+        x = torch.randn(2, 3, requires_grad=True)
+        with torch.no_grad():  # no gradient anywhere: eager's result
+            expected = DoublesIntoADetachedAlias()(x.detach().clone())
+            torch.testing.assert_close(ep.module()(x.detach().clone().requires_grad_()), expected)
+
+    def test_write_through_detach_of_a_value_that_requires_grad_is_refused_from_an_input_or_a_parameter(self):
+        with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"requires grad[\s\S]*v.narrow"):
+            pf.export(DoublesIntoADetachedAlias(), (torch.randn(2, 3, requires_grad=True),))
+        with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"requires grad[\s\S]*v.copy_\(self.lin\(x1\)\)"):
+            pf.export(WritesItsLinearIntoADetachedAlias(), (torch.randn(2, 3),))
+
+    def test_a_frozen_parameter_the_value_came_from_is_checked_when_the_program_runs(self):
+        model = WritesItsLinearIntoADetachedAlias().requires_grad_(False)
+        program = pf.export(model, (torch.randn(2, 3),)).module()
+        program.lin.weight.requires_grad_(True)  # unfrozen after export: eager's gradient would differ
+        with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"exported with lin.weight not requiring grad"):
+            program(torch.randn(2, 3))
 
     @pytest.mark.xfail(strict=True, raises=pf.UnsupportedError,
                        reason="eager keeps two autograd histories for one storage (the detached alias "
