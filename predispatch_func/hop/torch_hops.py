@@ -11,6 +11,7 @@ grad/autocast markers ``regions.py`` outlines like the top graph's.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -87,8 +88,9 @@ def _observed(hop: Any, rule: Callable[..., Any]):
     name, unchecked = hop.name(), has(hop, Fact.BACKWARD_READS_UNCHECKED)
 
     def observed(mode: Any, *args: Any, **kwargs: Any) -> Any:
-        out = rule(mode, *args, **kwargs)
         observer = observer_of_opaque_calls(mode)
+        with observer.opaque_body() if observer is not None else contextlib.nullcontext():
+            out = rule(mode, *args, **kwargs)
         if observer is not None:
             observer.observe_opaque_call(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)), tc.pytree.tree_leaves(out),
                     keeps_inputs=False, backward_unchecked=unchecked)

@@ -285,11 +285,14 @@ class IdentityEdges:
     it becomes a no_grad region.
     """
 
-    __slots__ = ("edges", "grad_free_writes", "_bases", "_reach", "_detached", "_pending")
+    __slots__ = ("edges", "grad_free_writes", "opaque_bodies", "_bases", "_reach", "_detached", "_pending")
 
     def __init__(self, bases: Bases, reach: GradReach, detached: DetachedAliases):
         self.edges: dict[torch.fx.Node, torch.fx.Node] = {}
         self.grad_free_writes: list[GradFreeWrite] = []  # see _refuse_grad_value
+        # > 0 inside torch's functionalization of a HOP's bodies: their operands are wrappers
+        # made there, which the grad reach never saw, and no program input stands for them
+        self.opaque_bodies = 0
         self._bases = bases
         self._reach = reach
         self._detached = detached
@@ -344,6 +347,13 @@ class IdentityEdges:
         (:class:`~predispatch_func.artifacts.GradFreeWrite`), so the program refuses to run
         with those inputs requiring grad."""
         operands = [t for t in call.tensors_read() if all(t is not w for w in call.written)]
+        if self.opaque_bodies:  # a HOP body: any float value may carry a gradient, nothing can be checked
+            if any(may_carry_grad(t) for t in operands):
+                raise grad_value_through_detach(call.func, user_source_line(), " inside a torch higher-order "
+                                                "op's body, whose operands the program cannot check",
+                                                value="a value that may require grad (a float value computed "
+                                                "under grad mode)")
+            return
         may_need = [t for t in operands if self._reach.may_need_grad(t)]
         if not may_need:
             return
@@ -353,11 +363,12 @@ class IdentityEdges:
         self.grad_free_writes.append(GradFreeWrite(_placeholders_behind(may_need), str(call.func), line))
 
 
-def grad_value_through_detach(op: Any, line: str | None, where: str = "") -> UnsupportedError:
+def grad_value_through_detach(op: Any, line: str | None, where: str = "", *,
+                              value: str = "a value that requires grad (computed under grad mode from a float "
+                              "input or parameter that requires grad)") -> UnsupportedError:
     """The refusal of a write, through a detached alias, of a value that requires grad."""
     return UnsupportedError(
-        f"a value that requires grad (computed under grad mode from a float input or parameter that "
-        f"requires grad) is written through a detach()-ed alias{where}: eager gives the alias its own "
+        f"{value} is written through a detach()-ed alias{where}: eager gives the alias its own "
         "autograd history while the tensor it aliases keeps its old one, which one functional value "
         "cannot carry; write to a clone, or detach the value written", kind=Refusal.GRAD_VALUE_THROUGH_DETACH,
         op=op, source=line)

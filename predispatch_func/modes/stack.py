@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -101,6 +101,15 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.storage_aliases.add_inputs(list(inputs))
         if self.saved_reads is not None:
             self.saved_reads.add_inputs(list(inputs))
+
+    @contextlib.contextmanager
+    def opaque_body(self) -> Iterator[None]:
+        """Around torch's functionalization of a HOP's bodies (``hop/torch_hops.py``)."""
+        self.identity.opaque_bodies += 1
+        try:
+            yield
+        finally:
+            self.identity.opaque_bodies -= 1
 
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
                             non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None:

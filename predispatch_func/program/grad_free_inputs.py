@@ -30,7 +30,8 @@ def inputs_without_grad(writes: tuple[GradFreeWrite, ...], placeholders: Placeho
     found: dict[str, str] = {}
     for write in writes:
         if any(source not in slot_of for source in write.sources):
-            raise grad_value_through_detach(write.op, write.line, " inside a body the program cannot check")
+            raise grad_value_through_detach(write.op, write.line, " inside a body the program cannot check",
+                                            value="a value that may require grad")
         for source in write.sources:
             slot = slot_of[source]
             if slot.kind is SlotKind.CONSTANT:  # a program constant never requires grad
@@ -42,4 +43,5 @@ def inputs_without_grad(writes: tuple[GradFreeWrite, ...], placeholders: Placeho
 def refuse_in_body(writes: tuple[GradFreeWrite, ...]) -> None:
     """A body (a custom Function's, a hook's) has no program input to check: refuse its writes."""
     if writes:
-        raise grad_value_through_detach(writes[0].op, writes[0].line, " inside a body the program cannot check")
+        raise grad_value_through_detach(writes[0].op, writes[0].line, " inside a body the program cannot check",
+                                        value="a value that may require grad")

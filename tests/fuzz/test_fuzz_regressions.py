@@ -121,6 +121,16 @@ class WritesItsLinearIntoADetachedAlias(torch.nn.Module):
         return v * x1
 
 
+class WritesThroughDetachInACondBranch(torch.nn.Module):
+    def forward(self, x):
+        def branch(x):
+            y = x * 1
+            v = y.detach()
+            v.copy_(x * 2)
+            return v + y
+        return torch.cond(x.sum() > 0, branch, lambda x: x + 1, (x,))
+
+
 class TestGradValueThroughDetach(TestCase):
     def test_write_of_grad_value_through_detach_is_refused(self):
         with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"written through a detach\(\)-ed alias[\s\S]*d.copy_"):
@@ -153,6 +163,17 @@ class TestGradValueThroughDetach(TestCase):
             pf.export(DoublesIntoADetachedAlias(), (torch.randn(2, 3, requires_grad=True),))
         with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"requires grad[\s\S]*v.copy_\(self.lin\(x1\)\)"):
             pf.export(WritesItsLinearIntoADetachedAlias(), (torch.randn(2, 3),))
+
+    def test_write_through_detach_inside_a_cond_branch_is_refused(self):
+        """Was silently wrong: inside torch's functionalization of a HOP body the operands are
+        wrappers the grad reach never saw, so the write became a plain no_grad write and the
+        program's input gradient lost the alias's history (eager's is 3x larger here; torch.export's
+        non-functional program keeps the in-place op and is right). No program input stands for
+        a body's operands, so nothing could be checked when the program runs: refused."""
+        for requires_grad in (False, True):
+            with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"inside a torch higher-order op's body[\s\S]*"
+                         r"v.copy_\(x \* 2\)"):
+                pf.export(WritesThroughDetachInACondBranch(), (torch.rand(3).add(0.1).requires_grad_(requires_grad),))
 
     def test_a_frozen_parameter_the_value_came_from_is_checked_when_the_program_runs(self):
         model = WritesItsLinearIntoADetachedAlias().requires_grad_(False)
