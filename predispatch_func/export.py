@@ -110,8 +110,11 @@ class FunctionalExportedProgram(ExportedProgram):
                     with mod.graph.inserting_before(_first_call(mod.graph)):
                         mod.graph.call_function(expect_layout, (node.args[0], *layout))
         for name, line in facts.inputs_without_grad.items():
-            read = next(n for n in mod.graph.nodes if (n.op == "placeholder" and n.name == name)
-                        or (n.op == "get_attr" and n.target == name))
+            read = next((n for n in mod.graph.nodes if (n.op == "placeholder" and n.name == name)
+                         or (n.op == "get_attr" and n.target == name)), None)
+            if read is None:  # never silently unchecked
+                raise RuntimeError(f"internal error: the program checks that {name} does not require grad, "
+                                   "and its module reads no input or attribute of that name")
             with mod.graph.inserting_before(_first_call(mod.graph)):
                 mod.graph.call_function(expect_no_grad, (read, name, line))
         if not facts.grad_enabled_on_return:
