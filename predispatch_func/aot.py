@@ -29,6 +29,7 @@ from .inputs.lift import collect_inputs
 from .inputs.tied_names import with_tied_names
 from .opsets.lowering import Lowering
 from .passes import node_meta
+from .passes.grad_free_inputs import inputs_without_grad
 from .passes.graph_cleanup import (
     copy_outputs_reading_written_inputs,
     lift_traced_constants,
@@ -115,7 +116,8 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         grad_enabled_on_return=trace.grad_enabled_on_return, ambient=trace.ambient,
         input_layouts={str(spec.target): layout for spec, layout in zip(signature.output_specs, mutations.layouts)
                        if layout is not None},
-        module_call_signatures=module_call_signatures)
+        module_call_signatures=module_call_signatures,
+        inputs_without_grad=inputs_without_grad(trace.grad_free_writes, placeholders))
 
 
 def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, trace: Trace) -> Placeholders:

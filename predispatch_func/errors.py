@@ -151,6 +151,7 @@ class Refusal(enum.Enum):
     OUT_WITH_OTHER_WRITES = ("an out= overload that writes other arguments too, without a twin lacking out=",
                              True)
     OVERLAPPING_WRITES = ("one tensor passed as two arguments an op writes", False)
+    WRITE_TO_OVERLAPPING_VIEW = ("an in-place write to a view whose elements overlap (unfold)", False)
     WRITE_TO_SPARSE = ("an in-place write to a sparse tensor", False)
     GRAD_VALUE_THROUGH_DETACH = ("a value that requires grad written through a detach()-ed alias", False)
     GRAD_VALUE_INTO_INTEGER = ("a value that requires grad written into an integer tensor", True)

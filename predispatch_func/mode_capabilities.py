@@ -10,6 +10,7 @@ after it), and a HOP rule may meet torch's own FunctionalTensorMode instead of o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -32,6 +33,11 @@ class ObservesOpaqueCalls(Protocol):
 
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
                             non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None: ...
+
+    def opaque_body(self) -> AbstractContextManager[None]:
+        """Around torch's functionalization of a HOP's bodies, which run under this mode on
+        operands the mode did not see made."""
+        ...
 
 
 @runtime_checkable

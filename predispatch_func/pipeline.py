@@ -22,6 +22,7 @@ import torch
 from . import _torch_compat as tc
 from .artifacts import Named, Subgraph, Trace
 from .graphs import all_graph_modules
+from .passes.grad_free_inputs import refuse_in_body
 from .passes.graph_cleanup import eliminate_dead_code
 from .program.signature import grad_sources
 from .regions import outline_regions
@@ -52,8 +53,10 @@ class TraceSettings:
         off = {device: (False, dtype) for device, (_, dtype) in ambient.items()}
         with tc.outside_trace(), tc.autocast_state_as(off):
             fresh = [fresh_like(t) for t in inputs]
-            gm = trace_subgraph(under_caller_autocast, fresh, grad_enabled=grad_enabled, settings=self,
-                                prepare=_body_markers_dropped).graph_module
+            traced = trace_subgraph(under_caller_autocast, fresh, grad_enabled=grad_enabled, settings=self,
+                                    prepare=_body_markers_dropped)
+            refuse_in_body(traced.trace.grad_free_writes)
+            gm = traced.graph_module
             for _, sub in all_graph_modules(gm):
                 sub.recompile()
         return gm

@@ -97,7 +97,8 @@ def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> 
 # --- replay against eager ------------------------------------------------------------
 
 
-def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None, *, nonleaf: bool = False) -> Any:
+def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None,
+           as_given: frozenset[int] = frozenset(), *, nonleaf: bool = False) -> Any:
     """Fresh copies of every tensor leaf; a tensor passed twice stays one tensor,
     so the replay sees the same aliasing between inputs as the caller's call.
     Float leaves require grad if asked (an in-place write to such a leaf is
@@ -105,20 +106,24 @@ def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None, *, no
     A tensor that requires grad is a leaf's ``clone()`` where the caller's is not
     a leaf (an activation from an upstream layer, which eager lets a model write
     in place), or everywhere with ``nonleaf``; its gradient reaches the leaf
-    ``leaf_of`` records. A cached ``.grad`` is not copied: each side starts from none."""
+    ``leaf_of`` records. A cached ``.grad`` is not copied: each side starts from none.
+    ``as_given``: positions among the flat leaves that keep the caller's requires_grad
+    (inputs the program must not be called with requiring grad)."""
     memo: dict[int, torch.Tensor] = {}
+    leaves, spec = tc.pytree.tree_flatten(value)
 
-    def one(t: torch.Tensor) -> torch.Tensor:
+    def one(t: torch.Tensor, position: int) -> torch.Tensor:
         if id(t) not in memo:
             c = t.detach().clone()
-            wants = t.requires_grad or (grad_for_floats and may_carry_grad(t))
+            wants = t.requires_grad or (grad_for_floats and may_carry_grad(t) and position not in as_given)
             c.requires_grad_(wants)
             if leaf_of is not None and wants and (nonleaf or not t.is_leaf):
                 leaf, c = c, c.clone()
                 leaf_of[id(c)] = (c, leaf)
             memo[id(t)] = c
         return memo[id(t)]
-    return tc.pytree.tree_map_only(torch.Tensor, one, value)
+    return tc.pytree.tree_unflatten([one(t, i) if isinstance(t, torch.Tensor) else t for i, t in enumerate(leaves)],
+                                    spec)
 
 
 def _grad_leaf(t: torch.Tensor, leaf_of: dict) -> torch.Tensor:
@@ -255,7 +260,8 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
             replay = replay_against_eager(program, model, args, kwargs, check_values=check_values,
                                           check_grads=check_grads, rtol=rtol, atol=atol, seed=seed,
                                           nonleaf_inputs=nonleaf_inputs,
-                                          ambient=program_facts(ep.graph_module).ambient, calls=calls)
+                                          ambient=program_facts(ep.graph_module).ambient, calls=calls,
+                                          inputs_as_given=_inputs_without_grad(ep))
             if detached:
                 replay.checked.append(f"program constants copied without their autograd history: "
                                       f"{', '.join(detached)}")
@@ -287,16 +293,26 @@ def _reported_if_it_fails(report: VerifyReport, stage: str) -> Iterator[None]:
         report.problems.append(f"{stage} could not run: {type(exc).__name__}: {_first_line(exc)}")
 
 
+def _inputs_without_grad(ep: torch.export.ExportedProgram) -> frozenset[int]:
+    """Positions, among the flat user inputs, of those the program must not be called with
+    requiring grad (``passes/grad_free_inputs.py``): replayed with the caller's flags."""
+    names = program_facts(ep.graph_module).inputs_without_grad
+    users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    return frozenset(i for i, name in enumerate(users) if name in names)
+
+
 def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args: tuple,
                          kwargs: dict | None = None, *, check_values: bool = True,
                          check_grads: bool = True, rtol: float = 1e-4, atol: float = 1e-5,
                          seed: int = 0, nonleaf_inputs: bool = False, ambient: Any = None,
-                         calls: int = 1) -> VerifyReport:
+                         calls: int = 1, inputs_as_given: frozenset[int] = frozenset()) -> VerifyReport:
     """Run ``program`` (a module that writes its mutations back, as ``ep.module()``
     does; it is run as given, so pass a copy) and a copy of ``model`` on fresh
     clones of the inputs, and compare. ``ambient``: the caller's modes at export
     (``AmbientModes``), which the program holds as outer regions; the eager model
-    runs under them. Also used by scripts to judge torch's paths."""
+    runs under them. ``inputs_as_given``: positions of flat inputs replayed with the
+    caller's requires_grad, never made to require grad. Also used by scripts to judge
+    torch's paths."""
     _check_calls(calls)
     report = VerifyReport()
     eager_model, detached = copy_without_history(model)
@@ -308,7 +324,8 @@ def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args:
             problems: list[str] = []
             attempt = _replay(program, model, eager_model, attempt, tuple(args), dict(kwargs or {}), report,
                               problems, check_values=check_values, check_grads=check_grads, rtol=rtol,
-                              atol=atol, seed=seed + 2 * call, nonleaf_inputs=nonleaf_inputs, ambient=ambient)
+                              atol=atol, seed=seed + 2 * call, nonleaf_inputs=nonleaf_inputs, ambient=ambient,
+                              as_given=inputs_as_given)
             report.problems += [f"call {call + 1}: {p}" for p in problems] if calls > 1 else problems
             if attempt is None:  # the program could not run
                 break
@@ -352,7 +369,7 @@ def _copy_program(ep: torch.export.ExportedProgram) -> tuple[torch.nn.Module, li
 
 
 def _replay(program, model, eager_model, attempt, args, kwargs, report, problems, *, check_values,
-            check_grads, rtol, atol, seed, nonleaf_inputs, ambient) -> tuple | None:
+            check_grads, rtol, atol, seed, nonleaf_inputs, ambient, as_given=frozenset()) -> tuple | None:
     """One call of each, compared; returns how eager's inputs were made and the eager model,
     for the next call (None: nothing more can be compared). ``attempt`` is the previous
     call's, or None on the first, which tries: inputs that require grad as leaves (a caller's
@@ -371,7 +388,7 @@ def _replay(program, model, eager_model, attempt, args, kwargs, report, problems
     for i, (grad_inputs, nonleaf) in enumerate(attempts):
         leaf_of: dict = {}
         candidate = (copy_without_history(model)[0] if i else eager_model) if first else eager_model
-        e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of, nonleaf=nonleaf)
+        e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of, as_given, nonleaf=nonleaf)
         try:
             e_out, e_grad_mode = _run(candidate, e_args, e_kwargs, seed, ambient)
             e_rng = torch.get_rng_state()
@@ -386,7 +403,7 @@ def _replay(program, model, eager_model, attempt, args, kwargs, report, problems
     if first and (grad_inputs, nonleaf) == (False, True):
         report.checked.append(f"inputs that require grad as a leaf's clone() (eager refuses them as given: "
                               f"{_first_line(refused) if refused is not None else ''})")
-    p_args, p_kwargs = _clone((args, kwargs), grad_inputs, leaf_of, nonleaf=nonleaf)
+    p_args, p_kwargs = _clone((args, kwargs), grad_inputs, leaf_of, as_given, nonleaf=nonleaf)
     try:
         p_out, p_grad_mode = _run(program, p_args, p_kwargs, seed)
         p_rng = torch.get_rng_state()

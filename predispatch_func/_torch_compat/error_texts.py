@@ -38,6 +38,10 @@ RESIZE_VIEW_TO_LARGER = TorchErrorText(RuntimeError, ("Attempted to resize a vie
 # the fake tensor's storage check refuses the meta storage
 SET_STORAGE_OTHER_DEVICE = TorchErrorText(RuntimeError, ("Attempted to set the storage of a tensor on device",))
 
+# functionalization of an in-place op on a view whose elements overlap (t.unfold(1, 3, 2).abs_())
+MUTATION_WITH_INTERNAL_OVERLAP = TorchErrorText(
+    RuntimeError, ("encountered a tensor being mutated that has internal overlap",))
+
 # functionalization replaying .view() on a value written through a non-contiguous alias
 CANNOT_VIEW = TorchErrorText(ValueError, ("Cannot view a tensor",))
 

@@ -62,7 +62,10 @@ def _state_slots(mod: torch.nn.Module) -> tuple[list[InputSlot], tuple[tuple[str
             if isinstance(value, torch.Tensor) and id(value) in constants:
                 aliases.append((fqn, constants[id(value)]))
             elif isinstance(value, torch.Tensor) and id(value) not in known:
-                slots.append(InputSlot(SlotKind.CONSTANT, fqn, value))
+                # a tensor kept of an earlier call with grad on: the program holds its value, not
+                # the history of a call that is over (a constant does not train; deepcopy and
+                # torch.export.save refuse a tensor with history)
+                slots.append(InputSlot(SlotKind.CONSTANT, fqn, value if value.is_leaf else value.detach()))
                 known.add(id(value))
                 constants[id(value)] = fqn
     return slots, tuple(aliases)

@@ -14,6 +14,7 @@ from torch.export.graph_signature import InputKind
 
 from .. import _torch_compat as tc
 from ..artifacts import AotSignature, ProgramFacts, program_facts, with_program_facts
+from ..errors import Refusal, UnsupportedError
 
 Layout = tuple  # (sizes, strides, storage offset)
 
@@ -42,6 +43,14 @@ class FunctionalExportedProgram(ExportedProgram):
                     node.args = (*node.args[:2], *layout)
                     with mod.graph.inserting_before(_first_call(mod.graph)):
                         mod.graph.call_function(expect_layout, (node.args[0], *layout))
+        for name, line in facts.inputs_without_grad.items():
+            read = next((n for n in mod.graph.nodes if (n.op == "placeholder" and n.name == name)
+                         or (n.op == "get_attr" and n.target == name)), None)
+            if read is None:  # never silently unchecked
+                raise RuntimeError(f"internal error: the program checks that {name} does not require grad, "
+                                   "and its module reads no input or attribute of that name")
+            with mod.graph.inserting_before(_first_call(mod.graph)):
+                mod.graph.call_function(expect_no_grad, (read, name, line))
         if not facts.grad_enabled_on_return:
             with mod.graph.inserting_before(mod.graph.output_node()):
                 mod.graph.call_function(tc.SET_GRAD_ENABLED, (False,))
@@ -154,6 +163,22 @@ def expect_layout(destination: torch.Tensor, before: Layout, after: Layout) -> N
 tc.keep_calls_in_torch_dead_code_elimination(expect_layout)
 
 
+def expect_no_grad(value: torch.Tensor, name: str, line: str) -> None:
+    """Refuse to run, with grad on, on ``value`` requiring grad where the program was exported
+    with it not requiring grad and writes a value computed from it through a ``detach()``-ed
+    alias (``passes/grad_free_inputs.py``): eager would give that alias its own history."""
+    if torch.is_grad_enabled() and isinstance(value, torch.Tensor) and value.requires_grad:
+        raise UnsupportedError(
+            f"this program was exported with {name} not requiring grad, and the model writes a value computed "
+            "from it through a detach()-ed alias: with it requiring grad, eager gives that alias its own "
+            "autograd history, which the program cannot carry. Call it with inputs and parameters that do "
+            f"not require grad (or under torch.no_grad()), or export with {name} requiring grad to see "
+            "what to change", kind=Refusal.GRAD_VALUE_THROUGH_DETACH, op=name, source=line or None)
+
+
+tc.keep_calls_in_torch_dead_code_elimination(expect_no_grad)
+
+
 def relayout(destination: torch.Tensor, before: Layout, after: Layout) -> None:
     """Give ``destination`` the layout ``after`` over its own storage (grown, keeping its
     data, where ``after`` reaches past it), as eager's in-place view op did."""
@@ -210,5 +235,6 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
         )
     with_program_facts(ep.graph_module, ProgramFacts(
         composite_decisions=sig.composite_decisions, grad_enabled_on_return=sig.grad_enabled_on_return,
-        ambient=sig.ambient, input_layouts=dict(sig.input_layouts)))
+        ambient=sig.ambient, input_layouts=dict(sig.input_layouts),
+        inputs_without_grad=dict(sig.inputs_without_grad)))
     return ep

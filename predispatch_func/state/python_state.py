@@ -6,7 +6,9 @@ right exactly when eager's later calls compute what its first call computes.
 Whether an attribute was written says little (a memo cache, a flag set once, a
 hook installed on the first call, a value recomputed and stored each call all
 write one); eager's behaviour over calls says it all. So, on deep copies (the
-caller's model, inputs and RNG are never touched), :func:`judge_over_calls`
+caller's model, inputs and RNG are never touched; tensors a model kept of an
+earlier call with grad on are copied detached, :mod:`.history_free_copy`),
+:func:`judge_over_calls`
 runs two models side by side for three calls::
 
     live     one model called again and again: eager as the user will see it
@@ -43,6 +45,7 @@ import torch
 
 from .. import _torch_compat as tc
 from .access_order import AccessOrder
+from .history_free_copy import deepcopy_without_history
 
 _CALLS = 3
 _RTOL, _ATOL = 1.3e-6, 1e-5  # a cache and its recomputation may round differently
@@ -92,14 +95,14 @@ def judge_over_calls(model: torch.nn.Module, inputs: tuple[tuple, dict],
 
 def _judge(model: torch.nn.Module, inputs: tuple[tuple, dict], written: list[Written]) -> dict[Written, Judgement]:
     # ``model`` is back as the caller left it and is only ever copied, never called
-    live = copy.deepcopy(model)
+    live = deepcopy_without_history(model)
     order = AccessOrder.of(live, [(w.module, w.name) for w in written])
     first = _EagerCall.on(live, inputs, seed=0, order=order)
     if order is not None and not order.read_before_written:
         judged = _judged_by_access_order(live, inputs, written, order)
         if judged is not None:
             return judged
-        live = copy.deepcopy(model)  # read first on the second call: the full judge starts over
+        live = deepcopy_without_history(model)  # read first on the second call: the full judge starts over
         first = _EagerCall.on(live, inputs, seed=0)
     return _judged_over_three_calls(model, live, inputs, written, first)
 
@@ -265,7 +268,7 @@ def _replica(model: torch.nn.Module, live: torch.nn.Module) -> torch.nn.Module:
             clone = torch.nn.Parameter(clone, requires_grad=tensor.requires_grad)
             vars(clone).update(copy.deepcopy(vars(tensor), memo))
         memo[id(tensor)] = clone
-    return copy.deepcopy(model, memo)
+    return deepcopy_without_history(model, memo)
 
 
 def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from .. import _torch_compat as tc
+from ..artifacts import GradFreeWrite
 from ..autograd_facts import Fact, has, may_carry_grad
 from ..errors import Refusal, UnsupportedError, user_source_line
 from .differentiable_copy import CopyTarget
@@ -284,10 +285,14 @@ class IdentityEdges:
     it becomes a no_grad region.
     """
 
-    __slots__ = ("edges", "_bases", "_reach", "_detached", "_pending")
+    __slots__ = ("edges", "grad_free_writes", "opaque_bodies", "_bases", "_reach", "_detached", "_pending")
 
     def __init__(self, bases: Bases, reach: GradReach, detached: DetachedAliases):
         self.edges: dict[torch.fx.Node, torch.fx.Node] = {}
+        self.grad_free_writes: list[GradFreeWrite] = []  # see _refuse_grad_value
+        # > 0 inside torch's functionalization of a HOP's bodies: their operands are wrappers
+        # made there, which the grad reach never saw, and no program input stands for them
+        self.opaque_bodies = 0
         self._bases = bases
         self._reach = reach
         self._detached = detached
@@ -333,13 +338,54 @@ class IdentityEdges:
     def _refuse_grad_value(self, call: OpCall) -> None:
         """Writing a value that requires grad through a detached alias gives, in eager,
         the alias its own autograd history while the tensor it aliases keeps its old
-        one: two histories for one storage, which a no_grad region cannot express."""
+        one: two histories for one storage, which a no_grad region cannot express.
+
+        Refused where the value requires grad in this export (eager's flag, on the example
+        inputs' and parameters' flags: :class:`RequiresGradFlags`). A value that only may
+        (computed from float inputs or parameters that do not require grad here) carries no
+        gradient to change: the write is exported without autograd and noted
+        (:class:`~predispatch_func.artifacts.GradFreeWrite`), so the program refuses to run
+        with those inputs requiring grad."""
         operands = [t for t in call.tensors_read() if all(t is not w for w in call.written)]
-        if any(self._reach.may_need_grad(t) for t in operands):
-            raise UnsupportedError(
-                "a value that may require grad (computed under grad mode from a float input or "
-                "parameter) is written through a detach()-ed alias: eager gives the alias its own "
-                "autograd history while the tensor it aliases keeps its old one; write to a "
-                "clone, or detach the value written", kind=Refusal.GRAD_VALUE_THROUGH_DETACH,
-                op=call.func, source=user_source_line())
+        if self.opaque_bodies:  # a HOP body: any float value may carry a gradient, nothing can be checked
+            if any(may_carry_grad(t) for t in operands):
+                raise grad_value_through_detach(call.func, user_source_line(), " inside a torch higher-order "
+                                                "op's body, whose operands the program cannot check",
+                                                value="a value that may require grad (a float value computed "
+                                                "under grad mode)")
+            return
+        may_need = [t for t in operands if self._reach.may_need_grad(t)]
+        if not may_need:
+            return
+        line = user_source_line()
+        if any(t.requires_grad for t in may_need):
+            raise grad_value_through_detach(call.func, line)
+        self.grad_free_writes.append(GradFreeWrite(_placeholders_behind(may_need), str(call.func), line))
+
+
+def grad_value_through_detach(op: Any, line: str | None, where: str = "", *,
+                              value: str = "a value that requires grad (computed under grad mode from a float "
+                              "input or parameter that requires grad)") -> UnsupportedError:
+    """The refusal of a write, through a detached alias, of a value that requires grad."""
+    return UnsupportedError(
+        f"{value} is written through a detach()-ed alias{where}: eager gives the alias its own "
+        "autograd history while the tensor it aliases keeps its old one, which one functional value "
+        "cannot carry; write to a clone, or detach the value written", kind=Refusal.GRAD_VALUE_THROUGH_DETACH,
+        op=op, source=line)
+
+
+def _placeholders_behind(tensors: list[Any]) -> tuple[torch.fx.Node, ...]:
+    """The graph placeholders whose values ``tensors`` were computed from, as traced so far."""
+    todo = [node for node in (tc.proxy_node_of(tc.inner_of_functional(t)) for t in tensors) if node is not None]
+    seen: set[torch.fx.Node] = set()
+    found: dict[torch.fx.Node, None] = {}
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "placeholder":
+            found[node] = None
+        todo.extend(node.all_input_nodes)
+    return tuple(found)
 

@@ -201,6 +201,13 @@ _KNOWN_TORCH_LIMITS = (
     (tc.error_texts.SET_STORAGE_OTHER_DEVICE, Refusal.VIEW_DTYPE_REBUILD,
      "torch's functionalization cannot rebuild a view(dtype) of a tensor written before the "
      "view was made, under no_grad ({exc}); take the view before the write, or outside no_grad"),
+    (tc.error_texts.MUTATION_WITH_INTERNAL_OVERLAP, Refusal.WRITE_TO_OVERLAPPING_VIEW,
+     "an in-place op writes a view whose elements overlap (several of its elements are one memory "
+     "location, as in t.unfold(1, 3, 2) with a step smaller than the window): eager writes "
+     "the shared elements one after another, in the order its kernel runs, while a functional program "
+     "computes every element from the old value, so torch's functionalization refuses it ({exc}). "
+     "Compute the result out of place (t.unfold(1, 3, 2).abs() instead of .abs_()), and write the base "
+     "with an op whose views do not overlap if it must change"),
     (tc.error_texts.CANNOT_VIEW, Refusal.VIEW_REPLAY_AFTER_STRIDED_WRITE,
      "torch's functionalization cannot replay a .view() of a tensor written through a "
      "non-contiguous alias ({exc}); use .reshape() for that view, or write through a "

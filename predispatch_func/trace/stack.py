@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -109,6 +109,15 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         before an op (view_grad_modes.py)."""
         if self.saved_reads is not None:
             self.view_modes.rebuild_stale(operands)
+
+    @contextlib.contextmanager
+    def opaque_body(self) -> Iterator[None]:
+        """Around torch's functionalization of a HOP's bodies (``trace/extensions/torch_hops.py``)."""
+        self.identity.opaque_bodies += 1
+        try:
+            yield
+        finally:
+            self.identity.opaque_bodies -= 1
 
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
                             non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None:
@@ -264,7 +273,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             gm = tracer(*flat_inputs)
         hidden = state["mode"].hidden_writes
         return Trace(gm, state["mode"].identity.edges, state["grad_enabled_on_return"],
-                     hidden.hidden_only_inputs() if hidden is not None else frozenset(), ambient)
+                     hidden.hidden_only_inputs() if hidden is not None else frozenset(), ambient,
+                     tuple(state["mode"].identity.grad_free_writes))
     except ExportError:
         raise
     except Exception as exc:  # enrich with the op and the user's line

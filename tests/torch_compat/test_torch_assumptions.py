@@ -160,6 +160,8 @@ def _state() -> dict:
         "builtins": (builtins.max, builtins.min, math.pow),
         "functional_bool": tc.FunctionalTensor.__dict__["__bool__"],
         "module_getattr": torch.nn.Module.__dict__["__getattr__"],
+        "module_setattr": torch.nn.Module.__dict__["__setattr__"],
+        "encoder_forward": torch.nn.TransformerEncoder.__dict__["forward"],
         "function_modes": torch._C._len_torch_function_stack(),
         "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
         "pre_dispatch_modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
@@ -228,8 +230,13 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "tensor_metadata_recorded_through": lambda: patches.tensor_metadata_recorded_through(lambda t: None),
     "node_values_unsnapshotted": lambda: patches.node_values_unsnapshotted(),
     "op_calls_recorded_through": lambda: patches.op_calls_recorded_through(lambda *call: patches.NOT_RECORDED),
+    "module_methods_wrapped": lambda: patches.module_methods_wrapped(lambda name, original: original.__get__,
+                                                                     ("__setattr__",)),
+    "method_replaced": lambda: patches.method_replaced(torch.nn.TransformerEncoder, "forward",
+                                                       lambda original: lambda self, *a, **k: original(self, *a, **k)),
 }
-NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED"}
+NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
+                        "hop_rule_tables"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
 
 

@@ -11,6 +11,7 @@ grad/autocast markers ``regions.py`` outlines like the top graph's.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +89,8 @@ def _observed(hop: Any, rule: Callable[..., Any]):
 
     def observed(mode: Any, *args: Any, **kwargs: Any) -> Any:
         observer = observer_of_opaque_calls(mode)
+        with observer.opaque_body() if observer is not None else contextlib.nullcontext():
+            out = rule(mode, *args, **kwargs)
         if observer is not None:
             observer.before_opaque_call(tc.pytree.tree_leaves((args, kwargs)))
         out = rule(mode, *args, **kwargs)
