@@ -174,7 +174,7 @@ def _loss(outputs: Any, weights_seed: int) -> torch.Tensor | None:
     terms = []
     for t in tc.pytree.tree_leaves(outputs):
         if isinstance(t, torch.Tensor) and t.is_floating_point():
-            w = torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype)
+            w = torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.device, t.dtype)
             if t.requires_grad:
                 terms.append((t * w).sum().double())
     return sum(terms[1:], terms[0]) if terms else None
@@ -258,7 +258,8 @@ def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args:
     eager_model, detached = copy_without_history(model)
     if detached:
         report.checked.append(f"model attributes copied without their autograd history: {', '.join(detached)}")
-    with torch.random.fork_rng(devices=[]):
+    # the replay seeds every device's generator: the caller's CUDA ones are restored too
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []):
         attempt = None
         for call in range(calls):
             problems: list[str] = []
