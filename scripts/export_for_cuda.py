@@ -50,7 +50,10 @@ def on_cuda(model: torch.nn.Module, args: tuple, kwargs: dict, fake: bool) -> tu
     if not fake:
         return model.to("cuda"), move(args), move(kwargs)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        return model.to_empty(device="cuda"), move(args), move(kwargs)
+        model = model.to_empty(device="cuda")
+        if hasattr(model, "tie_weights"):  # to_empty gives tied parameters separate storages
+            model.tie_weights()
+        return model, move(args), move(kwargs)
 
 
 def export_all(names: list[str]) -> dict[str, str]:
