@@ -53,8 +53,11 @@ CORE = pf.OpSet.core_aten()
 EXTRA = {"mixtral": ["aten.histc.default"], "wav2vec2": ["aten.linalg_vector_norm.default"]}
 
 
-CUDA_ATTENTION = [f"aten._scaled_dot_product_{kind}_attention{suffix}.default"
-                  for kind in ("flash", "efficient") for suffix in ("", "_backward")]
+CUDA_ATTENTION = [f"aten.{kind}.default" for kind in (  # sdpa's fused CUDA kernels and what they call
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_flash_attention_forward", "_flash_attention_backward",
+    "_efficient_attention_forward", "_efficient_attention_backward")]
 
 
 class PassThrough(tc.TorchDispatchMode):

@@ -83,14 +83,9 @@ class Attention(torch.nn.Module):
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "mem_efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
 
 
-# measured on the H200 (torch 2.11.0+cu130, docs/runs/gpu-torch-2.11.md): lowering sdpa to
-# core_aten decomposes it through torch's CUDA kernel choice, and the flash and memory-efficient
-# kernels have no decomposition (TargetUnreachableError names them); the math kernel lowers
-SDPA_NOT_LOWERED = pytest.mark.xfail(strict=True, reason=(
-    "ours: sdpa lowered on CUDA picks _scaled_dot_product_{flash,efficient}_attention, which have "
-    "no decomposition into core ATen; the lowering should take the math decomposition"))
-
-
+# lowering sdpa to core_aten on CUDA: its composite picks the flash or memory-efficient kernel,
+# which have no decomposition; the lowering takes the math kernel there (opsets/lowering.py,
+# found on the H200: TargetUnreachableError before)
 @pytest.mark.parametrize("target", [None, "core_aten"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("backend", list(SDPA_BACKENDS))
@@ -99,8 +94,10 @@ def test_sdpa_kernels_kept_as_composite_or_lowered_equal_eager(backend, dtype, t
 
     if backend == "flash" and dtype == torch.float32:
         pytest.skip("flash attention takes fp16/bf16 only (eager itself refuses fp32)")
-    if target and backend != "math":
-        request.applymarker(SDPA_NOT_LOWERED)
+    if target and backend != "math" and dtype == torch.bfloat16:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "lowered, the program computes attention with the math kernel: in bf16 its parameter "
+            "gradients differ from eager's fused kernel by up to 0.125 (abs), beyond rtol/atol 2e-2")))
     model = Attention(causal=True).to(CUDA, dtype)
     x = torch.randn(2, 32, 64, device=CUDA, dtype=dtype, requires_grad=True)
     tolerance = LOW_PRECISION if dtype != torch.float32 else {"rtol": 1e-3, "atol": 1e-4}
