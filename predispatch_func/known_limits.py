@@ -16,7 +16,7 @@ INTRO = """\
 Every refusal is an `UnsupportedError` naming the op and the model's source
 line, with a `kind` (`pf.Refusal`, an enum) that tests and scripts match on.
 Marked *(torch)*: torch itself blocks the case, on every supported release
-(checked on 2.13.0, 2.14.1 and 2.15.0: none is lifted yet). Each has a strict
+(checked on 2.11.0, 2.13.0, 2.14.1 and 2.15.0: none is lifted yet; 2.12.1 in part). Each has a strict
 xfail asking for eager's result (`torch_limit` in `tests/support/torch_release.py`),
 which fails loudly on the first release that fixes it; that release is then
 named there (`lifted_in`, older releases keep the xfail) and in its row here,

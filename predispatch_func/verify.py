@@ -194,7 +194,7 @@ def _loss(outputs: Any, weights_seed: int) -> torch.Tensor | None:
     for t in tc.pytree.tree_leaves(outputs):
         if isinstance(t, torch.Tensor) and (t.is_floating_point() or (t.is_complex() and t.layout == torch.strided)):
             real = torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
-            w = torch.randn(real.shape, generator=gen, dtype=torch.float64).to(real.dtype)
+            w = torch.randn(real.shape, generator=gen, dtype=torch.float64).to(real.device, real.dtype)
             if t.requires_grad:
                 terms.append((real * w).sum().double())
     return sum(terms[1:], terms[0]) if terms else None
@@ -318,7 +318,8 @@ def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args:
     eager_model, detached = copy_without_history(model)
     if detached:
         report.checked.append(f"model attributes copied without their autograd history: {', '.join(detached)}")
-    with torch.random.fork_rng(devices=[]):
+    # the replay seeds every device's generator: the caller's CUDA ones are restored too
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []):
         attempt = None
         for call in range(calls):
             problems: list[str] = []

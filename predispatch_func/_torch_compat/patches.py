@@ -26,6 +26,67 @@ from .reexports import (
 
 
 @contextlib.contextmanager
+def functional_tensor_detach_without_mode() -> Iterator[None]:
+    """A ``detach`` of a FunctionalTensor that reaches the tensor's own dispatch with no
+    FunctionalTensorMode in the way returns the tensor, as torch 2.15 does: autograd ran
+    above this layer, so the detach has no effect there. Torch 2.11 and 2.12 raise
+    "Attempting to use FunctionalTensor on its own" instead, and a factory call in forward
+    (``torch.arange(n)``, whose C++ wrapper detaches the traced result) failed the export."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    original = FunctionalTensor.__torch_dispatch__
+    detach = torch.ops.aten.detach.default
+
+    def dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is detach and len(args) == 1 and isinstance(args[0], FunctionalTensor):
+            return args[0]
+        return original(self, func, types, args, kwargs)
+
+    FunctionalTensor.__torch_dispatch__ = dispatch  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        FunctionalTensor.__torch_dispatch__ = original  # type: ignore[method-assign]
+
+
+CUDA_AUTOCAST_KEPT_WARNING = ("torch.autocast('cuda') on a host without a usable GPU: torch turns the "
+                              "region off there; the program keeps it, as a GPU host exports it")
+
+
+@contextlib.contextmanager
+def cuda_autocast_kept_without_gpu() -> Iterator[None]:
+    """``torch.autocast("cuda", ...)`` opened during the trace stays enabled on a host
+    without a usable GPU, where torch's constructor would turn it off (warning "CUDA is not
+    available ... Disabling autocast") and the program would silently lose the region. A
+    build machine without a GPU then exports the program a GPU host exports (for fake CUDA
+    tensors; a CPU tensor is not cast by a CUDA region on either host). One warning of ours
+    replaces torch's, naming the model's line."""
+    import warnings
+
+    from torch.amp import autocast_mode
+
+    cls = autocast_mode.autocast
+    original = cls.__init__
+
+    def init(self: Any, device_type: str, dtype: Any = None, enabled: bool = True,
+             cache_enabled: Any = None) -> None:
+        if device_type != "cuda" or not enabled or not torch.cuda.amp.common.amp_definitely_not_available():
+            original(self, device_type, dtype, enabled, cache_enabled)
+            return
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="CUDA is not available")
+            original(self, device_type, dtype, enabled, cache_enabled)
+        self._enabled = True
+        warnings.warn(CUDA_AUTOCAST_KEPT_WARNING, UserWarning, stacklevel=2)
+
+    cls.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cls.__init__ = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
 def below_pre_dispatch() -> Iterator[None]:
     """Run ops on fake tensors without our PreDispatch modes or proxy tracing."""
     keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PreDispatch) | torch._C.DispatchKeySet(
@@ -706,6 +767,9 @@ __all__ = [
     "hop_rule_tables",
     "method_replaced",
     "module_methods_wrapped",
+    "functional_tensor_detach_without_mode",
+    "cuda_autocast_kept_without_gpu",
+    "CUDA_AUTOCAST_KEPT_WARNING",
     "callers_fake_mode_unset",
     "node_values_unsnapshotted",
     "NOT_RECORDED",

@@ -18,7 +18,7 @@ from torch._dynamo.exc import UserError as TorchUserError
 from torch._dynamo.exc import UserErrorType as TorchUserErrorType
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode, _can_decompose_fast
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.export.dynamic_shapes import _IntWrapper as IntInputWrapper
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode, ShapeEnv
@@ -28,8 +28,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [  # the private names the rest of the package uses as they are, then our wrappers
-    "_can_decompose_fast", "INT_OO", "IntInputWrapper", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
-    "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
+    "INT_OO", "IntInputWrapper", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
+    "FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE", "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",
@@ -42,7 +42,6 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "has_functionalize_kernel",
     "has_python_composite",
     "decompose_like_eager",
-    "torch_would_decompose",
     "torch_tags_unsafe",
     "schema_of",
     "version_of",
@@ -110,6 +109,12 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
 ]
 
 
+# whether FunctionalTensorMode's dispatch asks its method ``_can_decompose(func, args, kwargs)``
+# whether to decompose a composite (torch 2.12 on), which our mode overrides; torch 2.11
+# decides in a closure inside ``__torch_dispatch__``, so our mode decides before calling it
+FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE = hasattr(FunctionalTensorMode, "_can_decompose")
+
+
 # the keys torch's ``@torch._disable_dynamo`` wrappers put in ``node.meta["custom"]`` of every
 # node traced under them while ``torch.compiler.is_exporting()`` (torch/_dynamo/eval_frame.py)
 TORCH_INTERNAL_ANNOTATIONS = frozenset({"_torchdynamo_disable", "_torchdynamo_disable_recursive",
@@ -167,11 +172,6 @@ def has_python_composite(op: torch._ops.OpOverload) -> bool:
 def decompose_like_eager(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     """Run ``op``'s C++ composite kernel (the one eager runs), skipping Python overrides."""
     return op._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
-
-
-def torch_would_decompose(op: torch._ops.OpOverload, pre_dispatch: bool) -> bool | None:
-    """torch's own export-time answer (None: it would consult autograd)."""
-    return _can_decompose_fast(op, True, pre_dispatch)
 
 
 def torch_tags_unsafe(op: torch._ops.OpOverload) -> bool:

@@ -30,7 +30,6 @@ from .reexports import (
     FunctionalTensor,
     FunctionalTensorMode,
     OpOverload,
-    _can_decompose_fast,
     current_proxy_tracer,
     fake_mode_of,
     has_composite_implicit_kernel,
@@ -73,7 +72,7 @@ def functionalize_kept_op(mode: FunctionalTensorMode, op: OpOverload, args: tupl
     with torch._C._ForceDispatchKeyGuard(include, exclude):
         reapply_views = torch._functionalize_enable_reapply_views(True)  # type: ignore[attr-defined]
         try:
-            mode._sync_view_replay_annotations(args, kwargs)
+            _sync_view_replay_annotations(mode, args, kwargs)
             inner_out = op._op_dk(_FUNCTIONALIZE, *inner_args, **inner_kwargs)
             if mode.export and op is torch.ops.aten.dropout.default:
                 torch._freeze_functional_tensor(inner_out)  # type: ignore[attr-defined]
@@ -90,6 +89,30 @@ def functionalize_kept_op(mode: FunctionalTensorMode, op: OpOverload, args: tupl
     from torch.utils._python_dispatch import return_and_correct_aliasing
 
     return return_and_correct_aliasing(op, args, kwargs, out)
+
+
+def _sync_view_replay_annotations(mode: FunctionalTensorMode, args: tuple, kwargs: dict) -> None:
+    """Sync each FunctionalTensor argument under the proxy node that made it, so views
+    functionalization replays lazily carry the original view's node metadata. torch 2.12
+    on has this as a method of the mode; 2.11 runs the same steps inline in its dispatch."""
+    method = getattr(mode, "_sync_view_replay_annotations", None)
+    if method is not None:
+        method(args, kwargs)
+        return
+    import torch.fx.traceback as fx_traceback
+
+    proxy_mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY)
+    if proxy_mode is None:
+        return
+    for a in torch.utils._pytree.tree_leaves([args, kwargs]):
+        if isinstance(a, FunctionalTensor):
+            unwrapped = torch._from_functional_tensor(a.elem)
+            try:
+                node = proxy_mode.tracer.tensor_tracker[unwrapped].proxy.node
+            except KeyError:
+                raise RuntimeError(f"cannot find {unwrapped} in tensor_tracker") from None
+            with fx_traceback.set_current_replay_node(node):
+                torch._sync(a)
 
 
 def is_unary_inplace_with_python_meta(op: Any) -> bool:
@@ -164,10 +187,11 @@ def _functional_wrappers(value: Any, mode: FunctionalTensorMode, wrapped: list[b
 def stack_trace_anchors() -> set[tuple[str, str]]:
     """What fx's tracer keeps of a stack besides ``forward`` frames when only those are
     recorded: the (filename, function) anchors torch registered (the live set: torch adds
-    to it as it goes). Frames of :func:`uninteresting_stack_files` are dropped after."""
+    to it as it goes). Frames of :func:`uninteresting_stack_files` are dropped after.
+    torch before 2.13 has no anchors (``fx.proxy._STACK_TRACE_ANCHORS`` is absent): an empty set."""
     import torch.fx.proxy as fx_proxy
 
-    return fx_proxy._STACK_TRACE_ANCHORS
+    return getattr(fx_proxy, "_STACK_TRACE_ANCHORS", set())
 
 
 def uninteresting_stack_files() -> set[str]:
@@ -282,7 +306,7 @@ def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs
     same node, name, metadata and results (tests/torch_compat/test_torch_drift.py)."""
     tracer = mode.tracer
     if not pre_dispatch or not _records_as_torch(type(tracer)) or not _common_op(func) \
-            or func in mode.decomposition_table:
+            or func in _tracer_decompositions(mode):
         return NOT_RECORDED
     traced = tracer.tensor_tracker
 
@@ -314,6 +338,17 @@ def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs
     _proxy_tensor.track_tensor_tree(out, result, constant=None, tracer=tracer)
     _proxy_tensor._maybe_record_pointwise_barrier(func, mode)
     return out
+
+
+def _tracer_decompositions(mode: Any) -> Any:
+    """The decomposition table ``proxy_call`` consults: the proxy mode's own from torch 2.13 on;
+    before, the table of the innermost ``decompose(...)`` context, a module global of
+    ``proxy_tensor`` (a plain dict on 2.11, a ContextVar on 2.12)."""
+    table = getattr(mode, "decomposition_table", None)
+    if table is not None:
+        return table
+    current = _proxy_tensor.CURRENT_DECOMPOSITION_TABLE  # type: ignore[attr-defined]  # before torch 2.13
+    return current.get({}) if hasattr(current, "get") and not isinstance(current, dict) else current
 
 
 # what fx's create_arg passes through as it is; a Python scalar's type exactly (a SymInt,
@@ -441,7 +476,23 @@ def torch_export_keeps(op: torch._ops.OpOverload) -> bool:
         return not torch_tags_unsafe(op)
     with warnings.catch_warnings():  # torch warns that it keeps custom composites
         warnings.simplefilter("ignore")
-        return _can_decompose_fast(op, True, True) is False
+        return not torch_would_decompose(op, pre_dispatch=True)
+
+
+def torch_would_decompose(op: torch._ops.OpOverload, pre_dispatch: bool) -> bool:
+    """FunctionalTensorMode's keep-or-decompose answer for a composite in an export trace
+    (``export=True``): never dropout; always an op tagged unsafe or whose schema aliases or
+    writes; otherwise keep at pre-dispatch, decompose after. torch 2.13 on names this
+    ``functional_tensor._can_decompose_fast``; 2.11 and 2.12 keep it as a closure inside
+    ``__torch_dispatch__``, so it is restated here, one path for every release."""
+    if op is torch.ops.aten.dropout.default:
+        return False
+    if torch_tags_unsafe(op):
+        return True
+    schema = op._schema
+    if schema.is_mutable or any(a.alias_info for a in schema.arguments):
+        return True
+    return not pre_dispatch
 
 
 def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]], constants: tuple,
@@ -508,6 +559,7 @@ __all__ = [
     "last_recorded_node",
     "erase_if_last_recorded",
     "torch_export_keeps",
+    "torch_would_decompose",
     "record_hop_call",
     "redirect_traced_tensor",
     "flex_attention_joint_graph",

@@ -147,6 +147,31 @@ WRITES_ONLY_WHEN: dict[Any, Callable[[tc.OpOverload, tuple, dict], bool]] = {
 }
 
 
+def _running_stats_written_by_kernel(op: tc.OpOverload, args: tuple, kwargs: dict) -> bool:
+    return bool(_argument(op, args, kwargs, "training")) and _argument(op, args, kwargs, "running_mean") is not None \
+        and _argument(op, args, kwargs, "running_var") is not None
+
+
+def _native_batch_norm_training(input: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                                training: bool, exponential_average_factor: float, epsilon: float) -> Any:
+    """The kernel's four results from ``_native_batch_norm_legit``: the fourth, cudnn's reserve
+    space, is read only by cudnn's backward, which autograd (above this trace) never calls."""
+    out, mean, invstd = torch.ops.aten._native_batch_norm_legit.default(
+        input, weight, bias, running_mean, running_var, True, exponential_average_factor, epsilon)
+    return out, mean, invstd, input.new_empty((0,), dtype=torch.uint8)
+
+
+# Kernels that write their running statistics in training although their schema declares no
+# write: ``cudnn_batch_norm`` (torch 2.11 and 2.12 decompose ``batch_norm`` into it on CUDA at
+# pre-dispatch) and ``miopen_batch_norm``. Traced as is, the program called a functional-looking
+# node that wrote its buffer inputs, and the signature lacked those writes. Such a call is traced
+# as ``_native_batch_norm_legit``, which declares the writes (functionalized: its functional
+# form, the op torch 2.13 on records for CUDA batch norm). Checked on the GPU (tests/cuda/).
+UNDECLARED_STAT_WRITERS: dict[Any, Callable[..., Any]] = {
+    op: _native_batch_norm_training for op in (torch.ops.aten.cudnn_batch_norm.default,
+                                           torch.ops.aten.miopen_batch_norm.default)}
+
+
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
@@ -219,6 +244,8 @@ class CompositePolicy:
         twin, may_run_eager_kernel, otherwise = self._reroute_by_op[op]
         if twin is not None:
             return twin
+        if op in UNDECLARED_STAT_WRITERS and _running_stats_written_by_kernel(op, args, kwargs):
+            return UNDECLARED_STAT_WRITERS[op]
         # decided first: the eager-kernel check runs the decomposition on the call's fakes, and a
         # kept op's decomposition must not leave its guards behind (pad_sequence's C++ kernel
         # reads its sizes as ints: a dynamic dim specialised to the example's size)

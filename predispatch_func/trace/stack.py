@@ -169,7 +169,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
 
     def _can_decompose(self, func, args, kwargs) -> bool:  # torch's hook: keep or decompose
         if not self.pre_dispatch:
-            return super()._can_decompose(func, args, kwargs)
+            return tc.torch_would_decompose(func, pre_dispatch=False)
         return self.policy.should_decompose(func, args, kwargs)
 
     def _functionalized(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
@@ -179,6 +179,13 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         if straight is None:
             straight = self._straight[func] = tc.goes_straight_to_functionalization(func)
         if not straight or not tc.only_functionalized_tensor_types(types):
+            if not tc.FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE and func not in tc.FunctionalTensor.metadata_fns \
+                    and self._can_decompose(func, args, kwargs) and tc.has_kernel(func):
+                # torch before 2.12 decides in a closure, which would not ask our policy
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
             return super().__torch_dispatch__(func, types, args, kwargs)
         if self._can_decompose(func, args, kwargs) and tc.has_kernel(func):
             with self:
@@ -250,7 +257,8 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
                 traced_extensions(trace_body, pre_dispatch=pre_dispatch):
             # the caller's modes: outer regions
             with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes), \
-                    tc.rng_reseeds_routed(mode.draws_after_reseed.note):
+                    tc.rng_reseeds_routed(mode.draws_after_reseed.note), tc.cuda_autocast_kept_without_gpu(), \
+                    tc.functional_tensor_detach_without_mode():
                 outs = body(wrapped, mode)
                 mode.metadata_writes.refuse_symbolic()
                 mode.draws_after_reseed.refuse_left_changed()

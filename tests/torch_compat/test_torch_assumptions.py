@@ -108,7 +108,6 @@ def test_private_name_resolves(where, name):
 # private attributes of objects (not modules) the package reads
 INSTANCE_ATTRIBUTES = [
     (lambda: torch.ops.aten.add.Tensor, ("_op_dk", "_schema", "_overloadname", "_dispatch_cache", "py_kernels")),
-    (lambda: tc.FunctionalTensorMode, ("_sync_view_replay_annotations",)),
     (lambda: tc.FunctionalTensor, ("_extra_dispatch_keys", "metadata_fns", "elem", "to_functional")),
     (lambda: torch.Tensor, ("_version", "_indices", "_values")),
     (lambda: torch.nn.Module(), ("_parameters", "_buffers", "_non_persistent_buffers_set")),
@@ -123,6 +122,69 @@ def test_private_attributes_exist(index):
     obj = make()
     for name in names:  # a per-instance attribute shows as the class's annotation
         assert hasattr(obj, name) or name in getattr(obj, "__annotations__", {}), f"{obj} has no {name}"
+
+
+# --- probes: where torch releases differ, what the installed torch has decides --------------
+
+
+def test_functional_mode_probe_says_whether_torch_asks_the_modes_can_decompose_method():
+    """``FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE``: torch 2.12 on asks the method our mode overrides;
+    2.11 decides in a closure, and our mode decides before handing an op to torch. Either way
+    a custom composite our policy decomposes (torch's own answer at pre-dispatch is to keep
+    it) is decomposed: the probe must say which path serves it."""
+    import inspect
+
+    source = inspect.getsource(tc.FunctionalTensorMode.__torch_dispatch__)
+    assert tc.FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE == ("self._can_decompose(" in source)
+
+
+def test_view_replay_sync_is_a_method_of_the_mode_or_done_by_us():
+    """torch 2.12 on syncs view replays in ``FunctionalTensorMode._sync_view_replay_annotations``;
+    on 2.11 ``reimplemented._sync_view_replay_annotations`` runs the steps its dispatch runs inline."""
+    import inspect
+
+    from predispatch_func._torch_compat import reimplemented
+
+    if hasattr(tc.FunctionalTensorMode, "_sync_view_replay_annotations"):
+        return
+    source = inspect.getsource(tc.FunctionalTensorMode.__torch_dispatch__)
+    assert "set_current_replay_node" in source and "tensor_tracker" in source
+    assert "set_current_replay_node" in inspect.getsource(reimplemented._sync_view_replay_annotations)
+
+
+def test_tracer_decompositions_are_where_proxy_call_reads_them():
+    """``_tracer_decompositions``: the proxy mode's table (2.13 on) or proxy_tensor's
+    ``CURRENT_DECOMPOSITION_TABLE`` (a dict on 2.11, a ContextVar on 2.12), as proxy_call's
+    ``maybe_handle_decomp`` reads it."""
+    import inspect
+
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+    from predispatch_func._torch_compat.reimplemented import _tracer_decompositions
+
+    proxy_call = inspect.getsource(proxy_tensor.maybe_handle_decomp)
+    table = {torch.ops.aten.sin.default: lambda x: x}
+
+    if "proxy_mode.decomposition_table" in proxy_call:
+        mode = proxy_tensor.ProxyTorchDispatchMode(proxy_tensor.PythonKeyTracer(), "real")
+        mode.decomposition_table = table
+        assert _tracer_decompositions(mode) is table
+    else:
+        assert "CURRENT_DECOMPOSITION_TABLE" in proxy_call
+        with proxy_tensor.decompose(table):
+            assert torch.ops.aten.sin.default in _tracer_decompositions(object())
+
+
+def test_stack_trace_anchors_are_torchs_registry_or_none():
+    import torch.fx.proxy as fx_proxy
+
+    anchors = tc.stack_trace_anchors()
+    if hasattr(fx_proxy, "_STACK_TRACE_ANCHORS"):
+        assert anchors is fx_proxy._STACK_TRACE_ANCHORS
+    else:
+        import inspect
+
+        assert not anchors and "forward" in inspect.getsource(fx_proxy.TracerBase._filter_traceback_frames)
 
 
 # --- patches restore on the error path ----------------------------------------------------
@@ -171,6 +233,8 @@ def _state() -> dict:
         "node_values": (proxy_tensor.snapshot_fake, proxy_tensor.proxy_call),
         "direct_recorder": patches._direct_recorder_installed,
         "autograd_engine": torch.autograd._engine_run_backward,
+        "autocast_init": torch.amp.autocast_mode.autocast.__dict__["__init__"],
+        "functional_tensor_dispatch": tc.FunctionalTensor.__dict__["__torch_dispatch__"],
     }
 
 
@@ -234,9 +298,11 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
                                                                      ("__setattr__",)),
     "method_replaced": lambda: patches.method_replaced(torch.nn.TransformerEncoder, "forward",
                                                        lambda original: lambda self, *a, **k: original(self, *a, **k)),
+    "cuda_autocast_kept_without_gpu": lambda: patches.cuda_autocast_kept_without_gpu(),
+    "functional_tensor_detach_without_mode": lambda: patches.functional_tensor_detach_without_mode(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
-                        "hop_rule_tables"}
+                        "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
 
 
@@ -377,7 +443,7 @@ def test_a_torch_limit_is_strict_until_the_release_that_lifts_it():
     from tests.support.torch_release import torch_limit, torch_release
 
     release = torch_release()
-    assert release[:2] >= (2, 13) and torch.__version__.startswith(".".join(map(str, release[:2])))
+    assert release[:2] >= (2, 11) and torch.__version__.startswith(".".join(map(str, release[:2])))
     assert torch_limit("r").args[0] is True  # (the mark's condition) no release named: strict everywhere
     assert torch_limit("r", lifted_in=(release[0], release[1] + 1)).args[0] is True
     assert torch_limit("r", lifted_in=release[:2]).args[0] is False
