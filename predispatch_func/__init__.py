@@ -8,6 +8,7 @@ from .aot import aot_export_module
 from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
 from .export import FunctionalExportedProgram, export, functionalize, load
+from .joint import JointError, JointExportedProgram, JointProblem, export_joint
 from .opsets import OpSet
 from .program.input_check import InputError
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
@@ -25,6 +26,10 @@ __all__ = [
     "eager",
     "FunctionalExportedProgram",
     "export",
+    "export_joint",
+    "JointError",
+    "JointExportedProgram",
+    "JointProblem",
     "load",
     "OpSet",
     "functionalize",

@@ -1,0 +1,111 @@
+"""``export_joint``: the driver of a joint (training) export, one straight line of stages.
+
+    training_step (loss.py)            the model as a call returning (loss, *outputs)
+      -> export(...)                   the functional forward program (regions, kept composites)
+      -> trace_joint (differentiate.py) forward replayed above autograd + the backward autograd runs
+      -> outline_regions, dead code    region markers back to region HOPs (hop/)
+      -> joint_signature (signature.py) LOSS_OUTPUT, GRADIENT_TO_PARAMETER, GRADIENT_TO_USER_INPUT
+      -> JointExportedProgram (program.py), whose module() runs one step
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
+from torch.export.graph_signature import InputKind
+
+from .. import _torch_compat as tc
+from ..artifacts import ProgramFacts, program_facts, with_program_facts
+from ..autograd_facts import may_carry_grad
+from ..export import export
+from ..graphs import all_graph_modules
+from ..hop import outline_regions
+from ..opsets.lowering import Lowering
+from ..program import node_meta
+from ..program.graph_cleanup import eliminate_dead_code
+from .differentiate import trace_joint
+from .loss import training_step
+from .program import JointExportedProgram
+from .signature import joint_signature
+
+
+def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+                 loss_fn: Callable[..., Any] | None = None, optimizer: Any = None, dynamic_shapes: Any = None,
+                 target: Any = None, python_state: str = "error",
+                 composite_overrides: dict[str, str] | None = None) -> JointExportedProgram:
+    """Export one training step of ``model``: forward, loss and backward in one functional program.
+
+    Without ``loss_fn`` the model returns the loss (a scalar tensor, or a tuple/list whose first
+    element is it); with it, the loss is ``loss_fn(model(*args, **kwargs))``. The program keeps the
+    forward export's regions (HOP calls) and kept composites (single forward nodes); its backward
+    is made of the ops eager's autograd runs. Outputs: the forward's mutations, the loss
+    (``LOSS_OUTPUT``), the other outputs, then one gradient per parameter that requires grad
+    (``GRADIENT_TO_PARAMETER``) and per user input that requires grad (``GRADIENT_TO_USER_INPUT``)
+    the loss reaches. ``ep.module()`` runs one step: see docs/joint.md. ``target`` lowers forward
+    and backward into an :class:`~predispatch_func.OpSet`.
+    """
+    if optimizer is not None:
+        from .optimizer import export_joint_with_optimizer
+
+        return export_joint_with_optimizer(model, args, kwargs, loss_fn=loss_fn, optimizer=optimizer,
+                                           dynamic_shapes=dynamic_shapes, target=target, python_state=python_state,
+                                           composite_overrides=composite_overrides)
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    forward = export(training_step(model, loss_fn), args, kwargs, dynamic_shapes=dynamic_shapes, target=target,
+                     python_state=python_state, composite_overrides=composite_overrides)
+    return differentiate_program(forward, args, kwargs, target=target)
+
+
+def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, target: Any = None,
+                          loss_index: int | None = None) -> JointExportedProgram:
+    """The joint program of an exported forward whose user output ``loss_index`` (default: the
+    first) is the loss."""
+    sig = forward.graph_signature
+    placeholders = [n for n in forward.graph.nodes if n.op == "placeholder"]
+    user_inputs = iter(tc.pytree.tree_leaves((args, kwargs or {})))
+    wants_grad = []
+    for spec in sig.input_specs:
+        if spec.kind is InputKind.PARAMETER:
+            wants_grad.append(bool(forward.state_dict[spec.target].requires_grad))
+        elif spec.kind is InputKind.USER_INPUT:
+            value = next(user_inputs, None)
+            wants_grad.append(isinstance(value, torch.Tensor) and value.requires_grad and may_carry_grad(value))
+        else:
+            wants_grad.append(False)
+    n_mutations = sum(1 for s in sig.output_specs if s.kind.name.endswith("MUTATION"))
+    lowering = Lowering(target) if target is not None else None
+    joint = trace_joint(forward.graph_module, [n.meta["val"] for n in placeholders],
+                        loss_index=n_mutations + (loss_index or 0), wants_grad=wants_grad,
+                        decompositions=lowering.proxy_table() if lowering is not None else None)
+    gm = joint.graph_module
+    for node, named in zip((n for n in gm.graph.nodes if n.op == "placeholder"), placeholders):
+        tc.rename_node(node, named.name)
+    grad_sources = {n for n, w in zip((n for n in gm.graph.nodes if n.op == "placeholder"), wants_grad) if w}
+    outline_regions(gm, grad_enabled=True, grad_sources=grad_sources)
+    eliminate_dead_code(gm)
+    if lowering is not None:
+        lowering.check(gm)
+    node_meta.fill_missing(gm, type(forward.graph_module))
+    for _, sub in all_graph_modules(gm):
+        sub.recompile()
+    signature = joint_signature(gm, sig, joint.grad_of, loss_index=loss_index or 0)
+    entry = forward.module_call_graph[0].signature
+    call = ModuleCallSignature(inputs=[], outputs=[], in_spec=entry.in_spec, out_spec=entry.out_spec,
+                               forward_arg_names=entry.forward_arg_names)
+    with tc.exported_program_code_on_first_use():
+        ep = JointExportedProgram(
+            root=gm, graph=gm.graph, graph_signature=signature, state_dict=forward.state_dict,
+            range_constraints=forward.range_constraints, module_call_graph=[ModuleCallEntry(fqn="", signature=call)],
+            example_inputs=forward.example_inputs, constants=forward.constants)
+    facts = program_facts(forward.graph_module)
+    with_program_facts(ep.graph_module, ProgramFacts(
+        composite_decisions=facts.composite_decisions, grad_enabled_on_return=facts.grad_enabled_on_return,
+        ambient=facts.ambient, input_layouts=dict(facts.input_layouts)))
+    ep.recomputed_in_backward = joint.recomputed  # type: ignore[attr-defined]
+    return ep
+
+
+__all__ = ["differentiate_program", "export_joint"]
