@@ -8,7 +8,7 @@ from .aot import aot_export_module
 from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
 from .export import FunctionalExportedProgram, export, functionalize, load
-from .joint import JointError, JointExportedProgram, JointProblem, export_joint
+from .joint import JointError, JointExportedProgram, JointProblem, export_joint, verify_joint
 from .opsets import OpSet
 from .program.input_check import InputError
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
@@ -35,6 +35,7 @@ __all__ = [
     "functionalize",
     "replay_against_eager",
     "verify",
+    "verify_joint",
 ]
 
 

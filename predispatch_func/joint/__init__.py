@@ -9,5 +9,6 @@ signature.py, program.py (the program and its one-step module), verify.py.
 from .errors import JointError, JointProblem
 from .export import differentiate_program, export_joint
 from .program import JointExportedProgram
+from .verify import verify_joint
 
-__all__ = ["JointError", "JointExportedProgram", "JointProblem", "differentiate_program", "export_joint"]
+__all__ = ["JointError", "JointExportedProgram", "JointProblem", "differentiate_program", "export_joint", "verify_joint"]

@@ -27,6 +27,7 @@ from ..errors import user_line_of_recorded
 from ..hop.fakes import fresh_like
 from ..hop.ops import _carry, pf_autocast_region, pf_grad_region
 from .errors import JointError, JointProblem
+from .extensions import replay_extension
 from .saved_values import ForwardCall, SavedValues
 
 _KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "seq_nr", "custom")
@@ -71,6 +72,9 @@ class _ForwardReplay(torch.fx.Interpreter):
             with torch.autocast(device, dtype, enabled, cache):
                 outs = tuple(_ForwardReplay(body, self._saved, self._tracer).run(*operands))
             return _carry(tuple(operands), outs, tuple(identity_of))
+        replayed, result = replay_extension(target, args)
+        if replayed:
+            return result
         self._saved.call = ForwardCall(lambda: target(*args, **kwargs), where=_where(self._node))
         try:
             return target(*args, **kwargs)

@@ -83,6 +83,7 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     gm = joint.graph_module
     for node, named in zip((n for n in gm.graph.nodes if n.op == "placeholder"), placeholders):
         tc.rename_node(node, named.name)
+        node.target = node.name
     grad_sources = {n for n, w in zip((n for n in gm.graph.nodes if n.op == "placeholder"), wants_grad) if w}
     outline_regions(gm, grad_enabled=True, grad_sources=grad_sources)
     eliminate_dead_code(gm)

@@ -26,7 +26,7 @@ from ..program.signature import argument
 def joint_signature(gm: torch.fx.GraphModule, forward: ExportGraphSignature, grad_of: tuple[int, ...],
                     *, loss_index: int = 0) -> ExportGraphSignature:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    outputs = list(gm.graph.output_node().args[0])
+    outputs = list(gm.graph.output_node().args[0])  # type: ignore[arg-type]
     input_specs = [InputSpec(s.kind, argument(node) if isinstance(s.arg, TensorArgument) else s.arg, s.target,
                              s.persistent)
                    for s, node in zip(forward.input_specs, placeholders)]
@@ -40,9 +40,9 @@ def joint_signature(gm: torch.fx.GraphModule, forward: ExportGraphSignature, gra
             users += 1
         output_specs.append(OutputSpec(kind, argument(node), spec.target))
     for index, node in zip(grad_of, outputs[n_forward:]):
-        spec = forward.input_specs[index]
-        if spec.kind is InputKind.PARAMETER:
-            output_specs.append(OutputSpec(OutputKind.GRADIENT_TO_PARAMETER, argument(node), spec.target))
+        source = forward.input_specs[index]
+        if source.kind is InputKind.PARAMETER:
+            output_specs.append(OutputSpec(OutputKind.GRADIENT_TO_PARAMETER, argument(node), source.target))
         else:
             output_specs.append(OutputSpec(OutputKind.GRADIENT_TO_USER_INPUT, argument(node),
                                            placeholders[index].name))

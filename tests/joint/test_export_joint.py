@@ -1,0 +1,166 @@
+"""export_joint: one functional program for forward, loss and backward, replayed against eager steps."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from expecttest import TestCase
+from torch.export.graph_signature import OutputKind
+
+import predispatch_func as pf
+from tests.joint.cases import CASES, REGION_CASES
+from tests.joint.oracle import export_joint_checked, forward_targets, region_calls
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_joint_program_equals_eager_over_two_steps(name):
+    model, args, kwargs, loss_fn = CASES[name].build()
+    eager, eager_args = copy.deepcopy(model), copy.deepcopy(args)
+    out = eager(*eager_args, **kwargs)
+    (loss_fn(out) if loss_fn is not None else out[0] if isinstance(out, tuple) else out).backward()
+    ep = export_joint_checked(model, args, kwargs, loss_fn=loss_fn)
+    kinds = [s.kind for s in ep.graph_signature.output_specs]
+    assert kinds.count(OutputKind.LOSS_OUTPUT) == 1
+    # one gradient output per leaf eager's backward reaches (a frozen or unused one gets none)
+    assert kinds.count(OutputKind.GRADIENT_TO_PARAMETER) == sum(p.grad is not None for p in eager.parameters())
+    assert kinds.count(OutputKind.GRADIENT_TO_USER_INPUT) == sum(
+        isinstance(a, torch.Tensor) and a.grad is not None for a in torch.utils._pytree.tree_leaves(eager_args))
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if CASES[n].kept])
+def test_kept_composites_stay_one_forward_node(name):
+    model, args, kwargs, loss_fn = CASES[name].build()
+    forward = pf.export(copy.deepcopy(model), args, kwargs) if loss_fn is None else None
+    ep = pf.export_joint(model, args, kwargs, loss_fn=loss_fn)
+    targets = forward_targets(ep)
+    for op in CASES[name].kept:
+        assert op in targets, f"{op} is not one node of the joint program"
+        if forward is not None:  # as many calls as the forward program has: none decomposed, none added
+            assert targets.count(op) == forward_targets(forward).count(op), op
+
+
+@pytest.mark.parametrize("name", REGION_CASES)
+def test_regions_stay_region_hops(name):
+    model, args, kwargs, loss_fn = CASES[name].build()
+    forward = pf.export(copy.deepcopy(model), args, kwargs)
+    ep = pf.export_joint(model, args, kwargs, loss_fn=loss_fn)
+    assert len(region_calls(forward)) > 0
+    # the same regions, same modes, same order (identity_of is empty in a joint program: its
+    # gradients are outputs, not autograd edges for ep.module() to follow)
+    assert [_mode_args(n) for n in region_calls(ep)] == [_mode_args(n) for n in region_calls(forward)]
+
+
+def _mode_args(call):
+    return call.args[:1] if call.target.__name__ == "pf_grad_region" else call.args[:3]
+
+
+class TestJointGraphs(TestCase):
+    def test_layer_norm_backward_is_eagers_op_with_mean_and_rstd_recomputed(self):
+        model, args, kwargs, loss_fn = CASES["layernorm_gelu_softmax_with_loss_fn"].build()
+        ep = pf.export_joint(model, args, kwargs, loss_fn=loss_fn)
+        targets = forward_targets(ep)
+        self.assertEqual(targets.count("aten.layer_norm.default"), 1)
+        self.assertEqual(targets.count("aten.native_layer_norm_backward.default"), 1)
+        self.assertEqual(targets.count("aten.gelu_backward.default"), 1)
+        self.assertEqual(targets.count("aten._softmax_backward_data.default"), 1)
+        # mean and rstd: one recomputation in the backward; softmax's saved output is its forward node
+        self.assertEqual(targets.count("aten.native_layer_norm.default"), 1)
+        self.assertEqual(targets.count("aten._softmax.default"), 0)
+
+    def test_autocast_backward_runs_in_bf16_with_casts_explicit(self):
+        model, args, kwargs, loss_fn = CASES["autocast_bf16_block"].build()
+        ep = pf.export_joint(model, args, kwargs, loss_fn=loss_fn)
+        top = ep.graph_module.graph
+        bf16_mm = [n for n in top.nodes if n.target is torch.ops.aten.mm.default
+                   and n.meta["val"].dtype is torch.bfloat16]
+        self.assertGreaterEqual(len(bf16_mm), 2)  # weight and input gradients of the bf16 matmuls
+        casts = [n for n in top.nodes if n.target is torch.ops.aten._to_copy.default
+                 and n.kwargs.get("dtype") is torch.bfloat16]
+        self.assertGreaterEqual(len(casts), 1)  # autocast's casts, recomputed for the backward
+
+    def test_no_grad_region_contributes_nothing_to_the_backward(self):
+        model, args, kwargs, loss_fn = CASES["no_grad_ema_buffer_update"].build()
+        ep = pf.export_joint(model, args, kwargs, loss_fn=loss_fn)
+        (region,) = region_calls(ep)
+        body = getattr(ep.graph_module, region.args[2].target)
+        self.assertEqual([str(n.target) for n in body.graph.nodes if n.op == "call_function"],
+                         ["aten.mul.Tensor", "aten.mean.dim", "aten.add.Tensor"])
+
+    def test_signature_and_graph_of_a_linear_model(self):
+        class Lin(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(3, 2)
+
+            def forward(self, x):
+                return self.fc(x).sum()
+
+        torch.manual_seed(0)
+        ep = export_joint_checked(Lin(), (torch.randn(4, 3, requires_grad=True),))
+        self.assertExpectedInline(str(ep.graph_signature).strip(), """\
+# inputs
+p_fc_weight: PARAMETER target='fc.weight'
+p_fc_bias: PARAMETER target='fc.bias'
+x: USER_INPUT
+
+# outputs
+sum_1: LOSS_OUTPUT
+t_4: GRADIENT_TO_PARAMETER target='fc.weight'
+view: GRADIENT_TO_PARAMETER target='fc.bias'
+mm: GRADIENT_TO_USER_INPUT target='x'""")
+        self.assertExpectedInline(ep.graph_module.code.strip(), """\
+def forward(self, p_fc_weight, p_fc_bias, x):
+    linear = torch.ops.aten.linear.default(x, p_fc_weight, p_fc_bias);  p_fc_bias = None
+    sum_1 = torch.ops.aten.sum.default(linear);  linear = None
+    ones_like = torch.ops.aten.ones_like.default(sum_1, pin_memory = False, memory_format = torch.preserve_format)
+    expand = torch.ops.aten.expand.default(ones_like, [4, 2]);  ones_like = None
+    t = torch.ops.aten.t.default(p_fc_weight);  p_fc_weight = None
+    t_1 = torch.ops.aten.t.default(t);  t = None
+    mm = torch.ops.aten.mm.default(expand, t_1);  t_1 = None
+    t_2 = torch.ops.aten.t.default(expand)
+    mm_1 = torch.ops.aten.mm.default(t_2, x);  t_2 = x = None
+    t_3 = torch.ops.aten.t.default(mm_1);  mm_1 = None
+    sum_2 = torch.ops.aten.sum.dim_IntList(expand, [0], True);  expand = None
+    view = torch.ops.aten.view.default(sum_2, [2]);  sum_2 = None
+    t_4 = torch.ops.aten.t.default(t_3);  t_3 = None
+    return (sum_1, t_4, view, mm)""")
+
+    def test_module_accumulates_gradients_as_eager(self):
+        model, args, kwargs, loss_fn = CASES["plain_mlp"].build()
+        eager = copy.deepcopy(model)
+        step = pf.export_joint(model, args, kwargs).module()
+        for _ in range(3):
+            eager(*args).backward()
+            loss = step(*args)[0]
+        self.assertIsNone(loss.grad_fn)
+        for (name, p), q in zip(eager.named_parameters(), step.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5, msg=name)
+
+    def test_dropout_draws_eagers_mask_from_the_same_seed(self):
+        """RNG: the program draws in the forward, in eager's order, from the global generator;
+        with the same seed its mask is eager's (a different seed gives another loss)."""
+        model, args, kwargs, loss_fn = CASES["dropout_train"].build()
+        eager = copy.deepcopy(model)
+        step = pf.export_joint(model, args, kwargs).module()
+        torch.manual_seed(7)
+        e = eager(*args)
+        torch.manual_seed(7)
+        p = step(*args)[0]
+        torch.manual_seed(8)
+        other = step(*args)[0]
+        torch.testing.assert_close(e.detach(), p)
+        self.assertFalse(torch.allclose(p, other))
+
+    def test_program_saves_and_loads(self):
+        import io
+
+        model, args, kwargs, loss_fn = CASES["issue_41_repro"].build()
+        ep = pf.export_joint(model, args, kwargs, loss_fn=loss_fn)
+        buffer = io.BytesIO()
+        torch.export.save(ep, buffer)
+        buffer.seek(0)
+        loaded = torch.export.load(buffer)
+        self.assertEqual([s.kind for s in loaded.graph_signature.output_specs],
+                         [s.kind for s in ep.graph_signature.output_specs])
