@@ -17,7 +17,7 @@ graph values by :mod:`.saved_values`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -41,6 +41,11 @@ class JointTrace:
     n_forward_outputs: int
     grad_of: tuple[int, ...]  # placeholder index of each gradient output, in output order
     recomputed: tuple[str, ...]  # forward calls the backward recomputes (saved_values.py)
+    n_writes: int = 0  # values ``after_backward`` wrote, returned after the forward's mutations
+
+
+# (forward inputs, gradient by input index, extra inputs) -> new values to write
+AfterBackward = Callable[[Sequence[Any], dict[int, Any], Sequence[Any]], list[Any]]
 
 
 class _ForwardReplay(torch.fx.Interpreter):
@@ -101,14 +106,20 @@ def _copy_meta(source: torch.fx.Node, graph: torch.fx.Graph, after: torch.fx.Nod
 
 
 def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_index: int,
-                wants_grad: Sequence[bool], decompositions: dict | None = None) -> JointTrace:
+                wants_grad: Sequence[bool], decompositions: dict | None = None, n_mutations: int = 0,
+                extra_inputs: Sequence[Any] = (), after_backward: AfterBackward | None = None) -> JointTrace:
     """Trace ``forward`` (over ``inputs``, fakes) and the gradients of its output ``loss_index``
-    with respect to each input flagged in ``wants_grad``."""
+    with respect to each input flagged in ``wants_grad``.
+
+    ``after_backward`` (an optimizer step, optimizer.py) runs after the backward, over the
+    gradients and ``extra_inputs`` (placeholders after the forward's; the caller moves them);
+    the values it returns are outputs right after the forward's ``n_mutations`` mutations."""
     state: dict[str, Any] = {}
     n_forward_outputs = len(next(n for n in reversed(forward.graph.nodes) if n.op == "output").args[0])
     asked = [i for i, w in enumerate(wants_grad) if w]
 
-    def joint(*flat: Any) -> tuple:
+    def joint(*everything: Any) -> tuple:
+        flat, extras = everything[:len(inputs)], everything[len(inputs):]
         mode = tc.pre_dispatch_proxy_mode()
         saved = SavedValues(mode.tracer)
         with saved.hooks():
@@ -119,7 +130,11 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
             grads = torch.autograd.grad(loss, [flat[i] for i in asked], allow_unused=True)
         state["grad_of"] = tuple(i for i, g in zip(asked, grads) if g is not None)
         state["recomputed"] = tuple(saved.recomputed_calls)
-        return (*outs, *(g for g in grads if g is not None))
+        writes = []
+        if after_backward is not None:
+            writes = after_backward(flat, {i: g for i, g in zip(asked, grads) if g is not None}, extras)
+        state["n_writes"] = len(writes)
+        return (*outs[:n_mutations], *writes, *outs[n_mutations:], *(g for g in grads if g is not None))
 
     fake_mode = tc.fake_mode_of([t for t in inputs if isinstance(t, torch.Tensor)])
     fresh = [fresh_like(t).requires_grad_(w) if isinstance(t, torch.Tensor) else t
@@ -127,8 +142,8 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     tracer = tc.make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="real", pre_dispatch=True,
                         record_stack_traces=True)
     with fake_mode:
-        gm = tracer(*fresh)
-    return JointTrace(gm, n_forward_outputs, state["grad_of"], state["recomputed"])
+        gm = tracer(*fresh, *(fake_mode.from_tensor(t) for t in extra_inputs))
+    return JointTrace(gm, n_forward_outputs, state["grad_of"], state["recomputed"], state["n_writes"])
 
 
 def _check_loss(forward: torch.fx.GraphModule, loss: Any, index: int) -> None:

@@ -28,6 +28,7 @@ from ..program import node_meta
 from ..program.graph_cleanup import eliminate_dead_code
 from .differentiate import trace_joint
 from .loss import training_step
+from .optimizer import OptimizerInTrace, OptimizerPlan, plan_for
 from .program import JointExportedProgram
 from .signature import joint_signature
 
@@ -47,22 +48,18 @@ def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None
     the loss reaches. ``ep.module()`` runs one step: see docs/joint.md. ``target`` lowers forward
     and backward into an :class:`~predispatch_func.OpSet`.
     """
-    if optimizer is not None:
-        from .optimizer import export_joint_with_optimizer
-
-        return export_joint_with_optimizer(model, args, kwargs, loss_fn=loss_fn, optimizer=optimizer,
-                                           dynamic_shapes=dynamic_shapes, target=target, python_state=python_state,
-                                           composite_overrides=composite_overrides)
+    plan = plan_for(optimizer, model) if optimizer is not None else None
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     forward = export(training_step(model, loss_fn), args, kwargs, dynamic_shapes=dynamic_shapes, target=target,
                      python_state=python_state, composite_overrides=composite_overrides)
-    return differentiate_program(forward, args, kwargs, target=target)
+    return differentiate_program(forward, args, kwargs, target=target, optimizer=plan)
 
 
 def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, target: Any = None,
-                          loss_index: int | None = None) -> JointExportedProgram:
+                          loss_index: int | None = None, optimizer: OptimizerPlan | None = None
+                          ) -> JointExportedProgram:
     """The joint program of an exported forward whose user output ``loss_index`` (default: the
-    first) is the loss."""
+    first) is the loss; with ``optimizer`` (a plan, optimizer.py), the update after the backward."""
     sig = forward.graph_signature
     placeholders = [n for n in forward.graph.nodes if n.op == "placeholder"]
     user_inputs = iter(tc.pytree.tree_leaves((args, kwargs or {})))
@@ -77,14 +74,20 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
             wants_grad.append(False)
     n_mutations = sum(1 for s in sig.output_specs if s.kind.name.endswith("MUTATION"))
     lowering = Lowering(target) if target is not None else None
+    update = OptimizerInTrace(optimizer, sig.input_specs) if optimizer is not None else None
     joint = trace_joint(forward.graph_module, [n.meta["val"] for n in placeholders],
                         loss_index=n_mutations + (loss_index or 0), wants_grad=wants_grad,
-                        decompositions=lowering.proxy_table() if lowering is not None else None)
+                        decompositions=lowering.proxy_table() if lowering is not None else None,
+                        n_mutations=n_mutations, extra_inputs=list(optimizer.initial.values()) if optimizer else (),
+                        after_backward=update)
     gm = joint.graph_module
-    for node, named in zip((n for n in gm.graph.nodes if n.op == "placeholder"), placeholders):
+    traced = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, named in zip(traced, placeholders):
         tc.rename_node(node, named.name)
         node.target = node.name
-    grad_sources = {n for n, w in zip((n for n in gm.graph.nodes if n.op == "placeholder"), wants_grad) if w}
+    grad_sources = {n for n, w in zip(traced, wants_grad) if w}
+    if optimizer is not None:
+        _place_state_inputs(gm, traced[len(placeholders):], list(optimizer.initial), sig)
     outline_regions(gm, grad_enabled=True, grad_sources=grad_sources)
     eliminate_dead_code(gm)
     if lowering is not None:
@@ -92,13 +95,16 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     node_meta.fill_missing(gm, type(forward.graph_module))
     for _, sub in all_graph_modules(gm):
         sub.recompile()
-    signature = joint_signature(gm, sig, joint.grad_of, loss_index=loss_index or 0)
+    signature = joint_signature(gm, sig, joint.grad_of, loss_index=loss_index or 0,
+                                state_buffers=list(optimizer.initial) if optimizer else (),
+                                writes=update.writes if update is not None else ())
+    state_dict = {**forward.state_dict, **(optimizer.initial if optimizer else {})}
     entry = forward.module_call_graph[0].signature
     call = ModuleCallSignature(inputs=[], outputs=[], in_spec=entry.in_spec, out_spec=entry.out_spec,
                                forward_arg_names=entry.forward_arg_names)
     with tc.exported_program_code_on_first_use():
         ep = JointExportedProgram(
-            root=gm, graph=gm.graph, graph_signature=signature, state_dict=forward.state_dict,
+            root=gm, graph=gm.graph, graph_signature=signature, state_dict=state_dict,
             range_constraints=forward.range_constraints, module_call_graph=[ModuleCallEntry(fqn="", signature=call)],
             example_inputs=forward.example_inputs, constants=forward.constants)
     facts = program_facts(forward.graph_module)
@@ -106,7 +112,22 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
         composite_decisions=facts.composite_decisions, grad_enabled_on_return=facts.grad_enabled_on_return,
         ambient=facts.ambient, input_layouts=dict(facts.input_layouts)))
     ep.recomputed_in_backward = joint.recomputed  # type: ignore[attr-defined]
+    ep.optimizer_plan = optimizer  # type: ignore[attr-defined]
     return ep
+
+
+def _place_state_inputs(gm: torch.fx.GraphModule, state: list[torch.fx.Node], names: list[str],
+                        forward: Any) -> None:
+    """The optimizer's state placeholders, named as torch names buffers, after the forward's
+    buffers and before the user inputs (torch's placeholder order)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder" and n not in state]
+    kinds = [s.kind for s in forward.input_specs]
+    first_user = next((n for n, k in zip(placeholders, kinds) if k is InputKind.USER_INPUT), None)
+    for node, name in zip(state, names):
+        tc.rename_node(node, "b_" + name.replace(".", "_"))
+        node.target = node.name
+        if first_user is not None:
+            first_user.prepend(node)
 
 
 __all__ = ["differentiate_program", "export_joint"]

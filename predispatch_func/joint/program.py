@@ -38,6 +38,10 @@ class TrainingStepModule(torch.nn.Module):
         entry = ep.module_call_graph[0].signature
         self._in_spec, self._out_spec = entry.in_spec, entry.out_spec
         self._constants = dict(ep.constants)
+        # with the optimizer step in the program, each step's gradient replaces .grad (eager's
+        # zero_grad(); backward(); step()); without it gradients accumulate as eager's backward
+        self._steps_optimizer = any(kind is InputKind.BUFFER and str(target).startswith("optim.group")
+                                    for kind, target in self._inputs)
         for kind, target in self._inputs:
             if kind is InputKind.PARAMETER:
                 _register(self, target, torch.nn.Parameter(ep.state_dict[target].detach().clone(),
@@ -67,15 +71,28 @@ class TrainingStepModule(torch.nn.Module):
         for (kind, target), value in zip(self._outputs, outs):
             if kind is OutputKind.BUFFER_MUTATION:
                 write_back(self.get_buffer(target), value)
+            elif kind is OutputKind.PARAMETER_MUTATION:
+                write_back(self.get_parameter(target), value)
             elif kind is OutputKind.USER_INPUT_MUTATION:
                 write_back(by_name[target], value)
             elif kind is OutputKind.GRADIENT_TO_PARAMETER:
-                accumulate_grad(self.get_parameter(target), value)
+                parameter = self.get_parameter(target)
+                if self._steps_optimizer:
+                    parameter.grad = None
+                accumulate_grad(parameter, value)
             elif kind is OutputKind.GRADIENT_TO_USER_INPUT:
                 accumulate_grad(by_name[target], value)
             elif kind in (OutputKind.LOSS_OUTPUT, OutputKind.USER_OUTPUT):
                 results.append(value)
         return tc.pytree.tree_unflatten(results, self._out_spec)
+
+    def set_lr(self, lr: float, group: int = 0) -> None:
+        """The learning rate of optimizer group ``group`` for the next steps (a scheduler's job)."""
+        self.get_buffer(f"optim.group{group}.lr").fill_(lr)
+
+    def optimizer_state(self, parameter: str, key: str) -> torch.Tensor:
+        """The optimizer's state ``key`` (torch's name: ``exp_avg``, ``momentum_buffer``, ...) of ``parameter``."""
+        return self.get_buffer(f"optim.{parameter}.{key}")
 
 
 def _names(inputs: list[tuple[InputKind, Any]], user_names: list[str]) -> list[str]:

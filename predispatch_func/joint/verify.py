@@ -38,19 +38,20 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
         report.problems += [f"{where}: node {node.format_node()} is not in the target op set"
                             for where, node in Lowering(target).outside(ep.graph_module)]
     eager = copy.deepcopy(model)
-    eager_optimizer = _optimizer_over(optimizer, model, eager) if optimizer is not None else None
+    eager_optimizer = _optimizer_over(optimizer, ep, eager) if optimizer is not None else None
     program = ep.module()
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     for step in range(calls):
         e_args, e_kwargs = _fresh((args, kwargs or {}))
         p_args, p_kwargs = _fresh((args, kwargs or {}))
+        if eager_optimizer is not None:
+            eager_optimizer.zero_grad(set_to_none=True)
         torch.manual_seed(seed + step)
         e_out = eager(*e_args, **e_kwargs)
         e_loss, e_rest = (loss_fn(e_out), e_out) if loss_fn is not None else _split(e_out)
         e_loss.backward()
         if eager_optimizer is not None:
             eager_optimizer.step()
-            eager_optimizer.zero_grad(set_to_none=True)
         torch.manual_seed(seed + step)
         p_loss, *p_rest = program(*p_args, **p_kwargs)
         where = f"step {step + 1}"
@@ -91,14 +92,15 @@ def _fresh(value: Any) -> Any:
     return tc.pytree.tree_map_only(torch.Tensor, one, value)
 
 
-def _optimizer_over(optimizer: Any, model: torch.nn.Module, copy_of_model: torch.nn.Module) -> Any:
-    """``optimizer``'s twin over ``copy_of_model``'s parameters, with its hyperparameters and state."""
-    by_id = {id(p): name for name, p in model.named_parameters()}
-    twin_params = dict(copy_of_model.named_parameters())
+def _optimizer_over(optimizer: Any, ep: Any, copy_of_model: torch.nn.Module) -> Any:
+    """``optimizer``'s twin over ``copy_of_model``'s parameters (named as the program's plan names
+    them, group by group), with its hyperparameters and state."""
+    twin_params = dict(copy_of_model.named_parameters(remove_duplicate=False))
+    names = [[u.name for u in ep.optimizer_plan.updates if u.group == g] for g in range(len(optimizer.param_groups))]
     groups = []
-    for group in optimizer.param_groups:
+    for group, group_names in zip(optimizer.param_groups, names):
         groups.append({**{k: v for k, v in group.items() if k != "params"},
-                       "params": [twin_params[by_id[id(p)]] for p in group["params"]]})
+                       "params": [twin_params[name] for name in group_names]})
     twin = type(optimizer)(groups, **{k: v for k, v in optimizer.defaults.items()
                                       if k not in groups[0]})
     state = optimizer.state_dict()
@@ -117,7 +119,7 @@ def _compare_optimizer_state(where: str, eager: torch.nn.Module, optimizer: Any,
         name = names[id(p)]
         for key, value in state.items():
             if isinstance(value, torch.Tensor):
-                mine = held(name, key)
+                mine = held(name, key).to(value.dtype)
                 _compare(f"{where}: optimizer state {name}.{key}", value, mine, rtol, atol, problems)
 
 

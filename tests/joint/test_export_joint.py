@@ -164,3 +164,67 @@ def forward(self, p_fc_weight, p_fc_bias, x):
         loaded = torch.export.load(buffer)
         self.assertEqual([s.kind for s in loaded.graph_signature.output_specs],
                          [s.kind for s in ep.graph_signature.output_specs])
+
+
+OPTIMIZERS = {
+    "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=False),
+    "sgd_nesterov_foreach": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01,
+                                                       foreach=True),
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=False),
+    "adamw_foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=True),
+    "adam_amsgrad_l2": lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.1, amsgrad=True),
+}
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+@pytest.mark.parametrize("name", ["plain_mlp", "issue_41_repro", "batchnorm_training_running_stats",
+                                  "nested_regions"])
+def test_three_optimizer_steps_equal_eager(name, optimizer):
+    model, args, kwargs, loss_fn = CASES[name].build()
+    ep = export_joint_checked(model, args, kwargs, loss_fn=loss_fn, optimizer=OPTIMIZERS[optimizer](
+        model.parameters()), calls=3)
+    kinds = {s.kind for s in ep.graph_signature.output_specs}
+    assert OutputKind.PARAMETER_MUTATION in kinds
+
+
+def test_optimizer_with_state_continues_and_learning_rate_is_an_input():
+    model, args, kwargs, loss_fn = CASES["plain_mlp"].build()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(2):  # state exists before export: the program starts from it
+        opt.zero_grad()
+        model(*args).backward()
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+    eager = copy.deepcopy(model)
+    ep = export_joint_checked(model, args, kwargs, optimizer=opt, calls=2)
+    eager_opt = torch.optim.AdamW(eager.parameters(), lr=1e-2)
+    eager_opt.load_state_dict(opt.state_dict())
+    step = ep.module()
+    for lr in (1e-2, 3e-3):  # a scheduler changes lr between steps, no re-export
+        step.set_lr(lr)
+        for group in eager_opt.param_groups:
+            group["lr"] = lr
+        eager_opt.zero_grad()
+        eager(*args).backward()
+        eager_opt.step()
+        step(*args)
+    for (name, p), q in zip(eager.named_parameters(), step.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_verify_joint_catches_a_wrong_gradient():
+    model, args, kwargs, loss_fn = CASES["plain_mlp"].build()
+    reference = copy.deepcopy(model)
+    ep = pf.export_joint(model, args, kwargs)
+    assert pf.verify_joint(ep, reference, args, kwargs).ok
+    output = ep.graph_module.graph.output_node()
+    grads = [i for i, s in enumerate(ep.graph_signature.output_specs) if s.kind is OutputKind.GRADIENT_TO_PARAMETER]
+    with ep.graph_module.graph.inserting_before(output):
+        doubled = ep.graph_module.graph.call_function(torch.ops.aten.mul.Tensor, (output.args[0][grads[0]], 2.0))
+    values = list(output.args[0])
+    values[grads[0]] = doubled
+    output.args = (tuple(values),)
+    ep.graph_signature.output_specs[grads[0]].arg.name = doubled.name
+    ep.graph_module.recompile()
+    report = pf.verify_joint(ep, reference, args, kwargs)
+    assert not report.ok and any(".grad" in p for p in report.problems), str(report)
