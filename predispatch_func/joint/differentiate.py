@@ -80,7 +80,7 @@ class _ForwardReplay(torch.fx.Interpreter):
         replayed, result = replay_extension(target, args)
         if replayed:
             return result
-        self._saved.call = ForwardCall(lambda: target(*args, **kwargs), where=_where(self._node))
+        self._saved.call = ForwardCall(lambda: target(*args, **kwargs), where=_where(self._node), op=target)
         try:
             return target(*args, **kwargs)
         finally:

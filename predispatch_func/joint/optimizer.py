@@ -78,7 +78,7 @@ def plan_for(optimizer: Any, model: torch.nn.Module) -> OptimizerPlan:
         raise JointError(f"export_joint: optimizer {type(optimizer).__qualname__} is not supported; the joint "
                          f"program carries {', '.join(_SUPPORTED)} (torch.optim)",
                          kind=JointProblem.UNSUPPORTED_OPTIMIZER)
-    names = {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
+    names = {id(p): name for name, p in model.named_parameters()}  # a tied weight: its first name, as the program
     hyper, updates, initial = [], [], {}
     for g, group in enumerate(optimizer.param_groups):
         for option in ("fused", "capturable", "differentiable"):

@@ -34,10 +34,11 @@ from .errors import JointError, JointProblem
 class ForwardCall:
     """One call of the forward graph: how to run it again, and what autograd saved of it."""
 
-    __slots__ = ("run", "grad_enabled", "autocast", "where", "saved_count", "_recomputed")
+    __slots__ = ("run", "op", "grad_enabled", "autocast", "where", "saved_count", "_recomputed")
 
-    def __init__(self, run: Callable[[], Any], where: str):
+    def __init__(self, run: Callable[[], Any], where: str, op: Any = None):
         self.run = run  # the op with its (traced) arguments
+        self.op = op
         self.grad_enabled = torch.is_grad_enabled()
         self.autocast = tc.autocast_state()
         self.where = where  # the forward node, for errors
@@ -53,9 +54,21 @@ class ForwardCall:
                 saved.append(t)
                 return t
 
+            before = len(tracer.graph.nodes)
             with tc.grad_mode_untraced(True), tc.autocast_state_as(self.autocast), \
                     torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), tc.recorded_below_autograd(tracer):
                 self.run()
+            drawn = [n for n in list(tracer.graph.nodes)[before:] if n.op == "call_function"
+                     and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())]
+            if drawn:  # recomputing would draw new random numbers: not the values the forward saved
+                error = JointError(
+                    f"the backward reads a value {self.where} computed from random numbers ({drawn[0].target}); "
+                    "recomputing it would draw others, and the joint program cannot carry them (decomposed, rrelu "
+                    "becomes rrelu_with_noise_functional, whose gradient torch computes from the noise before "
+                    "it is drawn). Use a deterministic op, or train this model eagerly",
+                    kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
+                error.op = self.op
+                raise error
             self._recomputed = saved
         return self._recomputed
 

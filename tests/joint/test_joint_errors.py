@@ -73,3 +73,12 @@ def test_refusals_leave_the_model_as_it_was():
         pf.export_joint(model, (torch.randn(2, 3),))
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_kept_composite_whose_saved_values_are_random_draws_is_refused():
+    """rrelu keeps its noise inside the kept node; recomputing it in the backward would draw new noise."""
+    model = _Returns(lambda y: torch.nn.functional.rrelu(y, training=True).sum())
+    with pytest.raises(JointError) as info:
+        pf.export_joint(model, (torch.randn(2, 3),))
+    assert info.value.kind is JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE
+    assert "aten.rrelu" in str(info.value) and "test_joint_errors.py" in str(info.value)
