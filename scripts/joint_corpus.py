@@ -26,11 +26,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore")
 
 import predispatch_func as pf  # noqa: E402
+from predispatch_func import _torch_compat as tc  # noqa: E402
 from tests.models.corpus import CASES, build  # noqa: E402
 
 
 def first_float_loss(out: Any) -> torch.Tensor:
-    leaf = next(t for t in torch.utils._pytree.tree_leaves(out)
+    leaf = next(t for t in tc.pytree.tree_leaves(out)
                 if isinstance(t, torch.Tensor) and t.dtype.is_floating_point)
     return leaf.float().pow(2).mean()
 

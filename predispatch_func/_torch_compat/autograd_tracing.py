@@ -80,3 +80,22 @@ def untracked_arguments_resolved(mode: Any, resolve: Callable[[torch.Tensor], No
         yield
     finally:
         del mode.__torch_dispatch__
+
+
+def torch_export_forward_backward(ep: Any, joint_loss_index: int = 0) -> Any:
+    """torch's joint program of an exported forward (``torch.export.experimental``), for comparisons."""
+    import torch.export.experimental as experimental
+
+    return experimental._export_forward_backward(ep, joint_loss_index=joint_loss_index)
+
+
+def torch_aot_export_joint_with_descriptors(mod: torch.nn.Module, args: tuple, kwargs: dict | None = None) -> Any:
+    """torch's ``aot_export_joint_with_descriptors`` (a fresh ExitStack, closed after): its joint
+    graph module, each placeholder's and output's descriptor in ``meta["desc"]``, for comparisons."""
+    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+
+    with contextlib.ExitStack() as stack:
+        return aot_export_joint_with_descriptors(stack, mod, args, kwargs or {}).graph_module
+
+
+__all__ += ["torch_export_forward_backward", "torch_aot_export_joint_with_descriptors"]

@@ -58,14 +58,12 @@ class ForwardCall:
             with tc.grad_mode_untraced(True), tc.autocast_state_as(self.autocast), \
                     torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), tc.recorded_below_autograd(tracer):
                 self.run()
-            drawn = [n for n in list(tracer.graph.nodes)[before:] if n.op == "call_function"
-                     and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())]
+            drawn = [n for n in list(tracer.graph.nodes)[before:] if _draws_random_numbers(n)]
             if drawn:  # recomputing would draw new random numbers: not the values the forward saved
                 error = JointError(
                     f"the backward reads a value {self.where} computed from random numbers ({drawn[0].target}); "
-                    "recomputing it would draw others, and the joint program cannot carry them (decomposed, rrelu "
-                    "becomes rrelu_with_noise_functional, whose gradient torch computes from the noise before "
-                    "it is drawn). Use a deterministic op, or train this model eagerly",
+                    "recomputing it would draw others, and the joint program cannot carry them (docs/joint.md). "
+                    "Use a deterministic op, or train this model eagerly",
                     kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
                 error.op = self.op
                 raise error
@@ -128,6 +126,20 @@ class SavedValues:
         known = self._by_layout.get(_layout_key(t))
         if known is not None:
             tc.track_as(self._tracer, t, known)
+
+
+def _draws_random_numbers(node: torch.fx.Node) -> bool:
+    """A recorded op tagged random, unless its dropout probability is 0 (torch 2.13 tags the CPU
+    flash-attention kernel random for its ``dropout_p``, which draws nothing at 0)."""
+    target = node.target
+    if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in getattr(target, "tags", ()):
+        return False
+    names = [a.name for a in tc.schema_of(target).arguments]
+    if "dropout_p" in names:
+        i = names.index("dropout_p")
+        p = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", 0.0)
+        return p != 0
+    return True
 
 
 def _layout_key(t: torch.Tensor) -> tuple:
