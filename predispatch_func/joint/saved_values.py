@@ -138,7 +138,7 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
     if "dropout_p" in names:
         i = names.index("dropout_p")
         p = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", 0.0)
-        return p != 0
+        return bool(p != 0)
     return True
 
 
