@@ -53,7 +53,7 @@ def export_joint_and_show(model: torch.nn.Module, args: tuple, kwargs: dict, ns:
     from ..opsets import OpSet
 
     reference = copy.deepcopy(model)
-    optimizer = None
+    optimizer: torch.optim.Optimizer | None = None
     if ns.optimizer == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=ns.lr, momentum=0.9)
     elif ns.optimizer == "adamw":
