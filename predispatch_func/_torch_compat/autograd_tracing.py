@@ -99,3 +99,14 @@ def torch_aot_export_joint_with_descriptors(mod: torch.nn.Module, args: tuple, k
 
 
 __all__ += ["torch_export_forward_backward", "torch_aot_export_joint_with_descriptors"]
+
+
+def leaf_gradient_hooks(t: torch.Tensor) -> tuple[list[Callable[..., Any]], int]:
+    """The hooks ``t.register_hook`` put on a leaf (run on its gradient), in order, and how many
+    ``register_post_accumulate_grad_hook`` hooks it has."""
+    hooks = list((t._backward_hooks or {}).values())
+    post = len(getattr(t, "_post_accumulate_grad_hooks", None) or {})
+    return hooks, post
+
+
+__all__ += ["leaf_gradient_hooks"]

@@ -107,13 +107,16 @@ def _copy_meta(source: torch.fx.Node, graph: torch.fx.Graph, after: torch.fx.Nod
 
 def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_index: int,
                 wants_grad: Sequence[bool], decompositions: dict | None = None, n_mutations: int = 0,
-                extra_inputs: Sequence[Any] = (), after_backward: AfterBackward | None = None) -> JointTrace:
+                extra_inputs: Sequence[Any] = (), after_backward: AfterBackward | None = None,
+                gradient_hooks: dict[int, list[Callable[..., Any]]] | None = None) -> JointTrace:
     """Trace ``forward`` (over ``inputs``, fakes) and the gradients of its output ``loss_index``
     with respect to each input flagged in ``wants_grad``.
 
     ``after_backward`` (an optimizer step, optimizer.py) runs after the backward, over the
     gradients and ``extra_inputs`` (placeholders after the forward's; the caller moves them);
-    the values it returns are outputs right after the forward's ``n_mutations`` mutations."""
+    the values it returns are outputs right after the forward's ``n_mutations`` mutations.
+    ``gradient_hooks``: per input index, the hooks the user registered on that leaf
+    (``p.register_hook``); they run on its gradient in the trace, as eager's engine runs them."""
     state: dict[str, Any] = {}
     n_forward_outputs = len(next(n for n in reversed(forward.graph.nodes) if n.op == "output").args[0])
     asked = [i for i, w in enumerate(wants_grad) if w]
@@ -139,6 +142,9 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     fake_mode = tc.fake_mode_of([t for t in inputs if isinstance(t, torch.Tensor)])
     fresh = [fresh_like(t).requires_grad_(w) if isinstance(t, torch.Tensor) else t
              for t, w in zip(inputs, wants_grad)]
+    for index, hooks in (gradient_hooks or {}).items():
+        for hook in hooks:
+            fresh[index].register_hook(hook)
     tracer = tc.make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="real", pre_dispatch=True,
                         record_stack_traces=True)
     with fake_mode:

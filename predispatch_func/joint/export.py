@@ -27,6 +27,7 @@ from ..opsets.lowering import Lowering
 from ..program import node_meta
 from ..program.graph_cleanup import eliminate_dead_code
 from .differentiate import trace_joint
+from .errors import JointError, JointProblem
 from .loss import training_step
 from .optimizer import OptimizerInTrace, OptimizerPlan, plan_for
 from .program import JointExportedProgram
@@ -64,9 +65,17 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     placeholders = [n for n in forward.graph.nodes if n.op == "placeholder"]
     user_inputs = iter(tc.pytree.tree_leaves((args, kwargs or {})))
     wants_grad = []
-    for spec in sig.input_specs:
+    hooks: dict[int, list[Any]] = {}
+    for index, spec in enumerate(sig.input_specs):
         if spec.kind is InputKind.PARAMETER:
-            wants_grad.append(bool(forward.state_dict[spec.target].requires_grad))
+            parameter = forward.state_dict[spec.target]
+            wants_grad.append(bool(parameter.requires_grad))
+            hooks[index], post = tc.leaf_gradient_hooks(parameter)
+            if post:
+                raise JointError(
+                    f"export_joint: parameter {spec.target!r} has a register_post_accumulate_grad_hook; the joint "
+                    "program returns gradients and accumulates none, so it cannot run it. Remove the hook (or "
+                    "run its work on ep.module()'s .grad after the step)", kind=JointProblem.UNSUPPORTED_HOOK)
         elif spec.kind is InputKind.USER_INPUT:
             value = next(user_inputs, None)
             wants_grad.append(isinstance(value, torch.Tensor) and value.requires_grad and may_carry_grad(value))
@@ -79,7 +88,7 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
                         loss_index=n_mutations + (loss_index or 0), wants_grad=wants_grad,
                         decompositions=lowering.proxy_table() if lowering is not None else None,
                         n_mutations=n_mutations, extra_inputs=list(optimizer.initial.values()) if optimizer else (),
-                        after_backward=update)
+                        after_backward=update, gradient_hooks={i: h for i, h in hooks.items() if h})
     gm = joint.graph_module
     traced = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, named in zip(traced, placeholders):

@@ -37,7 +37,7 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
         report.checked.append(f"membership in {target.name!r}")
         report.problems += [f"{where}: node {node.format_node()} is not in the target op set"
                             for where, node in Lowering(target).outside(ep.graph_module)]
-    eager = copy.deepcopy(model)
+    eager = copy_with_gradient_hooks(model)
     eager_optimizer = _optimizer_over(optimizer, ep, eager) if optimizer is not None else None
     program = ep.module()
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
@@ -77,6 +77,16 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
     if raise_on_failure and not report.ok:
         raise VerificationError(str(report))
     return report
+
+
+def copy_with_gradient_hooks(model: torch.nn.Module) -> torch.nn.Module:
+    """``copy.deepcopy(model)`` with the hooks its parameters carry (``register_hook``), which
+    deepcopy drops: the eager twin must run them as the program does."""
+    twin = copy.deepcopy(model)
+    for name, p in model.named_parameters():
+        for hook in tc.leaf_gradient_hooks(p)[0]:
+            twin.get_parameter(name).register_hook(hook)
+    return twin
 
 
 def _split(out: Any) -> tuple[torch.Tensor, list[Any]]:
@@ -140,4 +150,4 @@ def _compare(what: str, a: Any, b: Any, rtol: float, atol: float, problems: list
             problems.append(f"{what}: eager {x!r}, program {y!r}")
 
 
-__all__ = ["verify_joint"]
+__all__ = ["copy_with_gradient_hooks", "verify_joint"]

@@ -9,11 +9,12 @@ import torch
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
 from predispatch_func.hop.ops import REGION_HOPS
+from predispatch_func.joint.verify import copy_with_gradient_hooks
 
 
 def export_joint_checked(model, args, kwargs=None, *, loss_fn=None, optimizer=None, calls: int = 2, **kw):
     """Export a joint program and prove it: contract, ``calls`` steps equal eager, model/inputs/RNG unchanged."""
-    reference = copy.deepcopy(model)
+    reference = copy_with_gradient_hooks(model)
     optimizer_state = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
     before_inputs = copy.deepcopy((args, kwargs or {}))
     before_rng = torch.get_rng_state()

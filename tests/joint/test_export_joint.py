@@ -228,3 +228,18 @@ def test_verify_joint_catches_a_wrong_gradient():
     ep.graph_module.recompile()
     report = pf.verify_joint(ep, reference, args, kwargs)
     assert not report.ok and any(".grad" in p for p in report.problems), str(report)
+
+
+def test_hooks_registered_on_parameters_before_export_run_on_their_gradients():
+    model, args, kwargs, loss_fn = CASES["plain_mlp"].build()
+    model.fc1.weight.register_hook(lambda g: g * 3)
+    model.fc2.bias.register_hook(lambda g: g.clamp(-0.01, 0.01))
+    export_joint_checked(model, args, kwargs)
+
+
+def test_a_post_accumulate_grad_hook_is_refused():
+    model, args, kwargs, loss_fn = CASES["plain_mlp"].build()
+    model.fc1.weight.register_post_accumulate_grad_hook(lambda p: None)
+    with pytest.raises(pf.JointError) as info:
+        pf.export_joint(model, args, kwargs)
+    assert info.value.kind is pf.JointProblem.UNSUPPORTED_HOOK and "fc1.weight" in str(info.value)
