@@ -143,4 +143,6 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
 
 
 def _layout_key(t: torch.Tensor) -> tuple:
-    return (tc.StorageWeakRef(t.untyped_storage()), tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
+    """Storage, layout and dtype; sizes as text (a symbolic size is not hashable, its expression is)."""
+    return (tc.StorageWeakRef(t.untyped_storage()), str(tuple(t.shape)), str(tuple(t.stride())),
+            str(t.storage_offset()), t.dtype)

@@ -294,3 +294,66 @@ def attention_and_group_norm():
 REGION_CASES = ("no_grad_ema_buffer_update", "autocast_bf16_block", "nested_regions", "issue_41_repro",
                 "set_grad_enabled_as_call", "no_grad_decorator", "weight_clamped_under_no_grad",
                 "autocast_inside_no_grad_and_disabled_autocast")
+
+
+class _HookInForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h.register_hook(lambda g: g * 0.5)
+        return h.tanh().sum()
+
+
+@case("aten.linear.default")
+def tensor_hook_in_forward():
+    return _HookInForward(), (_x(2, 4, grad=True),), {}, None
+
+
+class _RequiresGradAndDetach(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        stats = x.mean(0, keepdim=True).requires_grad_()  # a new leaf: no gradient to x through it
+        h = self.fc(x - stats)
+        return (h * h.detach()).sum() + stats.sum()
+
+
+@case("aten.linear.default")
+def requires_grad_and_detach():
+    return _RequiresGradAndDetach(), (_x(3, 4),), {}, None
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        h = torch.utils.checkpoint.checkpoint(lambda t: torch.relu(self.a(t)), x, use_reentrant=False)
+        return self.b(h).sum()
+
+
+@case("aten.linear.default")
+def activation_checkpoint():
+    return _Checkpointed(), (_x(3, 4, grad=True),), {}, None
+
+
+class _DataWrite(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("seen", torch.zeros(4))
+
+    def forward(self, x):
+        self.seen.data = self.seen.data + x.detach().abs().mean(0)
+        return (self.fc(x) * self.seen).sum()
+
+
+@case("aten.linear.default")
+def data_write_to_buffer():
+    return _DataWrite(), (_x(3, 4),), {}, None

@@ -243,3 +243,13 @@ def test_a_post_accumulate_grad_hook_is_refused():
     with pytest.raises(pf.JointError) as info:
         pf.export_joint(model, args, kwargs)
     assert info.value.kind is pf.JointProblem.UNSUPPORTED_HOOK and "fc1.weight" in str(info.value)
+
+
+@pytest.mark.parametrize("name,label", [("plain_mlp", "y"), ("issue_41_repro", "labels")])
+def test_dynamic_batch_joint_program_equals_eager_at_other_sizes(name, label):
+    model, args, kwargs, loss_fn = CASES[name].build()
+    batch = torch.export.Dim("batch", min=2, max=64)
+    ep = export_joint_checked(model, args, kwargs, dynamic_shapes={"x": {0: batch}, label: {0: batch}})
+    model, args, kwargs, loss_fn = CASES[name].build()
+    bigger = tuple(torch.cat([a, a, a]) for a in args)
+    assert pf.verify_joint(ep, model, bigger, kwargs, calls=2).ok
