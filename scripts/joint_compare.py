@@ -68,6 +68,7 @@ def model_case(name: str) -> tuple[torch.nn.Module, tuple, dict, Any]:
 
 def eager_grads(model, args, kwargs, loss_fn) -> dict[str, torch.Tensor | None]:
     eager = copy.deepcopy(model)
+    torch.manual_seed(0)  # each program's check draws from the same seed (dropout)
     out = eager(*copy.deepcopy(args), **copy.deepcopy(kwargs))
     loss = loss_fn(out) if loss_fn is not None else (out[0] if isinstance(out, (tuple, list)) else out)
     loss.backward()
@@ -95,6 +96,7 @@ def ours(model, args, kwargs, loss_fn, expected) -> tuple[dict, Callable[[], Any
         return pf.export_joint(copy.deepcopy(model), args, kwargs, loss_fn=loss_fn)
     ep = run()
     step = ep.module()
+    torch.manual_seed(0)
     step(*copy.deepcopy(args), **copy.deepcopy(kwargs))
     right = all(_close(expected[n], step.get_parameter(n).grad) for n in expected)
     return {"grads_right": right, **graph_facts(ep.graph_module)}, run
@@ -109,6 +111,7 @@ def forward_backward(model, args, kwargs, loss_fn, expected) -> tuple[dict, Call
     users = iter(tc.pytree.tree_leaves((args, kwargs)))
     flat = [state[s.target] if s.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
             else next(users) for s in ep.graph_signature.input_specs]
+    torch.manual_seed(0)
     with torch.no_grad():
         outs = ep.graph_module(*[t.detach().clone() if isinstance(t, torch.Tensor) else t for t in flat])
     got = {s.target.removeprefix("model."): v for s, v in zip(ep.graph_signature.output_specs, outs)
@@ -141,6 +144,7 @@ def with_descriptors(model, args, kwargs, loss_fn, expected) -> tuple[dict, Call
             tangents.append(torch.ones((), dtype=torch.float32))
         else:
             raise RuntimeError(f"unknown input descriptor {desc!r}")
+    torch.manual_seed(0)
     with torch.no_grad():
         outs = _FlatOutputs(gm).flat(*primals, *tangents)
     got = {}

@@ -94,6 +94,8 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     for node, named in zip(traced, placeholders):
         tc.rename_node(node, named.name)
         node.target = node.name
+        if "val" not in node.meta and "val" in named.meta:  # a constant input (None, a flag)
+            node.meta["val"] = named.meta["val"]
     grad_sources = {n for n, w in zip(traced, wants_grad) if w}
     if optimizer is not None:
         _place_state_inputs(gm, traced[len(placeholders):], list(optimizer.initial), sig)
