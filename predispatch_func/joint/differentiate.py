@@ -145,9 +145,11 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     for index, hooks in (gradient_hooks or {}).items():
         for hook in hooks:
             fresh[index].register_hook(hook)
+    # no stack traces recorded: a forward node takes its forward node's (_copy_meta); a backward
+    # node's would point into autograd and this module, and extracting them was half the trace
     tracer = tc.make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="real", pre_dispatch=True,
-                        record_stack_traces=True)
-    with fake_mode:
+                        record_stack_traces=False)
+    with fake_mode, tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules():  # speed, as the forward trace
         gm = tracer(*fresh, *(fake_mode.from_tensor(t) for t in extra_inputs))
     return JointTrace(gm, n_forward_outputs, state["grad_of"], state["recomputed"], state["n_writes"])
 

@@ -20,12 +20,14 @@ from torch.export.graph_signature import InputKind
 from .. import _torch_compat as tc
 from ..artifacts import ProgramFacts, program_facts, with_program_facts
 from ..autograd_facts import may_carry_grad
+from ..errors import ExportError
 from ..export import export
 from ..graphs import all_graph_modules
 from ..hop import outline_regions
 from ..opsets.lowering import Lowering
 from ..program import node_meta
 from ..program.graph_cleanup import eliminate_dead_code
+from ..verify import check_contract
 from .differentiate import trace_joint
 from .errors import JointError, JointProblem
 from .loss import training_step
@@ -122,6 +124,10 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     with_program_facts(ep.graph_module, ProgramFacts(
         composite_decisions=facts.composite_decisions, grad_enabled_on_return=facts.grad_enabled_on_return,
         ambient=facts.ambient, input_layouts=dict(facts.input_layouts)))
+    contract = check_contract(ep)  # e.g. an in-place gradient accumulation the engine chose: never shipped
+    if not contract.ok:
+        raise ExportError(f"export_joint made a program that breaks the IR contract (a bug; please report it):\n"
+                          f"{contract}")
     ep.recomputed_in_backward = joint.recomputed  # type: ignore[attr-defined]
     ep.optimizer_plan = optimizer  # type: ignore[attr-defined]
     return ep
