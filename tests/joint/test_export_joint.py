@@ -266,3 +266,22 @@ def test_step_module_runs_under_torch_compile():
         torch.testing.assert_close(run(*args)[0], plain(*args)[0])
     for p, q in zip(plain.parameters(), compiled.parameters()):
         torch.testing.assert_close(p, q)
+
+
+def test_signature_equals_torchs_export_forward_backward_field_by_field():
+    """What ExecuTorch's training flow reads (torch's joint signature), on a model both get right:
+    the same input specs, the same output kinds in the same order, the same targets (torch names
+    a user input's gradient by its pre-export placeholder, ``arg*_1``: we use the input's name)."""
+    from predispatch_func import _torch_compat as tc
+
+    model, args, kwargs, loss_fn = CASES["no_grad_ema_buffer_update"].build()
+    x = args[0].detach().clone().requires_grad_()
+    ours = pf.export_joint(copy.deepcopy(model), (x,)).graph_signature
+    theirs = tc.torch_export_forward_backward(torch.export.export(copy.deepcopy(model), (x,))).graph_signature
+    assert [(s.kind, s.target, s.persistent) for s in ours.input_specs] == \
+        [(s.kind, s.target, s.persistent) for s in theirs.input_specs]
+    assert [s.kind for s in ours.output_specs] == [s.kind for s in theirs.output_specs]
+    assert [s.target for s in ours.output_specs if s.kind is not OutputKind.GRADIENT_TO_USER_INPUT] == \
+        [s.target for s in theirs.output_specs if s.kind is not OutputKind.GRADIENT_TO_USER_INPUT]
+    assert list(ours.backward_signature.gradients_to_parameters.values()) == \
+        list(theirs.backward_signature.gradients_to_parameters.values())
