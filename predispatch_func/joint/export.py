@@ -51,6 +51,11 @@ def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None
     the loss reaches. ``ep.module()`` runs one step: see docs/joint.md. ``target`` lowers forward
     and backward into an :class:`~predispatch_func.OpSet`.
     """
+    if isinstance(model, torch.fx.GraphModule):
+        raise JointError(
+            f"export_joint of a torch.fx.GraphModule ({type(model).__name__}, e.g. an ep.module()) is not supported "
+            "yet: its training step does not replay as eager's. Export the original nn.Module",
+            kind=JointProblem.UNSUPPORTED_MODEL)
     plan = plan_for(optimizer, model) if optimizer is not None else None
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     forward = export(training_step(model, loss_fn), args, kwargs, dynamic_shapes=dynamic_shapes, target=target,

@@ -9,7 +9,6 @@ differs; the model object itself is never touched.
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +22,10 @@ def training_step(model: torch.nn.Module, loss_fn: Callable[..., Any] | None) ->
     Without ``loss_fn`` the model returns the loss, or a tuple/list whose first element is it;
     with it, the loss is ``loss_fn(model(*args, **kwargs))`` and the model's output follows it.
     """
-    step = copy.copy(model)  # shares _parameters, _buffers and _modules with the model
+    # copy.copy's default (GraphModule overrides __copy__ to build a new one): the same class,
+    # a new object whose attributes are the model's (shares _parameters, _buffers and _modules)
+    step = type(model).__new__(type(model))
+    step.__dict__.update(model.__dict__)
     original = model.forward
 
     @functools.wraps(original)

@@ -82,3 +82,11 @@ def test_a_kept_composite_whose_saved_values_are_random_draws_is_refused():
         pf.export_joint(model, (torch.randn(2, 3),))
     assert info.value.kind is JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE
     assert "aten.rrelu" in str(info.value) and "test_joint_errors.py" in str(info.value)
+
+
+def test_an_fx_graph_module_is_refused():
+    model = _Returns(lambda y: y.sum())
+    module = pf.export(model, (torch.randn(2, 3),)).module()
+    with pytest.raises(JointError) as info:
+        pf.export_joint(module, (torch.randn(2, 3),))
+    assert info.value.kind is JointProblem.UNSUPPORTED_MODEL
