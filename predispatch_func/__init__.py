@@ -4,11 +4,11 @@ See ``export`` (the entry point), ``aot_export_module`` (the layer under it)
 and ``verify`` (contract checks and replay against eager).
 """
 
-from .aot import aot_export_module
 from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
 from .export import FunctionalExportedProgram, export, functionalize, load
 from .joint import JointError, JointExportedProgram, JointProblem, export_joint, verify_joint
+from .joint.aot import aot_export_module
 from .opsets import OpSet
 from .program.input_check import InputError
 from .verify import VerifyReport, check_contract, replay_against_eager, verify

@@ -48,8 +48,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
                       target: Any = None, python_state: str = "error",
                       preserve_module_call_signature: tuple[str, ...] = (),
                       prefer_deferred_runtime_asserts_over_guards: bool = False,
-                      trace_joint: bool = False, output_loss_index: int | None = None,
-                      ) -> tuple[torch.fx.GraphModule, Any]:
+                      ) -> tuple[torch.fx.GraphModule, AotSignature]:
     """Trace ``mod`` into a functional graph over lifted state and flat user inputs.
 
     ``python_state="warn"`` turns the refusal of Python-level changes the program
@@ -64,16 +63,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     ``prefer_deferred_runtime_asserts_over_guards``: what the trace assumes about a dynamic
     size becomes a runtime assert in the program instead of a guard (or a narrowed range),
     as torch.export.
-    ``trace_joint=True`` (torch's convention, which torch's own refuses with ``pre_dispatch=True``):
-    flat output ``output_loss_index`` is the loss; the graph also returns the gradients, and the
-    signature is an ``ExportGraphSignature`` with a ``backward_signature`` (docs/joint.md).
     """
-    if trace_joint:
-        from .joint.aot import aot_export_joint
-
-        return aot_export_joint(mod, args, output_loss_index=output_loss_index, kwargs=kwargs,
-                                dynamic_shapes=dynamic_shapes, composite_overrides=composite_overrides,
-                                target=target, python_state=python_state)
     args, kwargs = (tuple(args) if isinstance(args, (tuple, list)) else (args,)), dict(kwargs or {})
     inputs = collect_inputs(mod, args, kwargs)
     fakeify = Fakeifier(dynamic_shapes, mod, args, kwargs,
