@@ -16,15 +16,16 @@ def test_no_import_cycle():
     assert picture.cycles(picture.graph_of(PACKAGE)) == []
 
 
-# the front modules: the command line, and export() assembling the pipeline's output
-_FRONT = ("cli", "commands", "export")
+# the front modules: the command line, export() assembling the pipeline's output, and joint/
+# (export_joint: an entry point built on export(), as the command line is)
+_FRONT = ("cli", "commands", "export", "joint")
 
 
 def _front_imports_below_the_top(graph: dict[str, dict[str, bool]]) -> list[tuple[str, str]]:
     """(importer, imported): a module of a library package (every one but ``commands/``, the
     front itself) importing the command line or ``export``."""
     top = PACKAGE.name
-    library = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists() and p.name != "commands"}
+    library = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists() and p.name not in _FRONT}
     front = tuple(f"{top}.{name}" for name in _FRONT)
     return sorted((src, dst) for src, targets in graph.items() for dst in targets
                   if src.split(".")[1:2] and src.split(".")[1] in library
