@@ -208,16 +208,28 @@ def _none_as_zeros(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:
     return [fill(x, y) for x, y in zip(a, b)], [fill(y, x) for x, y in zip(a, b)]
 
 
-def _by_every_name(module: torch.nn.Module, named: str) -> dict[str, torch.Tensor]:
-    """``named_parameters``/``named_buffers`` under every name: a module registered under two
-    names (timm's CoaT shares ``crpe1`` with its blocks) is one module, and which of its
-    names torch's de-duplication keeps depends on the order of registration, which a
-    program's module need not repeat."""
-    return dict(getattr(module, named)(remove_duplicate=False))
+def _names_by_tensor(module: torch.nn.Module, named: str) -> tuple[dict[str, torch.Tensor], list[list[str]]]:
+    """``named_parameters``/``named_buffers`` under every name, and the names grouped by tensor
+    (in order). A module registered under two names (timm's CoaT shares ``crpe1`` with its
+    blocks) or a tied weight is one tensor: which of its names torch's de-duplication keeps
+    depends on the order of registration, which a program's module need not repeat; and a
+    program may hold the names as one tensor or as several (torch.export.load's module)."""
+    by_name = dict(getattr(module, named)(remove_duplicate=False))
+    groups: dict[int, list[str]] = {}
+    for name, t in by_name.items():
+        groups.setdefault(id(t), []).append(name)
+    return by_name, list(groups.values())
 
 
-def _grads(named: dict[str, torch.Tensor]) -> dict[str, Any]:
-    return {k: v.grad for k, v in named.items() if v.requires_grad}
+def _grad_of(names: list[str], params: dict[str, torch.Tensor]) -> Any:
+    """The gradient the program gives the tensor eager holds under ``names``: the sum over
+    the program's distinct tensors under those names (a tied weight held twice gets its
+    gradient in parts), None if none has one, ``"missing"`` if the program has none of them."""
+    tensors = list({id(params[n]): params[n] for n in names if n in params}.values())
+    if not tensors:
+        return "missing"
+    grads = [t.grad for t in tensors if t.grad is not None]
+    return sum(grads[1:], grads[0]) if grads else None
 
 
 def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = None,
@@ -437,12 +449,13 @@ def _compare_call(checked, problems, eager_model, program, e_out, p_out, e_rng, 
     _compare("output", e_out, p_out, rtol, atol, check_values, problems)
     _compare("input after call", (e_args, e_kwargs), (p_args, p_kwargs), rtol, atol, check_values, problems)
     for kind, named in (("buffer", "named_buffers"), ("parameter", "named_parameters")):
-        e_state, p_state = _by_every_name(eager_model, named), _by_every_name(program, named)
-        for name, value in e_state.items():
-            if name not in p_state:
-                problems.append(f"{kind} {name} missing from the program")
+        (e_state, groups), (p_state, _) = _names_by_tensor(eager_model, named), _names_by_tensor(program, named)
+        for names in groups:
+            name = next((n for n in names if n in p_state), None)
+            if name is None:
+                problems.append(f"{kind} {names[0]} missing from the program")
             else:  # a parameter written under no_grad must be written back like a buffer
-                _compare(f"{kind} {name} after call", value, p_state[name], rtol, atol, check_values, problems)
+                _compare(f"{kind} {name} after call", e_state[name], p_state[name], rtol, atol, check_values, problems)
     if not check_grads:
         return
     _compare_requires_grad(e_out, p_out, problems)
@@ -463,11 +476,11 @@ def _compare_call(checked, problems, eager_model, program, e_out, p_out, e_rng, 
     except RuntimeError as exc:
         problems.append(f"program's backward raised where eager's did not: {exc}")
         return
-    e_params, p_params = _by_every_name(eager_model, "named_parameters"), _by_every_name(program, "named_parameters")
-    e_pgrads = _grads(e_params)
-    names = list(e_pgrads)
-    e_pg, p_pg = _none_as_zeros([e_pgrads[k] for k in names],
-                                [p_params[k].grad if k in p_params else "missing" for k in names])
+    (e_params, groups), (p_params, _) = (_names_by_tensor(eager_model, "named_parameters"),
+                                         _names_by_tensor(program, "named_parameters"))
+    groups = [g for g in groups if e_params[g[0]].requires_grad]
+    names = [g[0] for g in groups]
+    e_pg, p_pg = _none_as_zeros([e_params[k].grad for k in names], [_grad_of(g, p_params) for g in groups])
     _compare("parameter grads", dict(zip(names, e_pg)), dict(zip(names, p_pg)), rtol, atol, check_values, problems)
     e_leaves = [_grad_leaf(t, leaf_of) for t in tc.pytree.tree_leaves((e_args, e_kwargs)) if isinstance(t, torch.Tensor)]
     p_leaves = [_grad_leaf(t, leaf_of) for t in tc.pytree.tree_leaves((p_args, p_kwargs)) if isinstance(t, torch.Tensor)]

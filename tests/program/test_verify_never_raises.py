@@ -264,6 +264,41 @@ def test_a_wrong_gradient_to_a_shared_parameter_is_still_reported():
     assert not [p for p in report.problems if "missing" in p], report
 
 
+class TiedHead(nn.Module):
+    """gpt2's lm_head.weight is wte.weight: one tensor, two names."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(10, 4)
+        self.lm_head = nn.Linear(4, 10, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, ids):
+        return self.lm_head(self.wte(ids).relu())
+
+
+def test_a_tied_weight_held_as_two_tensors_by_torchs_loaded_module_gets_its_gradient_summed():
+    import io
+
+    torch.manual_seed(0)
+    model, ids = TiedHead(), torch.randint(0, 10, (2, 5))
+    ep = pf.export(model, (ids,))
+    assert pf.verify(ep, model, (ids,)).ok
+    buffer = io.BytesIO()
+    torch.export.save(ep, buffer)
+    buffer.seek(0)
+    report = pf.verify(torch.export.load(buffer), model, (ids,))
+    assert report.ok and "gradients" in report.checked, report
+
+    class Untied(TiedHead):  # the same values, but the head's use no longer reaches the embedding's gradient
+        def forward(self, ids):
+            return nn.functional.linear(self.wte(ids).relu(), self.lm_head.weight.detach())
+
+    untied = Untied()
+    untied.load_state_dict(model.state_dict())
+    assert [p for p in pf.verify(ep, untied, (ids,)).problems if p.startswith("parameter grads")]
+
+
 # --- the catalogue and the corpus, with activations and cached gradients as inputs -----------------
 
 # where eager itself refuses the call in every form verify tries: the report says so
