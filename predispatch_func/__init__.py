@@ -6,11 +6,12 @@ and ``verify`` (contract checks and replay against eager).
 
 from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
-from .export import FunctionalExportedProgram, export, functionalize, load
+from .export import export, functionalize
+from .inputs.input_check import InputError
 from .joint import JointError, JointExportedProgram, JointProblem, export_joint, verify_joint
 from .joint.aot import aot_export_module
 from .opsets import OpSet
-from .program.input_check import InputError
+from .program.runtime import FunctionalExportedProgram, load
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Cost of ``pf.eager.on``: a forward+backward step under the mode against plain eager, CPU.
+"""Cost of ``pf.eager.on``: a forward+backward step under the mode against plain eager, CPU
+(or ``--device cuda``: the models and inputs on the GPU, each step synchronised).
 
 For every corpus model (train mode, a loss over the floating outputs):
 
@@ -15,7 +16,9 @@ For every corpus model (train mode, a loss over the floating outputs):
 * ``calls/step``: calls into our kernels per warm step (ops outside the target,
   each a trip into Python); ``ops plain`` / ``ops under mode``: distinct aten
   ops that reach the backend plainly, and under the (observed) mode; and
-  ``decomposed``: distinct ops the backend was spared.
+  ``decomposed``: distinct ops the backend was spared;
+* ``grads``: the largest difference between a plain step's gradients and a
+  warm session step's (same inputs, same weights): the mode must equal eager.
 
 Rounds alternate plain, keyed, observed and pass-through so drift hits all
 alike. Prints a rich table and writes markdown (``--md``) and JSON (``--json``).
@@ -50,6 +53,13 @@ CORE = pf.OpSet.core_aten()
 EXTRA = {"mixtral": ["aten.histc.default"], "wav2vec2": ["aten.linalg_vector_norm.default"]}
 
 
+CUDA_ATTENTION = [f"aten.{kind}.default" for kind in (  # sdpa's fused CUDA kernels and what they call
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_flash_attention_forward", "_flash_attention_backward",
+    "_efficient_attention_forward", "_efficient_attention_backward")]
+
+
 class PassThrough(tc.TorchDispatchMode):
     """Forwards every op, counting the distinct ones: the cost of any Python dispatch mode."""
 
@@ -74,10 +84,29 @@ def _step(model, args, kwargs):
     _loss(model(*args, **kwargs)).backward()
 
 
+DEVICE = "cpu"
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def _timed(fn) -> float:
+    _sync()
     start = time.perf_counter()
     fn()
+    _sync()
     return time.perf_counter() - start
+
+
+def _grads(model) -> dict:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _largest_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+    return max(((x.double() - b[n].double()).abs().max().item() for n, x in a.items()), default=0.0)
 
 
 def _cold_caches() -> None:
@@ -89,8 +118,12 @@ def _cold_caches() -> None:
 
 def bench(name: str, rounds: int) -> dict:
     model, args, kwargs = build(name)
-    model.train()
+    model.train().to(DEVICE)
+    move = lambda value: tc.pytree.tree_map_only(torch.Tensor, lambda t: t.to(DEVICE), value)  # noqa: E731
+    args, kwargs = move(args), move(kwargs)
     target = CORE | pf.OpSet.from_names(EXTRA[name]) if name in EXTRA else CORE
+    if DEVICE == "cuda":  # sdpa's fused CUDA kernels have no decomposition: a GPU backend has them
+        target = target | pf.OpSet.from_names(CUDA_ATTENTION)
     step = lambda: _step(model, args, kwargs)  # noqa: E731
     step()  # warm torch itself (allocator, lazy inits) before anything is timed
     passing = PassThrough()
@@ -115,10 +148,15 @@ def bench(name: str, rounds: int) -> dict:
         with PassThrough():
             through.append(_timed(step))
     calls = (sum(n for _, n in session.stats.decomposed.items()) - calls_before) / rounds
+    step()
+    plain_grads = _grads(model)
+    with session:
+        step()
+    grads = _largest_difference(plain_grads, _grads(model))
     base = statistics.median(plain)
     return {"model": name, "eager_ms": 1e3 * base, "cold": cold / base, "warm": statistics.median(warm) / base,
             "observed": statistics.median(seen) / base, "pass": statistics.median(through) / base,
-            "calls": calls,
+            "calls": calls, "grads": grads,
             "ops_plain": len({op for op in passing.ops if getattr(op, "namespace", None) == "aten"}),
             "ops_mode": len({op for op in observed.stats.reached if getattr(op, "namespace", None) == "aten"}),
             "decomposed": len(observed.stats.decomposed)}
@@ -131,20 +169,28 @@ def main() -> None:
     parser.add_argument("--md", default="")
     parser.add_argument("--json", default="")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steadier on a shared machine)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ns = parser.parse_args()
+    global DEVICE
+    DEVICE = ns.device
     torch.set_num_threads(ns.threads)
     names = [n for n in ns.models.split(",") if n] or list(CASES)
     rows = []
     for name in names:
-        rows.append(bench(name, ns.rounds))
+        try:
+            rows.append(bench(name, ns.rounds))
+        except Exception as exc:  # noqa: BLE001 (a refusal is a result: its row says so)
+            print(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0]}", flush=True)
+            continue
         print(rows[-1], flush=True)
     table = Table(title=f"pf.eager.on(core_aten) step time over plain eager, torch {torch.__version__}")
     cols = ["model", "eager ms", "cold", "warm", "observed (Python mode)", "pass-through mode", "calls/step",
-            "ops plain", "ops under mode", "decomposed"]
+            "ops plain", "ops under mode", "decomposed", "grads vs eager"]
     for c in cols:
         table.add_column(c)
     cells = [[r["model"], f"{r['eager_ms']:.1f}", f"{r['cold']:.1f}x", f"{r['warm']:.2f}x", f"{r['observed']:.2f}x",
-              f"{r['pass']:.2f}x", f"{r['calls']:.0f}", str(r["ops_plain"]), str(r["ops_mode"]), str(r["decomposed"])]
+              f"{r['pass']:.2f}x", f"{r['calls']:.0f}", str(r["ops_plain"]), str(r["ops_mode"]), str(r["decomposed"]),
+              f"{r['grads']:.1e}"]
              for r in rows]
     for row in cells:
         table.add_row(*row)
@@ -157,8 +203,9 @@ def main() -> None:
             f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
             for row in cells:
                 f.write("| " + " | ".join(row) + " |\n")
-            f.write(f"\nmedians of {ns.rounds} rounds, torch {torch.__version__}, CPU, "
-                    f"{torch.get_num_threads()} threads\n")
+            where = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU"
+            f.write(f"\nmedians of {ns.rounds} rounds, torch {torch.__version__}, {where}, "
+                    f"{torch.get_num_threads()} CPU threads\n")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import torch
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from predispatch_func.graphs import all_graph_modules
-from predispatch_func.hop.ops import REGION_HOPS
+from predispatch_func.regions.ops import REGION_HOPS
 from tests.support.cases_core import CASES
 
 warnings.simplefilter("ignore")

@@ -23,7 +23,7 @@ import pytest
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
-from predispatch_func.hop.ops import REGION_HOPS
+from predispatch_func.regions.ops import REGION_HOPS
 from scripts.joint_catalogue import total, with_grad
 
 warnings.simplefilter("ignore")

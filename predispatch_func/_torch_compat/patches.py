@@ -16,7 +16,74 @@ from typing import Any
 
 import torch
 
-from .reexports import autocast_state, disable_proxy_modes_tracing, written_arguments, written_values
+from .reexports import (
+    all_higher_order_ops,
+    autocast_state,
+    disable_proxy_modes_tracing,
+    written_arguments,
+    written_values,
+)
+
+
+@contextlib.contextmanager
+def functional_tensor_detach_without_mode() -> Iterator[None]:
+    """A ``detach`` of a FunctionalTensor that reaches the tensor's own dispatch with no
+    FunctionalTensorMode in the way returns the tensor, as torch 2.15 does: autograd ran
+    above this layer, so the detach has no effect there. Torch 2.11 and 2.12 raise
+    "Attempting to use FunctionalTensor on its own" instead, and a factory call in forward
+    (``torch.arange(n)``, whose C++ wrapper detaches the traced result) failed the export."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    original = FunctionalTensor.__torch_dispatch__
+    detach = torch.ops.aten.detach.default
+
+    def dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is detach and len(args) == 1 and isinstance(args[0], FunctionalTensor):
+            return args[0]
+        return original(self, func, types, args, kwargs)
+
+    FunctionalTensor.__torch_dispatch__ = dispatch  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        FunctionalTensor.__torch_dispatch__ = original  # type: ignore[method-assign]
+
+
+CUDA_AUTOCAST_KEPT_WARNING = ("torch.autocast('cuda') on a host without a usable GPU: torch turns the "
+                              "region off there; the program keeps it, as a GPU host exports it")
+
+
+@contextlib.contextmanager
+def cuda_autocast_kept_without_gpu() -> Iterator[None]:
+    """``torch.autocast("cuda", ...)`` opened during the trace stays enabled on a host
+    without a usable GPU, where torch's constructor would turn it off (warning "CUDA is not
+    available ... Disabling autocast") and the program would silently lose the region. A
+    build machine without a GPU then exports the program a GPU host exports (for fake CUDA
+    tensors; a CPU tensor is not cast by a CUDA region on either host). One warning of ours
+    replaces torch's, naming the model's line."""
+    import warnings
+
+    from torch.amp import autocast_mode
+
+    cls = autocast_mode.autocast
+    original = cls.__init__
+
+    def init(self: Any, device_type: str, dtype: Any = None, enabled: bool = True,
+             cache_enabled: Any = None) -> None:
+        if device_type != "cuda" or not enabled or not torch.cuda.amp.common.amp_definitely_not_available():
+            original(self, device_type, dtype, enabled, cache_enabled)
+            return
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="CUDA is not available")
+            original(self, device_type, dtype, enabled, cache_enabled)
+        self._enabled = True
+        warnings.warn(CUDA_AUTOCAST_KEPT_WARNING, UserWarning, stacklevel=2)
+
+    cls.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cls.__init__ = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -251,6 +318,28 @@ def patched_tensor_methods(**methods: Callable[..., Any]) -> Iterator[None]:
                 setattr(torch.Tensor, name, originals[name])
             else:
                 delattr(torch.Tensor, name)
+
+
+@contextlib.contextmanager
+def autograd_engine_runs_routed(on_run: Callable[[str], None]) -> Iterator[None]:
+    """Call ``on_run(what)`` before autograd's engine runs a backward pass: ``what`` is
+    ``"torch.autograd.grad"`` (it asks for gradients, ``accumulate_grad=False``) or
+    ``"backward()"`` (``Tensor.backward``, ``torch.autograd.backward``: they accumulate into
+    ``.grad``). All three reach the engine through ``torch.autograd._engine_run_backward``,
+    the name ``torch/autograd/__init__.py`` imports and calls, so the patch is that global."""
+    import torch.autograd as autograd_module
+
+    original = autograd_module._engine_run_backward
+
+    def routed(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        on_run("torch.autograd.grad" if kwargs.get("accumulate_grad") is False else "backward()")
+        return original(t_outputs, *args, **kwargs)
+
+    autograd_module._engine_run_backward = routed
+    try:
+        yield
+    finally:
+        autograd_module._engine_run_backward = original
 
 
 @contextlib.contextmanager
@@ -635,6 +724,31 @@ def _snapshot_recorded_values(tracer: Any, values: list[Any], snapshot: Callable
 
 
 @contextlib.contextmanager
+def module_methods_wrapped(wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]],
+                           names: tuple[str, ...]) -> Iterator[None]:
+    """Each ``nn.Module`` method of ``names`` is ``wrap(name, original)`` for the block, and the
+    original after, however the block ends (the state guard records attribute writes this way)."""
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(_replaced(torch.nn.Module, name, wrap(name, getattr(torch.nn.Module, name))))
+        yield
+
+
+@contextlib.contextmanager
+def method_replaced(owner: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+    """``owner.name`` is ``make(original)`` for the block, and the original after, however the
+    block ends (``TransformerEncoder.forward`` while tracing: trace/fast_paths.py)."""
+    with _replaced(owner, name, make(getattr(owner, name))):
+        yield
+
+
+def hop_rule_tables() -> dict[str, dict[Any, Any]]:
+    """Each torch HOP's name -> a copy of its table of rules per Python mode type
+    (``python_key_table``), to show a trace leaves torch's own entries as they were."""
+    return {hop.name(): dict(hop.python_key_table) for hop in all_higher_order_ops()}
+
+
+@contextlib.contextmanager
 def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
     """``owner.name`` is ``value`` for the block, and what it was after, however the block ends
     (an attribute ``owner`` inherited is inherited again)."""
@@ -650,6 +764,12 @@ def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
 
 
 __all__ = [
+    "hop_rule_tables",
+    "method_replaced",
+    "module_methods_wrapped",
+    "functional_tensor_detach_without_mode",
+    "cuda_autocast_kept_without_gpu",
+    "CUDA_AUTOCAST_KEPT_WARNING",
     "callers_fake_mode_unset",
     "node_values_unsnapshotted",
     "NOT_RECORDED",
@@ -674,6 +794,7 @@ __all__ = [
     "autocast_state_as",
     "patched_tensor_methods",
     "rng_reseeds_routed",
+    "autograd_engine_runs_routed",
     "inference_mode_as_grad_mode",
     "compiled_modules_run_eagerly",
     "hop_capture_static",

@@ -18,7 +18,7 @@ from torch._dynamo.exc import UserError as TorchUserError
 from torch._dynamo.exc import UserErrorType as TorchUserErrorType
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode, _can_decompose_fast
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.export.dynamic_shapes import _IntWrapper as IntInputWrapper
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make_fx
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode, ShapeEnv
@@ -28,20 +28,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [  # the private names the rest of the package uses as they are, then our wrappers
-    "_can_decompose_fast", "INT_OO", "IntInputWrapper", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
-    "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
+    "INT_OO", "IntInputWrapper", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
+    "FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE", "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",
     "written_arguments",
     "written_values",
     "graph_module_flat_inputs",
+    "has_fbgemm",
     "has_sparse_kernel",
     "sparse_components",
     "has_functionalize_kernel",
     "has_python_composite",
     "decompose_like_eager",
-    "torch_would_decompose",
     "torch_tags_unsafe",
     "schema_of",
     "version_of",
@@ -109,6 +109,12 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
 ]
 
 
+# whether FunctionalTensorMode's dispatch asks its method ``_can_decompose(func, args, kwargs)``
+# whether to decompose a composite (torch 2.12 on), which our mode overrides; torch 2.11
+# decides in a closure inside ``__torch_dispatch__``, so our mode decides before calling it
+FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE = hasattr(FunctionalTensorMode, "_can_decompose")
+
+
 # the keys torch's ``@torch._disable_dynamo`` wrappers put in ``node.meta["custom"]`` of every
 # node traced under them while ``torch.compiler.is_exporting()`` (torch/_dynamo/eval_frame.py)
 TORCH_INTERNAL_ANNOTATIONS = frozenset({"_torchdynamo_disable", "_torchdynamo_disable_recursive",
@@ -130,6 +136,12 @@ def has_sparse_kernel(op: torch._ops.OpOverload, layout: torch.layout) -> bool:
     """True when ``op`` registers a CPU kernel for tensors of sparse ``layout``."""
     key = getattr(torch._C.DispatchKey, _SPARSE_KEYS[layout])
     return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+
+
+def has_fbgemm() -> bool:
+    """Whether this build has fbgemm and this CPU can run it: torch lists the engine only
+    then. (No ``torch._C._has_fbgemm`` exists on 2.13 to 2.15; the probe is this list.)"""
+    return "fbgemm" in torch.backends.quantized.supported_engines
 
 
 def sparse_components(t: torch.Tensor) -> list[torch.Tensor]:
@@ -160,11 +172,6 @@ def has_python_composite(op: torch._ops.OpOverload) -> bool:
 def decompose_like_eager(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     """Run ``op``'s C++ composite kernel (the one eager runs), skipping Python overrides."""
     return op._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
-
-
-def torch_would_decompose(op: torch._ops.OpOverload, pre_dispatch: bool) -> bool | None:
-    """torch's own export-time answer (None: it would consult autograd)."""
-    return _can_decompose_fast(op, True, pre_dispatch)
 
 
 def torch_tags_unsafe(op: torch._ops.OpOverload) -> bool:

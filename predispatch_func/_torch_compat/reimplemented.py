@@ -30,7 +30,6 @@ from .reexports import (
     FunctionalTensor,
     FunctionalTensorMode,
     OpOverload,
-    _can_decompose_fast,
     current_proxy_tracer,
     fake_mode_of,
     has_composite_implicit_kernel,
@@ -73,7 +72,7 @@ def functionalize_kept_op(mode: FunctionalTensorMode, op: OpOverload, args: tupl
     with torch._C._ForceDispatchKeyGuard(include, exclude):
         reapply_views = torch._functionalize_enable_reapply_views(True)  # type: ignore[attr-defined]
         try:
-            mode._sync_view_replay_annotations(args, kwargs)
+            _sync_view_replay_annotations(mode, args, kwargs)
             inner_out = op._op_dk(_FUNCTIONALIZE, *inner_args, **inner_kwargs)
             if mode.export and op is torch.ops.aten.dropout.default:
                 torch._freeze_functional_tensor(inner_out)  # type: ignore[attr-defined]
@@ -92,57 +91,58 @@ def functionalize_kept_op(mode: FunctionalTensorMode, op: OpOverload, args: tupl
     return return_and_correct_aliasing(op, args, kwargs, out)
 
 
-def functional_twin_of_unary_inplace(op: Any) -> OpOverload | None:
-    """For an aten in-place op on ``self`` alone whose Meta kernel is Python (torch's
-    ``register_inplace`` decompositions: ``hardtanh_``, ``hardswish_``, ``hardsigmoid_``, ...),
-    its functional op taking the same arguments; else None. Such ops take
-    :func:`functionalize_inplace_through_twin`."""
-    if op not in _UNARY_INPLACE_TWINS:
-        _UNARY_INPLACE_TWINS[op] = _find_unary_inplace_twin(op)
-    return _UNARY_INPLACE_TWINS[op]
+def _sync_view_replay_annotations(mode: FunctionalTensorMode, args: tuple, kwargs: dict) -> None:
+    """Sync each FunctionalTensor argument under the proxy node that made it, so views
+    functionalization replays lazily carry the original view's node metadata. torch 2.12
+    on has this as a method of the mode; 2.11 runs the same steps inline in its dispatch."""
+    method = getattr(mode, "_sync_view_replay_annotations", None)
+    if method is not None:
+        method(args, kwargs)
+        return
+    import torch.fx.traceback as fx_traceback
+
+    proxy_mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY)
+    if proxy_mode is None:
+        return
+    for a in torch.utils._pytree.tree_leaves([args, kwargs]):
+        if isinstance(a, FunctionalTensor):
+            unwrapped = torch._from_functional_tensor(a.elem)
+            try:
+                node = proxy_mode.tracer.tensor_tracker[unwrapped].proxy.node
+            except KeyError:
+                raise RuntimeError(f"cannot find {unwrapped} in tensor_tracker") from None
+            with fx_traceback.set_current_replay_node(node):
+                torch._sync(a)
 
 
-_UNARY_INPLACE_TWINS: dict[Any, OpOverload | None] = {}
+def is_unary_inplace_with_python_meta(op: Any) -> bool:
+    """An aten in-place op on ``self`` alone whose Meta kernel is Python (torch's
+    ``register_inplace`` decompositions: ``hardtanh_``, ``hardswish_``, ``hardsigmoid_``, ...).
+    With its functional twin (op_schema.functional_twin, ``Match.IN_ORDER``) such an op
+    takes :func:`functionalize_inplace_through_twin`."""
+    if op not in _UNARY_INPLACE:
+        _UNARY_INPLACE[op] = _unary_inplace_with_python_meta(op)
+    return _UNARY_INPLACE[op]
 
 
-def _find_unary_inplace_twin(op: Any) -> OpOverload | None:
+_UNARY_INPLACE: dict[Any, bool] = {}
+
+
+def _unary_inplace_with_python_meta(op: Any) -> bool:
     if not isinstance(op, OpOverload) or op.namespace != "aten" or torch._C.DispatchKey.Meta not in op.py_kernels:
-        return None
+        return False
     schema = op._schema
     name = schema.name.removeprefix("aten::")
     tensors = [a for a in schema.arguments if isinstance(a.type, torch.TensorType)]
-    if (not name.endswith("_") or name.endswith("__") or torch.Tag.inplace_view in op.tags
-            or torch.Tag.nondeterministic_seeded in op.tags or len(tensors) != 1
-            or schema.arguments[0] is not tensors[0] or not schema.arguments[0].is_write
-            or any(a.is_write for a in schema.arguments[1:]) or len(schema.returns) != 1):
-        return None
-    return functional_overload_of(op, positional=True)  # the op's arguments are passed on as they are
-
-
-def functional_overload_of(op: OpOverload, *, positional: bool) -> OpOverload | None:
-    """The aten overload named as the in-place ``op`` without its ``_`` that writes nothing
-    and takes the same arguments: in the same order with the same defaults (``positional``,
-    for a call that passes the op's arguments on as they are), or by name."""
-    name = op._schema.name.removeprefix("aten::")
-    packet = getattr(torch.ops.aten, name[:-1], None)
-    wanted = _arguments_key(op._schema, positional)
-    for overload in packet.overloads() if packet is not None else ():
-        twin = getattr(packet, overload)
-        if not twin._schema.is_mutable and _arguments_key(twin._schema, positional) == wanted:
-            return twin
-    return None
-
-
-def _arguments_key(schema: Any, positional: bool) -> list[tuple]:
-    if positional:
-        return [(a.name, str(a.type), a.default_value if a.has_default_value() else None, a.kwarg_only)
-                for a in schema.arguments]
-    return sorted((a.name, str(a.type).replace("(a!)", "")) for a in schema.arguments)
+    return not (not name.endswith("_") or name.endswith("__") or torch.Tag.inplace_view in op.tags
+                or torch.Tag.nondeterministic_seeded in op.tags or len(tensors) != 1
+                or schema.arguments[0] is not tensors[0] or not schema.arguments[0].is_write
+                or any(a.is_write for a in schema.arguments[1:]) or len(schema.returns) != 1)
 
 
 def functionalize_inplace_through_twin(mode: FunctionalTensorMode, op: OpOverload, twin: OpOverload,
                                        args: tuple, kwargs: dict) -> Any:
-    """C++ functionalization of ``op`` (see :func:`functional_twin_of_unary_inplace`) without its
+    """C++ functionalization of ``op`` (see :func:`is_unary_inplace_with_python_meta`) without its
     first step. That step runs ``op`` on meta copies of the inputs to catch shape errors the
     functional op would not raise; with a Python Meta kernel it runs the op's Python reference
     on meta tensors (60 ms a call: a tenth of a MobileNet's export). For an op on ``self``
@@ -187,10 +187,11 @@ def _functional_wrappers(value: Any, mode: FunctionalTensorMode, wrapped: list[b
 def stack_trace_anchors() -> set[tuple[str, str]]:
     """What fx's tracer keeps of a stack besides ``forward`` frames when only those are
     recorded: the (filename, function) anchors torch registered (the live set: torch adds
-    to it as it goes). Frames of :func:`uninteresting_stack_files` are dropped after."""
+    to it as it goes). Frames of :func:`uninteresting_stack_files` are dropped after.
+    torch before 2.13 has no anchors (``fx.proxy._STACK_TRACE_ANCHORS`` is absent): an empty set."""
     import torch.fx.proxy as fx_proxy
 
-    return fx_proxy._STACK_TRACE_ANCHORS
+    return getattr(fx_proxy, "_STACK_TRACE_ANCHORS", set())
 
 
 def uninteresting_stack_files() -> set[str]:
@@ -305,7 +306,7 @@ def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs
     same node, name, metadata and results (tests/torch_compat/test_torch_drift.py)."""
     tracer = mode.tracer
     if not pre_dispatch or not _records_as_torch(type(tracer)) or not _common_op(func) \
-            or func in mode.decomposition_table:
+            or func in _tracer_decompositions(mode):
         return NOT_RECORDED
     traced = tracer.tensor_tracker
 
@@ -337,6 +338,17 @@ def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs
     _proxy_tensor.track_tensor_tree(out, result, constant=None, tracer=tracer)
     _proxy_tensor._maybe_record_pointwise_barrier(func, mode)
     return out
+
+
+def _tracer_decompositions(mode: Any) -> Any:
+    """The decomposition table ``proxy_call`` consults: the proxy mode's own from torch 2.13 on;
+    before, the table of the innermost ``decompose(...)`` context, a module global of
+    ``proxy_tensor`` (a plain dict on 2.11, a ContextVar on 2.12)."""
+    table = getattr(mode, "decomposition_table", None)
+    if table is not None:
+        return table
+    current = _proxy_tensor.CURRENT_DECOMPOSITION_TABLE  # type: ignore[attr-defined]  # before torch 2.13
+    return current.get({}) if hasattr(current, "get") and not isinstance(current, dict) else current
 
 
 # what fx's create_arg passes through as it is; a Python scalar's type exactly (a SymInt,
@@ -464,7 +476,23 @@ def torch_export_keeps(op: torch._ops.OpOverload) -> bool:
         return not torch_tags_unsafe(op)
     with warnings.catch_warnings():  # torch warns that it keeps custom composites
         warnings.simplefilter("ignore")
-        return _can_decompose_fast(op, True, True) is False
+        return not torch_would_decompose(op, pre_dispatch=True)
+
+
+def torch_would_decompose(op: torch._ops.OpOverload, pre_dispatch: bool) -> bool:
+    """FunctionalTensorMode's keep-or-decompose answer for a composite in an export trace
+    (``export=True``): never dropout; always an op tagged unsafe or whose schema aliases or
+    writes; otherwise keep at pre-dispatch, decompose after. torch 2.13 on names this
+    ``functional_tensor._can_decompose_fast``; 2.11 and 2.12 keep it as a closure inside
+    ``__torch_dispatch__``, so it is restated here, one path for every release."""
+    if op is torch.ops.aten.dropout.default:
+        return False
+    if torch_tags_unsafe(op):
+        return True
+    schema = op._schema
+    if schema.is_mutable or any(a.alias_info for a in schema.arguments):
+        return True
+    return not pre_dispatch
 
 
 def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]], constants: tuple,
@@ -518,8 +546,7 @@ __all__ = [
     "goes_straight_to_functionalization",
     "only_functionalized_tensor_types",
     "functionalize_kept_op",
-    "functional_twin_of_unary_inplace",
-    "functional_overload_of",
+    "is_unary_inplace_with_python_meta",
     "functionalize_inplace_through_twin",
     "stack_trace_anchors",
     "uninteresting_stack_files",
@@ -532,6 +559,7 @@ __all__ = [
     "last_recorded_node",
     "erase_if_last_recorded",
     "torch_export_keeps",
+    "torch_would_decompose",
     "record_hop_call",
     "redirect_traced_tensor",
     "flex_attention_joint_graph",

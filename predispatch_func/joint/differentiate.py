@@ -24,8 +24,8 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import user_line_of_recorded
-from ..hop.fakes import fresh_like
-from ..hop.ops import _carry, pf_autocast_region, pf_grad_region
+from ..regions.ops import _carry, pf_autocast_region, pf_grad_region
+from ..trace.extensions.fakes import fresh_like
 from .errors import JointError, JointProblem
 from .extensions import replay_extension
 from .saved_values import ForwardCall, SavedValues

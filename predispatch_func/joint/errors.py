@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 from ..errors import ExportError
-from ..program.input_check import InputError
+from ..inputs.input_check import InputError
 
 
 class JointProblem(enum.Enum):

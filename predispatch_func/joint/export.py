@@ -23,10 +23,10 @@ from ..autograd_facts import may_carry_grad
 from ..errors import ExportError
 from ..export import export
 from ..graphs import all_graph_modules
-from ..hop import outline_regions
 from ..opsets.lowering import Lowering
-from ..program import node_meta
-from ..program.graph_cleanup import eliminate_dead_code
+from ..passes import node_meta
+from ..passes.graph_cleanup import eliminate_dead_code
+from ..regions import outline_regions
 from ..verify import check_contract
 from .differentiate import trace_joint
 from .errors import JointError, JointProblem

@@ -1,7 +1,7 @@
 """Our autograd extension HOPs replayed in a joint trace, so the backward runs them.
 
 A ``pf_autograd_function`` call (a custom ``torch.autograd.Function``, or a tensor hook,
-hop/hooks.py) holds the user's forward and backward as subgraphs. Recorded as one call,
+trace/extensions/hooks.py) holds the user's forward and backward as subgraphs. Recorded as one call,
 it would give the joint trace nothing to differentiate; replayed here, its forward body
 runs inline (recorded as forward ops) inside an autograd.Function whose backward runs the
 backward body when the engine reaches it (recorded as backward ops): the program's
@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ..hop.autograd_function import pf_autograd_function
-from ..hop.hooks import pf_require_grad
+from ..trace.extensions.autograd_function import pf_autograd_function
+from ..trace.extensions.hooks import pf_require_grad
 
 
 class _ReplayedFunction(torch.autograd.Function):

@@ -16,7 +16,7 @@ from torch.export.exported_program import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import _torch_compat as tc
-from ..export import write_back
+from ..program.runtime import write_back
 
 
 class JointExportedProgram(ExportedProgram):

@@ -47,7 +47,7 @@ _INFRASTRUCTURE = frozenset({
     aten._assert_tensor_metadata.default, aten.sym_constrain_range.default,
     aten.sym_constrain_range_for_size.default, aten._assert_async.msg,
 })
-# Kept out of the proxy table: copy has our own differentiable decomposition (modes/).
+# Kept out of the proxy table: copy has our own differentiable decomposition (trace/).
 _NEVER_DECOMPOSED_BY_US = frozenset({aten.copy.default})
 
 
@@ -108,6 +108,8 @@ class Lowering:
                          or any(a.alias_info for a in (*schema.arguments, *schema.returns)))
             self._functional_cache[op] = (
                 self._core.get(op) if plain and not self.allows(op) else None)
+            if op is _SDPA and not self.allows(op):
+                self._functional_cache[op] = _sdpa_lowered
         return self._functional_cache[op]
 
     # --- the proxy-mode level ---------------------------------------------------
@@ -162,6 +164,22 @@ class Lowering:
                         "run_decompositions() keeps it too")
             return "torch has no decomposition for it (core ATen table nor CompositeImplicitAutograd)"
         return "its decomposition did not take effect (it is emitted below the level decompositions run at)"
+
+
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
+
+
+def _sdpa_lowered(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                  is_causal: bool = False, scale: Any = None, enable_gqa: bool = False) -> Any:
+    """sdpa outside the target: its composite picks a fused kernel by device, and on CUDA the
+    flash and memory-efficient kernels have no decomposition (found on the GPU), so a call
+    without dropout on a GPU tensor is lowered through the math kernel, which decomposes. CPU
+    calls (their fused kernel decomposes) and dropout (eager's kernel draws its own numbers)
+    keep the composite's own choice."""
+    if query.device.type == "cpu" or dropout_p:
+        return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return torch.ops.aten._scaled_dot_product_attention_math.default(
+        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
 
 
 @dataclasses.dataclass

@@ -8,8 +8,8 @@ import torch
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
-from predispatch_func.hop.ops import REGION_HOPS
 from predispatch_func.joint.verify import copy_with_gradient_hooks
+from predispatch_func.regions.ops import REGION_HOPS
 
 
 def export_joint_checked(model, args, kwargs=None, *, loss_fn=None, optimizer=None, calls: int = 2, **kw):

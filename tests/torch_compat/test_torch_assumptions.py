@@ -108,7 +108,6 @@ def test_private_name_resolves(where, name):
 # private attributes of objects (not modules) the package reads
 INSTANCE_ATTRIBUTES = [
     (lambda: torch.ops.aten.add.Tensor, ("_op_dk", "_schema", "_overloadname", "_dispatch_cache", "py_kernels")),
-    (lambda: tc.FunctionalTensorMode, ("_sync_view_replay_annotations",)),
     (lambda: tc.FunctionalTensor, ("_extra_dispatch_keys", "metadata_fns", "elem", "to_functional")),
     (lambda: torch.Tensor, ("_version", "_indices", "_values")),
     (lambda: torch.nn.Module(), ("_parameters", "_buffers", "_non_persistent_buffers_set")),
@@ -123,6 +122,69 @@ def test_private_attributes_exist(index):
     obj = make()
     for name in names:  # a per-instance attribute shows as the class's annotation
         assert hasattr(obj, name) or name in getattr(obj, "__annotations__", {}), f"{obj} has no {name}"
+
+
+# --- probes: where torch releases differ, what the installed torch has decides --------------
+
+
+def test_functional_mode_probe_says_whether_torch_asks_the_modes_can_decompose_method():
+    """``FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE``: torch 2.12 on asks the method our mode overrides;
+    2.11 decides in a closure, and our mode decides before handing an op to torch. Either way
+    a custom composite our policy decomposes (torch's own answer at pre-dispatch is to keep
+    it) is decomposed: the probe must say which path serves it."""
+    import inspect
+
+    source = inspect.getsource(tc.FunctionalTensorMode.__torch_dispatch__)
+    assert tc.FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE == ("self._can_decompose(" in source)
+
+
+def test_view_replay_sync_is_a_method_of_the_mode_or_done_by_us():
+    """torch 2.12 on syncs view replays in ``FunctionalTensorMode._sync_view_replay_annotations``;
+    on 2.11 ``reimplemented._sync_view_replay_annotations`` runs the steps its dispatch runs inline."""
+    import inspect
+
+    from predispatch_func._torch_compat import reimplemented
+
+    if hasattr(tc.FunctionalTensorMode, "_sync_view_replay_annotations"):
+        return
+    source = inspect.getsource(tc.FunctionalTensorMode.__torch_dispatch__)
+    assert "set_current_replay_node" in source and "tensor_tracker" in source
+    assert "set_current_replay_node" in inspect.getsource(reimplemented._sync_view_replay_annotations)
+
+
+def test_tracer_decompositions_are_where_proxy_call_reads_them():
+    """``_tracer_decompositions``: the proxy mode's table (2.13 on) or proxy_tensor's
+    ``CURRENT_DECOMPOSITION_TABLE`` (a dict on 2.11, a ContextVar on 2.12), as proxy_call's
+    ``maybe_handle_decomp`` reads it."""
+    import inspect
+
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+
+    from predispatch_func._torch_compat.reimplemented import _tracer_decompositions
+
+    proxy_call = inspect.getsource(proxy_tensor.maybe_handle_decomp)
+    table = {torch.ops.aten.sin.default: lambda x: x}
+
+    if "proxy_mode.decomposition_table" in proxy_call:
+        mode = proxy_tensor.ProxyTorchDispatchMode(proxy_tensor.PythonKeyTracer(), "real")
+        mode.decomposition_table = table
+        assert _tracer_decompositions(mode) is table
+    else:
+        assert "CURRENT_DECOMPOSITION_TABLE" in proxy_call
+        with proxy_tensor.decompose(table):
+            assert torch.ops.aten.sin.default in _tracer_decompositions(object())
+
+
+def test_stack_trace_anchors_are_torchs_registry_or_none():
+    import torch.fx.proxy as fx_proxy
+
+    anchors = tc.stack_trace_anchors()
+    if hasattr(fx_proxy, "_STACK_TRACE_ANCHORS"):
+        assert anchors is fx_proxy._STACK_TRACE_ANCHORS
+    else:
+        import inspect
+
+        assert not anchors and "forward" in inspect.getsource(fx_proxy.TracerBase._filter_traceback_frames)
 
 
 # --- patches restore on the error path ----------------------------------------------------
@@ -160,6 +222,8 @@ def _state() -> dict:
         "builtins": (builtins.max, builtins.min, math.pow),
         "functional_bool": tc.FunctionalTensor.__dict__["__bool__"],
         "module_getattr": torch.nn.Module.__dict__["__getattr__"],
+        "module_setattr": torch.nn.Module.__dict__["__setattr__"],
+        "encoder_forward": torch.nn.TransformerEncoder.__dict__["forward"],
         "function_modes": torch._C._len_torch_function_stack(),
         "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
         "pre_dispatch_modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
@@ -168,6 +232,9 @@ def _state() -> dict:
         "tensor_metadata": proxy_tensor._extract_tensor_metadata,
         "node_values": (proxy_tensor.snapshot_fake, proxy_tensor.proxy_call),
         "direct_recorder": patches._direct_recorder_installed,
+        "autograd_engine": torch.autograd._engine_run_backward,
+        "autocast_init": torch.amp.autocast_mode.autocast.__dict__["__init__"],
+        "functional_tensor_dispatch": tc.FunctionalTensor.__dict__["__torch_dispatch__"],
     }
 
 
@@ -213,6 +280,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "patched_tensor_methods": lambda: patches.patched_tensor_methods(
         register_hook=lambda original, t, *a: original(t, *a), requires_grad_=lambda original, t, *a: original(t, *a)),
     "rng_reseeds_routed": lambda: patches.rng_reseeds_routed(lambda name: None),
+    "autograd_engine_runs_routed": lambda: patches.autograd_engine_runs_routed(lambda what: None),
     "inference_mode_as_grad_mode": lambda: patches.inference_mode_as_grad_mode(),
     "compiled_modules_run_eagerly": lambda: patches.compiled_modules_run_eagerly(),
     "hop_capture_static": lambda: patches.hop_capture_static(),
@@ -226,8 +294,15 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "tensor_metadata_recorded_through": lambda: patches.tensor_metadata_recorded_through(lambda t: None),
     "node_values_unsnapshotted": lambda: patches.node_values_unsnapshotted(),
     "op_calls_recorded_through": lambda: patches.op_calls_recorded_through(lambda *call: patches.NOT_RECORDED),
+    "module_methods_wrapped": lambda: patches.module_methods_wrapped(lambda name, original: original.__get__,
+                                                                     ("__setattr__",)),
+    "method_replaced": lambda: patches.method_replaced(torch.nn.TransformerEncoder, "forward",
+                                                       lambda original: lambda self, *a, **k: original(self, *a, **k)),
+    "cuda_autocast_kept_without_gpu": lambda: patches.cuda_autocast_kept_without_gpu(),
+    "functional_tensor_detach_without_mode": lambda: patches.functional_tensor_detach_without_mode(),
 }
-NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED"}
+NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
+                        "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
 
 
@@ -266,6 +341,21 @@ def test_patch_restores_what_it_changed_when_the_body_raises(name):
         after = _state()
     assert inside != before, f"{name} changed nothing this test sees: add what it patches to _state()"
     assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+
+
+def test_every_backward_entry_point_reaches_the_routed_engine_run():
+    """``autograd_engine_runs_routed`` sees torch.autograd.grad, torch.autograd.backward and
+    Tensor.backward (also ``from torch.autograd import grad``, imported before the patch)."""
+    from torch.autograd import grad as grad_imported_early
+
+    seen = []
+    x = torch.randn(3, requires_grad=True)
+    with patches.autograd_engine_runs_routed(seen.append):
+        torch.autograd.grad(x.sin().sum(), x)
+        grad_imported_early(x.sin().sum(), x)
+        torch.autograd.backward(x.sin().sum())
+        x.sin().sum().backward()
+    assert seen == ["torch.autograd.grad", "torch.autograd.grad", "backward()", "backward()"]
 
 
 # --- the mode-push shortcut ---------------------------------------------------------------
@@ -316,7 +406,7 @@ class TestModePushShortcut(TestCase):
 
 
 def test_torch_still_fails_to_functionalize_fused_adam_out():
-    """OUT_WITH_OTHER_WRITES (modes/out_variants.py)."""
+    """OUT_WITH_OTHER_WRITES (trace/out_variants.py)."""
     from tests.external.test_conformance_regressions import FusedAdamOut
 
     args = (torch.randn(3), torch.randn(3), torch.rand(3), torch.rand(3), torch.ones(()), torch.zeros(3))
@@ -325,7 +415,7 @@ def test_torch_still_fails_to_functionalize_fused_adam_out():
 
 
 def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
-    """AUTOGRAD_FUNCTION_IN_HOP_BODY (hop/function_trace.py): torch.export's program of a
+    """AUTOGRAD_FUNCTION_IN_HOP_BODY (trace/extensions/function_trace.py): torch.export's program of a
     cond branch calling a Function has the gradient of the Function's forward, not its backward."""
     from tests.hops.test_torch_hops import FunctionInsideCond
 
@@ -340,7 +430,7 @@ def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
 @pytest.mark.parametrize("name", ["hop/invoke_quant.simple/0", "hop/local_map_hop.simple/0"])
 @pytest.mark.parametrize("strict", [False, True])
 def test_torch_export_still_cannot_represent(name, strict):
-    """HOP_NOT_REPRESENTABLE (hop/torch_hops.py): torch.export fails these hop_db cases."""
+    """HOP_NOT_REPRESENTABLE (trace/extensions/torch_hops.py): torch.export fails these hop_db cases."""
     from tests.support.hop_db_cases import hop_db_cases
 
     model, args = next((m, a) for n, m, a, _ in hop_db_cases(1) if n == name)
@@ -353,7 +443,7 @@ def test_a_torch_limit_is_strict_until_the_release_that_lifts_it():
     from tests.support.torch_release import torch_limit, torch_release
 
     release = torch_release()
-    assert release[:2] >= (2, 13) and torch.__version__.startswith(".".join(map(str, release[:2])))
+    assert release[:2] >= (2, 11) and torch.__version__.startswith(".".join(map(str, release[:2])))
     assert torch_limit("r").args[0] is True  # (the mark's condition) no release named: strict everywhere
     assert torch_limit("r", lifted_in=(release[0], release[1] + 1)).args[0] is True
     assert torch_limit("r", lifted_in=release[:2]).args[0] is False

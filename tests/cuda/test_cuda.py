@@ -1,0 +1,212 @@
+"""On CUDA, where torch takes other paths than on CPU: cudnn batch norm writing running
+statistics, sdpa's flash and memory-efficient kernels with their own backward ops, dropout
+drawing from the Philox generator, autocast's CUDA op policy in bfloat16 and float16.
+
+Each model is exported with CUDA weights and inputs and replayed against eager on the GPU
+(outputs, written-back buffers and inputs, gradients) by ``pf.verify``; the corpus runs in
+fp32 and under ``autocast("cuda", bfloat16)``. Without a GPU every test here is skipped (CI
+has none); they run on the GPU machine (``docs/runs/gpu-torch-2.11.md``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import predispatch_func as pf
+from tests.models.corpus import CASES, build
+from tests.support.oracle import call_targets
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+CUDA = "cuda"
+# low-precision regions: eager and the program run the same kernels, but a composite the
+# program decomposes (or lowers) rounds in other places
+LOW_PRECISION = {"rtol": 2e-2, "atol": 2e-2}
+
+
+def _on_cuda(value):
+    return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(CUDA), value)
+
+
+def export_verified_on_cuda(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+                            tolerance: dict | None = None, **export_kwargs) -> torch.export.ExportedProgram:
+    """Export and verify against eager on the GPU; exporting leaves the model, the inputs and
+    both RNG states (CPU and CUDA) as they were."""
+    kwargs = kwargs or {}
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state()
+    ep = pf.export(model, args, kwargs, **export_kwargs)
+    assert torch.equal(torch.get_rng_state(), rng) and torch.equal(torch.cuda.get_rng_state(), cuda_rng), \
+        "export moved an RNG state"
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state[k]), f"export changed {k}"
+    pf.verify(ep, model, args, kwargs, raise_on_failure=True, calls=2, **(tolerance or {}))
+    return ep
+
+
+class BatchNormNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.inorm = torch.nn.InstanceNorm2d(8, affine=True, track_running_stats=True)
+
+    def forward(self, x):
+        return self.inorm(self.bn(self.conv(x))).relu()
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_cudnn_batch_norm_and_instance_norm_write_running_stats_as_eager(train):
+    model = BatchNormNet().to(CUDA).train(train)
+    ep = export_verified_on_cuda(model, (torch.randn(4, 3, 10, 10, device=CUDA),))
+    written = {s.target for s in ep.graph_signature.output_specs if s.kind.name == "BUFFER_MUTATION"}
+    # InstanceNorm keeps num_batches_tracked but never counts (eager neither)
+    expected = {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked",
+                "inorm.running_mean", "inorm.running_var"}
+    assert written == (expected if train else set())
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 3 * 64)
+        self.causal = causal
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 4, 16).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal).transpose(1, 2).flatten(2)
+
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "mem_efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+
+
+# lowering sdpa to core_aten on CUDA: its composite picks the flash or memory-efficient kernel,
+# which have no decomposition; the lowering takes the math kernel there (opsets/lowering.py,
+# found on the H200: TargetUnreachableError before)
+@pytest.mark.parametrize("target", [None, "core_aten"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("backend", list(SDPA_BACKENDS))
+def test_sdpa_kernels_kept_as_composite_or_lowered_equal_eager(backend, dtype, target, request):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if backend == "flash" and dtype == torch.float32:
+        pytest.skip("flash attention takes fp16/bf16 only (eager itself refuses fp32)")
+    if target and backend != "math" and dtype == torch.bfloat16:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "lowered, the program computes attention with the math kernel: in bf16 its parameter "
+            "gradients differ from eager's fused kernel by up to 0.125 (abs), beyond rtol/atol 2e-2")))
+    model = Attention(causal=True).to(CUDA, dtype)
+    x = torch.randn(2, 32, 64, device=CUDA, dtype=dtype, requires_grad=True)
+    tolerance = LOW_PRECISION if dtype != torch.float32 else {"rtol": 1e-3, "atol": 1e-4}
+    with sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[backend])):
+        ep = export_verified_on_cuda(model, (x,), tolerance=tolerance,
+                                     target=pf.OpSet.core_aten() if target else None)
+    kept = "aten.scaled_dot_product_attention.default" in call_targets(ep)
+    assert kept == (target is None)
+
+
+class DropoutNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 32)
+        self.drop = torch.nn.Dropout(0.3)
+
+    def forward(self, x):
+        return self.drop(self.lin(x)) + F.dropout(x, 0.5, training=self.training)
+
+
+def test_dropout_draws_eagers_philox_numbers_under_the_same_seed():
+    model = DropoutNet().to(CUDA).train()
+    x = torch.randn(64, 32, device=CUDA, requires_grad=True)
+    ep = export_verified_on_cuda(model, (x,))
+    program = ep.module()
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        eager_out = model(x)
+        torch.manual_seed(seed)
+        assert torch.equal(program(x), eager_out)
+        assert (eager_out == 0).any()  # it dropped something: the test can fail
+
+
+class AutocastNet(torch.nn.Module):
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.lin1, self.lin2 = torch.nn.Linear(32, 64), torch.nn.Linear(64, 8)
+        self.norm = torch.nn.LayerNorm(64)
+        self.dtype = dtype
+
+    def forward(self, x, scale):
+        with torch.autocast(CUDA, dtype=self.dtype):
+            h = self.norm(self.lin1(x)).softmax(-1)
+            scale.mul_(2)  # a write inside the region reaches the caller
+            with torch.autocast(CUDA, enabled=False):
+                h = h.float() * scale
+            out = self.lin2(h)
+        return out, out.dtype == self.dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_autocast_cuda_region_is_kept_and_equals_eager(dtype):
+    model = AutocastNet(dtype).to(CUDA)
+    ep = export_verified_on_cuda(model, (torch.randn(16, 32, device=CUDA), torch.ones(64, device=CUDA)),
+                                 tolerance=LOW_PRECISION)
+    assert "pf_autocast_region" in call_targets(ep)
+    assert [s.kind.name for s in ep.graph_signature.output_specs].count("USER_INPUT_MUTATION") == 1
+
+
+class UnderAutocast(torch.nn.Module):
+    """A corpus model called under ``autocast("cuda", dtype)``."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
+        super().__init__()
+        self.model, self.dtype = model, dtype
+
+    def forward(self, *args, **kwargs):
+        with torch.autocast(CUDA, dtype=self.dtype):
+            return self.model(*args, **kwargs)
+
+
+# misses measured on the H200 (torch 2.11.0+cu130); each is ours, none a torch limit
+_KEPT_OP_WITHOUT_AUTOCAST = pytest.mark.xfail(strict=True, reason=(
+    "ours: inside an autocast region a kept composite's result is computed without autocast's "
+    "casts (conv: 'Input type BFloat16 and bias type float'; sdpa after rotary embeddings: q/k "
+    "float, v bfloat16); reproduces on CPU with autocast('cpu') and two Conv2d in a row"))
+_BF16_GRADS = pytest.mark.skip(reason=(
+    "not reproducible on the H200: of two runs one passed, one found bf16 parameter gradients "
+    "differing by up to 1.0 (abs) beyond rtol/atol 2e-2; needs a comparison aware of eager's own "
+    "run-to-run noise in bf16 backward"))
+_LAYERDROP_ON_CUDA = pytest.mark.xfail(strict=True, reason=(
+    "ours: train-mode layerdrop (`torch.rand([]) < p` on CPU) beside CUDA weights is refused as a "
+    "data-dependent guard (Eq(u1, 1)), where the CPU export of the same model passes"))
+CORPUS_MISSES = {
+    **{(name, "bf16", train): _KEPT_OP_WITHOUT_AUTOCAST for train in (False, True)
+       for name in ("small_cnn", "wav2vec2", "whisper", "llama", "mistral", "qwen2", "mixtral")},
+    **{("vit", "bf16", train): _BF16_GRADS for train in (False, True)},
+    **{(name, precision, True): _LAYERDROP_ON_CUDA for precision in ("fp32", "bf16")
+       for name in ("bart", "whisper", "wav2vec2")},
+}
+
+
+def _corpus_params():
+    for name, case in CASES.items():
+        for precision in ("fp32", "bf16"):
+            for train in (False, True):
+                marks = [] if case.quick else [pytest.mark.models]
+                if (name, precision, train) in CORPUS_MISSES:
+                    marks.append(CORPUS_MISSES[(name, precision, train)])
+                yield pytest.param(name, precision, train, marks=marks,
+                                   id=f"{name}-{precision}-{'train' if train else 'eval'}")
+
+
+@pytest.mark.parametrize("name,precision,train", list(_corpus_params()))
+def test_corpus_model_on_cuda_equals_eager(name, precision, train):
+    model, args, kwargs = build(name, train=train)
+    model, args, kwargs = model.to(CUDA), _on_cuda(args), _on_cuda(kwargs)
+    if precision == "bf16":
+        model = UnderAutocast(model, torch.bfloat16)
+    ep = export_verified_on_cuda(model, args, kwargs,
+                                 tolerance=LOW_PRECISION if precision == "bf16" else {"rtol": 1e-3, "atol": 1e-4})
+    assert ("pf_autocast_region" in call_targets(ep)) == (precision == "bf16")
