@@ -7,7 +7,7 @@ whose outputs are the forward's, then one gradient per input asked for (None whe
 loss does not reach it). The forward is replayed node by node under
 ``make_fx(pre_dispatch=True)``, which records ops above autograd: a kept composite stays
 one node, a region HOP is entered as its grad/autocast mode (recorded as markers that
-``hop.outline_regions`` outlines again). No functionalization is needed: the forward is
+``regions.outline_regions`` outlines again). No functionalization is needed: the forward is
 functional and backward ops are too. ``torch.autograd.grad`` then runs eager's autograd
 engine on the fakes; the proxy mode records each backward op it dispatches
 (``native_layer_norm_backward``, ``gelu_backward``, ...), with saved tensors mapped to

@@ -3,7 +3,7 @@
     training_step (loss.py)            the model as a call returning (loss, *outputs)
       -> export(...)                   the functional forward program (regions, kept composites)
       -> trace_joint (differentiate.py) forward replayed above autograd + the backward autograd runs
-      -> outline_regions, dead code    region markers back to region HOPs (hop/)
+      -> outline_regions, dead code    region markers back to region HOPs (regions/)
       -> joint_signature (signature.py) LOSS_OUTPUT, GRADIENT_TO_PARAMETER, GRADIENT_TO_USER_INPUT
       -> JointExportedProgram (program.py), whose module() runs one step
 """

@@ -112,6 +112,12 @@ class SavedValues:
                         "program cannot recompute; decompose that op (composite_overrides) and export again",
                         kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
                 value = recomputed[packed.index]
+                if not _same_layout(value, packed.tensor):  # the recomputation saved something else there
+                    raise JointError(
+                        f"the backward reads a value computed inside {packed.call.where}; recomputing the call "
+                        f"saved {_layout(value)} where the forward saved {_layout(packed.tensor)}, so the joint "
+                        "program cannot recover it. Decompose that op (composite_overrides={op: 'decompose'})",
+                        kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
         else:
             value = packed
         if not tc.is_tracked(self._tracer, value):
@@ -126,6 +132,14 @@ class SavedValues:
         known = self._by_layout.get(_layout_key(t))
         if known is not None:
             tc.track_as(self._tracer, t, known)
+
+
+def _layout(t: torch.Tensor) -> str:
+    return f"{t.dtype} {tuple(t.shape)} strides {tuple(t.stride())}"
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return _layout(a) == _layout(b)
 
 
 def _draws_random_numbers(node: torch.fx.Node) -> bool:
