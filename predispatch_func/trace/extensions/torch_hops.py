@@ -89,11 +89,10 @@ def _observed(hop: Any, rule: Callable[..., Any]):
 
     def observed(mode: Any, *args: Any, **kwargs: Any) -> Any:
         observer = observer_of_opaque_calls(mode)
-        with observer.opaque_body() if observer is not None else contextlib.nullcontext():
-            out = rule(mode, *args, **kwargs)
         if observer is not None:
             observer.before_opaque_call(tc.pytree.tree_leaves((args, kwargs)))
-        out = rule(mode, *args, **kwargs)
+        with observer.opaque_body() if observer is not None else contextlib.nullcontext():
+            out = rule(mode, *args, **kwargs)
         if observer is not None:
             observer.observe_opaque_call(f"higher_order.{name}", tc.pytree.tree_leaves((args, kwargs)), tc.pytree.tree_leaves(out),
                     keeps_inputs=False, backward_unchecked=unchecked)
