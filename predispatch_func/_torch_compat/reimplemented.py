@@ -370,7 +370,7 @@ def _tracer_decompositions(mode: Any) -> Any:
     table = getattr(mode, "decomposition_table", None)
     if table is not None:
         return table
-    current = _proxy_tensor.CURRENT_DECOMPOSITION_TABLE
+    current = getattr(_proxy_tensor, "CURRENT_DECOMPOSITION_TABLE", {})  # absent from 2.13 on
     return current.get({}) if hasattr(current, "get") and not isinstance(current, dict) else current
 
 
