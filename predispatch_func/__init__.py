@@ -4,12 +4,14 @@ See ``export`` (the entry point), ``aot_export_module`` (the layer under it)
 and ``verify`` (contract checks and replay against eager).
 """
 
-from .aot import aot_export_module
 from .artifacts import AotSignature
 from .errors import ExportError, Refusal, UnsupportedError, VerificationError
-from .export import FunctionalExportedProgram, export, functionalize, load
+from .export import export, functionalize
+from .inputs.input_check import InputError
+from .joint import JointError, JointExportedProgram, JointProblem, export_joint, verify_joint
+from .joint.aot import aot_export_module
 from .opsets import OpSet
-from .program.input_check import InputError
+from .program.runtime import FunctionalExportedProgram, load
 from .verify import VerifyReport, check_contract, replay_against_eager, verify
 
 __all__ = [
@@ -25,11 +27,16 @@ __all__ = [
     "eager",
     "FunctionalExportedProgram",
     "export",
+    "export_joint",
+    "JointError",
+    "JointExportedProgram",
+    "JointProblem",
     "load",
     "OpSet",
     "functionalize",
     "replay_against_eager",
     "verify",
+    "verify_joint",
 ]
 
 

@@ -6,7 +6,7 @@ metadata (which inputs the model wrote, and their final values as outputs).
 
 Pipeline, one artifact per stage (the stages live in ``program/``): ``Inputs`` (lift.py: the graph inputs,
 named) -> fakes (fakeify.py) -> ``Trace`` and ``Mutations`` (``pipeline.trace_subgraph``:
-the trace (modes/) with the constants it made lifted, its regions outlined (hop/),
+the trace (trace/) with the constants it made lifted, its regions outlined (regions/),
 dead code dropped; mutations.py: what the model wrote) -> graph passes
 (graph_cleanup.py, writeback_guard.py; each edits the graph and reads the
 artifacts) -> the signature, built once (signature.py). The bodies of custom
@@ -24,21 +24,28 @@ import torch
 from . import _torch_compat as tc
 from .artifacts import AotSignature, Inputs, Placeholders, SlotKind, Trace
 from .graphs import all_graph_modules
-from .modes import CompositePolicy
+from .inputs.fakeify import Fakeifier
+from .inputs.lift import collect_inputs
+from .inputs.tied_names import with_tied_names
 from .opsets.lowering import Lowering
+from .passes import node_meta
+from .passes.grad_free_inputs import inputs_without_grad
+from .passes.graph_cleanup import (
+    copy_outputs_reading_written_inputs,
+    lift_traced_constants,
+    name_placeholders,
+    written_placeholders,
+)
+from .passes.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
 from .pipeline import TraceSettings, trace_subgraph
-from .program import leaks, node_meta
-from .program.fakeify import Fakeifier
-from .program.graph_cleanup import copy_outputs_reading_written_inputs, lift_traced_constants, name_placeholders
-from .program.lift import collect_inputs
 from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
-from .program.signature import build_signature, grad_sources, written_placeholders
-from .program.state_guard import StateGuard
-from .program.tensor_attribute_writes import warning_on_assigned_tensor_attributes
-from .program.tied_names import with_tied_names
-from .program.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
+from .program.signature import build_signature, grad_sources
 from .schema_audit import shipped_decision, shipped_untested_layouts
+from .state import leaks
+from .state.state_guard import StateGuard
+from .state.tensor_attribute_writes import warning_on_assigned_tensor_attributes
+from .trace import CompositePolicy
 
 
 def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = True,
@@ -52,7 +59,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     """Trace ``mod`` into a functional graph over lifted state and flat user inputs.
 
     ``python_state="warn"`` turns the refusal of Python-level changes the program
-    cannot carry (see :mod:`predispatch_func.program.state_guard`) into a warning.
+    cannot carry (see :mod:`predispatch_func.state.state_guard`) into a warning.
 
     ``args`` is a tuple of positional arguments (a single tensor is one argument,
     as in :func:`~predispatch_func.export`). ``target`` (an
@@ -109,7 +116,8 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         grad_enabled_on_return=trace.grad_enabled_on_return, ambient=trace.ambient,
         input_layouts={str(spec.target): layout for spec, layout in zip(signature.output_specs, mutations.layouts)
                        if layout is not None},
-        module_call_signatures=module_call_signatures)
+        module_call_signatures=module_call_signatures,
+        inputs_without_grad=inputs_without_grad(trace.grad_free_writes, placeholders))
 
 
 def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, trace: Trace) -> Placeholders:

@@ -17,8 +17,8 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind, Output
 from . import _torch_compat as tc
 
 if TYPE_CHECKING:
-    from .modes.ambient import AmbientModes
-    from .modes.composite_policy import Decision
+    from .trace.ambient import AmbientModes
+    from .trace.composite_policy import Decision
 
 
 class SlotKind(enum.Enum):
@@ -133,10 +133,25 @@ class Mutations:
 
 
 @dataclasses.dataclass(frozen=True)
+class GradFreeWrite:
+    """A value written through a ``detach()``-ed alias with grad on, which may carry a gradient
+    when the program runs but carries none in this export (no input or parameter it was
+    computed from requires grad): exported as a write without autograd, so the program holds
+    only while ``sources`` (the placeholders it was computed from) do not require grad.
+
+    Made by ``trace.observers.IdentityEdges``; read by ``aot.py`` (``ep.module()`` checks
+    those inputs) and the body tracer (a body's operands cannot be checked: refused)."""
+
+    sources: tuple[torch.fx.Node, ...]
+    op: str
+    line: str | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Trace:
     """The flat functional graph with its region markers, and what tracing learned.
 
-    Made by ``modes.trace_functional``; read by ``pipeline.trace_subgraph`` (its
+    Made by ``trace.trace_functional``; read by ``pipeline.trace_subgraph`` (its
     ``prepare`` step, the region outliner: identity edges) and ``aot.py``."""
 
     graph_module: torch.fx.GraphModule
@@ -146,6 +161,7 @@ class Trace:
     hidden_written: frozenset[int] = frozenset()
     # the caller's grad/inference/autocast modes, traced as the program's outer regions
     ambient: AmbientModes | None = None
+    grad_free_writes: tuple[GradFreeWrite, ...] = ()
 
 
 # what the step between the trace and the regions returns: the graph's named placeholders,
@@ -188,6 +204,9 @@ class AotSignature:
     input_layouts: dict[str, tuple[tuple, tuple]] = dataclasses.field(default_factory=dict)
     # preserve_module_call_signature: fqn -> the call's signature (module_signatures.py)
     module_call_signatures: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # user input (placeholder name) or parameter/buffer (fqn) -> the user's line of a write through
+    # a detached alias that is right only while it does not require grad (GradFreeWrite)
+    inputs_without_grad: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +229,9 @@ class ProgramFacts:
     # input or buffer name -> (layout before, layout after) of each one an in-place view
     # op relaid; module() restores them
     input_layouts: dict[str, tuple[tuple, tuple]] = dataclasses.field(default_factory=dict)
+    # inputs the program must not be called with requiring grad (AotSignature.inputs_without_grad):
+    # module() checks them, verify replays them as exported
+    inputs_without_grad: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 _PROGRAM_FACTS = "pf_program_facts"  # the graph module's metadata entry
@@ -224,5 +246,5 @@ def with_program_facts(gm: torch.fx.GraphModule, facts: ProgramFacts) -> None:
     gm.meta[_PROGRAM_FACTS] = facts
 
 
-__all__ = ["AotSignature", "InputSlot", "Inputs", "Mutations", "Placeholders", "ProgramFacts", "SlotKind",
+__all__ = ["AotSignature", "GradFreeWrite", "InputSlot", "Inputs", "Mutations", "Placeholders", "ProgramFacts", "SlotKind",
            "Subgraph", "Trace", "program_facts", "with_program_facts"]

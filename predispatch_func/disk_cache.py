@@ -7,9 +7,9 @@ process never reads a half-written one, and a file that cannot be read or
 written only costs the time it was meant to save.
 
 Kept here: the composite guard's verdicts and eager-kernel checks
-(``modes/persisted_guards.py``), aten entries audited lazily on a torch without a
+(``trace/persisted_guards.py``), aten entries audited lazily on a torch without a
 shipped table (``schema_audit/lazy.py``), OpInfo samples (``schema_audit/opinfo.py``),
-and the torch files fx drops from stack traces (``program/stack_trace_files.py``).
+and the torch files fx drops from stack traces (``passes/stack_trace_files.py``).
 """
 
 from __future__ import annotations

@@ -71,9 +71,14 @@ def user_line_of_recorded(stack_trace: str | None) -> str | None:
 
 
 class ExportError(RuntimeError):
-    """Exporting failed; the message names the op and the user's source line."""
+    """Exporting failed; the message names the op and the user's source line.
+
+    ``reason`` is the message alone (``str()`` adds the op and the line); ``hint`` says what
+    to do next, for the command line (``cli.py``), which prints these instead of a traceback.
+    """
 
     def __init__(self, message: str, *, op: object = None, source: str | None = None):
+        self.reason = message
         self.op = op
         self.source = source
         parts = [message]
@@ -83,6 +88,11 @@ class ExportError(RuntimeError):
             parts.append(f"at: {source}")
         # not super(): a subclass may also derive from a torch error class with another __init__
         RuntimeError.__init__(self, "\n".join(parts))
+
+    @property
+    def hint(self) -> str:
+        return ("this is not a known limit: if torch.export.export runs the model, it is a bug of "
+                "predispatch_func; please report it with the traceback")
 
     @classmethod
     def wrapping(cls, exc: BaseException, *, op: object = None, source: str | None = None) -> ExportError:
@@ -141,6 +151,7 @@ class Refusal(enum.Enum):
     OUT_WITH_OTHER_WRITES = ("an out= overload that writes other arguments too, without a twin lacking out=",
                              True)
     OVERLAPPING_WRITES = ("one tensor passed as two arguments an op writes", False)
+    WRITE_TO_OVERLAPPING_VIEW = ("an in-place write to a view whose elements overlap (unfold)", False)
     WRITE_TO_SPARSE = ("an in-place write to a sparse tensor", False)
     GRAD_VALUE_THROUGH_DETACH = ("a value that requires grad written through a detach()-ed alias", False)
     GRAD_VALUE_INTO_INTEGER = ("a value that requires grad written into an integer tensor", True)
@@ -175,6 +186,8 @@ class Refusal(enum.Enum):
     EAGER_BACKEND_LACKS_FLOOR = ("pf.eager.register on a backend without kernels for the runtime floor", False)
     REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
     TENSOR_SUBCLASS_IN_FORWARD = ("a tensor subclass's own Python API used in forward, or one built there", False)
+    OUTPUT_NOT_A_PYTREE = ("an output of a type pytree does not know (not a registered pytree node)", False)
+    AUTOGRAD_CALL_IN_FORWARD = ("torch.autograd.grad or backward() called inside forward, before autograd", False)
 
     def __init__(self, summary: str, torch_limit: bool):
         self.summary = summary
@@ -190,6 +203,12 @@ class UnsupportedError(ExportError):
     def __init__(self, message: str, *, kind: Refusal, op: object = None, source: str | None = None):
         self.kind = kind
         super().__init__(message, op=op, source=source)
+
+    @property
+    def hint(self) -> str:
+        blocked = ", which torch itself blocks" if self.kind.torch_limit else ""
+        return (f"a known limit ({self.kind.name}: {self.kind.summary}{blocked}); the message says what "
+                "to write instead, and docs/limits.md lists every limit")
 
 
 class DynamicShapesError(UnsupportedError, tc.TorchUserError, tc.ConstraintViolationError):

@@ -15,7 +15,7 @@ The consequence, spelled out:
 * Values are unchanged; the grad-mode *region* becomes a set of ``detach``
   nodes, so a consumer cannot tell a region from an ordinary detach any more.
 * A tensor updated in place under ``no_grad`` that requires grad (an
-  ``identity_of`` result, see ``hop/ops.py``) keeps its new value but loses
+  ``identity_of`` result, see ``regions/ops.py``) keeps its new value but loses
   eager's identity gradient: gradients reaching it stop there instead of
   flowing to the tensor it updated. Programs without such updates (every
   model of ``tests/models``) train exactly as before.
@@ -35,7 +35,7 @@ from torch.export.graph_signature import ExportGraphSignature, OutputSpec, Tenso
 
 from .autograd_facts import may_carry_grad
 from .errors import Refusal, UnsupportedError
-from .hop.ops import pf_autocast_region, pf_grad_region
+from .regions.ops import pf_autocast_region, pf_grad_region
 
 _GRAD_ENABLED = "_pf_inlined_grad_enabled"  # meta key: grad mode the node ran under
 

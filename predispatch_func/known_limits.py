@@ -109,13 +109,25 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
     Refusal.OVERLAPPING_WRITES: ('one tensor (or overlapping views of it) passed as two arguments one '
                                  'op writes (`torch.batch_norm(x, None, None, s, s, True, 0.1, 1e-5, '
                                  'False)`: eager applies the second write on top of the first)'),
+    Refusal.WRITE_TO_OVERLAPPING_VIEW: ('an in-place op on a view whose elements overlap '
+                                        '(`t.unfold(1, 3, 2).abs_()`, a step smaller than the window): eager '
+                                        'writes the shared elements one after another, in the order its '
+                                        'kernel runs, a functional program computes each element from '
+                                        "the old value (torch's functionalization refuses it; "
+                                        "torch.export's non-functional IR keeps the in-place op). Compute "
+                                        'the result out of place (`.abs()`)'),
     Refusal.WRITE_TO_SPARSE: ('an in-place write to a sparse tensor (a sparse kernel may return '
                               'indices or values aliasing its inputs without saying so: '
                               '`gather_backward(..., sparse_grad=True)` returns values that view '
                               '`grad`)'),
     Refusal.GRAD_VALUE_THROUGH_DETACH: ('a value that requires grad written through a `detach()`-ed '
                                         'alias, `.data` or `view(dtype)` (eager keeps two autograd '
-                                        'histories for one storage)'),
+                                        'histories for one storage). Where nothing it is computed from '
+                                        'requires grad in the export (plain float inputs, frozen '
+                                        'parameters) no gradient changes: it is exported, and '
+                                        "`ep.module()` refuses to run (grad on) with those inputs or "
+                                        'parameters requiring grad, naming them and the line; inside a '
+                                        "custom Function's, hook's or torch HOP's body it is refused"),
     Refusal.GRAD_VALUE_INTO_INTEGER: ('a value that requires grad written into an integer tensor '
                                       "(torch's functional `fill`/`masked_fill` fail under autograd; "
                                       'detach the value)'),
@@ -186,6 +198,20 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                          "tensors that carry only `torch.Tensor`'s API. Ops on subclass inputs and "
                                          'parameters are traced; call the subclass API outside the model, or '
                                          'build the subclass outside and pass it in'),
+    Refusal.OUTPUT_NOT_A_PYTREE: ('an output of a type pytree does not know (transformers\' `DynamicCache`, '
+                                  'returned by default by its decoder LMs): no program can return it, and '
+                                  'torch.export refuses it too. The error names the type and where it sits in '
+                                  'the output; register it with `torch.utils._pytree.register_pytree_node` '
+                                  '(`torch.export.register_dataclass` for a dataclass), or use the library\'s '
+                                  'helper (transformers: `transformers.integrations.executorch.'
+                                  'register_dynamic_cache_export_support()`, or `use_cache=False`)'),
+    Refusal.AUTOGRAD_CALL_IN_FORWARD: ('`torch.autograd.grad`, `torch.autograd.backward` or `Tensor.backward()` '
+                                       'called inside `forward` (a gradient penalty, a physics-informed loss): '
+                                       'the pre-dispatch trace runs `forward` before autograd, so there is no '
+                                       'autograd graph to differentiate there. torch.export fails on it too. '
+                                       'Use `torch.func.grad` or `torch.func.vjp` inside `forward` (exported), '
+                                       'or export with `pre_dispatch=False`, where `torch.autograd.grad` is '
+                                       'traced (without grad-mode and autocast regions)'),
 }
 
 # limits that are not refusals: where the program is eager's only up to a stated difference

@@ -1,15 +1,16 @@
 """What the tracing mode and the driver offer the code that runs inside a trace, as Protocols.
 
-``hop/`` (the Function and hook tracers, torch's HOP rules) and the model
-call (``program/mutations.py``) run under the mode of ``modes/`` but must not
-import it (``hop/`` sits below the stages), and a HOP rule may meet torch's
-own FunctionalTensorMode instead of ours. They name what they need here;
-``modes.stack.PolicyFunctionalMode`` and ``pipeline.TraceSettings`` provide it.
+``trace/extensions/`` (the Function and hook tracers, torch's HOP rules) and the
+model call (``program/mutations.py``) run under the mode of ``trace/stack.py`` but
+must not import it (the extensions are entered by the trace, and ``program/`` sits
+after it), and a HOP rule may meet torch's own FunctionalTensorMode instead of ours. They name what they need here;
+``trace.stack.PolicyFunctionalMode`` and ``pipeline.TraceSettings`` provide it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -28,15 +29,22 @@ class ObservesOpaqueCalls(Protocol):
     """A mode that wants to see a call it does not dispatch as one op (a torch HOP, a custom
     Function) as an op: its reads and its results (``PolicyFunctionalMode``)."""
 
+    def before_opaque_call(self, operands: list[Any]) -> None: ...
+
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
                             non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None: ...
+
+    def opaque_body(self) -> AbstractContextManager[None]:
+        """Around torch's functionalization of a HOP's bodies, which run under this mode on
+        operands the mode did not see made."""
+        ...
 
 
 @runtime_checkable
 class TracesBelowAutograd(Protocol):
     """A PreDispatch mode that can hand the trace a twin for the Python key, below autograd,
     where what the PreDispatch key cannot trace runs (``torch.func`` transforms:
-    ``hop/func_transforms.py``); None from a mode already below autograd."""
+    ``trace/extensions/func_transforms.py``); None from a mode already below autograd."""
 
     def twin_below_autograd(self) -> Any | None: ...
 

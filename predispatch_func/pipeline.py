@@ -3,7 +3,7 @@
 The program's graph and each body of a custom ``torch.autograd.Function`` or
 tensor hook (its forward, its backward) go through the same stages::
 
-    trace (modes/)  ->  the caller's step on the flat graph  ->  regions outlined (hop/)  ->  dead code dropped
+    trace (trace/)  ->  the caller's step on the flat graph  ->  regions outlined (regions/)  ->  dead code dropped
 
 :func:`trace_subgraph` runs them; ``aot.aot_export_module`` calls it for the
 program. The Function tracer in ``hop/`` cannot import this module (``hop/``
@@ -22,13 +22,14 @@ import torch
 from . import _torch_compat as tc
 from .artifacts import Named, Subgraph, Trace
 from .graphs import all_graph_modules
-from .hop import outline_regions
-from .hop.fakes import fresh_like
-from .hop.frames import drop_entry_and_exit_markers
-from .modes import CompositePolicy, trace_functional
-from .modes.stack import Body
-from .program.graph_cleanup import eliminate_dead_code
+from .passes.grad_free_inputs import refuse_in_body
+from .passes.graph_cleanup import eliminate_dead_code
 from .program.signature import grad_sources
+from .regions import outline_regions
+from .regions.frames import drop_entry_and_exit_markers
+from .trace import CompositePolicy, trace_functional
+from .trace.extensions.fakes import fresh_like
+from .trace.stack import Body
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +53,10 @@ class TraceSettings:
         off = {device: (False, dtype) for device, (_, dtype) in ambient.items()}
         with tc.outside_trace(), tc.autocast_state_as(off):
             fresh = [fresh_like(t) for t in inputs]
-            gm = trace_subgraph(under_caller_autocast, fresh, grad_enabled=grad_enabled, settings=self,
-                                prepare=_body_markers_dropped).graph_module
+            traced = trace_subgraph(under_caller_autocast, fresh, grad_enabled=grad_enabled, settings=self,
+                                    prepare=_body_markers_dropped)
+            refuse_in_body(traced.trace.grad_free_writes)
+            gm = traced.graph_module
             for _, sub in all_graph_modules(gm):
                 sub.recompile()
         return gm

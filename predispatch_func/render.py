@@ -1,4 +1,4 @@
-"""Rich rendering of an exported program, its signature and its verify report."""
+"""Rich rendering of an exported program, its signature, its verify report, and an export error."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from .artifacts import program_facts
+from .errors import ExportError, UnsupportedError
 from .graphs import all_graph_modules
 from .verify import VerifyReport
 
@@ -39,3 +40,19 @@ def render_program(ep: torch.export.ExportedProgram, console: Console) -> None:
 def render_report(report: VerifyReport, console: Console) -> None:
     style = "bold green" if report.ok else "bold red"
     console.print(f"[{style}]{report}[/{style}]")
+
+
+def render_error(err: ExportError, console: Console, *, debug_how: str) -> None:
+    """What a command-line user reads when exporting fails: the error's kind, its message,
+    the op and the line of their model, and what to do; the traceback only on request
+    (``debug_how`` says how to ask for it)."""
+    kind = type(err).__name__ + (f" ({err.kind.name})" if isinstance(err, UnsupportedError) else "")
+    lines = [f"error: {kind}: {err.reason}"]
+    if err.op is not None:
+        lines.append(f"  op: {err.op}")
+    if err.source:
+        where, *code = err.source.splitlines()
+        lines += [f"  at: {where}", *(f"      {line.strip()}" for line in code)]
+    lines.append(f"  hint: {err.hint}")
+    lines.append(f"  (the traceback: {debug_how})")
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

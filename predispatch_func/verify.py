@@ -14,6 +14,7 @@ import contextlib
 import copy
 import dataclasses
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -96,27 +97,33 @@ def _check_signature(ep: torch.export.ExportedProgram, report: VerifyReport) -> 
 # --- replay against eager ------------------------------------------------------------
 
 
-def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None) -> Any:
+def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None,
+           as_given: frozenset[int] = frozenset(), *, nonleaf: bool = False) -> Any:
     """Fresh copies of every tensor leaf; a tensor passed twice stays one tensor,
     so the replay sees the same aliasing between inputs as the caller's call.
     Float leaves require grad if asked (an in-place write to such a leaf is
     allowed where eager allows it: under no_grad or through ``detach()``).
-    Given ``leaf_of``, each tensor that requires grad is a leaf's ``clone()``,
-    as an activation from an upstream layer is: eager lets a model write such
-    an input in place, and its gradient reaches the leaf ``leaf_of`` records."""
+    A tensor that requires grad is a leaf's ``clone()`` where the caller's is not
+    a leaf (an activation from an upstream layer, which eager lets a model write
+    in place), or everywhere with ``nonleaf``; its gradient reaches the leaf
+    ``leaf_of`` records. A cached ``.grad`` is not copied: each side starts from none.
+    ``as_given``: positions among the flat leaves that keep the caller's requires_grad
+    (inputs the program must not be called with requiring grad)."""
     memo: dict[int, torch.Tensor] = {}
+    leaves, spec = tc.pytree.tree_flatten(value)
 
-    def one(t: torch.Tensor) -> torch.Tensor:
+    def one(t: torch.Tensor, position: int) -> torch.Tensor:
         if id(t) not in memo:
             c = t.detach().clone()
-            wants = t.requires_grad or (grad_for_floats and may_carry_grad(t))
+            wants = t.requires_grad or (grad_for_floats and may_carry_grad(t) and position not in as_given)
             c.requires_grad_(wants)
-            if leaf_of is not None and wants:
+            if leaf_of is not None and wants and (nonleaf or not t.is_leaf):
                 leaf, c = c, c.clone()
                 leaf_of[id(c)] = (c, leaf)
             memo[id(t)] = c
         return memo[id(t)]
-    return tc.pytree.tree_map_only(torch.Tensor, one, value)
+    return tc.pytree.tree_unflatten([one(t, i) if isinstance(t, torch.Tensor) else t for i, t in enumerate(leaves)],
+                                    spec)
 
 
 def _grad_leaf(t: torch.Tensor, leaf_of: dict) -> torch.Tensor:
@@ -146,7 +153,7 @@ def _compare(what: str, a: Any, b: Any, rtol: float, atol: float, values: bool, 
         if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
             problems.append(f"{label}: eager {type(x).__name__} vs program {type(y).__name__}")
         elif not isinstance(x, torch.Tensor):
-            if values and x != y:
+            if values and _differs(x, y):
                 problems.append(f"{label}: eager {x!r} vs program {y!r}")
         elif x.shape != y.shape or x.dtype != y.dtype or x.layout != y.layout:
             problems.append(f"{label}: eager {x.dtype}{list(x.shape)} {x.layout} vs program "
@@ -154,8 +161,18 @@ def _compare(what: str, a: Any, b: Any, rtol: float, atol: float, values: bool, 
         elif x.layout != torch.strided:  # sparse kernels compare (allclose) only dense tensors
             _compare(label, x.detach().to_dense(), y.detach().to_dense(), rtol, atol, values, problems)
         elif values and not torch.allclose(x.detach(), y.detach(), rtol=rtol, atol=atol, equal_nan=True):
-            diff = (x.detach().double() - y.detach().double()).abs().nan_to_num().max().item()
+            wide = torch.complex128 if x.is_complex() else torch.float64
+            diff = (x.detach().to(wide) - y.detach().to(wide)).abs().nan_to_num().max().item()
             problems.append(f"{label}: values differ (max abs diff {diff:.3g})")
+
+
+def _differs(x: Any, y: Any) -> bool:
+    """``x != y`` for two non-tensor outputs; one whose ``!=`` gives no truth value (an array,
+    an object of tensors) is the same only if it is the same object."""
+    try:
+        return bool(x != y)
+    except Exception:
+        return x is not y
 
 
 def _compare_requires_grad(e_out: Any, p_out: Any, problems: list[str]) -> None:
@@ -168,15 +185,18 @@ def _compare_requires_grad(e_out: Any, p_out: Any, problems: list[str]) -> None:
 
 
 def _loss(outputs: Any, weights_seed: int) -> torch.Tensor | None:
-    """A random weighting of every float output; each output position gets its own
-    weights whether or not it requires grad, so the two sides weight alike."""
+    """A random weighting of every float or complex output (a complex one through its
+    real and imaginary parts, ``view_as_real``: a real loss, as a training loop's is);
+    each output position gets its own weights whether or not it requires grad, so the
+    two sides weight alike."""
     gen = torch.Generator().manual_seed(weights_seed)
     terms = []
     for t in tc.pytree.tree_leaves(outputs):
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
-            w = torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.device, t.dtype)
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or (t.is_complex() and t.layout == torch.strided)):
+            real = torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
+            w = torch.randn(real.shape, generator=gen, dtype=torch.float64).to(real.device, real.dtype)
             if t.requires_grad:
-                terms.append((t * w).sum().double())
+                terms.append((real * w).sum().double())
     return sum(terms[1:], terms[0]) if terms else None
 
 
@@ -186,6 +206,14 @@ def _none_as_zeros(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:
     def fill(x, y):
         return torch.zeros_like(y) if x is None and isinstance(y, torch.Tensor) else x
     return [fill(x, y) for x, y in zip(a, b)], [fill(y, x) for x, y in zip(a, b)]
+
+
+def _by_every_name(module: torch.nn.Module, named: str) -> dict[str, torch.Tensor]:
+    """``named_parameters``/``named_buffers`` under every name: a module registered under two
+    names (timm's CoaT shares ``crpe1`` with its blocks) is one module, and which of its
+    names torch's de-duplication keeps depends on the order of registration, which a
+    program's module need not repeat."""
+    return dict(getattr(module, named)(remove_duplicate=False))
 
 
 def _grads(named: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -212,6 +240,9 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
     gradients, or, with ``nonleaf_inputs``, with each such input a leaf's
     ``clone()`` (an activation from an upstream layer, which eager lets a
     model write in place), so gradients through the write are compared too.
+    An input of the caller's that is such an activation stays one. It always
+    returns a report (``raise_on_failure`` aside): what it could not check
+    (eager refuses the inputs, the model cannot be copied) is a problem of it.
     ``target`` (an :class:`~predispatch_func.opsets.OpSet`): every op of every
     graph must be in it (region and torch HOPs aside).
     """
@@ -223,37 +254,66 @@ def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = Non
         report.problems += [f"{where}: node {node.format_node()} is not in the target op set"
                             for where, node in Lowering(target).outside(ep.graph_module)]
     if model is not None and args is not None:
-        program, detached = _copy_program(ep)
-        replay = replay_against_eager(program, model, args, kwargs, check_values=check_values,
-                                      check_grads=check_grads, rtol=rtol, atol=atol, seed=seed,
-                                      nonleaf_inputs=nonleaf_inputs,
-                                      ambient=program_facts(ep.graph_module).ambient, calls=calls)
-        if detached:
-            replay.checked.append(f"program constants copied without their autograd history: {', '.join(detached)}")
-        report.problems += replay.problems
-        report.checked += replay.checked
-        report.checked.append("the graph writes none of its inputs")
-        spent, _ = copy_without_history(ep)
-        p_args, p_kwargs = _clone((args, kwargs or {}), grad_for_floats=False)
-        report.problems += [f"the graph writes its input {name} (an op writes it without declaring it)"
-                            for name in inputs_the_graph_writes(spent, p_args, p_kwargs, seed)]
+        _check_calls(calls)
+        with _reported_if_it_fails(report, "the replay against eager"):
+            program, detached = _copy_program(ep)
+            replay = replay_against_eager(program, model, args, kwargs, check_values=check_values,
+                                          check_grads=check_grads, rtol=rtol, atol=atol, seed=seed,
+                                          nonleaf_inputs=nonleaf_inputs,
+                                          ambient=program_facts(ep.graph_module).ambient, calls=calls,
+                                          inputs_as_given=_inputs_without_grad(ep))
+            if detached:
+                replay.checked.append(f"program constants copied without their autograd history: "
+                                      f"{', '.join(detached)}")
+            report.problems += replay.problems
+            report.checked += replay.checked
+        with _reported_if_it_fails(report, "the check that the graph writes none of its inputs"):
+            spent, _ = copy_without_history(ep)
+            p_args, p_kwargs = _clone((args, kwargs or {}), grad_for_floats=False)
+            report.problems += [f"the graph writes its input {name} (an op writes it without declaring it)"
+                                for name in inputs_the_graph_writes(spent, p_args, p_kwargs, seed)]
+            report.checked.append("the graph writes none of its inputs")
     if raise_on_failure and not report.ok:
         raise VerificationError(str(report))
     return report
+
+
+def _check_calls(calls: int) -> None:
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, got {calls}")
+
+
+@contextlib.contextmanager
+def _reported_if_it_fails(report: VerifyReport, stage: str) -> Iterator[None]:
+    """A stage of verify that raises is a problem of the report, never the caller's exception:
+    the caller asked whether the program is right, and "could not tell, because" is the answer."""
+    try:
+        yield
+    except Exception as exc:
+        report.problems.append(f"{stage} could not run: {type(exc).__name__}: {_first_line(exc)}")
+
+
+def _inputs_without_grad(ep: torch.export.ExportedProgram) -> frozenset[int]:
+    """Positions, among the flat user inputs, of those the program must not be called with
+    requiring grad (``passes/grad_free_inputs.py``): replayed with the caller's flags."""
+    names = program_facts(ep.graph_module).inputs_without_grad
+    users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    return frozenset(i for i, name in enumerate(users) if name in names)
 
 
 def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args: tuple,
                          kwargs: dict | None = None, *, check_values: bool = True,
                          check_grads: bool = True, rtol: float = 1e-4, atol: float = 1e-5,
                          seed: int = 0, nonleaf_inputs: bool = False, ambient: Any = None,
-                         calls: int = 1) -> VerifyReport:
+                         calls: int = 1, inputs_as_given: frozenset[int] = frozenset()) -> VerifyReport:
     """Run ``program`` (a module that writes its mutations back, as ``ep.module()``
     does; it is run as given, so pass a copy) and a copy of ``model`` on fresh
     clones of the inputs, and compare. ``ambient``: the caller's modes at export
     (``AmbientModes``), which the program holds as outer regions; the eager model
-    runs under them. Also used by scripts to judge torch's paths."""
-    if calls < 1:
-        raise ValueError(f"calls must be at least 1, got {calls}")
+    runs under them. ``inputs_as_given``: positions of flat inputs replayed with the
+    caller's requires_grad, never made to require grad. Also used by scripts to judge
+    torch's paths."""
+    _check_calls(calls)
     report = VerifyReport()
     eager_model, detached = copy_without_history(model)
     if detached:
@@ -265,7 +325,8 @@ def replay_against_eager(program: torch.nn.Module, model: torch.nn.Module, args:
             problems: list[str] = []
             attempt = _replay(program, model, eager_model, attempt, tuple(args), dict(kwargs or {}), report,
                               problems, check_values=check_values, check_grads=check_grads, rtol=rtol,
-                              atol=atol, seed=seed + 2 * call, nonleaf_inputs=nonleaf_inputs, ambient=ambient)
+                              atol=atol, seed=seed + 2 * call, nonleaf_inputs=nonleaf_inputs, ambient=ambient,
+                              as_given=inputs_as_given)
             report.problems += [f"call {call + 1}: {p}" for p in problems] if calls > 1 else problems
             if attempt is None:  # the program could not run
                 break
@@ -309,31 +370,41 @@ def _copy_program(ep: torch.export.ExportedProgram) -> tuple[torch.nn.Module, li
 
 
 def _replay(program, model, eager_model, attempt, args, kwargs, report, problems, *, check_values,
-            check_grads, rtol, atol, seed, nonleaf_inputs, ambient) -> tuple | None:
+            check_grads, rtol, atol, seed, nonleaf_inputs, ambient, as_given=frozenset()) -> tuple | None:
     """One call of each, compared; returns how eager's inputs were made and the eager model,
-    for the next call (None: the program raised). ``attempt`` is the previous call's, or
-    None on the first, which tries: inputs that require grad as leaves; where eager refuses
-    (in-place on a leaf that requires grad), as non-leaves; where it still refuses (out= of
-    a tensor that requires grad), with the caller's requires_grad only."""
+    for the next call (None: nothing more can be compared). ``attempt`` is the previous
+    call's, or None on the first, which tries: inputs that require grad as leaves (a caller's
+    non-leaf stays one); where eager refuses (in-place on a leaf that requires grad), as
+    non-leaves; where it still refuses (out= of a tensor that requires grad), with the
+    caller's requires_grad only; where eager refuses the caller's own inputs (a leaf of
+    theirs that requires grad, written in place), with those as non-leaves, said in the
+    report. Where eager refuses even that, the report says so as a problem."""
     first = attempt is None
     if first:
-        attempts = [(True, False)] + [(True, True)] * nonleaf_inputs + [(False, False)] \
-            if check_grads else [(False, False)]
+        attempts = [(True, False)] + [(True, True)] * nonleaf_inputs + [(False, False), (False, True)] \
+            if check_grads else [(False, False), (False, True)]
     else:
         attempts = [attempt[:2]]
-    leaf_of: dict = {}
+    refused = None
     for i, (grad_inputs, nonleaf) in enumerate(attempts):
+        leaf_of: dict = {}
         candidate = (copy_without_history(model)[0] if i else eager_model) if first else eager_model
-        e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
+        e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of, as_given, nonleaf=nonleaf)
         try:
             e_out, e_grad_mode = _run(candidate, e_args, e_kwargs, seed, ambient)
             e_rng = torch.get_rng_state()
             eager_model = candidate
             break
-        except RuntimeError:
+        except Exception as exc:  # eager refuses these inputs: try the next way of making them
             if i == len(attempts) - 1:
-                raise
-    p_args, p_kwargs = _clone((args, kwargs), grad_inputs, leaf_of if nonleaf else None)
+                problems.append(f"eager raised {type(exc).__name__} on copies of the inputs, so nothing was "
+                                f"compared: {_first_line(exc)}")
+                return None
+            refused = exc
+    if first and (grad_inputs, nonleaf) == (False, True):
+        report.checked.append(f"inputs that require grad as a leaf's clone() (eager refuses them as given: "
+                              f"{_first_line(refused) if refused is not None else ''})")
+    p_args, p_kwargs = _clone((args, kwargs), grad_inputs, leaf_of, as_given, nonleaf=nonleaf)
     try:
         p_out, p_grad_mode = _run(program, p_args, p_kwargs, seed)
         p_rng = torch.get_rng_state()
@@ -346,6 +417,11 @@ def _replay(program, model, eager_model, attempt, args, kwargs, report, problems
                   p_grad_mode, (e_args, e_kwargs), (p_args, p_kwargs), leaf_of, check_values=check_values,
                   check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
     return grad_inputs, nonleaf, eager_model
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _compare_call(checked, problems, eager_model, program, e_out, p_out, e_rng, p_rng, e_grad_mode,
@@ -361,7 +437,7 @@ def _compare_call(checked, problems, eager_model, program, e_out, p_out, e_rng, 
     _compare("output", e_out, p_out, rtol, atol, check_values, problems)
     _compare("input after call", (e_args, e_kwargs), (p_args, p_kwargs), rtol, atol, check_values, problems)
     for kind, named in (("buffer", "named_buffers"), ("parameter", "named_parameters")):
-        e_state, p_state = dict(getattr(eager_model, named)()), dict(getattr(program, named)())
+        e_state, p_state = _by_every_name(eager_model, named), _by_every_name(program, named)
         for name, value in e_state.items():
             if name not in p_state:
                 problems.append(f"{kind} {name} missing from the program")
@@ -387,7 +463,7 @@ def _compare_call(checked, problems, eager_model, program, e_out, p_out, e_rng, 
     except RuntimeError as exc:
         problems.append(f"program's backward raised where eager's did not: {exc}")
         return
-    e_params, p_params = dict(eager_model.named_parameters()), dict(program.named_parameters())
+    e_params, p_params = _by_every_name(eager_model, "named_parameters"), _by_every_name(program, "named_parameters")
     e_pgrads = _grads(e_params)
     names = list(e_pgrads)
     e_pg, p_pg = _none_as_zeros([e_pgrads[k] for k in names],

@@ -2,8 +2,9 @@
 
 Reads the source with ``ast`` (imports inside functions included), so what it
 shows is what the code says, not what one run happened to import. "Upward"
-means a subpackage importing a sibling that sits later in the pipeline
-(``hop/`` reaching into ``modes/`` or ``program/``).
+means a stage package importing one that sits later in the pipeline
+(``trace/`` reaching into ``regions/``, ``passes/`` into ``program/``): ``STAGES``
+is that order, written once.
 
     python scripts/import_picture.py [package_dir]
 """
@@ -14,8 +15,8 @@ import ast
 import sys
 from pathlib import Path
 
-# a subpackage -> the sibling subpackages it must not import (the pipeline's direction)
-UPWARD = {"hop": ("modes", "program")}
+# the stage packages in the order data flows; a stage imports only earlier ones
+STAGES = ("inputs", "state", "trace", "regions", "passes", "program")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -99,15 +100,23 @@ def cycles(graph: dict[str, dict[str, bool]]) -> list[list[str]]:
     return sorted(found)
 
 
+def stage_of(module: str, top: str) -> int | None:
+    """The position of ``module``'s stage package in :data:`STAGES`; None outside the stages."""
+    parts = module.split(".")
+    return STAGES.index(parts[1]) if parts[0] == top and len(parts) > 1 and parts[1] in STAGES else None
+
+
 def upward(graph: dict[str, dict[str, bool]], top: str) -> list[tuple[str, str, bool]]:
+    """(importer, imported, nested) for each import of a later stage by an earlier one."""
     out = []
     for src, targets in sorted(graph.items()):
-        for low_pkg, banned in UPWARD.items():
-            if not src.startswith(f"{top}.{low_pkg}"):
-                continue
-            for dst, nested in sorted(targets.items()):
-                if any(dst == f"{top}.{b}" or dst.startswith(f"{top}.{b}.") for b in banned):
-                    out.append((src, dst, nested))
+        here = stage_of(src, top)
+        if here is None:
+            continue
+        for dst, nested in sorted(targets.items()):
+            there = stage_of(dst, top)
+            if there is not None and there > here:
+                out.append((src, dst, nested))
     return out
 
 

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_import_structure import picture
+
 ROOT = Path(__file__).resolve().parents[1]
+STAGES = picture.STAGES
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # what the architecture doc calls modules by a short name (the compat layer is imported as ``tc``)
 ALIASES = {"tc": ["predispatch_func._torch_compat"], "pf": ["predispatch_func"]}
@@ -58,6 +61,23 @@ def _defining_modules(name: str, modules: list[str]) -> list[str]:
     return [m for m in modules if hasattr(importlib.import_module(m), name)]
 
 
+def test_architecture_names_every_stage_and_every_observer():
+    text = ARCHITECTURE.read_text()
+    named = [f"{stage}/" for stage in STAGES if f"{stage}/" not in text]
+    observer_types = {type(o).__name__ for o in _observers_of_a_pre_dispatch_mode()}
+    assert observer_types, "no observer found: the check is broken"
+    named += [name for name in sorted(observer_types) if f"`{name}`" not in text]
+    assert not named, f"docs/architecture.md does not name: {named}"
+
+
+def _observers_of_a_pre_dispatch_mode() -> tuple:
+    from predispatch_func.trace import CompositePolicy
+    from predispatch_func.trace.differentiable_copy import CopyTarget
+    from predispatch_func.trace.stack import PolicyFunctionalMode
+
+    return PolicyFunctionalMode(CompositePolicy(), pre_dispatch=True, copy_target=CopyTarget())._observers
+
+
 def test_architecture_names_of_ours_resolve():
     short = _modules_by_short_name()
     every_module = [m for ms in short.values() for m in ms]
@@ -79,7 +99,7 @@ def test_architecture_names_of_ours_resolve():
                                                      for p in (ROOT / "docs").glob("*.md"))])
 def test_paths_named_in_the_doc_exist(doc):
     text = (ROOT / doc).read_text()
-    bases = [ROOT, ROOT / "predispatch_func", ROOT / "predispatch_func" / "program"]
+    bases = [ROOT, ROOT / "predispatch_func", *(ROOT / "predispatch_func" / stage for stage in STAGES)]
     paths = {p for token in _quoted(text) for p in _PATH.findall(token) if "<" not in p and "*" not in p}
     # a bare or partial path is said inside a sentence that names its folder: it must end some real path
     ours = [f.relative_to(ROOT).as_posix() for d in ("predispatch_func", "tests", "scripts", "docs", ".ci")

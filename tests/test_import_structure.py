@@ -16,15 +16,16 @@ def test_no_import_cycle():
     assert picture.cycles(picture.graph_of(PACKAGE)) == []
 
 
-# the front modules: the command line, and export() assembling the pipeline's output
-_FRONT = ("cli", "commands", "export")
+# the front modules: the command line, export() assembling the pipeline's output, and joint/
+# (export_joint: an entry point built on export(), as the command line is)
+_FRONT = ("cli", "commands", "export", "joint")
 
 
 def _front_imports_below_the_top(graph: dict[str, dict[str, bool]]) -> list[tuple[str, str]]:
     """(importer, imported): a module of a library package (every one but ``commands/``, the
     front itself) importing the command line or ``export``."""
     top = PACKAGE.name
-    library = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists() and p.name != "commands"}
+    library = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists() and p.name not in _FRONT}
     front = tuple(f"{top}.{name}" for name in _FRONT)
     return sorted((src, dst) for src, targets in graph.items() for dst in targets
                   if src.split(".")[1:2] and src.split(".")[1] in library
@@ -42,14 +43,27 @@ def test_the_check_finds_an_import_of_the_front():
     assert _front_imports_below_the_top(graph) == [("predispatch_func.opsets.report", "predispatch_func.export")]
 
 
-def test_hop_imports_neither_modes_nor_program():
-    # hop/ sits below the stages: the driver hands it what it needs (pipeline.TraceSettings.trace_body)
+def test_no_stage_imports_a_later_stage():
+    # the stage packages in pipeline order (import_picture.STAGES); the driver (aot.py, pipeline.py)
+    # hands an earlier stage what it needs from a later one (pipeline.TraceSettings.trace_body)
     assert picture.upward(picture.graph_of(PACKAGE), PACKAGE.name) == []
+
+
+def test_the_stages_are_the_packages_ls_shows():
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert set(picture.STAGES) <= packages
+
+
+def test_the_stage_check_finds_an_import_of_a_later_stage():
+    graph = {"predispatch_func.trace.stack": {"predispatch_func.regions.frames": False},
+             "predispatch_func.regions.frames": {"predispatch_func.trace.ambient": False}}
+    assert picture.upward(graph, "predispatch_func") == [
+        ("predispatch_func.trace.stack", "predispatch_func.regions.frames", False)]
 
 
 def test_the_walk_sees_imports_inside_functions():
     graph = picture.graph_of(PACKAGE)
-    assert graph["predispatch_func.hop.function_trace"]["predispatch_func.mode_capabilities"] is False
+    assert graph["predispatch_func.trace.extensions.function_trace"]["predispatch_func.mode_capabilities"] is False
     assert any(nested for targets in graph.values() for nested in targets.values())
 
 
@@ -69,3 +83,13 @@ def test_no_capability_of_a_mode_is_looked_up_by_name():
 
 def test_the_check_finds_a_lookup_by_name():
     assert _getattr_on_a_mode(ast.parse('observe = getattr(tc.active_functional_mode(), "observe_opaque_call", None)'))
+
+
+def test_eager_reads_only_the_op_set_the_op_facts_the_errors_and_the_compat_layer():
+    # pf.eager runs beside the trace, not on it: one place for op facts (op_schema.py) keeps it so
+    graph = picture.graph_of(PACKAGE)
+    allowed = ("predispatch_func.eager", "predispatch_func.opsets", "predispatch_func.op_schema",
+               "predispatch_func.errors", "predispatch_func._torch_compat")
+    reached = sorted({dst for src, targets in graph.items() if src.startswith("predispatch_func.eager")
+                      for dst in targets if not dst.startswith(allowed)})
+    assert reached == []

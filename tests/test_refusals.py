@@ -5,6 +5,7 @@ import ast
 import pathlib
 
 import pytest
+import torch
 
 import predispatch_func as pf
 from predispatch_func import known_limits
@@ -42,3 +43,38 @@ def test_every_unsupported_error_in_the_package_names_its_kind():
                     == "UnsupportedError" and not any(k.arg == "kind" for k in node.keywords)):
                 unnamed.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not unnamed, unnamed
+
+
+# --- a write to a view whose elements overlap ------------------------------------------------
+
+
+class AbsInPlaceOnOverlappingUnfold(torch.nn.Module):
+    """PyTorch's ``test_functionalization.py::test_mutation_overlapping_mem``: windows of 3 with
+    a step of 2, so the views share one element each."""
+
+    def forward(self, x):
+        t1 = torch.add(x, x)
+        t2 = t1.unfold(1, 3, 2)
+        return t2.abs_()
+
+
+class AbsOutOfPlaceOnOverlappingUnfold(torch.nn.Module):
+    def forward(self, x):
+        return torch.add(x, x).unfold(1, 3, 2).abs()
+
+
+def test_write_to_a_view_whose_elements_overlap_is_refused_naming_the_line_and_the_fix():
+    """Was torch's functionalization message wrapped as a generic ExportError."""
+    with pytest.raises(pf.UnsupportedError) as info:
+        pf.export(AbsInPlaceOnOverlappingUnfold(), (-torch.ones(1, 5),))
+    assert info.value.kind is pf.Refusal.WRITE_TO_OVERLAPPING_VIEW
+    message = str(info.value)
+    assert "aten.abs_" in message, message
+    assert "test_refusals.py" in message and "t2.abs_()" in message, message
+    assert "out of place" in message and ".abs()" in message, message
+
+
+def test_the_out_of_place_form_the_refusal_names_exports_and_equals_eager():
+    from tests.support.oracle import export_checked
+
+    export_checked(AbsOutOfPlaceOnOverlappingUnfold(), (-torch.ones(1, 5),))

@@ -22,6 +22,8 @@ outside this package imports ``torch._*`` (ruff's banned-api rule).
 from __future__ import annotations
 
 from . import error_texts
+from .autograd_tracing import *  # noqa: F403
+from .autograd_tracing import __all__ as _autograd_tracing
 from .patches import *  # noqa: F403
 from .patches import __all__ as _patches
 from .reexports import *  # noqa: F403
@@ -29,4 +31,4 @@ from .reexports import __all__ as _reexports
 from .reimplemented import *  # noqa: F403
 from .reimplemented import __all__ as _reimplemented
 
-__all__ = ["error_texts", *_reexports, *_patches, *_reimplemented]
+__all__ = ["error_texts", *_reexports, *_patches, *_reimplemented, *_autograd_tracing]

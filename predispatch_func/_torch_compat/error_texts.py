@@ -2,8 +2,8 @@
 
 Each entry is torch's half of a translation: the exception type torch raises
 and the text(s) its message must hold. Our half (the ``Refusal`` kind and what
-to write instead) lives with the code that translates: ``modes/refusals.py``
-(failures while an op is traced) and ``hop/torch_limits.py`` (failures while
+to write instead) lives with the code that translates: ``trace/refusals.py``
+(failures while an op is traced) and ``trace/extensions/torch_limits.py`` (failures while
 torch captures a higher-order op's body).
 
 What breaks here on a torch upgrade: torch rewords a message, or raises another
@@ -37,6 +37,10 @@ RESIZE_VIEW_TO_LARGER = TorchErrorText(RuntimeError, ("Attempted to resize a vie
 # functionalization rebuilding a view(dtype), under no_grad, of a tensor written before:
 # the fake tensor's storage check refuses the meta storage
 SET_STORAGE_OTHER_DEVICE = TorchErrorText(RuntimeError, ("Attempted to set the storage of a tensor on device",))
+
+# functionalization of an in-place op on a view whose elements overlap (t.unfold(1, 3, 2).abs_())
+MUTATION_WITH_INTERNAL_OVERLAP = TorchErrorText(
+    RuntimeError, ("encountered a tensor being mutated that has internal overlap",))
 
 # functionalization replaying .view() on a value written through a non-contiguous alias
 CANNOT_VIEW = TorchErrorText(ValueError, ("Cannot view a tensor",))

@@ -16,7 +16,13 @@ from typing import Any
 
 import torch
 
-from .reexports import autocast_state, disable_proxy_modes_tracing, written_arguments, written_values
+from .reexports import (
+    all_higher_order_ops,
+    autocast_state,
+    disable_proxy_modes_tracing,
+    written_arguments,
+    written_values,
+)
 
 
 @contextlib.contextmanager
@@ -312,6 +318,28 @@ def patched_tensor_methods(**methods: Callable[..., Any]) -> Iterator[None]:
                 setattr(torch.Tensor, name, originals[name])
             else:
                 delattr(torch.Tensor, name)
+
+
+@contextlib.contextmanager
+def autograd_engine_runs_routed(on_run: Callable[[str], None]) -> Iterator[None]:
+    """Call ``on_run(what)`` before autograd's engine runs a backward pass: ``what`` is
+    ``"torch.autograd.grad"`` (it asks for gradients, ``accumulate_grad=False``) or
+    ``"backward()"`` (``Tensor.backward``, ``torch.autograd.backward``: they accumulate into
+    ``.grad``). All three reach the engine through ``torch.autograd._engine_run_backward``,
+    the name ``torch/autograd/__init__.py`` imports and calls, so the patch is that global."""
+    import torch.autograd as autograd_module
+
+    original = autograd_module._engine_run_backward
+
+    def routed(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        on_run("torch.autograd.grad" if kwargs.get("accumulate_grad") is False else "backward()")
+        return original(t_outputs, *args, **kwargs)
+
+    autograd_module._engine_run_backward = routed
+    try:
+        yield
+    finally:
+        autograd_module._engine_run_backward = original
 
 
 @contextlib.contextmanager
@@ -696,6 +724,31 @@ def _snapshot_recorded_values(tracer: Any, values: list[Any], snapshot: Callable
 
 
 @contextlib.contextmanager
+def module_methods_wrapped(wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]],
+                           names: tuple[str, ...]) -> Iterator[None]:
+    """Each ``nn.Module`` method of ``names`` is ``wrap(name, original)`` for the block, and the
+    original after, however the block ends (the state guard records attribute writes this way)."""
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            stack.enter_context(_replaced(torch.nn.Module, name, wrap(name, getattr(torch.nn.Module, name))))
+        yield
+
+
+@contextlib.contextmanager
+def method_replaced(owner: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+    """``owner.name`` is ``make(original)`` for the block, and the original after, however the
+    block ends (``TransformerEncoder.forward`` while tracing: trace/fast_paths.py)."""
+    with _replaced(owner, name, make(getattr(owner, name))):
+        yield
+
+
+def hop_rule_tables() -> dict[str, dict[Any, Any]]:
+    """Each torch HOP's name -> a copy of its table of rules per Python mode type
+    (``python_key_table``), to show a trace leaves torch's own entries as they were."""
+    return {hop.name(): dict(hop.python_key_table) for hop in all_higher_order_ops()}
+
+
+@contextlib.contextmanager
 def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
     """``owner.name`` is ``value`` for the block, and what it was after, however the block ends
     (an attribute ``owner`` inherited is inherited again)."""
@@ -711,6 +764,9 @@ def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
 
 
 __all__ = [
+    "hop_rule_tables",
+    "method_replaced",
+    "module_methods_wrapped",
     "functional_tensor_detach_without_mode",
     "cuda_autocast_kept_without_gpu",
     "CUDA_AUTOCAST_KEPT_WARNING",
@@ -738,6 +794,7 @@ __all__ = [
     "autocast_state_as",
     "patched_tensor_methods",
     "rng_reseeds_routed",
+    "autograd_engine_runs_routed",
     "inference_mode_as_grad_mode",
     "compiled_modules_run_eagerly",
     "hop_capture_static",

@@ -36,6 +36,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "written_arguments",
     "written_values",
     "graph_module_flat_inputs",
+    "has_fbgemm",
     "has_sparse_kernel",
     "sparse_components",
     "has_functionalize_kernel",
@@ -135,6 +136,12 @@ def has_sparse_kernel(op: torch._ops.OpOverload, layout: torch.layout) -> bool:
     """True when ``op`` registers a CPU kernel for tensors of sparse ``layout``."""
     key = getattr(torch._C.DispatchKey, _SPARSE_KEYS[layout])
     return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+
+
+def has_fbgemm() -> bool:
+    """Whether this build has fbgemm and this CPU can run it: torch lists the engine only
+    then. (No ``torch._C._has_fbgemm`` exists on 2.13 to 2.15; the probe is this list.)"""
+    return "fbgemm" in torch.backends.quantized.supported_engines
 
 
 def sparse_components(t: torch.Tensor) -> list[torch.Tensor]:

@@ -115,57 +115,34 @@ def _sync_view_replay_annotations(mode: FunctionalTensorMode, args: tuple, kwarg
                 torch._sync(a)
 
 
-def functional_twin_of_unary_inplace(op: Any) -> OpOverload | None:
-    """For an aten in-place op on ``self`` alone whose Meta kernel is Python (torch's
-    ``register_inplace`` decompositions: ``hardtanh_``, ``hardswish_``, ``hardsigmoid_``, ...),
-    its functional op taking the same arguments; else None. Such ops take
-    :func:`functionalize_inplace_through_twin`."""
-    if op not in _UNARY_INPLACE_TWINS:
-        _UNARY_INPLACE_TWINS[op] = _find_unary_inplace_twin(op)
-    return _UNARY_INPLACE_TWINS[op]
+def is_unary_inplace_with_python_meta(op: Any) -> bool:
+    """An aten in-place op on ``self`` alone whose Meta kernel is Python (torch's
+    ``register_inplace`` decompositions: ``hardtanh_``, ``hardswish_``, ``hardsigmoid_``, ...).
+    With its functional twin (op_schema.functional_twin, ``Match.IN_ORDER``) such an op
+    takes :func:`functionalize_inplace_through_twin`."""
+    if op not in _UNARY_INPLACE:
+        _UNARY_INPLACE[op] = _unary_inplace_with_python_meta(op)
+    return _UNARY_INPLACE[op]
 
 
-_UNARY_INPLACE_TWINS: dict[Any, OpOverload | None] = {}
+_UNARY_INPLACE: dict[Any, bool] = {}
 
 
-def _find_unary_inplace_twin(op: Any) -> OpOverload | None:
+def _unary_inplace_with_python_meta(op: Any) -> bool:
     if not isinstance(op, OpOverload) or op.namespace != "aten" or torch._C.DispatchKey.Meta not in op.py_kernels:
-        return None
+        return False
     schema = op._schema
     name = schema.name.removeprefix("aten::")
     tensors = [a for a in schema.arguments if isinstance(a.type, torch.TensorType)]
-    if (not name.endswith("_") or name.endswith("__") or torch.Tag.inplace_view in op.tags
-            or torch.Tag.nondeterministic_seeded in op.tags or len(tensors) != 1
-            or schema.arguments[0] is not tensors[0] or not schema.arguments[0].is_write
-            or any(a.is_write for a in schema.arguments[1:]) or len(schema.returns) != 1):
-        return None
-    return functional_overload_of(op, positional=True)  # the op's arguments are passed on as they are
-
-
-def functional_overload_of(op: OpOverload, *, positional: bool) -> OpOverload | None:
-    """The aten overload named as the in-place ``op`` without its ``_`` that writes nothing
-    and takes the same arguments: in the same order with the same defaults (``positional``,
-    for a call that passes the op's arguments on as they are), or by name."""
-    name = op._schema.name.removeprefix("aten::")
-    packet = getattr(torch.ops.aten, name[:-1], None)
-    wanted = _arguments_key(op._schema, positional)
-    for overload in packet.overloads() if packet is not None else ():
-        twin = getattr(packet, overload)
-        if not twin._schema.is_mutable and _arguments_key(twin._schema, positional) == wanted:
-            return twin
-    return None
-
-
-def _arguments_key(schema: Any, positional: bool) -> list[tuple]:
-    if positional:
-        return [(a.name, str(a.type), a.default_value if a.has_default_value() else None, a.kwarg_only)
-                for a in schema.arguments]
-    return sorted((a.name, str(a.type).replace("(a!)", "")) for a in schema.arguments)
+    return not (not name.endswith("_") or name.endswith("__") or torch.Tag.inplace_view in op.tags
+                or torch.Tag.nondeterministic_seeded in op.tags or len(tensors) != 1
+                or schema.arguments[0] is not tensors[0] or not schema.arguments[0].is_write
+                or any(a.is_write for a in schema.arguments[1:]) or len(schema.returns) != 1)
 
 
 def functionalize_inplace_through_twin(mode: FunctionalTensorMode, op: OpOverload, twin: OpOverload,
                                        args: tuple, kwargs: dict) -> Any:
-    """C++ functionalization of ``op`` (see :func:`functional_twin_of_unary_inplace`) without its
+    """C++ functionalization of ``op`` (see :func:`is_unary_inplace_with_python_meta`) without its
     first step. That step runs ``op`` on meta copies of the inputs to catch shape errors the
     functional op would not raise; with a Python Meta kernel it runs the op's Python reference
     on meta tensors (60 ms a call: a tenth of a MobileNet's export). For an op on ``self``
@@ -370,7 +347,7 @@ def _tracer_decompositions(mode: Any) -> Any:
     table = getattr(mode, "decomposition_table", None)
     if table is not None:
         return table
-    current = getattr(_proxy_tensor, "CURRENT_DECOMPOSITION_TABLE", {})  # absent from 2.13 on
+    current = _proxy_tensor.CURRENT_DECOMPOSITION_TABLE  # type: ignore[attr-defined]  # before torch 2.13
     return current.get({}) if hasattr(current, "get") and not isinstance(current, dict) else current
 
 
@@ -569,8 +546,7 @@ __all__ = [
     "goes_straight_to_functionalization",
     "only_functionalized_tensor_types",
     "functionalize_kept_op",
-    "functional_twin_of_unary_inplace",
-    "functional_overload_of",
+    "is_unary_inplace_with_python_meta",
     "functionalize_inplace_through_twin",
     "stack_trace_anchors",
     "uninteresting_stack_files",

@@ -1,4 +1,4 @@
-"""``predispatch-func demo``: export and verify the built-in example (``predispatch_func/demo.py``)."""
+"""``predispatch-func demo``: export and verify the built-in example (``predispatch_func/commands/demo_model.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..demo import example
+from .demo_model import example
 from .export import add_post_dispatch_flag, export_and_show
 
 

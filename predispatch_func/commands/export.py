@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 from typing import Any
 
 import torch
@@ -19,6 +20,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("factory", help=FACTORY_HELP)
     p.add_argument("--save", metavar="PATH", help="write the program with torch.export.save")
     p.add_argument("--verify", action="store_true", help="replay against eager")
+    p.add_argument("--joint", action="store_true",
+                   help="export one training step (forward, loss, backward): the model returns the loss first")
+    p.add_argument("--optimizer", choices=("sgd", "adamw"),
+                   help="with --joint: the optimizer step in the program (SGD momentum 0.9, or AdamW)")
+    p.add_argument("--lr", type=float, default=1e-3, help="with --optimizer: the learning rate (an input later)")
+    p.add_argument("--target", metavar="FILE|core_aten", help="lower every op into this op set")
     add_post_dispatch_flag(p)
     p.set_defaults(run=run)
 
@@ -31,7 +38,37 @@ def add_post_dispatch_flag(parser: argparse.ArgumentParser) -> None:
 
 def run(ns: argparse.Namespace, console: Console) -> int:
     model, args, kwargs = load_factory(ns.factory)
+    if getattr(ns, "joint", False):
+        return export_joint_and_show(model, args, kwargs, ns, console)
+    if getattr(ns, "optimizer", None):
+        console.print("--optimizer needs --joint")
+        return 2
     return export_and_show(model, args, kwargs, ns, console)
+
+
+def export_joint_and_show(model: torch.nn.Module, args: tuple, kwargs: dict, ns: argparse.Namespace,
+                          console: Console) -> int:
+    """``--joint``: the training step's program (docs/joint.md), printed, saved and verified over 3 steps."""
+    from ..joint import export_joint, verify_joint
+    from ..opsets import OpSet
+
+    reference = copy.deepcopy(model)
+    optimizer: torch.optim.Optimizer | None = None
+    if ns.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=ns.lr, momentum=0.9)
+    elif ns.optimizer == "adamw":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=ns.lr)
+    target = OpSet.parse(ns.target) if getattr(ns, "target", None) else None
+    ep = export_joint(model, args, kwargs, optimizer=optimizer, target=target)
+    render_program(ep, console)
+    if getattr(ns, "save", None):
+        torch.export.save(ep, ns.save)
+        console.print(f"saved to {ns.save}")
+    if getattr(ns, "verify", False):
+        report = verify_joint(ep, reference, args, kwargs, optimizer=optimizer, calls=3, target=target)
+        render_report(report, console)
+        return 0 if report.ok else 1
+    return 0
 
 
 def export_and_show(model: torch.nn.Module, args: tuple, kwargs: dict, ns: argparse.Namespace,

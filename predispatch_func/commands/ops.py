@@ -20,10 +20,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..export import export, load
+from ..export import export
 from ..opsets.lowering import TargetUnreachableError
 from ..opsets.opset import OpSet
 from ..opsets.report import OpUse, ops_report
+from ..program.runtime import load
 from .user_code import FACTORY_HELP, load_factory
 
 

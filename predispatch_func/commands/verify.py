@@ -7,7 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
-from ..export import export, load
+from ..export import export
+from ..program.runtime import load
 from ..render import render_report
 from ..verify import verify
 from .export import add_post_dispatch_flag

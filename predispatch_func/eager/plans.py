@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 
 from .. import _torch_compat as tc
-from ..modes.out_variants import functional_overload, out_argument_names
+from ..op_schema import Match, functional_twin, out_argument_names
 from ..opsets import Lowering
 from . import extra_decompositions
 
@@ -69,13 +69,13 @@ def plan_for(op: tc.OpOverload, lowering: Lowering) -> Plan:
             return Plan(How.COMPOSITE_KERNEL, op)
         return Plan(How.UNREACHABLE, op, why=lowering.why_missing(str(op)))
     if torch.Tag.inplace_view in op.tags:
-        twin = _twin_by_name(op)
+        twin = functional_twin(op, Match.BY_NAME)
         if twin is not None:
             return Plan(How.VIEW_IN_PLACE, op, twin=twin)
     if schema.name == "aten::set_":  # shares memory: no functional form plus a copy can do that
         return Plan(How.UNREACHABLE, op, why="it gives a tensor other memory; the backend must implement it")
     written = tuple(name for _, name in tc.written_arguments(op))
-    twin = functional_overload(op) if out_argument_names(op) else _twin_by_name(op)
+    twin = functional_twin(op, Match.BY_NAME)
     if twin is not None and _writes_only(op, written):
         twin_arguments = tc.schema_of(twin).arguments
         return Plan(How.THROUGH_TWIN, op, twin=twin, written=written,
@@ -99,19 +99,3 @@ def _writes_only(op: tc.OpOverload, written: tuple[str, ...]) -> bool:
     return written == (tc.schema_of(op).arguments[0].name,)
 
 
-def _twin_by_name(op: tc.OpOverload) -> tc.OpOverload | None:
-    """``add_.Tensor`` -> ``add.Tensor``: the overload of the name without ``_`` that takes
-    the same arguments (by name and type, write annotations aside) and writes nothing."""
-    name = tc.schema_of(op).name
-    if not (name.startswith("aten::") and name.endswith("_") and not name.endswith("__")):
-        return None
-    packet = getattr(torch.ops.aten, name[len("aten::"):-1], None)
-    if packet is None:
-        return None
-    wanted = [(a.name, str(a.type)) for a in tc.schema_of(op).arguments]
-    for overload in packet.overloads():
-        twin = getattr(packet, overload)
-        schema = tc.schema_of(twin)
-        if not schema.is_mutable and [(a.name, str(a.type)) for a in schema.arguments] == wanted:
-            return twin
-    return None

@@ -47,7 +47,7 @@ _INFRASTRUCTURE = frozenset({
     aten._assert_tensor_metadata.default, aten.sym_constrain_range.default,
     aten.sym_constrain_range_for_size.default, aten._assert_async.msg,
 })
-# Kept out of the proxy table: copy has our own differentiable decomposition (modes/).
+# Kept out of the proxy table: copy has our own differentiable decomposition (trace/).
 _NEVER_DECOMPOSED_BY_US = frozenset({aten.copy.default})
 
 

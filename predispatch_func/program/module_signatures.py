@@ -21,7 +21,7 @@ from torch.export.exported_program import ModuleCallSignature
 
 from .. import _torch_compat as tc
 from ..graphs import all_graph_modules
-from .node_meta import NN_MODULE_STACK
+from ..passes.node_meta import NN_MODULE_STACK
 
 
 class PreservedCalls:

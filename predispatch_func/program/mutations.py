@@ -1,6 +1,6 @@
 """The traced call of the model, and what it learned about mutations.
 
-:class:`ModelCall` is the function ``modes.trace_functional`` traces: it runs
+:class:`ModelCall` is the function ``trace.trace_functional`` traces: it runs
 the user's ``forward`` over the functional wrappers of the graph inputs and
 returns the graph outputs, the final values of the inputs it wrote first, then
 the user outputs. What it found is one frozen ``artifacts.Mutations``, written once.
@@ -18,7 +18,8 @@ from .. import _torch_compat as tc
 from ..artifacts import Inputs, InputSlot, Mutations, SlotKind
 from ..errors import Refusal, UnsupportedError
 from ..mode_capabilities import TracingMode
-from . import node_meta
+from ..passes import node_meta
+from .output_check import check_output_leaves
 
 
 class ModelCall:
@@ -49,6 +50,7 @@ class ModelCall:
         with tc.reparametrize(self._mod, by_fqn), self._around():
             out = node_meta.call_carrying_annotations(self._mod, call_args, call_kwargs)
             reassigned = _reassigned_state(self._mod, slots[:n_state], traced)
+        check_output_leaves(self._mod, out)
         flat_out, out_spec = tc.pytree.tree_flatten(out)
         final = [reassigned.get(i, t) for i, t in enumerate(traced)]
         relaid = self._relaid(traced, mode)

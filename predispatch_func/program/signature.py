@@ -26,20 +26,12 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from ..artifacts import InputSlot, Mutations, Placeholders, SlotKind
+from ..artifacts import Mutations, Placeholders, SlotKind
 from ..autograd_facts import may_carry_grad
 
 
 def _returned(gm: torch.fx.GraphModule) -> list[Any]:
     return list(gm.graph.output_node().args[0])  # type: ignore[arg-type]
-
-
-def written_placeholders(gm: torch.fx.GraphModule, placeholders: Placeholders, mutations: Mutations,
-                         skip: set[InputSlot] | frozenset[InputSlot] = frozenset()
-                         ) -> dict[torch.fx.Node, torch.fx.Node]:
-    """Each written input's placeholder (but those of ``skip``) -> the node holding its final value."""
-    returned = _returned(gm)
-    return {placeholders[slot]: returned[k] for k, slot in enumerate(mutations.mutated) if slot not in skip}
 
 
 def grad_sources(placeholders: Placeholders) -> set[torch.fx.Node]:

@@ -6,7 +6,7 @@ loaded once). On a torch with no shipped table it audits each aten composite
 the first time an export meets it and caches the entry on disk per torch build
 (a few seconds on a first export instead of a full audit), warning once. Any
 other namespace is audited the same way, cached per process. None means no
-answer: then the trace-time guard in ``modes/composite_policy.py`` decides alone.
+answer: then the trace-time guard in ``trace/composite_policy.py`` decides alone.
 
 Pipeline: ``samples`` (inputs) -> ``checker`` (verdict) -> ``tagger``
 (decision) -> ``table`` (shipped aten tables, the lazy cache) -> ``report`` (shown by

@@ -40,6 +40,8 @@ class CheckResult:
     crashes: list[str] = dataclasses.field(default_factory=list)  # samples that killed torch
     # sparse layouts the op accepts (layouts.py) that no sample ran on: untested for them
     untested_layouts: list[str] = dataclasses.field(default_factory=list)
+    # the layouts (``strided`` or a sparse one, of the first tensor) of the samples that lied
+    lying_layouts: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +200,7 @@ def check(op: tc.OpOverload, samples: list[Sample], no_sample_reasons: Sequence[
     outcomes: dict[str, set[bool]] = {}
     examples: dict[bool, str] = {}
     ran_on: set[str] = set()
+    lied_on: set[str] = set()
     result.crashes = sorted(skip.values())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -216,13 +219,16 @@ def check(op: tc.OpOverload, samples: list[Sample], no_sample_reasons: Sequence[
             where = sample.describe("on ")
             result.alias_findings += [f"{x} {where}" for x in run.alias_lies]
             result.mutation_findings += [f"{x} {where}" for x in run.mutation_lies]
+            if run.alias_lies or run.mutation_lies:
+                lied_on.add(sample.layout)
             for label, aliased in run.declared_alias_outcomes.items():
                 outcomes.setdefault(label, set()).add(aliased)
                 examples.setdefault(aliased, where)
     result.verdict, result.evidence = _verdict(result, outcomes, examples, list(no_sample_reasons))
-    from .layouts import accepted_layouts
+    from .layouts import SPARSE_LAYOUTS, accepted_layouts
 
     result.untested_layouts = [name for name in accepted_layouts(op) if name not in ran_on]
+    result.lying_layouts = [name for name in ("strided", *SPARSE_LAYOUTS) if name in lied_on]
     return result
 
 

@@ -7,7 +7,7 @@ overload that has a kernel for a sparse layout (or is a composite, which runs on
 whatever its decomposition accepts) gets samples whose first tensor is
 converted to that layout, and an accepted layout no sample ran on is reported
 ``untested`` for the op; the exporter decomposes a kept composite called with a
-tensor of such a layout (``modes/composite_policy.py``).
+tensor of such a layout (``trace/composite_policy.py``).
 """
 
 from __future__ import annotations

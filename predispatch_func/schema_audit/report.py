@@ -58,7 +58,8 @@ def render_table(entries: list[Entry], console: Console, *, evidence_width: int 
         return e.decision if not e.override else f"{e.decision} (override; audit: {e.audit_decision})"
 
     def evidence(e: Entry) -> str:
-        return e.evidence if len(e.evidence) <= evidence_width else e.evidence[:evidence_width - 1] + "…"
+        text = f"on {', '.join(e.lies_on_layouts)}: {e.evidence}" if e.lies and e.lies_on_layouts else e.evidence
+        return text if len(text) <= evidence_width else text[:evidence_width - 1] + "…"
 
     def torch_side(e: Entry) -> str:
         return ("tagged maybe_aliasing_or_mutating, " if e.torch_tagged else "") + \

@@ -42,6 +42,9 @@ class Entry:
     # sparse layouts the op accepts but no sample ran on: a kept composite called with
     # one of them is decomposed (nothing vouches for it there)
     untested_layouts: list[str] = dataclasses.field(default_factory=list)
+    # the layouts of the inputs on which it lied (``strided``, ``sparse_coo``, ...): a composite
+    # that lies on sparse inputs only is decomposed all the same, and this says where it lies
+    lies_on_layouts: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def lies(self) -> bool:
@@ -80,7 +83,7 @@ def tag(op: tc.OpOverload, result: CheckResult) -> Entry:
         composite=bool(tc.has_composite_implicit_kernel(op)),
         torch_tagged=tc.torch_tag_maybe_aliasing(op), torch_keeps=tc.torch_export_keeps(op),
         schema=str(tc.schema_of(op)), runs=result.runs, crashes=list(result.crashes),
-        untested_layouts=list(result.untested_layouts),
+        untested_layouts=list(result.untested_layouts), lies_on_layouts=list(result.lying_layouts),
     )
 
 

@@ -12,11 +12,11 @@ from torch.utils import _pytree as pytree
 from predispatch_func import _torch_compat as tc
 from predispatch_func.artifacts import program_facts
 from predispatch_func.errors import ExportError, UnsupportedError
-from predispatch_func.modes.composite_policy import HONEST_TWINS
 from predispatch_func.schema_audit.checker import _aliases as aliases  # sparse-aware: indices, values
 from predispatch_func.schema_audit.checker import run_sample
 from predispatch_func.schema_audit.sample_sources import samples_for
 from predispatch_func.schema_audit.table import load
+from predispatch_func.trace.composite_policy import HONEST_TWINS
 from tests.support.oracle import export_checked
 from tests.support.torch_release import torch_limit
 
@@ -101,7 +101,18 @@ TORCH_BLOCKS = {
                            "CPU equal/allclose for complex32, so no replay can compare the values"),
     "aten._saturate_weight_to_fp16.default": (ExportError, "its C++ composite reads raw tensor data, "
                                               "which fake tensors do not have; export names the op"),
-    # lies the audit finds only with sparse tensors (schema_audit/layouts.py)
+    "aten.fbgemm_pack_gemm_matrix_fp16.default": (ExportError, "like _saturate_weight_to_fp16 (which it "
+                                                  "calls on its input), its C++ composite reads raw "
+                                                  "tensor data, which fake tensors do not have; export "
+                                                  "names the op"),
+    # lies the audit finds only with sparse tensors (schema_audit/layouts.py, recipes.py)
+    "aten.to_sparse.sparse_dim": (UnsupportedError, "it returns a COO input itself; the write to that "
+                                  "sparse result is refused (Refusal.WRITE_TO_SPARSE), not dropped"),
+    "aten.to_sparse_bsr.default": (NotImplementedError, "it lies only on a BSR input, which torch cannot "
+                                   "deep-copy (the oracle copies the inputs: 'Cannot access storage of "
+                                   "SparseCsrTensorImpl'), as to_sparse_csc below"),
+    "aten.to_sparse_bsc.default": (NotImplementedError, "it lies only on a BSC input, which torch cannot "
+                                   "deep-copy, as to_sparse_bsr"),
     "aten.to_sparse_csr.default": (ExportError, "it lies only on a sparse CSR input, which torch "
                                    "2.13's functionalization cannot wrap ('Sparse CSR tensors do not "
                                    "have strides'); export names the op"),

@@ -326,6 +326,15 @@ def test_cli_json_one_op(capsys):
     assert row["evidence"] and row["torch_keeps"] is True
 
 
+def test_cli_json_says_on_which_layouts_a_composite_lies(capsys):
+    rows = {r["op"]: r for r in _cli_json(capsys, "--op", "aten.to_sparse_bsr.default", "--op",
+                                          "aten.to_sparse.sparse_dim", "--op", "aten.type_as.default")}
+    assert rows["aten.to_sparse_bsr.default"]["decision"] == "decompose"
+    assert rows["aten.to_sparse_bsr.default"]["lies_on_layouts"] == ["sparse_bsr"]
+    assert "sparse_coo" in rows["aten.to_sparse.sparse_dim"]["lies_on_layouts"]
+    assert rows["aten.type_as.default"]["lies_on_layouts"] == ["strided"]
+
+
 def test_cli_verdict_filter_and_override(capsys):
     rows = _cli_json(capsys, "--op", "aten.reshape.default", "--op", "aten.linear.default",
                      "--verdict", "honest", "--override", "aten.linear.default=decompose")
@@ -458,8 +467,41 @@ def test_an_accepted_layout_no_sample_ran_on_is_untested():
     assert entry.verdict == "honest" and entry.decision == KEEP
     assert "sparse_bsc" in entry.untested_layouts and "sparse_coo" not in entry.untested_layouts
     assert audit_table.load().entries["aten.linear.default"].untested_layouts == entry.untested_layouts
-    dense_only = _audit(A.to_sparse.sparse_dim)  # no sparse sample fits its sparse_dim
-    assert {"sparse_coo", "sparse_csr"} <= set(dense_only.untested_layouts)
+
+
+# the composites that return their input only when it is already in the layout (and blocksize or
+# sparse_dim) asked for: the layout samples convert with other parameters, which they refuse
+_SAME_LAYOUT_IDENTITIES = [(A.to_sparse.sparse_dim, "sparse_coo"), (A.to_sparse_bsr.default, "sparse_bsr"),
+                           (A.to_sparse_bsc.default, "sparse_bsc")]
+
+
+@pytest.mark.parametrize("op, layout", _SAME_LAYOUT_IDENTITIES, ids=str)
+def test_conversions_that_return_a_sparse_input_itself_are_caught_and_say_on_which_layout(op, layout):
+    """Were honest and kept: no sample ever ran them on a sparse input they accept."""
+    entry = _audit(op)
+    assert (entry.verdict, entry.decision) == ("lies_alias", DECOMPOSE), entry
+    assert "result is input self" in entry.evidence and layout in entry.evidence
+    assert layout in entry.lies_on_layouts and "strided" not in entry.lies_on_layouts
+    shipped = audit_table.load().entries[str(op)]
+    assert (shipped.verdict, shipped.decision, shipped.lies_on_layouts) == (
+        entry.verdict, entry.decision, entry.lies_on_layouts)
+
+
+def test_fbgemm_fp16_packing_writes_its_input_where_the_build_has_fbgemm():
+    """``fbgemm_pack_gemm_matrix_fp16`` clamps its (contiguous) input in place to float16's range:
+    a write its schema does not declare, seen only on values beyond that range."""
+    op = A.fbgemm_pack_gemm_matrix_fp16.default
+    w = torch.tensor([[7e4, -1e5, 1.0], [2.0, 3.0, 7e4]])
+    entry = _audit(op)
+    if not tc.has_fbgemm():  # the op raises everywhere: untested, so decomposed all the same
+        assert (entry.verdict, entry.decision) == ("untested", DECOMPOSE), entry
+        return
+    before = w.clone()
+    op(w)
+    assert not torch.equal(w, before)  # eager, as the audit saw it
+    assert (entry.verdict, entry.decision, entry.lies_on_layouts) == ("lies_mutation", DECOMPOSE, ["strided"])
+    assert "input input written" in entry.evidence and "beyond-float16" in entry.evidence
+    assert audit_table.load().entries[str(op)].decision == DECOMPOSE
 
 
 def test_sparse_samples_are_fresh_and_keep_their_layout():
@@ -476,7 +518,7 @@ def test_sparse_samples_are_fresh_and_keep_their_layout():
 
 def test_kept_composite_on_an_untested_layout_is_decomposed():
     """The exporter obeys the audit per layout: ``keep`` holds for the layouts it ran."""
-    from predispatch_func.modes.composite_policy import CompositePolicy
+    from predispatch_func.trace.composite_policy import CompositePolicy
 
     policy = CompositePolicy(audit_lookup=lambda op: KEEP, untested_layouts=lambda op: ["sparse_csr"])
     dense = torch.randn(2, 3)

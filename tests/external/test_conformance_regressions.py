@@ -151,7 +151,7 @@ def test_item_exports_with_a_cold_composite_guard_cache(monkeypatch):
     """The trace-time composite guard ran ``item`` on fresh fakes and left an
     unbacked symbol pending (``PendingUnbackedSymbolNotFound``); its process-wide
     cache (and the disk cache behind it) hid that after the first export, so start cold."""
-    from predispatch_func.modes import composite_policy
+    from predispatch_func.trace import composite_policy
 
     monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", "")
     composite_policy._STATIC_GUARDS.forget()

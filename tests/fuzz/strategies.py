@@ -82,6 +82,7 @@ class _Builder:
         self.detached: set[str] = set()  # detach() results and their aliases
         self.composite_aliases: set[str] = set()  # composite results that alias a tensor
         self.return_tags: tuple[str, ...] = ()
+        self.cut_view_uses: list[str] = []  # results of cut_view_use, always returned
 
     # --- the shadow -----------------------------------------------------------------
 
@@ -167,6 +168,7 @@ class _Builder:
     def draw_returns(self) -> tuple[str, ...]:
         count = self.draw(st.integers(1, 3))
         returns = tuple(self.one_of(self.names[::-1]) for _ in range(count))
+        returns += tuple(n for n in self.cut_view_uses if n not in returns)  # their gradients are the point
         for name in returns:
             kind = self.classify(name)
             self.return_tags += (f"returns:{kind}",)
@@ -182,6 +184,8 @@ class _Builder:
                 actions.append("grad_call")
             if self.open_contexts:
                 actions.append("close_region")
+            elif torch.is_grad_enabled():
+                actions.append("cut_view")
         if self.config.hops:
             actions.append("hop")
         action = self.one_of(actions)
@@ -192,6 +196,8 @@ class _Builder:
             self.open_region()
         elif action == "close_region":
             self.close_region()
+        elif action == "cut_view":
+            self.cut_view_use()
         elif action == "grad_call":
             flag = self.draw(st.booleans())
             self.emit(f"torch.set_grad_enabled({flag})", ("region:set_grad_enabled_call",))
@@ -286,6 +292,52 @@ class _Builder:
         ctx.__exit__(None, None, None)
         if len(self.body) == body_start:
             self.body.append(Stmt("pass", (), self.indent + 1))
+
+    def cut_view_use(self) -> None:
+        """A tensor written in place, viewed under a grad-off region, the view then read with
+        grad on (issue 39: the view carries no autograd history in eager; a program that
+        rebuilt it with grad on sent gradient through it)."""
+        source = (self.pick(lambda t: is_float(t) and t.dim() >= 1 and t.requires_grad)
+                  or self.pick(lambda t: is_float(t) and t.dim() >= 1))
+        if source is None:
+            return
+        self.bind("pure", f"{source} * 1.5")  # an activation: it has autograd history where source has
+        target = self.names[-1]
+        t = self.value(target)
+        write = self.one_of([f"{target}.mul_(1.5)", f"{target}.relu_()", f"{target}[..., :1] = 0.5",
+                             f"{target}.copy_({target} * 2)"])
+        if not self.emit(write, ("inplace", f"inplace:{self.classify(target)}")):
+            return
+        views = [f"{target}[..., :1]", f"{target}.unsqueeze(0)", f"{target}.narrow(-1, 0, 1)",
+                 f"{target}.expand(2, *{target}.shape)", f"{target}.view(-1)"]
+        if t.dim() >= 2:
+            views += [f"{target}.mT", f"{target}.transpose(0, -1)", f"{target}[0]"]
+        header, tag = self.one_of([("torch.no_grad()", "region:no_grad"),
+                                   ("torch.set_grad_enabled(False)", "region:set_grad_enabled")])
+        name, view_code = f"v{self.counter}", self.one_of(views)
+        with eval(header, {"torch": torch}):
+            if not self.run(f"{name} = {view_code}"):
+                return
+        self.body.append(Stmt(f"with {header}:", (tag, "cut_view"), self.indent))
+        self.body.append(Stmt(f"{name} = {view_code}", ("view", f"view:{_view_kind(view_code)}"), self.indent + 1))
+        self.counter += 1
+        self.names.append(name)
+        consumers = [f"{name} * 2.0", f"torch.softmax({name}, -1)", f"torch.cat([{name}, {name}])", f"{name}.sum()",
+                     f"torch.matmul({name}.reshape(1, -1), {name}.reshape(-1, 1))",
+                     f"torch.einsum('...i,...i->...', {name}, {name})"]
+        # a kept composite whose other operand carries the gradient (the issue's `h @ target.T`)
+        if self.value(name).dim() >= 2:
+            consumers += [f"torch.matmul({name}, {name}.mT)",
+                          f"({source}.sum() * torch.ones(1, {name}.shape[-2])) @ {name}"]
+        else:
+            consumers.append(f"torch.matmul({source}.sum() * torch.ones_like({name}), {name})")
+        other = self.pick(lambda o: is_float(o) and o.requires_grad and broadcasts_to(o, self.value(name).shape))
+        if other is not None:
+            consumers.append(f"{name} * {other}")
+        count = self.counter
+        self.bind("pure", self.one_of(consumers))
+        if self.counter > count:
+            self.cut_view_uses.append(self.names[-1])
 
     def classify(self, name: str) -> str:
         """What an in-place target is: an input, a buffer, a view of one, or an intermediate."""

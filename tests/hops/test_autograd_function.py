@@ -14,7 +14,7 @@ from expecttest import TestCase
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
-from predispatch_func.hop.autograd_function import pf_autograd_function
+from predispatch_func.trace.extensions.autograd_function import pf_autograd_function
 from predispatch_func.verify import replay_against_eager
 from tests.support.oracle import call_targets, export_checked, graph_code
 

@@ -1,6 +1,6 @@
 """``torch.func`` transforms inside forward (``torch.vmap``, ``grad``, ``vjp``, ``jvp``,
 ``jacrev``, ``jacfwd``, ``hessian``; ``create_block_mask`` calls vmap): traced below
-autograd for the length of each transform (hop/func_transforms.py), each program
+autograd for the length of each transform (trace/extensions/func_transforms.py), each program
 replayed against eager over calls, with gradients through the transform.
 """
 

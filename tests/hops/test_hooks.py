@@ -7,8 +7,8 @@ from expecttest import TestCase
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
-from predispatch_func.hop.autograd_function import pf_autograd_function
-from predispatch_func.hop.hooks import pf_require_grad
+from predispatch_func.trace.extensions.autograd_function import pf_autograd_function
+from predispatch_func.trace.extensions.hooks import pf_require_grad
 from tests.support.oracle import export_checked
 
 

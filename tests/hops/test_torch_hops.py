@@ -350,7 +350,7 @@ class HopsTest(TestCase):
         ep = export_checked(RegionInsideScan(), (torch.randn(3), torch.randn(5, 3)))
         self.assertIn("pf_grad_region(False", graph_code(ep))
 
-    def test_associative_scan(self):  # its generic mode calls torch.vmap (hop/func_transforms.py)
+    def test_associative_scan(self):  # its generic mode calls torch.vmap (trace/extensions/func_transforms.py)
         export_checked(AssociativeScan(), (torch.randn(5, 3),))
 
     def test_flex_attention_with_block_mask_made_outside_forward(self):
@@ -442,7 +442,7 @@ class HopsTest(TestCase):
                         self.assertIn("test_torch_hops.py", innermost)
 
 
-# --- results of a HOP or an autograd.Function are observed like an op's (modes/stack.py) ------------------
+# --- results of a HOP or an autograd.Function are observed like an op's (trace/stack.py) ------------------
 
 
 _OPAQUE_CALLS = {

@@ -1,6 +1,6 @@
 """Real models that write Python state in ``forward``, built offline from tiny configs.
 
-Each is one of the kinds :mod:`predispatch_func.program.python_state` judges: a memo
+Each is one of the kinds :mod:`predispatch_func.state.python_state` judges: a memo
 cache (levit), a flag guarding a one-time rescale (rwkv), output-capturing hooks
 installed on the first call (segformer), values recomputed and stored each call
 (funnel, recurrent_gemma). Each factory returns ``(model, args, kwargs)`` in eval mode.

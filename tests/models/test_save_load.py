@@ -40,7 +40,7 @@ def _round_trips(ep, model, args, kwargs=None, *, grads=True):
     assert report.ok, report
     replay_calls(loaded, model, args, kwargs, calls=2, grads=grads)
     # plain torch.export.load: torch's module() registers the signature's names, a tied
-    # weight's other name (gpt2's lm_head.weight) among them (program/tied_names.py);
+    # weight's other name (gpt2's lm_head.weight) among them (inputs/tied_names.py);
     # outputs, write-backs and gradients are eager's
     buffer.seek(0)
     plain = torch.export.load(buffer)

@@ -7,7 +7,7 @@ could name the wrong frames.
 
 import sys
 
-from predispatch_func.program.node_meta import _UserStack
+from predispatch_func.passes.node_meta import _UserStack
 
 SEEN: list[tuple[str, str]] = []
 

@@ -12,7 +12,7 @@ import torch
 from expecttest import TestCase
 
 import predispatch_func as pf
-from predispatch_func.hop.ops import REGION_HOPS
+from predispatch_func.regions.ops import REGION_HOPS
 from tests.support.expect_refusal import refused
 from tests.support.oracle import export_checked, graph_code
 from tests.support.torch_release import torch_limit

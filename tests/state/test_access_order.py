@@ -1,7 +1,7 @@
 """Judging Python state by access order: an attribute each call sets before reading it.
 
 Such a write cannot carry anything from one call to the next, so the judge runs
-two live calls and no replica (:mod:`predispatch_func.program.access_order`).
+two live calls and no replica (:mod:`predispatch_func.state.access_order`).
 Each carried case is replayed against eager over three calls; each read the
 hooks could miss (``vars(self)``, ``getattr``, ``__dict__``) is shown to fall
 back to the full judge, which refuses the stale value.
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import predispatch_func as pf
-from predispatch_func.program.access_order import AccessOrder
+from predispatch_func.state.access_order import AccessOrder
 from tests.support.oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
 
 _HOOKS = ("__getattribute__", "__setattr__", "__delattr__")

@@ -8,6 +8,7 @@ one-time change of the weights), each refused naming the attribute and its line.
 The real models these come from are at the end.
 """
 
+import io
 import re
 import warnings
 
@@ -234,6 +235,74 @@ def test_activation_stashed_on_the_module_is_carried():
     assert not hasattr(model, "last")
 
 
+
+# --- run, then export: tensors kept of the last call carry its autograd history ------------------
+
+
+class StashesHiddenState(nn.Module):
+    """A hidden state kept for inspection, computed from a parameter: a non-leaf after a call with grad."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.last_hidden = {"h": [self.lin(x).tanh()]}
+        return self.last_hidden["h"][0] * 2
+
+
+def _trained_once(model, args, kwargs=None):
+    """The usual order: one eager training step (forward, then backward) before exporting."""
+    model.train()
+    out = model(*args, **(kwargs or {}))
+    outs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+    sum(t.float().sum() for t in outs).backward()
+    return model
+
+
+_KEEPS_ITS_LAST_CALL = {  # name: (model, inputs, the attribute holding a tensor of the last call)
+    "recurrent_states": (RecurrentStateResetThenStored, lambda: (torch.randn(2, 3, 4),),
+                         lambda m: m.recurrent_states),
+    "corr_pyramid": (CorrelationPyramidStored, lambda: (torch.randn(1, 2, 8, 8), torch.randn(1, 2, 8, 8)),
+                     lambda m: m.corr_pyramid[1]),
+    "nested_in_a_container": (StashesHiddenState, lambda: (torch.randn(3, 4),), lambda m: m.last_hidden["h"][0]),
+}
+
+
+@pytest.mark.parametrize("when", ["cold", "after_a_training_call"])
+@pytest.mark.parametrize("name", sorted(_KEEPS_ITS_LAST_CALL))
+def test_model_keeping_tensors_of_its_last_call_exports_cold_and_after_a_training_call(name, when):
+    """The Python-state judge deep-copied the model, and deepcopy refuses a tensor with autograd
+    history: run-then-export was refused (PYTHON_STATE_CHANGED) where exporting cold worked."""
+    make, inputs, kept = _KEEPS_ITS_LAST_CALL[name]
+    model, args = make(), inputs()
+    if when == "after_a_training_call":
+        _trained_once(model, args)
+        assert kept(model).grad_fn is not None  # the case: a tensor deepcopy refuses
+    ep = _exports_and_equals_eager_over_three_calls(model, args)  # the model left as it was, grad_fn included
+    if when == "after_a_training_call":
+        assert kept(model).grad_fn is not None
+    assert all(c.grad_fn is None for c in ep.constants.values()), "the program holds the last call's history"
+    torch.export.save(ep, io.BytesIO())
+
+
+def test_a_counter_is_still_refused_in_a_model_holding_tensors_of_its_last_call():
+    """Copying the kept tensors detached must not hide a write the program cannot carry."""
+
+    class CountsAndStashes(StashesHiddenState):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return super().forward(x) * self.calls
+
+    model = _trained_once(CountsAndStashes(), (torch.randn(3, 4),))
+    with pytest.raises(UnsupportedError, match=r"'calls'[\s\S]*changes again on a second identical call") as info:
+        pf.export(model, (torch.randn(3, 4),))
+    assert info.value.kind is Refusal.PYTHON_STATE_CHANGED
+
 # --- refused: what makes a later call differ -----------------------------------------------------
 
 
@@ -399,6 +468,24 @@ def test_real_model_writing_python_state_exports_by_default_and_equals_eager_ove
     # levit's cache holds a tensor with the graph of its first call: eager's own second
     # backward fails, so levit is replayed without gradients (it caches in eval only)
     replay_calls(ep, model, args, kwargs, calls=3, grads=name != "levit")
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("when", ["cold", "after_a_training_call"])
+def test_recurrent_gemma_in_training_mode_exports_cold_and_after_a_training_call(when):
+    """transformers recurrent_gemma keeps ``recurrent_states`` of its last call; after a call with
+    grad on they carry autograd history, which the Python-state judge could not deep-copy."""
+    model, args, kwargs = _real("recurrent_gemma")
+    model.train()
+    if when == "after_a_training_call":
+        _trained_once(model, args, kwargs)
+        kept = [m.recurrent_states for m in model.modules() if isinstance(getattr(m, "recurrent_states", None),
+                                                                          torch.Tensor)]
+        assert kept and all(t.grad_fn is not None for t in kept)
+    before = caller_state(model, (args, kwargs))
+    ep = export_checked(model, args, kwargs)
+    assert_same_caller_state(before, caller_state(model, (args, kwargs)), "recurrent_gemma")
+    replay_calls(ep, model, args, kwargs, calls=3)
 
 
 @pytest.mark.models

@@ -1,7 +1,7 @@
 """Caches of the model's own state filled in forward: carried from the trace alone.
 
 A dict that gains an entry computed only from parameters and buffers the program never
-writes is carried without running eager (program/state_memos.py). Every neighbour that
+writes is carried without running eager (state/state_memos.py). Every neighbour that
 is not such a cache (an input in the entry, the entry written again each call, a buffer
 the call writes, a random draw, a key that is a tensor, an input's shape) must still go
 to the eager judge and end as it did before: carried or refused.
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-import predispatch_func.program.state_guard as state_guard
+import predispatch_func.state.state_guard as state_guard
 from predispatch_func.errors import Refusal, UnsupportedError
 from tests.state.test_python_state import AttentionBiasCacheByDevice, _exports_and_equals_eager_over_three_calls
 from tests.support.oracle import export_checked

@@ -12,6 +12,7 @@ import torch
 from torch.export.graph_signature import OutputKind
 
 import predispatch_func as pf
+from predispatch_func.state.history_free_copy import deepcopy_without_history
 from predispatch_func.verify import all_graph_modules
 
 
@@ -104,7 +105,7 @@ def replay_calls(ep, model, args, kwargs=None, *, calls=2, grads=True):
     of the inputs: outputs, written-back inputs, state and (with ``grads``) gradients must
     equal eager's after every call, so state carried from one call to the next is checked."""
     kwargs = kwargs or {}
-    eager = copy.deepcopy(model)
+    eager = deepcopy_without_history(model)  # a model run before export keeps tensors of that call
     program = copy.deepcopy(ep).module()
     for call in range(calls):
         e_in, p_in = _fresh((args, kwargs)), _fresh((args, kwargs))

@@ -222,6 +222,8 @@ def _state() -> dict:
         "builtins": (builtins.max, builtins.min, math.pow),
         "functional_bool": tc.FunctionalTensor.__dict__["__bool__"],
         "module_getattr": torch.nn.Module.__dict__["__getattr__"],
+        "module_setattr": torch.nn.Module.__dict__["__setattr__"],
+        "encoder_forward": torch.nn.TransformerEncoder.__dict__["forward"],
         "function_modes": torch._C._len_torch_function_stack(),
         "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
         "pre_dispatch_modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
@@ -230,6 +232,7 @@ def _state() -> dict:
         "tensor_metadata": proxy_tensor._extract_tensor_metadata,
         "node_values": (proxy_tensor.snapshot_fake, proxy_tensor.proxy_call),
         "direct_recorder": patches._direct_recorder_installed,
+        "autograd_engine": torch.autograd._engine_run_backward,
         "autocast_init": torch.amp.autocast_mode.autocast.__dict__["__init__"],
         "functional_tensor_dispatch": tc.FunctionalTensor.__dict__["__torch_dispatch__"],
     }
@@ -277,6 +280,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "patched_tensor_methods": lambda: patches.patched_tensor_methods(
         register_hook=lambda original, t, *a: original(t, *a), requires_grad_=lambda original, t, *a: original(t, *a)),
     "rng_reseeds_routed": lambda: patches.rng_reseeds_routed(lambda name: None),
+    "autograd_engine_runs_routed": lambda: patches.autograd_engine_runs_routed(lambda what: None),
     "inference_mode_as_grad_mode": lambda: patches.inference_mode_as_grad_mode(),
     "compiled_modules_run_eagerly": lambda: patches.compiled_modules_run_eagerly(),
     "hop_capture_static": lambda: patches.hop_capture_static(),
@@ -290,11 +294,15 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "tensor_metadata_recorded_through": lambda: patches.tensor_metadata_recorded_through(lambda t: None),
     "node_values_unsnapshotted": lambda: patches.node_values_unsnapshotted(),
     "op_calls_recorded_through": lambda: patches.op_calls_recorded_through(lambda *call: patches.NOT_RECORDED),
+    "module_methods_wrapped": lambda: patches.module_methods_wrapped(lambda name, original: original.__get__,
+                                                                     ("__setattr__",)),
+    "method_replaced": lambda: patches.method_replaced(torch.nn.TransformerEncoder, "forward",
+                                                       lambda original: lambda self, *a, **k: original(self, *a, **k)),
     "cuda_autocast_kept_without_gpu": lambda: patches.cuda_autocast_kept_without_gpu(),
     "functional_tensor_detach_without_mode": lambda: patches.functional_tensor_detach_without_mode(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
-                        "CUDA_AUTOCAST_KEPT_WARNING"}
+                        "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
 
 
@@ -333,6 +341,21 @@ def test_patch_restores_what_it_changed_when_the_body_raises(name):
         after = _state()
     assert inside != before, f"{name} changed nothing this test sees: add what it patches to _state()"
     assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+
+
+def test_every_backward_entry_point_reaches_the_routed_engine_run():
+    """``autograd_engine_runs_routed`` sees torch.autograd.grad, torch.autograd.backward and
+    Tensor.backward (also ``from torch.autograd import grad``, imported before the patch)."""
+    from torch.autograd import grad as grad_imported_early
+
+    seen = []
+    x = torch.randn(3, requires_grad=True)
+    with patches.autograd_engine_runs_routed(seen.append):
+        torch.autograd.grad(x.sin().sum(), x)
+        grad_imported_early(x.sin().sum(), x)
+        torch.autograd.backward(x.sin().sum())
+        x.sin().sum().backward()
+    assert seen == ["torch.autograd.grad", "torch.autograd.grad", "backward()", "backward()"]
 
 
 # --- the mode-push shortcut ---------------------------------------------------------------
@@ -383,7 +406,7 @@ class TestModePushShortcut(TestCase):
 
 
 def test_torch_still_fails_to_functionalize_fused_adam_out():
-    """OUT_WITH_OTHER_WRITES (modes/out_variants.py)."""
+    """OUT_WITH_OTHER_WRITES (trace/out_variants.py)."""
     from tests.external.test_conformance_regressions import FusedAdamOut
 
     args = (torch.randn(3), torch.randn(3), torch.rand(3), torch.rand(3), torch.ones(()), torch.zeros(3))
@@ -392,7 +415,7 @@ def test_torch_still_fails_to_functionalize_fused_adam_out():
 
 
 def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
-    """AUTOGRAD_FUNCTION_IN_HOP_BODY (hop/function_trace.py): torch.export's program of a
+    """AUTOGRAD_FUNCTION_IN_HOP_BODY (trace/extensions/function_trace.py): torch.export's program of a
     cond branch calling a Function has the gradient of the Function's forward, not its backward."""
     from tests.hops.test_torch_hops import FunctionInsideCond
 
@@ -407,7 +430,7 @@ def test_torch_still_drops_the_backward_of_a_function_inside_a_hop_body():
 @pytest.mark.parametrize("name", ["hop/invoke_quant.simple/0", "hop/local_map_hop.simple/0"])
 @pytest.mark.parametrize("strict", [False, True])
 def test_torch_export_still_cannot_represent(name, strict):
-    """HOP_NOT_REPRESENTABLE (hop/torch_hops.py): torch.export fails these hop_db cases."""
+    """HOP_NOT_REPRESENTABLE (trace/extensions/torch_hops.py): torch.export fails these hop_db cases."""
     from tests.support.hop_db_cases import hop_db_cases
 
     model, args = next((m, a) for n, m, a, _ in hop_db_cases(1) if n == name)

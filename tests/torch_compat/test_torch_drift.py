@@ -160,7 +160,7 @@ def test_stack_traces_are_the_ones_torch_export_records():
     """``stack_trace_anchors`` and ``uninteresting_stack_files`` restate which frames fx's tracer
     keeps in a node's ``stack_trace`` (``forward`` frames and torch's registered anchors, less
     torch's uninteresting files, read from the disk cache where an earlier process left them), and
-    ``program/node_meta.py`` formats them as fx does. Pins: on a functional model (same nodes
+    ``passes/node_meta.py`` formats them as fx does. Pins: on a functional model (same nodes
     in both programs) every node's stack_trace equals the one ``torch.export.export`` records."""
     x = torch.randn(2, 3)
     torch.manual_seed(0)

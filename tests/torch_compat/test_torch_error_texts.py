@@ -16,8 +16,8 @@ import torch
 
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
-from predispatch_func.hop import torch_limits
-from predispatch_func.modes import refusals
+from predispatch_func.trace import refusals
+from predispatch_func.trace.extensions import torch_limits
 from tests.external.test_conformance_regressions import GrowInput
 from tests.fuzz.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
 from tests.hops.test_func_transforms import VMAP_IN_HOP_BODY_ASSERTS_ON_2_11, VmapInsideCond
@@ -28,6 +28,7 @@ from tests.hops.test_torch_hops import (
     _WhileLoopResultIntoHop,
 )
 from tests.state.test_state import ViewDtypeOfWrittenInputUnderNoGrad
+from tests.test_refusals import AbsInPlaceOnOverlappingUnfold
 from tests.trace.test_edge_errors import GradValueWrittenIntoIntegerTensor, WriteThroughAsStridedOfAView
 
 R = pf.Refusal
@@ -37,6 +38,8 @@ PROVOKED_BY = {
     "RESIZE_VIEW_TO_LARGER": (R.INPUT_METADATA_MUTATION, lambda: (GrowInput(), (torch.randn(2, 3),))),
     "SET_STORAGE_OTHER_DEVICE": (R.VIEW_DTYPE_REBUILD, lambda: (ViewDtypeOfWrittenInputUnderNoGrad(),
                                                                 (torch.randn(3),))),
+    "MUTATION_WITH_INTERNAL_OVERLAP": (R.WRITE_TO_OVERLAPPING_VIEW, lambda: (AbsInPlaceOnOverlappingUnfold(),
+                                                                           (torch.ones(1, 5),))),
     "CANNOT_VIEW": (R.VIEW_REPLAY_AFTER_STRIDED_WRITE, lambda: (ViewOfBufferWrittenThroughTranspose(),
                                                                 (torch.randn(4, 2),))),
     "AS_STRIDED_IN_VIEW_CHAIN": (R.WRITE_THROUGH_AS_STRIDED_OF_VIEW, lambda: (WriteThroughAsStridedOfAView(),

@@ -6,7 +6,7 @@ against eager and its graph run to show it writes none of its inputs."""
 import pytest
 import torch
 
-from predispatch_func.modes.composite_policy import WRITES_ONLY_WHEN
+from predispatch_func.trace.composite_policy import WRITES_ONLY_WHEN
 from tests.support.oracle import all_graph_modules, call_targets, export_checked, mutations
 
 A = torch.ops.aten

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from predispatch_func.program import stack_trace_files
+from predispatch_func.passes import stack_trace_files
 
 _SCRIPT = """
 import json, sys, torch

@@ -51,11 +51,11 @@ def forward(self, arg0_1, arg1_1, arg2_1):
 
 class TestPerOpShortcuts(TestCase):
     """The per-op paths read schemas once per op and flatten arguments without torch's
-    pytree (modes/observers.py): they must give what a walk of the schema and pytree give."""
+    pytree (trace/observers.py): they must give what a walk of the schema and pytree give."""
 
     def test_written_tensors_match_the_schema_of_in_place_and_out_overloads(self):
         from predispatch_func import _torch_compat as tc
-        from predispatch_func.modes.observers import written_tensors
+        from predispatch_func.trace.observers import written_tensors
 
         checked = 0
         for name in ("add_", "copy_", "add", "_native_batch_norm_legit", "_foreach_add_", "index_put_",
@@ -77,7 +77,7 @@ class TestPerOpShortcuts(TestCase):
 
     def test_leaves_of_op_arguments_and_results_match_pytree(self):
         from predispatch_func import _torch_compat as tc
-        from predispatch_func.modes.observers import _leaves
+        from predispatch_func.trace.observers import _leaves
 
         t, u = torch.ones(1), torch.zeros(2)
         for value in [t, None, 3, (t, [u, t], None), ([t], ([u], (t,)), 2.0), (), [[], [t]],

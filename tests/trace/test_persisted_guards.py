@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import predispatch_func as pf
-from predispatch_func.modes import composite_policy
+from predispatch_func.trace import composite_policy
 from tests.support.oracle import export_checked
 
 

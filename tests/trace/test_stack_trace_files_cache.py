@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from predispatch_func import _torch_compat as tc
-from predispatch_func.program import stack_trace_files
+from predispatch_func.passes import stack_trace_files
 from tests.support.oracle import export_checked
 
 

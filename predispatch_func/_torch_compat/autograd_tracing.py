@@ -1,0 +1,112 @@
+"""Private torch APIs a joint trace (predispatch_func/joint/) leans on: the proxy tracer's
+table of tracked tensors, a proxy mode below autograd sharing the trace's tracer, and a
+patch letting the PreDispatch proxy mode find tensors the autograd engine re-wrapped.
+
+Re-exports and one patch (restored on every path); each assumption is pinned by
+``tests/joint/test_torch_assumptions_joint.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, get_proxy_slot, set_proxy_slot
+
+__all__ = ["pre_dispatch_proxy_mode", "is_tracked", "track_as", "recorded_below_autograd",
+           "untracked_arguments_resolved"]
+
+_PRE_DISPATCH = torch._C.DispatchKeySet(torch._C.DispatchKey.PreDispatch)
+
+
+def pre_dispatch_proxy_mode() -> Any:
+    """The PreDispatch proxy mode of the ``make_fx(pre_dispatch=True)`` trace in progress."""
+    from torch._ops import _get_dispatch_mode_pre_dispatch
+
+    return _get_dispatch_mode_pre_dispatch(torch._C._TorchDispatchModeKey.PROXY)
+
+
+def is_tracked(tracer: Any, t: Any) -> bool:
+    """Whether ``tracer`` has a graph value for tensor ``t`` (by object)."""
+    return isinstance(t, torch.Tensor) and get_proxy_slot(t, tracer, None) is not None
+
+
+def track_as(tracer: Any, t: torch.Tensor, like: torch.Tensor) -> None:
+    """Make ``tracer`` read ``t`` as the graph value it has for ``like`` (same value, another object)."""
+    set_proxy_slot(t, tracer, get_proxy_slot(like, tracer))
+
+
+def detached_untraced(t: torch.Tensor) -> torch.Tensor:
+    """``t.detach()`` without recording a node (the caller tracks the result itself)."""
+    with torch._C._ExcludeDispatchKeyGuard(_PRE_DISPATCH):
+        return t.detach()
+
+
+__all__ += ["detached_untraced"]
+
+
+@contextlib.contextmanager
+def recorded_below_autograd(tracer: Any) -> Iterator[None]:
+    """Ops called inside are recorded into ``tracer``'s graph after autograd, autocast and
+    composite decompositions ran (the PreDispatch modes skipped): what a kept composite
+    or an autocast cast computed internally becomes visible as plain ATen nodes."""
+    lower = ProxyTorchDispatchMode(tracer, "real", pre_dispatch=False)
+    with torch._C._ExcludeDispatchKeyGuard(_PRE_DISPATCH), lower:
+        yield
+
+
+@contextlib.contextmanager
+def untracked_arguments_resolved(mode: Any, resolve: Callable[[torch.Tensor], None]) -> Iterator[None]:
+    """While inside, ``mode`` (the PreDispatch proxy mode) calls ``resolve(t)`` on each tensor
+    argument it has no graph value for, before recording the op. The autograd engine hands
+    a backward op a new tensor object for each saved tensor that had autograd history; the
+    proxy mode tracks tensors by object and would otherwise record it as a constant.
+    (Only FunctionalTensorMode, ProxyTorchDispatchMode and SchemaCheckMode may sit on the
+    PreDispatch stack, so this patches the mode instance instead of stacking a mode.)"""
+    original = mode.__torch_dispatch__
+    tracer = mode.tracer
+
+    def dispatch(func, types, args=(), kwargs=None):
+        for value in (*args, *(kwargs or {}).values()):
+            for t in (value if isinstance(value, (list, tuple)) else (value,)):
+                if isinstance(t, torch.Tensor) and get_proxy_slot(t, tracer, None) is None:
+                    resolve(t)
+        return original(func, types, args, kwargs)
+
+    mode.__torch_dispatch__ = dispatch
+    try:
+        yield
+    finally:
+        del mode.__torch_dispatch__
+
+
+def torch_export_forward_backward(ep: Any, joint_loss_index: int = 0) -> Any:
+    """torch's joint program of an exported forward (``torch.export.experimental``), for comparisons."""
+    import torch.export.experimental as experimental
+
+    return experimental._export_forward_backward(ep, joint_loss_index=joint_loss_index)
+
+
+def torch_aot_export_joint_with_descriptors(mod: torch.nn.Module, args: tuple, kwargs: dict | None = None) -> Any:
+    """torch's ``aot_export_joint_with_descriptors`` (a fresh ExitStack, closed after): its joint
+    graph module, each placeholder's and output's descriptor in ``meta["desc"]``, for comparisons."""
+    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+
+    with contextlib.ExitStack() as stack:
+        return aot_export_joint_with_descriptors(stack, mod, args, kwargs or {}).graph_module
+
+
+__all__ += ["torch_export_forward_backward", "torch_aot_export_joint_with_descriptors"]
+
+
+def leaf_gradient_hooks(t: torch.Tensor) -> tuple[list[Callable[..., Any]], int]:
+    """The hooks ``t.register_hook`` put on a leaf (run on its gradient), in order, and how many
+    ``register_post_accumulate_grad_hook`` hooks it has."""
+    hooks = list((t._backward_hooks or {}).values())
+    post = len(getattr(t, "_post_accumulate_grad_hooks", None) or {})
+    return hooks, post
+
+
+__all__ += ["leaf_gradient_hooks"]

@@ -1,0 +1,172 @@
+"""Forward program -> joint graph: the forward replayed above autograd, then the backward
+autograd runs on it, both recorded in one flat graph.
+
+Takes the functional forward graph of ``export`` (regions as HOP calls, kept composites
+as single nodes, mutations as outputs) and returns a graph over the same placeholders
+whose outputs are the forward's, then one gradient per input asked for (None where the
+loss does not reach it). The forward is replayed node by node under
+``make_fx(pre_dispatch=True)``, which records ops above autograd: a kept composite stays
+one node, a region HOP is entered as its grad/autocast mode (recorded as markers that
+``hop.outline_regions`` outlines again). No functionalization is needed: the forward is
+functional and backward ops are too. ``torch.autograd.grad`` then runs eager's autograd
+engine on the fakes; the proxy mode records each backward op it dispatches
+(``native_layer_norm_backward``, ``gelu_backward``, ...), with saved tensors mapped to
+graph values by :mod:`.saved_values`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from ..errors import user_line_of_recorded
+from ..regions.ops import _carry, pf_autocast_region, pf_grad_region
+from ..trace.extensions.fakes import fresh_like
+from .errors import JointError, JointProblem
+from .extensions import replay_extension
+from .saved_values import ForwardCall, SavedValues
+
+_KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "seq_nr", "custom")
+
+
+@dataclasses.dataclass(frozen=True)
+class JointTrace:
+    """The flat joint graph (region markers not yet outlined) and what it returns."""
+
+    graph_module: torch.fx.GraphModule
+    n_forward_outputs: int
+    grad_of: tuple[int, ...]  # placeholder index of each gradient output, in output order
+    recomputed: tuple[str, ...]  # forward calls the backward recomputes (saved_values.py)
+    n_writes: int = 0  # values ``after_backward`` wrote, returned after the forward's mutations
+
+
+# (forward inputs, gradient by input index, extra inputs) -> new values to write
+AfterBackward = Callable[[Sequence[Any], dict[int, Any], Sequence[Any]], list[Any]]
+
+
+class _ForwardReplay(torch.fx.Interpreter):
+    """Runs the forward graph's nodes as calls the trace records; a region HOP is entered
+    as its mode and its body replayed inline; each call is announced to ``saved``."""
+
+    def __init__(self, gm: torch.fx.GraphModule, saved: SavedValues, tracer: Any):
+        super().__init__(gm, garbage_collect_values=False)
+        self._saved = saved
+        self._tracer = tracer
+        self._node: torch.fx.Node | None = None
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        last = next(reversed(self._tracer.graph.nodes), None)
+        self._node = n
+        out = super().run_node(n)
+        if n.op == "call_function":
+            _copy_meta(n, self._tracer.graph, after=last)
+        return out
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if target is pf_grad_region:
+            enabled, identity_of, body, *operands = args
+            with torch.set_grad_enabled(enabled):
+                outs = tuple(_ForwardReplay(body, self._saved, self._tracer).run(*operands))
+            return _carry(tuple(operands), outs, tuple(identity_of))
+        if target is pf_autocast_region:
+            device, dtype, enabled, cache, identity_of, body, *operands = args
+            with torch.autocast(device, dtype, enabled, cache):
+                outs = tuple(_ForwardReplay(body, self._saved, self._tracer).run(*operands))
+            return _carry(tuple(operands), outs, tuple(identity_of))
+        replayed, result = replay_extension(target, args)
+        if replayed:
+            return result
+        self._saved.call = ForwardCall(lambda: target(*args, **kwargs), where=_where(self._node), op=target)
+        try:
+            return target(*args, **kwargs)
+        finally:
+            self._saved.call = None
+
+
+def _where(node: torch.fx.Node | None) -> str:
+    """The forward node and the user's line that made it, for errors."""
+    if node is None:
+        return "the forward"
+    line = user_line_of_recorded(node.meta.get("stack_trace"))
+    return f"`{node.format_node()}`" + (f" (made at {line})" if line else "")
+
+
+def _copy_meta(source: torch.fx.Node, graph: torch.fx.Graph, after: torch.fx.Node | None) -> None:
+    """The forward node's source metadata on every node its replay recorded."""
+    node = after.next if after is not None else next(iter(graph.nodes), None)
+    while node is not None and node.op != "root":
+        for key in _KEPT_META:
+            if key in source.meta and key not in node.meta:
+                node.meta[key] = source.meta[key]
+        node = node.next
+
+
+def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_index: int,
+                wants_grad: Sequence[bool], decompositions: dict | None = None, n_mutations: int = 0,
+                extra_inputs: Sequence[Any] = (), after_backward: AfterBackward | None = None,
+                gradient_hooks: dict[int, list[Callable[..., Any]]] | None = None) -> JointTrace:
+    """Trace ``forward`` (over ``inputs``, fakes) and the gradients of its output ``loss_index``
+    with respect to each input flagged in ``wants_grad``.
+
+    ``after_backward`` (an optimizer step, optimizer.py) runs after the backward, over the
+    gradients and ``extra_inputs`` (placeholders after the forward's; the caller moves them);
+    the values it returns are outputs right after the forward's ``n_mutations`` mutations.
+    ``gradient_hooks``: per input index, the hooks the user registered on that leaf
+    (``p.register_hook``); they run on its gradient in the trace, as eager's engine runs them."""
+    state: dict[str, Any] = {}
+    n_forward_outputs = len(next(n for n in reversed(forward.graph.nodes) if n.op == "output").args[0])
+    asked = [i for i, w in enumerate(wants_grad) if w]
+
+    def joint(*everything: Any) -> tuple:
+        flat, extras = everything[:len(inputs)], everything[len(inputs):]
+        mode = tc.pre_dispatch_proxy_mode()
+        saved = SavedValues(mode.tracer)
+        with saved.hooks():
+            outs = _ForwardReplay(forward, saved, mode.tracer).run(*flat)
+        loss = outs[loss_index]
+        _check_loss(forward, loss, loss_index)
+        with tc.untracked_arguments_resolved(mode, saved.resolve):
+            grads = torch.autograd.grad(loss, [flat[i] for i in asked], allow_unused=True)
+        state["grad_of"] = tuple(i for i, g in zip(asked, grads) if g is not None)
+        state["recomputed"] = tuple(saved.recomputed_calls)
+        writes = []
+        if after_backward is not None:
+            writes = after_backward(flat, {i: g for i, g in zip(asked, grads) if g is not None}, extras)
+        state["n_writes"] = len(writes)
+        return (*outs[:n_mutations], *writes, *outs[n_mutations:], *(g for g in grads if g is not None))
+
+    fake_mode = tc.fake_mode_of([t for t in inputs if isinstance(t, torch.Tensor)])
+    fresh = [fresh_like(t).requires_grad_(w) if isinstance(t, torch.Tensor) else t
+             for t, w in zip(inputs, wants_grad)]
+    for index, hooks in (gradient_hooks or {}).items():
+        for hook in hooks:
+            fresh[index].register_hook(hook)
+    # no stack traces recorded: a forward node takes its forward node's (_copy_meta); a backward
+    # node's would point into autograd and this module, and extracting them was half the trace
+    tracer = tc.make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="real", pre_dispatch=True,
+                        record_stack_traces=False)
+    with fake_mode, tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules():  # speed, as the forward trace
+        gm = tracer(*fresh, *(fake_mode.from_tensor(t) for t in extra_inputs))
+    return JointTrace(gm, n_forward_outputs, state["grad_of"], state["recomputed"], state["n_writes"])
+
+
+def _check_loss(forward: torch.fx.GraphModule, loss: Any, index: int) -> None:
+    output = next(n for n in reversed(forward.graph.nodes) if n.op == "output").args[0]
+    node = output[index] if index < len(output) else None
+    line = _where(node) if isinstance(node, torch.fx.Node) else "the model's output"
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.dtype.is_floating_point:
+        met = (f"a tensor of shape {tuple(loss.shape)} and dtype {loss.dtype}" if isinstance(loss, torch.Tensor)
+               else f"{type(loss).__name__} {loss!r}")
+        raise JointError(
+            f"export_joint needs a scalar floating-point loss (the model's first output, or loss_fn's result); "
+            f"met {met}, made at {line}. Return the loss first (e.g. `return loss, logits`), reduce it "
+            "(`.mean()`/`.sum()`), or pass loss_fn=", kind=JointProblem.NO_SCALAR_LOSS)
+    if not loss.requires_grad:
+        raise JointError(
+            f"export_joint: the loss does not require grad (no parameter or input that requires grad reaches "
+            f"it; made at {line}): nothing to differentiate. Check requires_grad of the parameters, or a "
+            "no_grad/detach on the way to the loss", kind=JointProblem.LOSS_WITHOUT_GRAD)

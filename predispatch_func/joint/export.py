@@ -1,0 +1,155 @@
+"""``export_joint``: the driver of a joint (training) export, one straight line of stages.
+
+    training_step (loss.py)            the model as a call returning (loss, *outputs)
+      -> export(...)                   the functional forward program (regions, kept composites)
+      -> trace_joint (differentiate.py) forward replayed above autograd + the backward autograd runs
+      -> outline_regions, dead code    region markers back to region HOPs (hop/)
+      -> joint_signature (signature.py) LOSS_OUTPUT, GRADIENT_TO_PARAMETER, GRADIENT_TO_USER_INPUT
+      -> JointExportedProgram (program.py), whose module() runs one step
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
+from torch.export.graph_signature import InputKind
+
+from .. import _torch_compat as tc
+from ..artifacts import ProgramFacts, program_facts, with_program_facts
+from ..autograd_facts import may_carry_grad
+from ..errors import ExportError
+from ..export import export
+from ..graphs import all_graph_modules
+from ..opsets.lowering import Lowering
+from ..passes import node_meta
+from ..passes.graph_cleanup import eliminate_dead_code
+from ..regions import outline_regions
+from ..verify import check_contract
+from .differentiate import trace_joint
+from .errors import JointError, JointProblem
+from .loss import training_step
+from .optimizer import OptimizerInTrace, OptimizerPlan, plan_for
+from .program import JointExportedProgram
+from .signature import joint_signature
+
+
+def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
+                 loss_fn: Callable[..., Any] | None = None, optimizer: Any = None, dynamic_shapes: Any = None,
+                 target: Any = None, python_state: str = "error",
+                 composite_overrides: dict[str, str] | None = None) -> JointExportedProgram:
+    """Export one training step of ``model``: forward, loss and backward in one functional program.
+
+    Without ``loss_fn`` the model returns the loss (a scalar tensor, or a tuple/list whose first
+    element is it); with it, the loss is ``loss_fn(model(*args, **kwargs))``. The program keeps the
+    forward export's regions (HOP calls) and kept composites (single forward nodes); its backward
+    is made of the ops eager's autograd runs. Outputs: the forward's mutations, the loss
+    (``LOSS_OUTPUT``), the other outputs, then one gradient per parameter that requires grad
+    (``GRADIENT_TO_PARAMETER``) and per user input that requires grad (``GRADIENT_TO_USER_INPUT``)
+    the loss reaches. ``ep.module()`` runs one step: see docs/joint.md. ``target`` lowers forward
+    and backward into an :class:`~predispatch_func.OpSet`.
+    """
+    if isinstance(model, torch.fx.GraphModule):
+        raise JointError(
+            f"export_joint of a torch.fx.GraphModule ({type(model).__name__}, e.g. an ep.module()) is not supported "
+            "yet: its training step does not replay as eager's. Export the original nn.Module",
+            kind=JointProblem.UNSUPPORTED_MODEL)
+    plan = plan_for(optimizer, model) if optimizer is not None else None
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    forward = export(training_step(model, loss_fn), args, kwargs, dynamic_shapes=dynamic_shapes, target=target,
+                     python_state=python_state, composite_overrides=composite_overrides)
+    return differentiate_program(forward, args, kwargs, target=target, optimizer=plan)
+
+
+def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, target: Any = None,
+                          loss_index: int | None = None, optimizer: OptimizerPlan | None = None
+                          ) -> JointExportedProgram:
+    """The joint program of an exported forward whose user output ``loss_index`` (default: the
+    first) is the loss; with ``optimizer`` (a plan, optimizer.py), the update after the backward."""
+    sig = forward.graph_signature
+    placeholders = [n for n in forward.graph.nodes if n.op == "placeholder"]
+    user_inputs = iter(tc.pytree.tree_leaves((args, kwargs or {})))
+    wants_grad = []
+    hooks: dict[int, list[Any]] = {}
+    for index, spec in enumerate(sig.input_specs):
+        if spec.kind is InputKind.PARAMETER:
+            parameter = forward.state_dict[spec.target]
+            wants_grad.append(bool(parameter.requires_grad))
+            hooks[index], post = tc.leaf_gradient_hooks(parameter)
+            if post:
+                raise JointError(
+                    f"export_joint: parameter {spec.target!r} has a register_post_accumulate_grad_hook; the joint "
+                    "program returns gradients and accumulates none, so it cannot run it. Remove the hook (or "
+                    "run its work on ep.module()'s .grad after the step)", kind=JointProblem.UNSUPPORTED_HOOK)
+        elif spec.kind is InputKind.USER_INPUT:
+            value = next(user_inputs, None)
+            wants_grad.append(isinstance(value, torch.Tensor) and value.requires_grad and may_carry_grad(value))
+        else:
+            wants_grad.append(False)
+    n_mutations = sum(1 for s in sig.output_specs if s.kind.name.endswith("MUTATION"))
+    lowering = Lowering(target) if target is not None else None
+    update = OptimizerInTrace(optimizer, sig.input_specs) if optimizer is not None else None
+    joint = trace_joint(forward.graph_module, [n.meta["val"] for n in placeholders],
+                        loss_index=n_mutations + (loss_index or 0), wants_grad=wants_grad,
+                        decompositions=lowering.proxy_table() if lowering is not None else None,
+                        n_mutations=n_mutations, extra_inputs=list(optimizer.initial.values()) if optimizer else (),
+                        after_backward=update, gradient_hooks={i: h for i, h in hooks.items() if h})
+    gm = joint.graph_module
+    traced = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, named in zip(traced, placeholders):
+        tc.rename_node(node, named.name)
+        node.target = node.name
+        if "val" not in node.meta and "val" in named.meta:  # a constant input (None, a flag)
+            node.meta["val"] = named.meta["val"]
+    grad_sources = {n for n, w in zip(traced, wants_grad) if w}
+    if optimizer is not None:
+        _place_state_inputs(gm, traced[len(placeholders):], list(optimizer.initial), sig)
+    outline_regions(gm, grad_enabled=True, grad_sources=grad_sources)
+    eliminate_dead_code(gm)
+    if lowering is not None:
+        lowering.check(gm)
+    node_meta.fill_missing(gm, type(forward.graph_module))
+    for _, sub in all_graph_modules(gm):
+        sub.recompile()
+    signature = joint_signature(gm, sig, joint.grad_of, loss_index=loss_index or 0,
+                                state_buffers=list(optimizer.initial) if optimizer else (),
+                                writes=update.writes if update is not None else ())
+    state_dict = {**forward.state_dict, **(optimizer.initial if optimizer else {})}
+    entry = forward.module_call_graph[0].signature
+    call = ModuleCallSignature(inputs=[], outputs=[], in_spec=entry.in_spec, out_spec=entry.out_spec,
+                               forward_arg_names=entry.forward_arg_names)
+    with tc.exported_program_code_on_first_use():
+        ep = JointExportedProgram(
+            root=gm, graph=gm.graph, graph_signature=signature, state_dict=state_dict,
+            range_constraints=forward.range_constraints, module_call_graph=[ModuleCallEntry(fqn="", signature=call)],
+            example_inputs=forward.example_inputs, constants=forward.constants)
+    facts = program_facts(forward.graph_module)
+    with_program_facts(ep.graph_module, ProgramFacts(
+        composite_decisions=facts.composite_decisions, grad_enabled_on_return=facts.grad_enabled_on_return,
+        ambient=facts.ambient, input_layouts=dict(facts.input_layouts)))
+    contract = check_contract(ep)  # e.g. an in-place gradient accumulation the engine chose: never shipped
+    if not contract.ok:
+        raise ExportError(f"export_joint made a program that breaks the IR contract (a bug; please report it):\n"
+                          f"{contract}")
+    ep.recomputed_in_backward = joint.recomputed  # type: ignore[attr-defined]
+    ep.optimizer_plan = optimizer  # type: ignore[attr-defined]
+    return ep
+
+
+def _place_state_inputs(gm: torch.fx.GraphModule, state: list[torch.fx.Node], names: list[str],
+                        forward: Any) -> None:
+    """The optimizer's state placeholders, named as torch names buffers, after the forward's
+    buffers and before the user inputs (torch's placeholder order)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder" and n not in state]
+    kinds = [s.kind for s in forward.input_specs]
+    first_user = next((n for n, k in zip(placeholders, kinds) if k is InputKind.USER_INPUT), None)
+    for node, name in zip(state, names):
+        tc.rename_node(node, "b_" + name.replace(".", "_"))
+        node.target = node.name
+        if first_user is not None:
+            first_user.prepend(node)
+
+
+__all__ = ["differentiate_program", "export_joint"]

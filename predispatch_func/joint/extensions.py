@@ -1,0 +1,54 @@
+"""Our autograd extension HOPs replayed in a joint trace, so the backward runs them.
+
+A ``pf_autograd_function`` call (a custom ``torch.autograd.Function``, or a tensor hook,
+trace/extensions/hooks.py) holds the user's forward and backward as subgraphs. Recorded as one call,
+it would give the joint trace nothing to differentiate; replayed here, its forward body
+runs inline (recorded as forward ops) inside an autograd.Function whose backward runs the
+backward body when the engine reaches it (recorded as backward ops): the program's
+gradient is the user's backward, as in eager. ``pf_require_grad`` (``requires_grad_()``
+in forward) gives a new leaf that requires grad, as eager's flag.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..trace.extensions.autograd_function import pf_autograd_function
+from ..trace.extensions.hooks import pf_require_grad
+
+
+class _ReplayedFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, fwd, bwd, constants: tuple, *operands):
+        _, n_outputs, n_results, non_differentiable, grads_for = constants
+        flat = tuple(fwd(*operands))
+        results, saved = flat[:n_results], flat[n_results:]
+        ctx.save_for_backward(*saved)
+        ctx.bwd, ctx.n_outputs, ctx.grads_for, ctx.n_operands = bwd, n_outputs, grads_for, len(operands)
+        ctx.mark_non_differentiable(*(results[i] for i in non_differentiable), *saved)
+        return (*results, *saved)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        computed = tuple(ctx.bwd(*ctx.saved_tensors, *grads[:ctx.n_outputs]))
+        per_operand: list[Any] = [None] * ctx.n_operands
+        for position, grad in zip(ctx.grads_for, computed):
+            per_operand[position] = grad
+        return (None, None, None, *per_operand)
+
+
+def replay_extension(target: Any, args: tuple) -> tuple[bool, Any]:
+    """``(True, result)`` when ``target`` is one of our extension HOPs, replayed; else ``(False, None)``."""
+    if target is pf_autograd_function:
+        fwd, bwd, *rest = args
+        constants, operands = tuple(rest[:5]), rest[5:]
+        return True, _ReplayedFunction.apply(fwd, bwd, constants, *operands)
+    if target is pf_require_grad:
+        (value,) = args
+        return True, value if value.requires_grad else target(value).requires_grad_(True)
+    return False, None
+
+
+__all__ = ["replay_extension"]

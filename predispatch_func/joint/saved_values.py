@@ -1,0 +1,148 @@
+"""What the backward reads: autograd's saved tensors, each made a value of the joint graph.
+
+The joint trace records the forward above autograd (so kept composites stay one node
+and region markers stay visible) while autograd builds its graph below, on the same
+fake tensors. When the engine runs the backward inside the trace, each backward op
+reads saved tensors. Most are values the graph already has (an op's input, a kept
+node's result). Some were made below the recording level, invisible to it:
+
+* inside a kept composite's decomposition (``layer_norm``'s mean and rstd, the
+  transposed weight of ``linear``);
+* by autocast's casts of an op's inputs (the bf16 copies ``mm`` saved).
+
+:class:`SavedValues` is a pair of ``saved_tensors_hooks``. Packing remembers the
+forward call in flight (:class:`ForwardCall`) and the tensor's position among what
+that call saved. Unpacking returns the graph's value; for an invisible one it
+*recomputes* the call once, below autograd (``tc.recorded_below_autograd``: plain ATen
+nodes in the backward, autocast's casts explicit) and under the call's grad and
+autocast state, and takes the saved tensor at the same position. The recomputation is
+the price of a single-node forward composite: e.g. one ``native_layer_norm`` per
+``layer_norm`` in the backward (docs/joint.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from .errors import JointError, JointProblem
+
+
+class ForwardCall:
+    """One call of the forward graph: how to run it again, and what autograd saved of it."""
+
+    __slots__ = ("run", "op", "grad_enabled", "autocast", "where", "saved_count", "_recomputed")
+
+    def __init__(self, run: Callable[[], Any], where: str, op: Any = None):
+        self.run = run  # the op with its (traced) arguments
+        self.op = op
+        self.grad_enabled = torch.is_grad_enabled()
+        self.autocast = tc.autocast_state()
+        self.where = where  # the forward node, for errors
+        self.saved_count = 0
+        self._recomputed: list[torch.Tensor] | None = None
+
+    def recomputed(self, tracer: Any) -> list[torch.Tensor]:
+        """Every tensor autograd saves when the call runs again, recorded below autograd."""
+        if self._recomputed is None:
+            saved: list[torch.Tensor] = []
+
+            def keep(t: torch.Tensor) -> torch.Tensor:
+                saved.append(t)
+                return t
+
+            before = len(tracer.graph.nodes)
+            with tc.grad_mode_untraced(True), tc.autocast_state_as(self.autocast), \
+                    torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), tc.recorded_below_autograd(tracer):
+                self.run()
+            drawn = [n for n in list(tracer.graph.nodes)[before:] if _draws_random_numbers(n)]
+            if drawn:  # recomputing would draw new random numbers: not the values the forward saved
+                error = JointError(
+                    f"the backward reads a value {self.where} computed from random numbers ({drawn[0].target}); "
+                    "recomputing it would draw others, and the joint program cannot carry them (docs/joint.md). "
+                    "Use a deterministic op, or train this model eagerly",
+                    kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
+                error.op = self.op
+                raise error
+            self._recomputed = saved
+        return self._recomputed
+
+
+class _Invisible:
+    """A saved tensor the graph had no value for when it was packed."""
+
+    __slots__ = ("tensor", "call", "index")
+
+    def __init__(self, tensor: torch.Tensor, call: ForwardCall, index: int):
+        self.tensor, self.call, self.index = tensor, call, index
+
+
+class SavedValues:
+    """``saved_tensors_hooks`` mapping every saved tensor to a value of the joint graph."""
+
+    def __init__(self, tracer: Any):
+        self._tracer = tracer
+        self.call: ForwardCall | None = None  # the forward call in flight (set by the interpreter)
+        self._by_layout: dict[tuple, torch.Tensor] = {}  # unpacked values, for the engine's re-wrapped copies
+        self.recomputed_calls: list[str] = []
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        call = self.call
+        if call is None:
+            return t
+        index, call.saved_count = call.saved_count, call.saved_count + 1  # position among all it saved
+        return t if tc.is_tracked(self._tracer, t) else _Invisible(t, call, index)
+
+    def _unpack(self, packed: Any) -> torch.Tensor:
+        if isinstance(packed, _Invisible):
+            value = packed.tensor
+            if not tc.is_tracked(self._tracer, value):  # (a kept node's own result is tracked by now)
+                if packed.call.where not in self.recomputed_calls:
+                    self.recomputed_calls.append(packed.call.where)
+                recomputed = packed.call.recomputed(self._tracer)
+                if packed.index >= len(recomputed) or not tc.is_tracked(self._tracer, recomputed[packed.index]):
+                    raise JointError(
+                        f"the backward reads a value computed inside {packed.call.where} that the joint "
+                        "program cannot recompute; decompose that op (composite_overrides) and export again",
+                        kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
+                value = recomputed[packed.index]
+        else:
+            value = packed
+        if not tc.is_tracked(self._tracer, value):
+            return value  # a constant of the forward
+        plain = tc.detached_untraced(value)
+        tc.track_as(self._tracer, plain, value)
+        self._by_layout[_layout_key(plain)] = plain
+        return plain
+
+    def resolve(self, t: torch.Tensor) -> None:
+        """A backward op's argument the graph does not know: the engine's copy of an unpacked value."""
+        known = self._by_layout.get(_layout_key(t))
+        if known is not None:
+            tc.track_as(self._tracer, t, known)
+
+
+def _draws_random_numbers(node: torch.fx.Node) -> bool:
+    """A recorded op tagged random, unless its dropout probability is 0 (torch 2.13 tags the CPU
+    flash-attention kernel random for its ``dropout_p``, which draws nothing at 0)."""
+    target = node.target
+    if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in getattr(target, "tags", ()):
+        return False
+    names = [a.name for a in tc.schema_of(target).arguments]
+    if "dropout_p" in names:
+        i = names.index("dropout_p")
+        p = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", 0.0)
+        return bool(p != 0)
+    return True
+
+
+def _layout_key(t: torch.Tensor) -> tuple:
+    """Storage, layout and dtype; sizes as text (a symbolic size is not hashable, its expression is)."""
+    return (tc.StorageWeakRef(t.untyped_storage()), str(tuple(t.shape)), str(tuple(t.stride())),
+            str(t.storage_offset()), t.dtype)

@@ -1,0 +1,302 @@
+"""The tracing mode stack, entered through one function: :func:`trace_functional`.
+
+On the PreDispatch key (above autograd) sit, top first:
+
+* :class:`PolicyFunctionalMode`: torch's FunctionalTensorMode, with the
+  keep-or-decompose decision for composites handed to a
+  :class:`~predispatch_func.trace.composite_policy.CompositePolicy`, and errors
+  enriched with the op being dispatched;
+* torch's ProxyTorchDispatchMode (pushed by ``make_fx(pre_dispatch=True)``),
+  which records each functional op, plus grad-mode and autocast toggles as
+  marker nodes that the region pass later outlines.
+
+With ``pre_dispatch=False`` the same modes sit on the Python key, below
+autograd, and record plain post-autograd ATen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from ..artifacts import Trace
+from ..autograd_facts import may_carry_grad
+from ..errors import ExportError, user_source_line
+from ..mode_capabilities import TraceBody
+from ..op_schema import Match, functional_twin
+from . import refusals
+from .ambient import AmbientModes
+from .composite_policy import CompositePolicy
+from .differentiable_copy import CopyTarget, copy_decompositions
+from .extensions import traced_extensions
+from .fast_paths import eager_fast_paths
+from .observers import (
+    Bases,
+    CopyTargetFlag,
+    DetachedAliases,
+    GradReach,
+    IdentityEdges,
+    Observer,
+    OpCall,
+    RequiresGradFlags,
+    set_requires_grad,
+    written_tensors,
+)
+from .out_variants import COMPARISONS_IN_PLACE, RANDOM_FILLS, compare_in_place_keeping_grad, fill_randomly_keeping_grad
+from .saved_reads import SavedReads
+from .tensor_data import HiddenWrites, StorageAliases, TensorDataMode
+from .view_grad_modes import ViewGradModes
+
+_RESIZE_AS_ = torch.ops.aten.resize_as_.default
+
+
+class PolicyFunctionalMode(tc.FunctionalTensorMode):
+    """FunctionalTensorMode that asks our policy which composites to keep, and records
+    what later stages need through named observers (observers.py).
+
+    Every op: refuse (refusals.py), reroute (the policy's honest twin or eager's
+    kernel), dispatch, with each observer's ``before``/``after`` around it. What
+    runs is chosen once here, for ``pre_dispatch`` True or False. (torch's
+    higher-order ops find a mode's rule by its exact type: trace/extensions/torch_hops.py
+    gives this type FunctionalTensorMode's rules.)
+    """
+
+    def __init__(self, policy: CompositePolicy, *, pre_dispatch: bool, copy_target: CopyTarget,
+                 under: PolicyFunctionalMode | None = None):
+        super().__init__(pre_dispatch=pre_dispatch, export=True)
+        self.policy = policy
+        self.failed_op: Any = None
+        self.dispatched = 0  # ops dispatched so far: one that grew it while dispatching was decomposed
+        self._straight: dict[Any, bool] = {}  # op -> tc.goes_straight_to_functionalization(op)
+        self.bases = Bases()
+        self.grad_reach = GradReach()
+        detached = DetachedAliases()
+        self.identity = IdentityEdges(self.bases, self.grad_reach, detached)
+        self.view_modes = ViewGradModes(self._base_may_need_grad)
+        self.metadata_writes = refusals.InputMetadataWrites()
+        # a twin below autograd (``under``) watches draws against its PreDispatch mode's reseeds
+        # a twin below autograd (``under``) watches draws against its PreDispatch mode's reseeds
+        self.draws_after_reseed: refusals.DrawsAfterReseed = (
+            under.draws_after_reseed if under is not None else refusals.DrawsAfterReseed())
+        self._refusals = refusals.checks(pre_dispatch, self.metadata_writes, self.draws_after_reseed,
+                                         under_pre_dispatch=under is not None)
+        self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
+        # `.data` (tensor_data.py): `t.data = v` against live aliases; writes after a saved read
+        self.storage_aliases = StorageAliases()
+        self.saved_reads = SavedReads(self.grad_reach.may_need_grad) if pre_dispatch else None
+        self.hidden_writes = HiddenWrites(self.saved_reads) if self.saved_reads is not None else None
+        self._observers: tuple[Observer, ...] = (
+            self.view_modes, CopyTargetFlag(copy_target, self.bases), self.identity,
+            detached, self.grad_reach, RequiresGradFlags(), self.bases, self.storage_aliases,
+            self.hidden_writes, self.saved_reads) if self.hidden_writes is not None and self.saved_reads is not None \
+            else (self.storage_aliases,)
+
+    def add_graph_inputs(self, inputs: Sequence[Any]) -> None:
+        self.bases.add_inputs(list(inputs))
+        self.grad_reach.add_inputs(list(inputs))
+        self.storage_aliases.add_inputs(list(inputs))
+        if self.saved_reads is not None:
+            self.saved_reads.add_inputs(list(inputs))
+
+    def before_opaque_call(self, operands: list[Any]) -> None:
+        """Before a call this mode does not dispatch as one op reads ``operands`` (and so
+        rebuilds their stale views): rebuild them in the grad mode eager made them in, as
+        before an op (view_grad_modes.py)."""
+        if self.saved_reads is not None:
+            self.view_modes.rebuild_stale(operands)
+
+    @contextlib.contextmanager
+    def opaque_body(self) -> Iterator[None]:
+        """Around torch's functionalization of a HOP's bodies (``trace/extensions/torch_hops.py``)."""
+        self.identity.opaque_bodies += 1
+        try:
+            yield
+        finally:
+            self.identity.opaque_bodies -= 1
+
+    def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
+                            non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None:
+        """A call this mode does not dispatch as one op (a torch HOP, a custom autograd.Function),
+        observed as an op's: its reads by the saved-read watch (saved_reads.SavedReads), its
+        results by every observer. Without it a write through a result found no base to keep its
+        identity, and its ``requires_grad`` read False where eager's is True."""
+        if self.saved_reads is not None:
+            self.saved_reads.note_opaque_read(what, operands, keeps_inputs=keeps_inputs)
+            if backward_unchecked:
+                self.saved_reads.note_unchecked_read(what, operands)
+        call = OpCall(what, tuple(t for t in operands if isinstance(t, torch.Tensor)), {}, [])
+        for observer in self._observers:
+            observer.after(call, results)
+        for i in non_differentiable:  # eager: marked non-differentiable, never requires grad
+            set_requires_grad(results[i], False)
+
+    def twin_below_autograd(self) -> PolicyFunctionalMode | None:
+        """This mode as the Python key's (``pre_dispatch=False``), for what the PreDispatch key
+        cannot trace (``torch.func`` transforms, trace/extensions/func_transforms.py); None when this mode is
+        already below autograd."""
+        if not self.pre_dispatch:
+            return None
+        return PolicyFunctionalMode(self.policy, pre_dispatch=False, copy_target=CopyTarget(), under=self)
+
+    def note_identity(self, source: Any, value: Any) -> None:
+        """``value`` keeps ``source``'s autograd identity (re-traced region HOPs call this)."""
+        self.identity.note(source, value)
+
+    def _rerouted(self, func: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
+        """The policy's reroute; and an in-place random fill of a tensor that may require
+        grad keeps its autograd identity (``zero_().add_(fresh fill)``), an in-place
+        comparison with an operand that may require grad links it (zero gradient)."""
+        if func in RANDOM_FILLS and self.grad_reach.may_need_grad(args[0]):
+            return lambda *a, **k: fill_randomly_keeping_grad(func, a, k)
+        if func is _RESIZE_AS_ and isinstance(args[1], torch.Tensor) and self.grad_reach.may_need_grad(args[1]):
+            # only the template's shape is read; torch's functional resize_as makes its result
+            # require grad when the template does (eager's resize_as_ does not)
+            return lambda self_, template, *a, **k: func(self_, template.detach(), *a, **k)
+        if (func in COMPARISONS_IN_PLACE and torch.is_grad_enabled() and self.grad_reach.may_need_grad(args[1])
+                and may_carry_grad(args[0])
+                and torch.can_cast(args[1].dtype, args[0].dtype)):
+            return lambda *a, **k: compare_in_place_keeping_grad(func, a, k)
+        return self.policy.rerouted(func, args, kwargs)
+
+    def _base_may_need_grad(self, t: Any) -> bool:
+        base = self.bases.base_of(t)
+        return base is None or self.grad_reach.may_need_grad(base)
+
+    def _can_decompose(self, func, args, kwargs) -> bool:  # torch's hook: keep or decompose
+        if not self.pre_dispatch:
+            return tc.torch_would_decompose(func, pre_dispatch=False)
+        return self.policy.should_decompose(func, args, kwargs)
+
+    def _functionalized(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        """FunctionalTensorMode's dispatch; an aten op it would only hand to C++
+        functionalization takes torch_compat's shorter equal of that path."""
+        straight = self._straight.get(func)
+        if straight is None:
+            straight = self._straight[func] = tc.goes_straight_to_functionalization(func)
+        if not straight or not tc.only_functionalized_tensor_types(types):
+            if not tc.FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE and func not in tc.FunctionalTensor.metadata_fns:
+                # torch before 2.12 decides in a closure, which would not ask our policy
+                if self._can_decompose(func, args, kwargs) and tc.has_kernel(func):
+                    with self:
+                        out = func.decompose(*args, **kwargs)
+                    if out is not NotImplemented:
+                        return out
+                elif isinstance(func, tc.OpOverload) and func.namespace == "aten" \
+                        and tc.has_composite_implicit_kernel(func) and tc.only_functionalized_tensor_types(types) \
+                        and tc.torch_would_decompose(func, pre_dispatch=True):
+                    # a composite our policy keeps and torch's closure would decompose (batch_norm in eval)
+                    return tc.functionalize_kept_op(self, func, args, kwargs)
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        if self._can_decompose(func, args, kwargs) and tc.has_kernel(func):
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        twin = functional_twin(func, Match.IN_ORDER) if tc.is_unary_inplace_with_python_meta(func) else None
+        if twin is not None:
+            return tc.functionalize_inplace_through_twin(self, func, twin, args, kwargs)
+        return tc.functionalize_kept_op(self, func, args, kwargs)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        call = OpCall(func, args, kwargs or {}, written_tensors(func, args, kwargs or {}) if self._observers else [])
+        try:
+            if self.saved_reads is not None:  # on the PreDispatch key: views keep eager's grad mode
+                self.view_modes.rebuild_read(call)
+            for refuse in self._refusals:
+                refuse(call, self.bases.input_ids)
+            instead = self._reroute(func, args, call.kwargs)
+            if instead is not None:
+                with self:
+                    return instead(*args, **call.kwargs)
+            for observer in self._observers:
+                observer.before(call)
+            with tc.grad_mode_untraced(False) if call.without_autograd else contextlib.nullcontext():
+                seen, self.dispatched = self.dispatched, self.dispatched + 1
+                out = self._functionalized(func, types, args, call.kwargs)
+                call.decomposed = self.dispatched != seen + 1  # its ops came through this method
+                for observer in self._observers:
+                    observer.after(call, out)
+            return out
+        except BaseException:
+            self.failed_op = self.failed_op or func
+            raise
+
+
+Body = Callable[[list[Any], PolicyFunctionalMode], list[Any]]
+
+
+def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: CompositePolicy,
+                     pre_dispatch: bool, trace_body: TraceBody, decompositions: dict | None = None,
+                     fake_mode: Any = None) -> Trace:
+    """Trace ``body`` over functional wrappers of ``flat_inputs`` into a flat graph.
+
+    ``body`` receives the wrapped inputs and the mode, runs the user's code and
+    returns the flat list of graph outputs (functional tensors or constants).
+    Inputs must already be fake tensors (or non-tensor constants) of ``fake_mode``
+    (default: theirs); tensors the body creates are fake in it too, also when there
+    are no tensor inputs at all (a model without inputs or state). ``trace_body``
+    traces the bodies of custom Functions and hooks met on the way (the driver's
+    pipeline, ``pipeline.TraceSettings.trace_body``).
+    """
+    state: dict[str, Any] = {}
+
+    copy_target = CopyTarget()
+    autocast_cache = torch.is_autocast_cache_enabled()  # the caller's, as eager would use
+
+    ambient = AmbientModes.of_caller()
+    if not pre_dispatch:  # after autograd there are no grad regions: values do not depend on it
+        ambient = dataclasses.replace(ambient, grad_enabled=True, inference=False)
+
+    def traced(*flat):
+        mode = PolicyFunctionalMode(policy, pre_dispatch=pre_dispatch, copy_target=copy_target)
+        state["mode"] = mode
+        with mode:
+            wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
+        mode.add_graph_inputs(wrapped)
+        with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
+                traced_extensions(trace_body, pre_dispatch=pre_dispatch):
+            # the caller's modes: outer regions
+            with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes), \
+                    tc.rng_reseeds_routed(mode.draws_after_reseed.note), tc.cuda_autocast_kept_without_gpu(), \
+                    tc.functional_tensor_detach_without_mode():
+                outs = body(wrapped, mode)
+                mode.metadata_writes.refuse_symbolic()
+                mode.draws_after_reseed.refuse_left_changed()
+                mode.view_modes.rebuild_stale(tc.pytree.tree_leaves(outs))
+            refusals.leaked_autocast()
+            state["grad_enabled_on_return"] = torch.is_grad_enabled()
+        return tuple(tc.inner_of_functional(o) for o in outs)
+
+    fake_mode = fake_mode or tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
+    tracer = tc.make_fx(traced, decomposition_table={**copy_decompositions(copy_target), **(decompositions or {})},
+                        tracing_mode="real",
+                        pre_dispatch=pre_dispatch, record_stack_traces=True)
+    try:
+        # the direct recorder before node_values_unsnapshotted, whose write guard must see every call
+        # (test_torch_drift.py: test_a_tensor_written_after_its_node_is_recorded_gets_torchs_copy_first)
+        with ambient.neutral(), tc.exporting_state(), tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules(), \
+                tc.tensor_metadata_recorded_through(tc.static_tensor_metadata), \
+                tc.op_calls_recorded_through(tc.record_op_call), tc.node_values_unsnapshotted(), \
+                (fake_mode if fake_mode is not None else contextlib.nullcontext()):
+            gm = tracer(*flat_inputs)
+        hidden = state["mode"].hidden_writes
+        return Trace(gm, state["mode"].identity.edges, state["grad_enabled_on_return"],
+                     hidden.hidden_only_inputs() if hidden is not None else frozenset(), ambient,
+                     tuple(state["mode"].identity.grad_free_writes))
+    except ExportError:
+        raise
+    except Exception as exc:  # enrich with the op and the user's line
+        mode = state.get("mode")
+        op = mode.failed_op if mode is not None else None
+        source = user_source_line(exc.__traceback__)
+        refusal = refusals.known_torch_limit(exc, op, source)
+        if refusal is not None:
+            raise refusal from exc
+        if isinstance(exc, tc.GuardOnDataDependentSymNode):
+            raise refusals.data_dependent_branch(exc, op, source) from exc
+        raise ExportError.wrapping(exc, op=op, source=source) from exc

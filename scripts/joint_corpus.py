@@ -1,0 +1,86 @@
+"""Joint (training) programs of the tests/models corpus against eager training steps.
+
+For every corpus model in train mode (dropout 0): ``export_joint`` with a loss over the
+model's first floating output (``mean(x.float() ** 2)``), ``verify_joint`` over 2 steps;
+the same with ``target=OpSet.core_aten()``; with ``AdamW`` and with ``SGD(momentum=0.9)``,
+3 steps (parameters and optimizer state compared). Prints one line per model and a
+summary, and writes JSON with ``--json``.
+
+Run: python -m scripts.joint_corpus [--models gpt2,bert] [--json out.json] [--skip-target] [--skip-optim]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import time
+import traceback
+import warnings
+from typing import Any
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.simplefilter("ignore")
+
+import predispatch_func as pf  # noqa: E402
+from predispatch_func import _torch_compat as tc  # noqa: E402
+from tests.models.corpus import CASES, build  # noqa: E402
+
+
+def first_float_loss(out: Any) -> torch.Tensor:
+    leaf = next(t for t in tc.pytree.tree_leaves(out)
+                if isinstance(t, torch.Tensor) and t.dtype.is_floating_point)
+    return leaf.float().pow(2).mean()
+
+
+def one(name: str, *, target: Any = None, optimizer: Any = None, calls: int = 2) -> dict[str, Any]:
+    model, args, kwargs = build(name, train=True)
+    reference = copy.deepcopy(model)
+    opt = optimizer(model.parameters()) if optimizer is not None else None
+    start = time.perf_counter()
+    try:
+        ep = pf.export_joint(model, args, kwargs, loss_fn=first_float_loss, target=target, optimizer=opt)
+    except Exception as exc:  # noqa: BLE001 (a report line per model)
+        return {"ok": False, "stage": "export", "error": f"{type(exc).__name__}: {str(exc)[:600]}",
+                "trace": traceback.format_exc()[-2000:]}
+    seconds = time.perf_counter() - start
+    report = pf.verify_joint(ep, reference, args, kwargs, loss_fn=first_float_loss, optimizer=opt, calls=calls,
+                             target=target)
+    return {"ok": report.ok, "stage": "verify", "seconds": round(seconds, 2), "problems": report.problems[:5],
+            "recomputed": len(getattr(ep, "recomputed_in_backward", ()))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default=",".join(CASES))
+    parser.add_argument("--json")
+    parser.add_argument("--skip-target", action="store_true")
+    parser.add_argument("--skip-optim", action="store_true")
+    opts = parser.parse_args()
+    runs: dict[str, Any] = {"plain": {}}
+    if not opts.skip_target:
+        runs["core_aten"] = {"target": pf.OpSet.core_aten()}
+    if not opts.skip_optim:
+        runs["adamw"] = {"optimizer": lambda ps: torch.optim.AdamW(ps, lr=1e-3), "calls": 3}
+        runs["sgd_momentum"] = {"optimizer": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9), "calls": 3}
+    results: dict[str, dict[str, Any]] = {}
+    for name in opts.models.split(","):
+        results[name] = {}
+        for run, settings in runs.items():
+            results[name][run] = one(name, **settings)
+            r = results[name][run]
+            print(f"{name:12s} {run:12s} {'OK' if r['ok'] else 'FAIL'} {r.get('seconds', '')} "
+                  f"{'' if r['ok'] else (r.get('error') or r.get('problems'))}", flush=True)
+    for run in runs:
+        ok = sum(results[n][run]["ok"] for n in results)
+        print(f"{run}: {ok}/{len(results)} right")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()

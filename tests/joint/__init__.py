@@ -1,0 +1,1 @@
+"""Training graphs (predispatch_func/joint/): joint programs replayed against eager steps."""

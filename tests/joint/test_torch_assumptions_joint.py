@@ -1,0 +1,77 @@
+"""What the joint trace assumes of torch (predispatch_func/_torch_compat/autograd_tracing.py), pinned."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from predispatch_func import _torch_compat as tc
+
+
+class _Args(TorchDispatchMode):
+    def __init__(self, op):
+        super().__init__()
+        self.op, self.seen = op, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is self.op:
+            self.seen.append(args)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_engine_hands_backward_a_new_object_for_a_saved_tensor_with_history():
+    """Why tc.untracked_arguments_resolved exists: a proxy mode tracking by object misses it."""
+    x = torch.randn(3, requires_grad=True)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        y = x * 2
+        z = y.exp()  # saves its result z (history: ExpBackward)
+    mode = _Args(torch.ops.aten.mul.Tensor)
+    with mode:
+        z.sum().backward()
+    saved = [a for args in mode.seen for a in args if isinstance(a, torch.Tensor) and a.shape == z.shape
+             and a.untyped_storage().data_ptr() == z.untyped_storage().data_ptr()]
+    assert saved and all(a is not z for a in saved)
+    assert any(p is z for p in packed)
+
+
+def test_only_torchs_modes_may_sit_on_the_pre_dispatch_stack():
+    """Why the patch replaces the proxy mode's dispatch instead of stacking a mode of ours."""
+    class Mine(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self._dispatch_key = torch._C.DispatchKey.PreDispatch
+
+    def f(x):
+        with Mine():
+            return x + 1
+    with pytest.raises(AssertionError, match="mode must be"):
+        tc.make_fx(f, pre_dispatch=True)(torch.randn(2))
+
+
+def test_untracked_arguments_resolved_restores_the_mode_when_the_body_raises():
+    class Mode:
+        tracer = object()
+
+        def __torch_dispatch__(self, *a):
+            return "torch's"
+    mode = Mode()
+    with pytest.raises(ZeroDivisionError):
+        with tc.untracked_arguments_resolved(mode, lambda t: None):
+            assert "__torch_dispatch__" in vars(mode)
+            raise ZeroDivisionError
+    assert "__torch_dispatch__" not in vars(mode)
+
+
+def test_recorded_below_autograd_sees_autocast_casts_and_composite_decompositions():
+    def f(x, w):
+        with tc.recorded_below_autograd(tc.pre_dispatch_proxy_mode().tracer), \
+                torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.nn.functional.layer_norm(x @ w, (3,))
+        return x
+
+    gm = tc.make_fx(f, pre_dispatch=True)(torch.randn(2, 3), torch.randn(3, 3))
+    targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    assert "aten._to_copy.default" in targets and "aten.native_layer_norm.default" in targets
+    assert "aten.layer_norm.default" not in targets
