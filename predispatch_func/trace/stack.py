@@ -179,13 +179,18 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         if straight is None:
             straight = self._straight[func] = tc.goes_straight_to_functionalization(func)
         if not straight or not tc.only_functionalized_tensor_types(types):
-            if not tc.FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE and func not in tc.FunctionalTensor.metadata_fns \
-                    and self._can_decompose(func, args, kwargs) and tc.has_kernel(func):
+            if not tc.FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE and func not in tc.FunctionalTensor.metadata_fns:
                 # torch before 2.12 decides in a closure, which would not ask our policy
-                with self:
-                    out = func.decompose(*args, **kwargs)
-                if out is not NotImplemented:
-                    return out
+                if self._can_decompose(func, args, kwargs) and tc.has_kernel(func):
+                    with self:
+                        out = func.decompose(*args, **kwargs)
+                    if out is not NotImplemented:
+                        return out
+                elif isinstance(func, tc.OpOverload) and func.namespace == "aten" \
+                        and tc.has_composite_implicit_kernel(func) and tc.only_functionalized_tensor_types(types) \
+                        and tc.torch_would_decompose(func, pre_dispatch=True):
+                    # a composite our policy keeps and torch's closure would decompose (batch_norm in eval)
+                    return tc.functionalize_kept_op(self, func, args, kwargs)
             return super().__torch_dispatch__(func, types, args, kwargs)
         if self._can_decompose(func, args, kwargs) and tc.has_kernel(func):
             with self:

@@ -12,6 +12,13 @@ from torch import nn
 import predispatch_func as pf
 from tests.support.expect_refusal import refused
 from tests.support.oracle import export_checked, graph_code, replay_calls
+from tests.support.torch_release import torch_limit
+
+# torch 2.11 fails vmap inside a HOP body with an internal assert ("!dynamicLayerStack.empty()
+# INTERNAL ASSERT FAILED") raised while unwinding, in place of the text we translate: the export
+# still fails, as an ExportError naming the op and line, not the FUNC_TRANSFORM_IN_HOP_BODY refusal
+VMAP_IN_HOP_BODY_ASSERTS_ON_2_11 = torch_limit(
+    "vmap inside a HOP body ends in torch's internal DynamicLayer assert", lifted_in=(2, 12))
 
 
 def checked(model, args, **kwargs):
@@ -201,6 +208,7 @@ def forward(self, p_w, x):
         q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
         checked(BlockMaskFromDocuments(), (q, k, v, torch.arange(128) // 40), check_grads=False)
 
+    @VMAP_IN_HOP_BODY_ASSERTS_ON_2_11
     def test_vmap_inside_a_hop_body_is_refused_and_torch_still_captures_it_after(self):
         with refused(pf.Refusal.FUNC_TRANSFORM_IN_HOP_BODY, r"outside the HOP"):
             pf.export(VmapInsideCond(), (torch.randn(4, 3),))

@@ -24,9 +24,13 @@ CASES = {name: (model, args, skip) for name, model, args, skip in [*hop_db_cases
 
 
 def _params():
+    from tests.hops.test_torch_hops import INVOKE_SUBGRAPH_NEEDS_2_13
+
     for name in CASES:
         marks = [torch_limit(TORCH_CANNOT[name], raises=UnsupportedError)] \
             if name in TORCH_CANNOT else []
+        if name == "hop/invoke_subgraph.simple/0":
+            marks.append(INVOKE_SUBGRAPH_NEEDS_2_13)
         yield pytest.param(name, marks=marks, id=name)
 
 
