@@ -12,6 +12,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..artifacts import Inputs, InputSlot, Mutations, Placeholders, SlotKind
+from ..errors import ExportError, user_line_of_recorded
 from ..graphs import all_graph_modules, calls_view_op, graph_pass
 from ..inputs.lift import placeholder_name
 from ..regions.ops import region_body_and_operands
@@ -81,6 +82,8 @@ def lift_traced_constants(gm: torch.fx.GraphModule, inputs: Inputs) -> Inputs:
                 delattr(gm, target)
             continue
         value = getattr(gm, node.target)
+        if isinstance(value, tc.FakeTensor):
+            raise _fake_constant(node)
         if isinstance(value, torch.nn.Parameter):  # one held where lifting does not look (a dict):
             # a constant that does not train, as torch.export makes it; kept a Parameter it would
             # be registered as one by module(), which then finds no buffer of that name
@@ -98,6 +101,19 @@ def lift_traced_constants(gm: torch.fx.GraphModule, inputs: Inputs) -> Inputs:
         anchor = ph
         new_slots.append(InputSlot(SlotKind.CONSTANT, fqn, value))
     return inputs.with_constants(new_slots)
+
+
+def _fake_constant(node: torch.fx.Node) -> ExportError:
+    """A tensor the trace made without recording how (a fake, with no value) would become a
+    constant of the program: running it would read garbage. Never a silent program."""
+    user = next(iter(node.users), None)
+    return ExportError(
+        "a tensor made while tracing was not recorded as an op and would be a program constant without "
+        f"a value (read by {user.target if user is not None else 'nothing'}); the program would compute "
+        "with garbage. Known: an in-place op lowered to target= whose decomposition makes a tensor "
+        "(lerp_ with a scalar weight under core_aten). Export without target= or report it",
+        op=user.target if user is not None else None,
+        source=user_line_of_recorded(user.meta.get("stack_trace")) if user is not None else None)
 
 
 def _feeds_nothing(node: torch.fx.Node) -> set[torch.fx.Node] | None:
