@@ -59,7 +59,7 @@ class _ForwardReplay(torch.fx.Interpreter):
         self._node: torch.fx.Node | None = None
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        last = next(reversed(self._tracer.graph.nodes), None)
+        last = next(iter(reversed(self._tracer.graph.nodes)), None)  # 2.11: reversed() gives a list
         self._node = n
         out = super().run_node(n)
         if n.op == "call_function":

@@ -41,6 +41,11 @@ class _DeviceModule(_DummyBackendModule):
     def manual_seed(self, seed):
         pass
 
+    def get_amp_supported_dtype(self):
+        # torch.utils.checkpoint enters autocast on the default device type, which a registered
+        # PrivateUse1 backend becomes for the rest of the process: autocast asks its module this
+        return [torch.bfloat16, torch.float16]
+
 
 class NotOnBackend(RuntimeError):
     pass

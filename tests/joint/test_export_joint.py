@@ -10,11 +10,11 @@ from expecttest import TestCase
 from torch.export.graph_signature import OutputKind
 
 import predispatch_func as pf
-from tests.joint.cases import CASES, REGION_CASES
+from tests.joint.cases import CASES, REGION_CASES, case_params
 from tests.joint.oracle import export_joint_checked, forward_targets, region_calls
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", case_params(list(CASES)))
 def test_joint_program_equals_eager_over_two_steps(name):
     model, args, kwargs, loss_fn = CASES[name].build()
     eager, eager_args = copy.deepcopy(model), copy.deepcopy(args)
@@ -29,7 +29,7 @@ def test_joint_program_equals_eager_over_two_steps(name):
         isinstance(a, torch.Tensor) and a.grad is not None for a in torch.utils._pytree.tree_leaves(eager_args))
 
 
-@pytest.mark.parametrize("name", [n for n in CASES if CASES[n].kept])
+@pytest.mark.parametrize("name", case_params([n for n in CASES if CASES[n].kept]))
 def test_kept_composites_stay_one_forward_node(name):
     model, args, kwargs, loss_fn = CASES[name].build()
     forward = pf.export(copy.deepcopy(model), args, kwargs) if loss_fn is None else None

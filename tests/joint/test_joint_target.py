@@ -7,7 +7,7 @@ import copy
 import pytest
 
 import predispatch_func as pf
-from tests.joint.cases import CASES
+from tests.joint.cases import CASES, case_params
 from tests.joint.oracle import export_joint_checked
 
 # The forward program of these already differs from eager under target=core_aten (pf.export +
@@ -22,7 +22,7 @@ FORWARD_TARGET_DIFFERS = {
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=FORWARD_TARGET_DIFFERS[n]))
-                                  if n in FORWARD_TARGET_DIFFERS else n for n in CASES])
+                                  if n in FORWARD_TARGET_DIFFERS else case_params([n])[0] for n in CASES])
 def test_core_aten_joint_program_equals_eager(name):
     model, args, kwargs, loss_fn = CASES[name].build()
     export_joint_checked(model, args, kwargs, loss_fn=loss_fn, target=pf.OpSet.core_aten())

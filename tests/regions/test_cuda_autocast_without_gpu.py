@@ -10,6 +10,7 @@ import torch
 
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
+from tests.support.fresh_process import run_in_fresh_process
 from tests.support.oracle import call_targets, export_checked
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the case of a host without a GPU")
@@ -50,6 +51,12 @@ def test_outside_an_export_torch_still_turns_the_cuda_region_off():
 
 @pytest.mark.skipif(not torch.backends.cuda.is_built(), reason="fake CUDA tensors need a CUDA build of torch")
 def test_model_on_fake_cuda_tensors_exports_its_autocast_region_in_bfloat16():
+    # a fresh process: torch state earlier tests leave (the test backend registered as PrivateUse1,
+    # CUDA's lazy-init queue) changes what autocast and fake CUDA tensors do
+    run_in_fresh_process(__name__, "_model_on_fake_cuda_tensors_exports_its_autocast_region_in_bfloat16")
+
+
+def _model_on_fake_cuda_tensors_exports_its_autocast_region_in_bfloat16():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with torch.device("meta"):

@@ -8,12 +8,19 @@ import pytest
 import torch
 
 import predispatch_func as pf
+from tests.support.fresh_process import run_in_fresh_process
 from tests.support.oracle import call_targets
 
 pytestmark = pytest.mark.skipif(not torch.backends.cuda.is_built(), reason="fake CUDA tensors need a CUDA build")
 
 
 def test_running_stats_written_by_cuda_batch_norm_are_in_the_signature():
+    # a fresh process: in the whole suite an earlier test's CUDA state made the fake `.to("cuda")`
+    # reach the driver ("CUDA driver version is insufficient") on a host without a GPU
+    run_in_fresh_process(__name__, "_running_stats_written_by_cuda_batch_norm_are_in_the_signature")
+
+
+def _running_stats_written_by_cuda_batch_norm_are_in_the_signature():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)).train()
