@@ -749,6 +749,20 @@ def hop_rule_tables() -> dict[str, dict[Any, Any]]:
 
 
 @contextlib.contextmanager
+def calls_kept_by_dead_code_elimination(keep: Callable[[torch.fx.Node], bool]) -> Iterator[None]:
+    """fx's dead-code elimination keeps every call ``keep`` names, for the block. torch 2.11's
+    ``Node.is_impure`` answers False for every higher-order op before reading
+    ``has_side_effect``, so ``ep.module()`` dropped a region call whose results are unused, with
+    the random draws and checks inside it (2.12 on keeps them: this changes nothing there)."""
+    original = torch.fx.node.Node.is_impure
+
+    def is_impure(self: torch.fx.Node, *args: Any, **kwargs: Any) -> bool:
+        return original(self, *args, **kwargs) or (self.op == "call_function" and keep(self))
+    with _replaced(torch.fx.node.Node, "is_impure", is_impure):
+        yield
+
+
+@contextlib.contextmanager
 def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
     """``owner.name`` is ``value`` for the block, and what it was after, however the block ends
     (an attribute ``owner`` inherited is inherited again)."""
@@ -764,6 +778,7 @@ def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
 
 
 __all__ = [
+    "calls_kept_by_dead_code_elimination",
     "hop_rule_tables",
     "method_replaced",
     "module_methods_wrapped",

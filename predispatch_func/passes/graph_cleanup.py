@@ -37,14 +37,15 @@ def eliminate_dead_code(gm: torch.fx.GraphModule) -> None:
     the bodies of regions no longer called. (The user's checks on unbacked values are
     runtime asserts by now, reading the ``.item()`` they check: pipeline.py inserts them first.)"""
     for _, sub in reversed(list(all_graph_modules(gm))):
-        sub.graph.eliminate_dead_code(is_impure_node=functools.partial(_impure, owner=sub))
+        sub.graph.eliminate_dead_code(is_impure_node=functools.partial(impure, owner=sub))
         called = {n.target for n in sub.graph.nodes if n.op == "get_attr"}
         for name, child in list(sub.named_children()):
             if isinstance(child, torch.fx.GraphModule) and name not in called:
                 delattr(sub, name)
 
 
-def _impure(node: torch.fx.Node, owner: torch.fx.GraphModule) -> bool:
+def impure(node: torch.fx.Node, owner: torch.fx.GraphModule) -> bool:
+    """Whether dead-code elimination must keep ``node`` (a region call: whether its body must)."""
     target = node.target
     if target in tc.PROFILER_RANGE_OPS:
         # eager profiling ranges (torch.profiler.record_function) are dropped, as torch.export
@@ -56,7 +57,7 @@ def _impure(node: torch.fx.Node, owner: torch.fx.GraphModule) -> bool:
     parts = region_body_and_operands(node)
     if parts is not None:
         body = getattr(owner, str(parts[0].target))
-        return any(_impure(n, body) for n in body.graph.nodes if n.op == "call_function")
+        return any(impure(n, body) for n in body.graph.nodes if n.op == "call_function")
     return node.is_impure()
 
 

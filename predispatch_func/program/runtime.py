@@ -15,6 +15,8 @@ from torch.export.graph_signature import InputKind
 from .. import _torch_compat as tc
 from ..artifacts import AotSignature, ProgramFacts, program_facts, with_program_facts
 from ..errors import Refusal, UnsupportedError
+from ..passes.graph_cleanup import impure
+from ..regions.ops import region_body_and_operands
 
 Layout = tuple  # (sizes, strides, storage offset)
 
@@ -31,7 +33,8 @@ class FunctionalExportedProgram(ExportedProgram):
     """
 
     def module(self, *args: Any, **kwargs: Any) -> torch.nn.Module:  # type: ignore[override]
-        mod = super().module(*args, **kwargs)
+        with tc.calls_kept_by_dead_code_elimination(_impure_region_call):
+            mod = super().module(*args, **kwargs)
         facts = program_facts(self.graph_module)
         layouts = facts.input_layouts
         # Our graphs hold no copy_ (contract point 2): every copy_ here is a write-back.
@@ -57,6 +60,13 @@ class FunctionalExportedProgram(ExportedProgram):
         mod.recompile()
         tie_aliases(mod, self)
         return mod
+
+
+def _impure_region_call(node: torch.fx.Node) -> bool:
+    """A region (or torch HOP) call whose body draws random numbers or checks values: kept
+    by ``module()``'s dead-code elimination even when its results are unused, as eager runs it."""
+    owner = node.graph.owning_module
+    return owner is not None and region_body_and_operands(node) is not None and impure(node, owner)
 
 
 def tie_aliases(mod: torch.nn.Module, ep: ExportedProgram) -> None:

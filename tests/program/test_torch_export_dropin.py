@@ -15,7 +15,6 @@ from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
 from tests.support.oracle import export_checked
-from tests.support.torch_release import torch_limit
 
 
 def test_takes_every_argument_torch_export_takes():
@@ -192,12 +191,6 @@ class ChecksANonzeroSizeItNeverUses(torch.nn.Module):
         return x * 2
 
 
-# torch 2.11's is_impure answers False for every higher-order op before it reads
-# fx.node.has_side_effect: ep.module() drops the no_grad region call whose results are unused,
-# and the user's check inside it with it (the graph holds it; the module does not run it)
-REGION_CALL_DROPPED_ON_2_11 = torch_limit("ep.module() drops a region call whose results are unused",
-                                          raises=pytest.fail.Exception, lifted_in=(2, 12))
-
 
 @pytest.mark.parametrize("model_cls, good, bad", [
     (ChecksAnUnbackedValue, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
@@ -205,10 +198,8 @@ REGION_CALL_DROPPED_ON_2_11 = torch_limit("ep.module() drops a region call whose
     (ChecksAValueItNeverUses, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
     (AssertsOnAnUnbackedValue, torch.tensor([2, 3]), torch.tensor([200, 3])),
     (ChecksANonzeroSizeItNeverUses, torch.tensor([1.0, -1.0, 2.0, 0.0, 3.0]), torch.tensor([1.0, 1.0, 2.0, 5.0, 3.0])),
-    pytest.param(ChecksInsideNoGrad, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0]),
-                 marks=REGION_CALL_DROPPED_ON_2_11),
-    pytest.param(ReadsInsideNoGradChecksOutside, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0]),
-                 marks=REGION_CALL_DROPPED_ON_2_11),
+    pytest.param(ChecksInsideNoGrad, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
+    pytest.param(ReadsInsideNoGradChecksOutside, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
     (ChecksInsideAFunction, torch.tensor([2.0, 3.0]), torch.tensor([200.0, 3.0])),
 ], ids=["item", "nonzero", "item-unread", "python-assert", "nonzero-unread", "in-no-grad", "read-in-no-grad",
         "in-function"])

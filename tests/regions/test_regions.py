@@ -15,7 +15,6 @@ import predispatch_func as pf
 from predispatch_func.regions.ops import REGION_HOPS
 from tests.support.expect_refusal import refused
 from tests.support.oracle import export_checked, graph_code
-from tests.support.torch_release import torch_limit
 
 
 def region_nodes(ep):
@@ -305,11 +304,8 @@ def forward(self, x):
         ep = self.check(M(), torch.randn(2, 1, generator=gen).requires_grad_())
         self.assertEqual([n.args[3] for n in region_nodes(ep)], [True])
 
-    # torch 2.11's is_impure answers False for every higher-order op before it reads
-    # fx.node.has_side_effect, so ep.module()'s dead-code elimination drops the region call and
-    # its draw: the program's RNG stream then differs from eager's (silently; not refused yet)
-    @torch_limit("ep.module() drops a region call whose results are unused, with its random draw",
-                 lifted_in=(2, 12))
+    # torch 2.11's is_impure answered False for every higher-order op: ep.module() dropped this region
+    # call and its draw (kept now: tc.calls_kept_by_dead_code_elimination)
     def test_region_whose_results_are_unused_but_draws_random_numbers_is_kept(self):
         class M(torch.nn.Module):
             def forward(self, x):

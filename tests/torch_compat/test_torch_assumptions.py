@@ -224,6 +224,7 @@ def _state() -> dict:
         "module_getattr": torch.nn.Module.__dict__["__getattr__"],
         "module_setattr": torch.nn.Module.__dict__["__setattr__"],
         "encoder_forward": torch.nn.TransformerEncoder.__dict__["forward"],
+        "node_is_impure": torch.fx.node.Node.__dict__["is_impure"],
         "function_modes": torch._C._len_torch_function_stack(),
         "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
         "pre_dispatch_modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
@@ -299,6 +300,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "method_replaced": lambda: patches.method_replaced(torch.nn.TransformerEncoder, "forward",
                                                        lambda original: lambda self, *a, **k: original(self, *a, **k)),
     "cuda_autocast_kept_without_gpu": lambda: patches.cuda_autocast_kept_without_gpu(),
+    "calls_kept_by_dead_code_elimination": lambda: patches.calls_kept_by_dead_code_elimination(lambda node: False),
     "functional_tensor_detach_without_mode": lambda: patches.functional_tensor_detach_without_mode(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
