@@ -12,6 +12,8 @@ from torch.export.graph_signature import OutputKind
 import predispatch_func as pf
 from tests.joint.cases import CASES, REGION_CASES, case_params
 from tests.joint.oracle import export_joint_checked, forward_targets, region_calls
+from tests.support.fresh_process import run_in_fresh_process
+from tests.support.torch_release import torch_release
 
 
 @pytest.mark.parametrize("name", case_params(list(CASES)))
@@ -180,6 +182,18 @@ OPTIMIZERS = {
 @pytest.mark.parametrize("name", ["plain_mlp", "issue_41_repro", "batchnorm_training_running_stats",
                                   "nested_regions"])
 def test_three_optimizer_steps_equal_eager(name, optimizer):
+    if name in _BF16_CASES and torch_release() < (2, 13, 0):
+        # on torch 2.11/2.12 an earlier test of the whole suite leaves state that moves eager's bf16
+        # results by a rounding step by step 3 (alone: equal); not found yet, so a fresh process
+        run_in_fresh_process(__name__, "_three_optimizer_steps_equal_eager", name, optimizer)
+        return
+    _three_optimizer_steps_equal_eager(name, optimizer)
+
+
+_BF16_CASES = {"issue_41_repro", "nested_regions"}  # autocast(bfloat16) blocks
+
+
+def _three_optimizer_steps_equal_eager(name: str, optimizer: str) -> None:
     model, args, kwargs, loss_fn = CASES[name].build()
     ep = export_joint_checked(model, args, kwargs, loss_fn=loss_fn, optimizer=OPTIMIZERS[optimizer](
         model.parameters()), calls=3)

@@ -11,9 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_in_fresh_process(module: str, function: str, timeout: float = 600) -> None:
-    """Call ``module.function()`` in a new Python process; fail with its output if it raises."""
+def run_in_fresh_process(module: str, function: str, *args: str, timeout: float = 600) -> None:
+    """Call ``module.function(*args)`` (string arguments) in a new Python process; fail with its
+    output if it raises."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", f"import {module} as m; m.{function}()"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-c", f"import {module} as m; m.{function}(*{args!r})"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{module}.{function} failed in a fresh process:\n{done.stdout}\n{done.stderr}"
