@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..trace.extensions.autograd_function import pf_autograd_function
+from ..trace.extensions.autograd_function import operand_grads, pf_autograd_function
 from ..trace.extensions.hooks import pf_require_grad
 
 
@@ -32,11 +32,7 @@ class _ReplayedFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        computed = tuple(ctx.bwd(*ctx.saved_tensors, *grads[:ctx.n_outputs]))
-        per_operand: list[Any] = [None] * ctx.n_operands
-        for position, grad in zip(ctx.grads_for, computed):
-            per_operand[position] = grad
-        return (None, None, None, *per_operand)
+        return (None, None, None, *operand_grads(ctx, grads))
 
 
 def replay_extension(target: Any, args: tuple) -> tuple[bool, Any]:

@@ -55,11 +55,17 @@ class _Apply(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        computed = tuple(ctx.bwd(*ctx.saved_tensors, *grads[:ctx.n_outputs]))
-        per_operand: list[Any] = [None] * ctx.n_operands
-        for position, grad in zip(ctx.grads_for, computed):
-            per_operand[position] = grad
-        return (None,) * 4 + tuple(per_operand)
+        return (None,) * 4 + operand_grads(ctx, grads)
+
+
+def operand_grads(ctx: Any, grads: tuple) -> tuple:
+    """The user's backward (``ctx.bwd``) on the saved tensors and the outputs' gradients, placed
+    at the operand each one is for (``ctx.grads_for``); None for the others."""
+    computed = tuple(ctx.bwd(*ctx.saved_tensors, *grads[:ctx.n_outputs]))
+    per_operand: list[Any] = [None] * ctx.n_operands
+    for position, grad in zip(ctx.grads_for, computed):
+        per_operand[position] = grad
+    return tuple(per_operand)
 
 
 class AutogradFunctionHOP(tc.HigherOrderOperator):
