@@ -30,12 +30,14 @@ def _same_layout(dst: torch.Tensor, src: torch.Tensor) -> bool:
 class CopyTarget:
     """What the functional mode knows of the ``copy_`` being lowered and the lowering (a
     make_fx decomposition, on plain tensors) cannot see: whether its destination is a
-    graph input, or a view of one, that nothing wrote before in this trace."""
+    graph input, or a view of one, that nothing wrote before in this trace; whether its
+    source is (a view of) a graph input."""
 
-    __slots__ = ("unwritten_input",)
+    __slots__ = ("unwritten_input", "source_is_input")
 
     def __init__(self) -> None:
         self.unwritten_input = False
+        self.source_is_input = False
 
 
 def copy_decompositions(target: CopyTarget) -> dict:
@@ -54,7 +56,10 @@ def copy_as_differentiable_ops(dst: torch.Tensor, src: torch.Tensor, non_blockin
     # even when src does not. A write done without grad keeps its own autograd identity
     # (regions/ops.py), so it needs a node of its own too.
     if _same_layout(dst, src) and torch.is_grad_enabled() and target.unwritten_input:
-        return src
+        # Not a graph input itself, though: eager's dst is a copy, so autograd saves the
+        # copy, while a later write-back into the source (``w.data += 1``, an input written
+        # after) would change what the program's backward reads.
+        return aten.clone.default(src) if target.source_is_input else src
     value = src  # the scatter below copies, so the result never aliases src
     if (src.dtype, src.device) != (dst.dtype, dst.device):
         value = aten._to_copy.default(value, dtype=dst.dtype, device=dst.device)

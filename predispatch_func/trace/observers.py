@@ -129,7 +129,11 @@ class Bases:
         """``written`` is one graph input (or a view of one) that nothing wrote before."""
         if len(written) != 1 or tc.storage_mutation_count(written[0]) != 0:
             return False
-        base = self.base_of(written[0])
+        return self.is_input_storage(written[0])
+
+    def is_input_storage(self, t: Any) -> bool:
+        """``t`` is a graph input or a view of one (written or not)."""
+        base = self.base_of(t)
         return base is not None and id(base) in self.input_ids
 
     def _track(self, t: Any) -> None:
@@ -266,10 +270,14 @@ class CopyTargetFlag:
         self._bases = bases
 
     def before(self, call: OpCall) -> None:
-        self._target.unwritten_input = call.func is _COPY_ and self._bases.is_unwritten_input(call.written)
+        is_copy = call.func is _COPY_
+        self._target.unwritten_input = is_copy and self._bases.is_unwritten_input(call.written)
+        self._target.source_is_input = (is_copy and len(call.args) > 1
+                                        and self._bases.is_input_storage(call.args[1]))
 
     def after(self, call: OpCall, out: Any) -> None:
         self._target.unwritten_input = False
+        self._target.source_is_input = False
 
 
 class IdentityEdges:
