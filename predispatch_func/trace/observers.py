@@ -32,6 +32,7 @@ from .differentiable_copy import CopyTarget
 
 _COPY_ = torch.ops.aten.copy_.default
 _DETACH_ = torch.ops.aten.detach_.default
+_DETACH = torch.ops.aten.detach.default
 
 _NO_RESULT = object()  # OpCall.results before the op returned
 
@@ -175,6 +176,11 @@ class GradReach:
 
     def after(self, call: OpCall, out: Any) -> None:
         if not call.grad or call.without_autograd or has(call.func, Fact.NEVER_DIFFERENTIABLE):
+            return
+        if call.func is _DETACH:  # eager's result is a new leaf that does not require grad
+            return
+        if call.func is _DETACH_:  # nor does the tensor detach_() is called on
+            self._reached.pop(id(call.args[0]), None)
             return
         if any(self.may_need_grad(t) for t in call.tensors_read()):
             for t in [*call.results(out), *call.written]:
@@ -383,7 +389,8 @@ def grad_value_through_detach(op: Any, line: str | None, where: str = "", *,
 
 
 def _placeholders_behind(tensors: list[Any]) -> tuple[torch.fx.Node, ...]:
-    """The graph placeholders whose values ``tensors`` were computed from, as traced so far."""
+    """The graph placeholders whose values ``tensors`` were computed from with autograd, as
+    traced so far."""
     todo = [node for node in (tc.proxy_node_of(tc.inner_of_functional(t)) for t in tensors) if node is not None]
     seen: set[torch.fx.Node] = set()
     found: dict[torch.fx.Node, None] = {}
@@ -394,6 +401,7 @@ def _placeholders_behind(tensors: list[Any]) -> tuple[torch.fx.Node, ...]:
         seen.add(node)
         if node.op == "placeholder":
             found[node] = None
-        todo.extend(node.all_input_nodes)
+        if node.target is not _DETACH:  # no gradient reaches anything behind a detach
+            todo.extend(node.all_input_nodes)
     return tuple(found)
 

@@ -264,10 +264,10 @@ class TestWriteBackOrder(TestCase):
         ep = export_checked(CopyInputIntoInputThenWriteIt(), (torch.randn(2), torch.randn(2)))
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, x, y):
-    clone_default_1 = torch.ops.aten.clone.default(x)
-    sin = torch.ops.aten.sin.default(clone_default_1);  clone_default_1 = None
+    clone = torch.ops.aten.clone.default(x)
     clone_default = torch.ops.aten.clone.default(x);  x = None
-    return (sin, clone_default, clone_default)""")
+    sin = torch.ops.aten.sin.default(clone_default);  clone_default = None
+    return (sin, clone, clone)""")
 
 
 class CopyInputIntoInputUnderNoGrad(torch.nn.Module):
@@ -578,7 +578,8 @@ class TestWritesFoundByExtendedGenerator(TestCase):
         ep = export_checked(BufferCopiedFromParameterThenOverwritten(), (torch.randn(3),))
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, p_w, b_buf, x):
-    view_1 = torch.ops.aten.view.default(p_w, [3]);  p_w = None
+    clone = torch.ops.aten.clone.default(p_w);  p_w = None
+    view_1 = torch.ops.aten.view.default(clone, [3]);  clone = None
     ones_like = torch.ops.aten.ones_like.default(view_1, pin_memory = False)
     slice_scatter = torch.ops.aten.slice_scatter.default(view_1, ones_like);  view_1 = ones_like = None
     view_2 = torch.ops.aten.view.default(slice_scatter, [3]);  slice_scatter = None
@@ -780,3 +781,40 @@ class TestCopySourceWrittenLater(TestCase):
         ep = export_checked(InputCopiedFromParameterThenParameterDataWritten(), (torch.randn(3),))
         sin = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.sin.default)
         self.assertNotEqual(sin.args[0].op, "placeholder", graph_code(ep))
+
+
+class DetachedValueWrittenThroughData(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(3))
+
+    def forward(self, x):
+        v = x.detach()
+        self.buf.add_(v)         # computed from x, but through a detach: no gradient
+        x.data.copy_(self.buf)   # a write through .data of a value that never requires grad
+        return v * 2, x.sin()
+
+
+class TestDetachCutsGradReach(TestCase):
+    def test_value_behind_detach_written_through_data_runs_with_grad_inputs(self):
+        # the program refused to run with x requiring grad: "a value computed from x written
+        # through a detach()-ed alias", though nothing behind a detach carries a gradient
+        ep = export_checked(DetachedValueWrittenThroughData(), (torch.randn(3, requires_grad=True),))
+        x = torch.randn(3, requires_grad=True)
+        ep.module()(x)  # no refusal
+
+
+class InputViewCopiedFromGradInputThenSourceWritten(torch.nn.Module):
+    def forward(self, x, y):
+        v = x.view(2, 2)
+        v.copy_(y)  # the view's new value is y's: the program must not read y's input for it
+        r = v.sin()
+        with torch.no_grad():
+            y.mul_(2)
+        return r
+
+
+class TestCopySourceWrittenLaterThroughViews(TestCase):
+    def test_input_view_copied_from_grad_input_then_source_written(self):
+        export_checked(InputViewCopiedFromGradInputThenSourceWritten(),
+                       (torch.randn(4), torch.randn(2, 2, requires_grad=True)))

@@ -38,7 +38,8 @@ def forward(self, b_total, x):
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, b_cache, x):
     detach = torch.ops.aten.detach.default(x)
-    select_scatter = torch.ops.aten.select_scatter.default(b_cache, detach, 0, 0);  b_cache = detach = None
+    clone = torch.ops.aten.clone.default(detach);  detach = None
+    select_scatter = torch.ops.aten.select_scatter.default(b_cache, clone, 0, 0);  b_cache = clone = None
     sum_1 = torch.ops.aten.sum.dim_IntList(select_scatter, [0])
     add = torch.ops.aten.add.Tensor(sum_1, x);  sum_1 = x = None
     return (select_scatter, add)""")

@@ -290,7 +290,8 @@ def forward(self, c_lifted_tensor_0, x):
         self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
         self.assertExpectedInline(graph_code(ep), """\
 def forward(self, x, y):
-    slice_scatter = torch.ops.aten.slice_scatter.default(x, y, 0, 1, 3);  x = y = None
+    clone = torch.ops.aten.clone.default(y);  y = None
+    slice_scatter = torch.ops.aten.slice_scatter.default(x, clone, 0, 1, 3);  x = clone = None
     add = torch.ops.aten.add.Tensor(slice_scatter, 1)
     return (slice_scatter, add)""")
 
