@@ -318,9 +318,13 @@ class CompositePolicy:
 
     def _trace_time_lie(self, op: tc.OpOverload, args: tuple, kwargs: dict) -> str | None:
         key, symbolic = _guard_key(op, args, kwargs)
+        casting = _autocast_casting(args, kwargs)
+        if casting:  # the check runs through autocast's casts: another verdict, held apart
+            key, symbolic = (key, casting), True
         cache = self._guard_cache if symbolic else _STATIC_GUARDS
         if key not in cache:
-            cache[key] = _run_decomposition_and_watch(op, *_inner(args, kwargs))
+            kernel = _dispatched_through_autocast if casting else None
+            cache[key] = _run_decomposition_and_watch(op, *_inner(args, kwargs), kernel=kernel)
         return cache[key]
 
 
@@ -339,6 +343,21 @@ def _has_two_composites(op: Any) -> bool:
 def _inner(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """The arguments below functionalization (the fake tensors the checks run on)."""
     return tc.pytree.tree_map_only(tc.FunctionalTensor, tc.inner_of_functional, (args, kwargs))
+
+
+def _autocast_casting(args: tuple, kwargs: dict) -> tuple:
+    """The autocast regions enabled for the devices of the tensor arguments: (device, dtype)."""
+    devices = {t.device.type for t in tc.pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    return tuple((device, dtype) for device, (enabled, dtype) in sorted(tc.autocast_state().items())
+                 if enabled and device in devices)
+
+
+def _dispatched_through_autocast(op: tc.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """``op`` called from the top of the dispatcher: autocast casts its arguments as eager
+    does (a kept ``conv2d`` of a bf16 activation and fp32 weights), then its composite
+    kernel runs. Calling the composite kernel directly skips the casts and fails on
+    arguments that eager never gives it."""
+    return op(*args, **kwargs)
 
 
 def _run_decomposition_and_watch(op: tc.OpOverload, args: tuple, kwargs: dict,

@@ -21,9 +21,11 @@ def _state_snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def export_checked(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
-                   check_values: bool = True, check_grads: bool = True,
+                   check_values: bool = True, check_grads: bool = True, tolerance: dict | None = None,
                    **export_kwargs) -> torch.export.ExportedProgram:
-    """Export, then prove: contract holds, replay equals eager, nothing of the caller changed."""
+    """Export, then prove: contract holds, replay equals eager, nothing of the caller changed.
+
+    ``tolerance``: ``rtol``/``atol`` for the replay (low-precision programs)."""
     kwargs = kwargs or {}
     before_state = _state_snapshot(model)
     before_inputs = copy.deepcopy((args, kwargs))
@@ -40,7 +42,7 @@ def export_checked(model: torch.nn.Module, args: tuple, kwargs: dict | None = No
         if isinstance(a, torch.Tensor):
             assert torch.equal(a, b), "export changed an input"
     pf.verify(ep, model, args, kwargs, raise_on_failure=True, check_values=check_values,
-              check_grads=check_grads)
+              check_grads=check_grads, **(tolerance or {}))
     return ep
 
 
