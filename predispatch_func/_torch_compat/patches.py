@@ -87,6 +87,48 @@ def cuda_autocast_kept_without_gpu() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def cuda_sdpa_choice_without_gpu() -> Iterator[None]:
+    """On a host without a GPU, sdpa of fake CUDA tensors computes its result with the
+    kernel an sm80+ GPU would pick (``sdpa_choice.py``), not the math kernel the CPU
+    build falls back to: the result's strides, and with them the program (a view or a
+    copy after ``transpose(1, 2).reshape``), are then the GPU host's.
+
+    torch's composite asks a CUDA-only dispatch stub for the choice, not the
+    ``_fused_sdp_choice`` op, so the choice cannot be steered; a Python kernel for
+    sdpa's CUDA keys stands in for the composite for the length of the trace. Only
+    values are computed here (the trace records sdpa itself, above these keys). On a
+    host with a GPU nothing changes."""
+    if torch.cuda.is_available():
+        yield
+        return
+    from .sdpa_choice import EFFICIENT, FLASH, fused_sdp_choice_on_gpu
+
+    aten = torch.ops.aten
+    sdpa = aten.scaled_dot_product_attention.default
+
+    def kernel(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+               is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+        choice = fused_sdp_choice_on_gpu(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        with torch._C._AutoDispatchBelowAutograd():
+            if choice == FLASH:
+                return aten._scaled_dot_product_flash_attention.default(
+                    query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+            if choice == EFFICIENT:  # the result's layout does not depend on the mask
+                return aten._scaled_dot_product_efficient_attention.default(
+                    query, key, value, None, False, dropout_p, is_causal, scale=scale)[0]
+        return sdpa.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                              enable_gqa=enable_gqa)
+
+    library = torch.library.Library("aten", "IMPL")
+    try:
+        for key in ("AutogradCUDA", "CUDA"):
+            library.impl("scaled_dot_product_attention", kernel, key)
+        yield
+    finally:
+        library._destroy()
+
+
+@contextlib.contextmanager
 def below_pre_dispatch() -> Iterator[None]:
     """Run ops on fake tensors without our PreDispatch modes or proxy tracing."""
     keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PreDispatch) | torch._C.DispatchKeySet(
@@ -784,6 +826,7 @@ __all__ = [
     "module_methods_wrapped",
     "functional_tensor_detach_without_mode",
     "cuda_autocast_kept_without_gpu",
+    "cuda_sdpa_choice_without_gpu",
     "CUDA_AUTOCAST_KEPT_WARNING",
     "callers_fake_mode_unset",
     "node_values_unsnapshotted",

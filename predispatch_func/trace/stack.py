@@ -263,6 +263,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
             # the caller's modes: outer regions
             with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes), \
                     tc.rng_reseeds_routed(mode.draws_after_reseed.note), tc.cuda_autocast_kept_without_gpu(), \
+                    tc.cuda_sdpa_choice_without_gpu(), \
                     tc.functional_tensor_detach_without_mode():
                 outs = body(wrapped, mode)
                 mode.metadata_writes.refuse_symbolic()

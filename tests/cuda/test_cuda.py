@@ -170,10 +170,6 @@ class UnderAutocast(torch.nn.Module):
 
 
 # misses measured on the H200 (torch 2.11.0+cu130); each is ours, none a torch limit
-_KEPT_OP_WITHOUT_AUTOCAST = pytest.mark.xfail(strict=True, reason=(
-    "ours: inside an autocast region a kept composite's result is computed without autocast's "
-    "casts (conv: 'Input type BFloat16 and bias type float'; sdpa after rotary embeddings: q/k "
-    "float, v bfloat16); reproduces on CPU with autocast('cpu') and two Conv2d in a row"))
 _BF16_GRADS = pytest.mark.skip(reason=(
     "not reproducible on the H200: of two runs one passed, one found bf16 parameter gradients "
     "differing by up to 1.0 (abs) beyond rtol/atol 2e-2; needs a comparison aware of eager's own "
@@ -182,8 +178,6 @@ _LAYERDROP_ON_CUDA = pytest.mark.xfail(strict=True, reason=(
     "ours: train-mode layerdrop (`torch.rand([]) < p` on CPU) beside CUDA weights is refused as a "
     "data-dependent guard (Eq(u1, 1)), where the CPU export of the same model passes"))
 CORPUS_MISSES = {
-    **{(name, "bf16", train): _KEPT_OP_WITHOUT_AUTOCAST for train in (False, True)
-       for name in ("small_cnn", "wav2vec2", "whisper", "llama", "mistral", "qwen2", "mixtral")},
     **{("vit", "bf16", train): _BF16_GRADS for train in (False, True)},
     **{(name, precision, True): _LAYERDROP_ON_CUDA for precision in ("fp32", "bf16")
        for name in ("bart", "whisper", "wav2vec2")},
@@ -210,3 +204,37 @@ def test_corpus_model_on_cuda_equals_eager(name, precision, train):
     ep = export_verified_on_cuda(model, args, kwargs,
                                  tolerance=LOW_PRECISION if precision == "bf16" else {"rtol": 1e-3, "atol": 1e-4})
     assert ("pf_autocast_region" in call_targets(ep)) == (precision == "bf16")
+
+
+# the sdpa kernel choice a host without a GPU assumes (predispatch_func/_torch_compat/sdpa_choice.py),
+# against the GPU's own: the kernels differ in their results' layout (flash and cuDNN: the
+# query's; memory-efficient: (batch, seq, heads, dim) transposed; math: dense)
+_LAYOUT_OF_BACKEND = {0: "math", 1: "query's", 2: "efficient", 3: "query's"}
+_SDPA_CASES = {
+    "fp32": dict(dtype=torch.float32), "bf16": dict(dtype=torch.bfloat16), "fp16": dict(dtype=torch.float16),
+    "fp32-dim6": dict(dtype=torch.float32, dim=6), "fp16-dim12": dict(dtype=torch.float16, dim=12),
+    "bf16-dim64": dict(dtype=torch.bfloat16, dim=64), "bf16-dim256": dict(dtype=torch.bfloat16, dim=256),
+    "bf16-mask": dict(dtype=torch.bfloat16, mask=True), "fp32-mask": dict(dtype=torch.float32, mask=True),
+    "bf16-causal-square": dict(dtype=torch.bfloat16, causal=True),
+    "bf16-causal-3x5": dict(dtype=torch.bfloat16, causal=True, q_len=3),
+    "bf16-gqa": dict(dtype=torch.bfloat16, kv_heads=2, gqa=True), "fp32-gqa": dict(dtype=torch.float32, kv_heads=2,
+                                                                                    gqa=True),
+    "bf16-dropout": dict(dtype=torch.bfloat16, dropout=0.1),
+}
+
+
+@pytest.mark.parametrize("name", _SDPA_CASES)
+def test_sdpa_choice_assumed_without_a_gpu_matches_the_gpus(name):
+    from predispatch_func._torch_compat.sdpa_choice import fused_sdp_choice_on_gpu
+
+    case = dict(_SDPA_CASES[name])
+    mask, causal, gqa = case.pop("mask", False), case.pop("causal", False), case.pop("gqa", False)
+    dropout = case.pop("dropout", 0.0)
+    dtype, heads, kv_heads = case.pop("dtype"), 4, case.pop("kv_heads", 4)
+    dim, q_len, k_len = case.pop("dim", 8), case.pop("q_len", 5), 5
+    q = torch.randn(2, heads, q_len, dim, dtype=dtype, device=CUDA)
+    k, v = (torch.randn(2, kv_heads, k_len, dim, dtype=dtype, device=CUDA) for _ in range(2))
+    attn_mask = torch.ones(q_len, k_len, dtype=torch.bool, device=CUDA) if mask else None
+    real = torch._fused_sdp_choice(q, k, v, attn_mask, dropout, causal, None, gqa)
+    assumed = fused_sdp_choice_on_gpu(q, k, v, attn_mask, dropout, causal, None, gqa)
+    assert _LAYOUT_OF_BACKEND[assumed] == _LAYOUT_OF_BACKEND[real], (name, assumed, real)
