@@ -101,23 +101,35 @@ def cuda_sdpa_choice_without_gpu() -> Iterator[None]:
     if torch.cuda.is_available():
         yield
         return
-    from .sdpa_choice import EFFICIENT, FLASH, fused_sdp_choice_on_gpu
+    from .sdpa_choice import CUDNN, EFFICIENT, FLASH, fused_sdp_choice_on_gpu
 
     aten = torch.ops.aten
     sdpa = aten.scaled_dot_product_attention.default
 
+    def fused(query: Any, key: Any, value: Any, dropout_p: float, is_causal: bool, scale: Any,
+              choice: int) -> Any:
+        if choice == CUDNN:  # the result's layout does not depend on the mask
+            return aten._scaled_dot_product_cudnn_attention.default(
+                query, key, value, None, False, dropout_p, is_causal, False, scale=scale)[0]
+        if choice == FLASH:  # sdpa pads the head dim to a multiple of 8, then slices
+            pad = -query.size(-1) % 8
+            padded = [aten.constant_pad_nd.default(t, [0, pad]) if pad else t for t in (query, key, value)]
+            out = aten._scaled_dot_product_flash_attention.default(*padded, dropout_p, is_causal, False,
+                                                                   scale=scale)[0]
+            return aten.slice.Tensor(out, -1, 0, query.size(-1)) if pad else out
+        return aten._scaled_dot_product_efficient_attention.default(  # nor here
+            query, key, value, None, False, dropout_p, is_causal, scale=scale)[0]
+
     def kernel(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
                is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
         choice = fused_sdp_choice_on_gpu(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        if choice not in (CUDNN, FLASH, EFFICIENT):
+            return sdpa.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                                  enable_gqa=enable_gqa)
         with torch._C._AutoDispatchBelowAutograd():
-            if choice == FLASH:
-                return aten._scaled_dot_product_flash_attention.default(
-                    query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-            if choice == EFFICIENT:  # the result's layout does not depend on the mask
-                return aten._scaled_dot_product_efficient_attention.default(
-                    query, key, value, None, False, dropout_p, is_causal, scale=scale)[0]
-        return sdpa.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-                              enable_gqa=enable_gqa)
+            out = fused(query, key, value, dropout_p, is_causal, scale, choice)
+            # a tensor of its own, as the GPU's kernel returns (the meta kernels' results are views)
+            return aten.empty_strided.default(out.shape, out.stride(), dtype=out.dtype, device=out.device)
 
     library = torch.library.Library("aten", "IMPL")
     try:

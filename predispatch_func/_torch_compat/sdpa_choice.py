@@ -11,11 +11,12 @@ On a host without a GPU, a fake CUDA tensor's choice runs the CPU build's kernel
 and always says math, so a build machine exported another program than the GPU
 host (docs/runs/gpu-torch-2.11.md: 33 of 48 corpus programs apart). Here the
 choice follows torch's CUDA rules for a datacenter GPU of compute capability 8.0
-or newer (A100, H100, H200), in its priority order, for the checks that depend on
-the arguments and on ``torch.backends.cuda``'s switches (``sdpa_kernel``). What it
-cannot see (a GPU older than sm80, a cuDNN preference on sm90/sm100 with recent
-cuDNN: both give the query's layout where flash does) is pinned by
-tests/cuda/test_cuda.py against the real choice on the GPU machine.
+9.0 (H100, H200: cuDNN attention first, as torch prefers it there), in its
+priority order, for the checks that depend on the arguments and on
+``torch.backends.cuda``'s switches (``sdpa_kernel``). It is pinned against the
+real choice on an H200 by tests/cuda/test_cuda.py. On an A100 (no cuDNN
+preference) the layout differs only where a query not laid out as (batch, seq,
+heads, dim) meets a mask or a non-square causal mask.
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ from typing import Any
 import torch
 
 _HALF = (torch.float16, torch.bfloat16)
-MATH, FLASH, EFFICIENT = 0, 1, 2  # torch.nn.attention.SDPBackend values
+MATH, FLASH, EFFICIENT, CUDNN = 0, 1, 2, 3  # torch.nn.attention.SDPBackend values
 
 
 def fused_sdp_choice_on_gpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                             attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
                             is_causal: bool = False, scale: float | None = None,
                             enable_gqa: bool = False) -> int:
-    """The backend an sm80+ GPU picks for these arguments (an ``SDPBackend`` value)."""
+    """The backend an sm90 GPU picks for these arguments (an ``SDPBackend`` value)."""
     switches = torch.backends.cuda
+    if switches.cudnn_sdp_enabled() and _cudnn_fits(query, key, value, enable_gqa):
+        return CUDNN
     if switches.flash_sdp_enabled() and _flash_fits(query, key, value, attn_mask, is_causal, enable_gqa):
         return FLASH
     if switches.mem_efficient_sdp_enabled() and _efficient_fits(query, key, value):
@@ -57,8 +60,17 @@ def _flash_fits(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, att
     return (_dense_4d(query, key, value) and query.dtype in _HALF
             and query.dtype == key.dtype == value.dtype and attn_mask is None
             and key.size(-1) == head_dim and value.size(-1) == head_dim
-            and head_dim <= 256 and head_dim % 8 == 0
+            and head_dim <= 256  # padded to a multiple of 8 by sdpa
             and not (is_causal and query.size(-2) != key.size(-2))
+            and _same_heads(query, key, value, enable_gqa))
+
+
+def _cudnn_fits(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, enable_gqa: bool) -> bool:
+    head_dim = query.size(-1)
+    return (_dense_4d(query, key, value) and query.dtype in _HALF
+            and query.dtype == key.dtype == value.dtype
+            and key.size(-1) == head_dim and value.size(-1) == head_dim
+            and head_dim <= 256 and head_dim % 8 == 0
             and _same_heads(query, key, value, enable_gqa))
 
 

@@ -174,11 +174,16 @@ _BF16_GRADS = pytest.mark.skip(reason=(
     "not reproducible on the H200: of two runs one passed, one found bf16 parameter gradients "
     "differing by up to 1.0 (abs) beyond rtol/atol 2e-2; needs a comparison aware of eager's own "
     "run-to-run noise in bf16 backward"))
+_BF16_GRADS_APART = pytest.mark.xfail(strict=True, reason=(
+    "ours: outputs equal, bf16 parameter gradients up to 0.13 apart from eager's on the second "
+    "call (the class tests/models/test_corpus.py holds as strict xfails under CPU autocast)"))
 _LAYERDROP_ON_CUDA = pytest.mark.xfail(strict=True, reason=(
     "ours: train-mode layerdrop (`torch.rand([]) < p` on CPU) beside CUDA weights is refused as a "
     "data-dependent guard (Eq(u1, 1)), where the CPU export of the same model passes"))
 CORPUS_MISSES = {
     **{("vit", "bf16", train): _BF16_GRADS for train in (False, True)},
+    **{("qwen2", "bf16", train): _BF16_GRADS_APART for train in (False, True)},
+    ("wav2vec2", "bf16", False): _BF16_GRADS_APART,
     **{(name, precision, True): _LAYERDROP_ON_CUDA for precision in ("fp32", "bf16")
        for name in ("bart", "whisper", "wav2vec2")},
 }
@@ -235,6 +240,6 @@ def test_sdpa_choice_assumed_without_a_gpu_matches_the_gpus(name):
     q = torch.randn(2, heads, q_len, dim, dtype=dtype, device=CUDA)
     k, v = (torch.randn(2, kv_heads, k_len, dim, dtype=dtype, device=CUDA) for _ in range(2))
     attn_mask = torch.ones(q_len, k_len, dtype=torch.bool, device=CUDA) if mask else None
-    real = torch._fused_sdp_choice(q, k, v, attn_mask, dropout, causal, None, gqa)
+    real = torch._fused_sdp_choice(q, k, v, attn_mask, dropout, causal, scale=None, enable_gqa=gqa)
     assumed = fused_sdp_choice_on_gpu(q, k, v, attn_mask, dropout, causal, None, gqa)
     assert _LAYOUT_OF_BACKEND[assumed] == _LAYOUT_OF_BACKEND[real], (name, assumed, real)

@@ -10,7 +10,7 @@ pinned against a real GPU in tests/cuda/test_cuda.py).
 import pytest
 import torch
 
-from predispatch_func._torch_compat.sdpa_choice import EFFICIENT, FLASH, MATH, fused_sdp_choice_on_gpu
+from predispatch_func._torch_compat.sdpa_choice import CUDNN, EFFICIENT, FLASH, MATH, fused_sdp_choice_on_gpu
 from tests.support.fresh_process import run_in_fresh_process
 
 pytestmark = [
@@ -75,13 +75,13 @@ def _qkv(dtype, heads=4, kv_heads=4, dim=8, q_len=5, k_len=5):
 
 
 @pytest.mark.parametrize("case,expected", [
-    (dict(dtype=torch.float32), EFFICIENT),  # flash takes fp16/bf16 only
-    (dict(dtype=torch.bfloat16), FLASH),
-    (dict(dtype=torch.float16, dim=12), MATH),  # both fused kernels want multiples of 8 in half precision
+    (dict(dtype=torch.float32), EFFICIENT),  # cuDNN and flash take fp16/bf16 only
+    (dict(dtype=torch.bfloat16), CUDNN),  # preferred on sm90
+    (dict(dtype=torch.float16, dim=12), FLASH),  # cuDNN wants multiples of 8; flash pads
     (dict(dtype=torch.float32, dim=6), MATH),  # efficient wants multiples of 4 in fp32
-    (dict(dtype=torch.bfloat16, mask=True), EFFICIENT),  # flash takes no mask
-    (dict(dtype=torch.bfloat16, causal=True, q_len=3), EFFICIENT),  # flash: causal only when square
-    (dict(dtype=torch.bfloat16, kv_heads=2, gqa=True), FLASH),
+    (dict(dtype=torch.bfloat16, mask=True), CUDNN),
+    (dict(dtype=torch.bfloat16, causal=True, q_len=3), CUDNN),
+    (dict(dtype=torch.bfloat16, kv_heads=2, gqa=True), CUDNN),
     (dict(dtype=torch.float32, kv_heads=2, gqa=True), MATH),  # efficient has no grouped queries
 ])
 def test_choice_rule(case, expected):
@@ -96,6 +96,8 @@ def test_choice_follows_the_sdpa_kernel_switches():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v = _qkv(torch.bfloat16)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+        assert fused_sdp_choice_on_gpu(q, k, v) == FLASH
     with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
         assert fused_sdp_choice_on_gpu(q, k, v) == EFFICIENT
     with sdpa_kernel([SDPBackend.MATH]):
