@@ -23,6 +23,7 @@ from .reexports import (
     written_arguments,
     written_values,
 )
+from .sdpa_choice import CUDNN, EFFICIENT, FLASH, fused_sdp_choice_on_gpu
 
 
 @contextlib.contextmanager
@@ -101,8 +102,6 @@ def cuda_sdpa_choice_without_gpu() -> Iterator[None]:
     if torch.cuda.is_available():
         yield
         return
-    from .sdpa_choice import CUDNN, EFFICIENT, FLASH, fused_sdp_choice_on_gpu
-
     aten = torch.ops.aten
     sdpa = aten.scaled_dot_product_attention.default
 

@@ -231,6 +231,7 @@ def _state() -> dict:
         "func_transform_levels": _func_transform_names(),
         "exported_program_module": torch.export.exported_program._create_graph_module_for_export,
         "tensor_metadata": proxy_tensor._extract_tensor_metadata,
+        "sdpa_kernels": torch._C._dispatch_dump("aten::scaled_dot_product_attention"),
         "node_values": (proxy_tensor.snapshot_fake, proxy_tensor.proxy_call),
         "direct_recorder": patches._direct_recorder_installed,
         "autograd_engine": torch.autograd._engine_run_backward,
@@ -300,12 +301,16 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "method_replaced": lambda: patches.method_replaced(torch.nn.TransformerEncoder, "forward",
                                                        lambda original: lambda self, *a, **k: original(self, *a, **k)),
     "cuda_autocast_kept_without_gpu": lambda: patches.cuda_autocast_kept_without_gpu(),
+    "cuda_sdpa_choice_without_gpu": lambda: patches.cuda_sdpa_choice_without_gpu(),
     "calls_kept_by_dead_code_elimination": lambda: patches.calls_kept_by_dead_code_elimination(lambda node: False),
     "functional_tensor_detach_without_mode": lambda: patches.functional_tensor_detach_without_mode(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
+if torch.cuda.is_available():  # changes nothing where a GPU answers sdpa's kernel choice itself
+    CHECKED_APART.add("cuda_sdpa_choice_without_gpu")
+    del PATCHES["cuda_sdpa_choice_without_gpu"]
 
 
 class _Boom(Exception):
