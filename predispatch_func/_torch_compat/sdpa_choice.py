@@ -35,6 +35,8 @@ def fused_sdp_choice_on_gpu(query: torch.Tensor, key: torch.Tensor, value: torch
                             enable_gqa: bool = False) -> int:
     """The backend an sm90 GPU picks for these arguments (an ``SDPBackend`` value)."""
     switches = torch.backends.cuda
+    if not _fused_may_take(query, key, value, attn_mask):
+        return MATH
     if switches.cudnn_sdp_enabled() and _cudnn_fits(query, key, value, enable_gqa):
         return CUDNN
     if switches.flash_sdp_enabled() and _flash_fits(query, key, value, attn_mask, is_causal, enable_gqa):
@@ -42,6 +44,17 @@ def fused_sdp_choice_on_gpu(query: torch.Tensor, key: torch.Tensor, value: torch
     if switches.mem_efficient_sdp_enabled() and _efficient_fits(query, key, value):
         return EFFICIENT
     return MATH
+
+
+def _fused_may_take(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any) -> bool:
+    """What every fused CUDA kernel asks: unit last-dim strides (the mask's too, as the
+    caller gave it: a mask broadcast along its last dim goes to the math kernel), and a
+    mask of 2 or 4 dims that does not require grad."""
+    if any(t.stride(-1) != 1 for t in (query, key, value)):
+        return False
+    if attn_mask is None:
+        return True
+    return attn_mask.stride(-1) == 1 and attn_mask.dim() in (2, 4) and not attn_mask.requires_grad
 
 
 def _dense_4d(*tensors: torch.Tensor) -> bool:

@@ -220,6 +220,8 @@ _SDPA_CASES = {
     "fp32-dim6": dict(dtype=torch.float32, dim=6), "fp16-dim12": dict(dtype=torch.float16, dim=12),
     "bf16-dim64": dict(dtype=torch.bfloat16, dim=64), "bf16-dim256": dict(dtype=torch.bfloat16, dim=256),
     "bf16-mask": dict(dtype=torch.bfloat16, mask=True), "fp32-mask": dict(dtype=torch.float32, mask=True),
+    "fp32-broadcast-mask": dict(dtype=torch.float32, mask="broadcast"),
+    "bf16-broadcast-mask": dict(dtype=torch.bfloat16, mask="broadcast"),
     "bf16-causal-square": dict(dtype=torch.bfloat16, causal=True),
     "bf16-causal-3x5": dict(dtype=torch.bfloat16, causal=True, q_len=3),
     "bf16-gqa": dict(dtype=torch.bfloat16, kv_heads=2, gqa=True), "fp32-gqa": dict(dtype=torch.float32, kv_heads=2,
@@ -240,6 +242,8 @@ def test_sdpa_choice_assumed_without_a_gpu_matches_the_gpus(name):
     q = torch.randn(2, heads, q_len, dim, dtype=dtype, device=CUDA)
     k, v = (torch.randn(2, kv_heads, k_len, dim, dtype=dtype, device=CUDA) for _ in range(2))
     attn_mask = torch.ones(q_len, k_len, dtype=torch.bool, device=CUDA) if mask else None
+    if mask == "broadcast":  # (q_len, 1) seen as (q_len, k_len): HF's padding masks
+        attn_mask = torch.ones(1, 1, q_len, 1, dtype=torch.bool, device=CUDA).expand(2, 1, q_len, k_len)
     real = torch._fused_sdp_choice(q, k, v, attn_mask, dropout, causal, scale=None, enable_gqa=gqa)
     assumed = fused_sdp_choice_on_gpu(q, k, v, attn_mask, dropout, causal, None, gqa)
     assert _LAYOUT_OF_BACKEND[assumed] == _LAYOUT_OF_BACKEND[real], (name, assumed, real)

@@ -83,12 +83,16 @@ def _qkv(dtype, heads=4, kv_heads=4, dim=8, q_len=5, k_len=5):
     (dict(dtype=torch.bfloat16, causal=True, q_len=3), CUDNN),
     (dict(dtype=torch.bfloat16, kv_heads=2, gqa=True), CUDNN),
     (dict(dtype=torch.float32, kv_heads=2, gqa=True), MATH),  # efficient has no grouped queries
+    (dict(dtype=torch.float32, mask="broadcast"), MATH),  # a mask broadcast along its last dim
+    (dict(dtype=torch.bfloat16, mask="broadcast"), MATH),
 ])
 def test_choice_rule(case, expected):
     case = dict(case)
     mask, causal, gqa = case.pop("mask", False), case.pop("causal", False), case.pop("gqa", False)
     q, k, v = _qkv(**case)
     attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool) if mask else None
+    if mask == "broadcast":  # (q_len, 1) seen as (q_len, k_len): HF's padding masks
+        attn_mask = torch.ones(1, 1, q.size(-2), 1, dtype=torch.bool).expand(2, 1, q.size(-2), k.size(-2))
     assert fused_sdp_choice_on_gpu(q, k, v, attn_mask, 0.0, causal, None, gqa) == expected
 
 
