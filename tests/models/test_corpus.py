@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.models.corpus import CASES, build
-from tests.support.oracle import export_checked
+from tests.support.oracle import export_checked, on_export_branch
 
 _QUICK = [name for name, case in CASES.items() if case.quick]
 
@@ -50,9 +50,11 @@ class UnderCpuAutocast(torch.nn.Module):
 _BF16 = {"rtol": 2e-2, "atol": 2e-2}
 
 
-def _check_bf16(name: str, train: bool) -> None:
+def _check_bf16(name: str, train: bool, tolerance: dict | None = _BF16, on_branch: bool = False) -> None:
     model, args, kwargs = build(name, train=train)
-    ep = export_checked(UnderCpuAutocast(model), args, kwargs, tolerance=_BF16)
+    wrapped = UnderCpuAutocast(model)
+    eager = on_export_branch(wrapped) if on_branch else None
+    ep = export_checked(wrapped, args, kwargs, tolerance=tolerance, eager=eager)
     assert any("pf_autocast_region" in str(n.target) for n in ep.graph.nodes), name
 
 
@@ -64,18 +66,24 @@ def test_quick_model_under_cpu_autocast_replays_against_eager(name, train):
     _check_bf16(name, train)
 
 
-# outputs equal eager's at 1e-4; parameter gradients differ by up to 0.48 on values
-# near 50 (embeddings, v_proj, o_proj), beyond 2e-2. Eager is deterministic here
-# (two runs equal), and small attention/RMSNorm/rotary modules under autocast match
-# it, so the cause is ours and not yet found
+# transformers' attention takes another path while exported: torch.compiler.is_exporting()
+# makes it build an explicit causal mask (masking_utils._ignore_causal_mask_sdpa), so with
+# fewer key/value heads than query heads it repeats them (repeat_kv) instead of passing
+# sdpa is_causal=True, enable_gqa=True as eager does. sdpa's GQA backward sums a key/value
+# head's gradients before rounding them to bf16, the expand backward after: k/v_proj and
+# embedding gradients apart by up to 1% (outputs bit-equal). torch.export's program differs
+# alike; ours equals eager down that branch exactly (the test below; the mechanism:
+# tests/regions/test_autocast_composites.py). mistral's sliding window takes the mask in both.
+_GQA_EXPORT_BRANCH = ("llama", "qwen2", "mixtral")
 _BF16_GRADS_APART = pytest.mark.xfail(strict=True, reason=(
-    "ours: bf16 parameter gradients differ from eager's by up to 1% (outputs equal); cause not found"))
+    "transformers' own export branch (is_exporting(): explicit mask + repeat_kv, not sdpa's "
+    "enable_gqa): bf16 gradients of the repeated key/value heads round apart by up to 1%"))
 
 
 def _bf16_corpus_params():
     for name in CASES:
         for train in (False, True):
-            marks = [_BF16_GRADS_APART] if name in ("llama", "qwen2", "mixtral") else []
+            marks = [_BF16_GRADS_APART] if name in _GQA_EXPORT_BRANCH else []
             yield pytest.param(name, train, marks=marks, id=f"{name}-{'train' if train else 'eval'}")
 
 
@@ -83,3 +91,12 @@ def _bf16_corpus_params():
 @pytest.mark.parametrize("name,train", list(_bf16_corpus_params()))
 def test_corpus_model_under_cpu_autocast_replays_against_eager(name, train):
     _check_bf16(name, train)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("name", _GQA_EXPORT_BRANCH)
+def test_gqa_model_under_cpu_autocast_equals_eager_down_its_export_branch(name, train):
+    """What the xfail above leaves unchecked: at fp32 tolerance, not bf16's, the program
+    equals eager running the branch transformers takes while exported."""
+    _check_bf16(name, train, tolerance=None, on_branch=True)

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.support.oracle import export_checked
+from tests.support.oracle import export_checked, on_export_branch
 
 
 def _weights(*shapes):
@@ -64,3 +64,56 @@ def test_kept_composite_chained_under_autocast_matches_eager(name, dtype):
     shape = CONSUMERS[name][0]
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
     export_checked(TwiceUnderAutocast(name, dtype), (x,))
+
+
+def _repeat_heads(h, n):
+    """transformers' ``repeat_kv``: each key/value head ``n`` times, through ``expand`` + ``reshape``."""
+    b, heads, s, d = h.shape
+    return h[:, :, None].expand(b, heads, n, s, d).reshape(b, heads * n, s, d)
+
+
+class GroupedAttentionUnderAutocast(torch.nn.Module):
+    """transformers' sdpa attention with 4 query heads on 2 key/value heads, reduced: while
+    exported it builds an explicit causal mask and repeats the key/value heads; in eager it
+    passes ``is_causal=True, enable_gqa=True``. Equal in exact arithmetic, not in bf16: sdpa's
+    GQA backward sums a key/value head's gradients before rounding them to bf16, the
+    ``expand`` backward after."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(16, n, bias=False) for n in (32, 16, 16))
+        for p, w in zip(self.parameters(), _weights((32, 16), (16, 16), (16, 16))):
+            p.data.copy_(w)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            q = self.q(x).unflatten(-1, (4, 8)).transpose(1, 2)
+            k, v = (f(x).unflatten(-1, (2, 8)).transpose(1, 2) for f in (self.k, self.v))
+            if torch.compiler.is_exporting():
+                mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+                out = F.scaled_dot_product_attention(q, _repeat_heads(k, 2), _repeat_heads(v, 2), attn_mask=mask)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return out.float()
+
+
+def _grouped_attention_case():
+    return GroupedAttentionUnderAutocast(), (torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1)),)
+
+
+def test_model_branching_on_is_exporting_equals_eager_down_that_branch():
+    """The program is the model's export branch: bf16 gradients through the repeated heads
+    equal eager's down that branch at fp32 tolerance (llama, qwen2, mixtral under autocast)."""
+    model, args = _grouped_attention_case()
+    export_checked(model, args, eager=on_export_branch(model))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the model's own branch: eager takes sdpa(enable_gqa=True), which sums the bf16 gradients of "
+    "repeated key/value heads before rounding; while exported, repeat_kv + sdpa, which rounds "
+    "before summing (torch.export's program alike): gradients apart by one bf16 rounding"))
+def test_model_branching_on_is_exporting_under_bf16_equals_plain_eager():
+    """Pins why llama, qwen2 and mixtral's bf16 gradients are an xfail in tests/models/test_corpus.py:
+    if torch ever rounds sdpa's GQA backward as the ``expand`` backward does, this passes."""
+    model, args = _grouped_attention_case()
+    export_checked(model, args)

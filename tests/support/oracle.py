@@ -12,6 +12,7 @@ import torch
 from torch.export.graph_signature import OutputKind
 
 import predispatch_func as pf
+from predispatch_func import _torch_compat as tc
 from predispatch_func.state.history_free_copy import deepcopy_without_history
 from predispatch_func.verify import all_graph_modules
 
@@ -22,10 +23,11 @@ def _state_snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def export_checked(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                    check_values: bool = True, check_grads: bool = True, tolerance: dict | None = None,
-                   **export_kwargs) -> torch.export.ExportedProgram:
+                   eager: torch.nn.Module | None = None, **export_kwargs) -> torch.export.ExportedProgram:
     """Export, then prove: contract holds, replay equals eager, nothing of the caller changed.
 
-    ``tolerance``: ``rtol``/``atol`` for the replay (low-precision programs)."""
+    ``tolerance``: ``rtol``/``atol`` for the replay (low-precision programs). ``eager``: the
+    module the program is replayed against, ``model`` by default (:func:`on_export_branch`)."""
     kwargs = kwargs or {}
     before_state = _state_snapshot(model)
     before_inputs = copy.deepcopy((args, kwargs))
@@ -41,9 +43,26 @@ def export_checked(model: torch.nn.Module, args: tuple, kwargs: dict | None = No
     for a, b in zip(flat_before, flat_now):
         if isinstance(a, torch.Tensor):
             assert torch.equal(a, b), "export changed an input"
-    pf.verify(ep, model, args, kwargs, raise_on_failure=True, check_values=check_values,
+    pf.verify(ep, model if eager is None else eager, args, kwargs, raise_on_failure=True, check_values=check_values,
               check_grads=check_grads, **(tolerance or {}))
     return ep
+
+
+def on_export_branch(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` run eagerly down the branch its code takes while exported
+    (``torch.compiler.is_exporting()`` true, as in every trace of ours and torch.export's),
+    sharing its parameters and their names. The reference for a model that computes
+    otherwise when exported (transformers' attention: an explicit causal mask, so
+    ``repeat_kv``), where the two branches agree in exact arithmetic only."""
+    base = type(model)
+
+    def forward(self, *args, **kwargs):
+        with tc.exporting_state():
+            return base.forward(self, *args, **kwargs)
+
+    branch = copy.copy(model)
+    branch.__class__ = type(f"{base.__name__}OnExportBranch", (base,), {"forward": forward})
+    return branch
 
 
 def graph_code(ep: torch.export.ExportedProgram) -> str:
