@@ -1,4 +1,4 @@
-"""Every corpus model exports, satisfies the contract and replays against eager.
+"""Every corpus model exports, satisfies the contract and replays against the reference.
 
 ``export_checked`` compares outputs, buffers (BatchNorm running stats in train
 mode) and gradients of a loss over the outputs, and proves that exporting left
@@ -9,7 +9,7 @@ default suite; the whole corpus runs with ``-m models``.
 import pytest
 
 from tests.models.corpus import CASES, build
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 _QUICK = [name for name, case in CASES.items() if case.quick]
 

@@ -11,7 +11,7 @@ import torch
 import predispatch_func as pf
 from predispatch_func.errors import ExportError, UnsupportedError
 from predispatch_func.trace import environment
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 # each layer's managers, outermost first
 LAYERS = {
