@@ -1,7 +1,7 @@
 """predispatch_func: export PyTorch models into a functional pre-dispatch IR.
 
 See ``export`` (the entry point), ``aot_export_module`` (the layer under it)
-and ``verify`` (contract checks and replay against eager).
+and ``verify`` (contract checks and replay against the reference).
 """
 
 from .artifacts import AotSignature
@@ -12,7 +12,7 @@ from .joint import JointError, JointExportedProgram, JointProblem, export_joint,
 from .joint.aot import aot_export_module
 from .opsets import OpSet
 from .program.runtime import FunctionalExportedProgram, load
-from .verify import VerifyReport, check_contract, replay_against_eager, verify
+from .verify import VerifyReport, check_contract, replay_against_eager, replay_against_reference, verify
 
 __all__ = [
     "AotSignature",
@@ -34,7 +34,8 @@ __all__ = [
     "load",
     "OpSet",
     "functionalize",
-    "replay_against_eager",
+    "replay_against_eager",  # the old name of replay_against_reference
+    "replay_against_reference",
     "verify",
     "verify_joint",
 ]

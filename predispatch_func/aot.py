@@ -15,13 +15,11 @@ Functions and hooks go through the same ``trace_subgraph``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any
 
 import torch
 
-from . import _torch_compat as tc
 from .artifacts import AotSignature, Inputs, Placeholders, SlotKind, Trace
 from .graphs import all_graph_modules
 from .inputs.fakeify import Fakeifier
@@ -42,10 +40,9 @@ from .program.module_signatures import PreservedCalls
 from .program.mutations import ModelCall
 from .program.signature import build_signature, grad_sources
 from .schema_audit import shipped_decision, shipped_untested_layouts
-from .state import leaks
 from .state.state_guard import StateGuard
-from .state.tensor_attribute_writes import warning_on_assigned_tensor_attributes
-from .trace import CompositePolicy
+from .trace import CompositePolicy, environment
+from .trace.environment import CallRecorders
 
 
 def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = True,
@@ -82,9 +79,11 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
                              untested_layouts=shipped_untested_layouts)
     preserved = PreservedCalls(mod, preserve_module_call_signature)
     guard = StateGuard(mod, (args, kwargs), python_state=python_state)
-    call = ModelCall(mod, inputs, fakes, around=lambda: _observed(mod, preserved, guard))
+    call = ModelCall(mod, inputs, fakes, CallRecorders(node_metadata=lambda: node_meta.recording(mod),
+                                                       preserved_calls=preserved.bracketing,
+                                                       after_the_call=guard.note_memo_entries))
     settings = TraceSettings(policy, {**(lowering.proxy_table() if lowering else {}), **(decompositions or {})})
-    with guard:
+    with environment.around_the_model_state(guard):
         traced = trace_subgraph(call, fakes, grad_enabled=True, settings=settings, pre_dispatch=pre_dispatch,
                                 fake_mode=fakeify.mode, prepare=functools.partial(_named_inputs, inputs, guard, call))
     trace, gm, mutations = traced.trace, traced.graph_module, call.mutations
@@ -132,16 +131,3 @@ def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, trace: Tra
     inputs = lift_traced_constants(trace.graph_module, inputs)
     name_placeholders(trace.graph_module, inputs)
     return Placeholders.of(trace.graph_module, inputs)
-
-
-@contextlib.contextmanager
-def _observed(mod: torch.nn.Module, preserved: PreservedCalls, guard: StateGuard):
-    """Around the model's call: torch.export's rewrites of calls non-strict tracing cannot take
-    as they are, node metadata (node_meta.py), preserved call brackets, torch.export's warning
-    about tensor attributes assigned in forward; the tracer kept when leaks are to be reported;
-    the caches of state forward filled, while the trace can still tell what they hold."""
-    leaks.note_tracer()
-    with tc.non_strict_call_rewrites(), node_meta.recording(mod), preserved.bracketing(), \
-            warning_on_assigned_tensor_attributes(mod):
-        yield
-        guard.note_memo_entries()

@@ -23,7 +23,7 @@ _DEBUG_HELP = f"show the Python traceback of an export error (or set {DEBUG_ENV}
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="predispatch-func",
                                   description="Export PyTorch models into a functional pre-dispatch IR, "
-                                              "verified against eager.")
+                                              "verified against the reference.")
     top.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     subparsers = top.add_subparsers(dest="command", required=True)
     for command in COMMANDS:

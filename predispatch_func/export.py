@@ -15,7 +15,7 @@ from .inputs import tensor_subclasses
 from .inputs.dynamic_shapes_spec import int_inputs_unwrapped
 from .inputs.input_check import checked_call
 from .program.runtime import to_exported_program
-from .state import leaks
+from .trace import environment
 
 
 def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
@@ -45,9 +45,9 @@ def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
     ``torch.export.unflatten`` keeps (so they can be swapped), as in torch.export.
     """
     del strict  # see the docstring
-    with tc.callers_fake_mode_unset():  # inside the user's `with FakeTensorMode()`, as torch.export
+    with environment.around_the_export():
         args, kwargs, dynamic_shapes = int_inputs_unwrapped(model, args, kwargs or {}, dynamic_shapes)
-        with tc.module_inputs_flattened((args, kwargs)), leaks.watching() as leak_watch:
+        with environment.around_the_call((args, kwargs)) as leak_watch:
             args, kwargs = checked_call(model, args, kwargs)
             try:
                 gm, sig = aot_export_module(model, args, kwargs=kwargs, pre_dispatch=pre_dispatch,

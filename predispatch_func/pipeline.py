@@ -27,7 +27,7 @@ from .passes.graph_cleanup import eliminate_dead_code
 from .program.signature import grad_sources
 from .regions import outline_regions
 from .regions.frames import drop_entry_and_exit_markers
-from .trace import CompositePolicy, trace_functional
+from .trace import CompositePolicy, environment, trace_functional
 from .trace.extensions.fakes import fresh_like
 from .trace.stack import Body
 
@@ -47,11 +47,11 @@ class TraceSettings:
         ambient = tc.autocast_state()
 
         def under_caller_autocast(wrapped: list[Any], mode: Any) -> list[Any]:
-            with tc.autocast_state_as(ambient):
+            with environment.around_a_traced_body(ambient):
                 return body(wrapped, mode)
 
         off = {device: (False, dtype) for device, (_, dtype) in ambient.items()}
-        with tc.outside_trace(), tc.autocast_state_as(off):
+        with environment.outside_the_trace_in_progress(off):
             fresh = [fresh_like(t) for t in inputs]
             traced = trace_subgraph(under_caller_autocast, fresh, grad_enabled=grad_enabled, settings=self,
                                     prepare=_body_markers_dropped)

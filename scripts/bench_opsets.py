@@ -5,7 +5,7 @@ For every corpus model (eval mode):
 * distinct operators in our default program and in ``export(..., target=core_aten)``
   (all graphs; region HOPs, getitem and shape bookkeeping not counted), and in
   torch's ``torch.export.export(...).run_decompositions()`` for reference;
-* whether the Core ATen program replays against eager (``pf.verify`` with the target);
+* whether the Core ATen program replays against the reference (``pf.verify`` with the target);
 * export time, median of ``--rounds`` after a warm-up round, alternating:
   ``pf.export(model, args, target=OpSet.core_aten())`` against
   ``torch.export.export(model, args).run_decompositions()`` (torch's default

@@ -1,7 +1,7 @@
 """Run the edge-case catalogue through our exporter and torch 2.13's functional paths.
 
 Every case of ``tests/support/cases_core.py`` is exported three ways, and each result
-is replayed against eager by the same code (``predispatch_func.verify``):
+is replayed against the reference by the same code (``predispatch_func.verify``):
 outputs, written-back inputs and buffers, and gradients. The contract check
 (no mutable node) is applied to all three.
 
@@ -34,7 +34,7 @@ from rich.table import Table  # noqa: E402
 import predispatch_func as pf  # noqa: E402
 from predispatch_func import _torch_compat as tc  # noqa: E402
 from predispatch_func.verify import VerifyReport, mutable_target_reason  # noqa: E402
-from predispatch_func.verify import replay_against_eager as replay  # noqa: E402
+from predispatch_func.verify import replay_against_reference as replay  # noqa: E402
 from tests.support.cases_core import REFUSED, Case, all_cases  # noqa: E402
 
 Outcome = tuple[str, str]  # (status, detail)
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--details", action="store_true", help="show the first problem of each cell")
     opts = parser.parse_args(argv)
     cases = [c for c in all_cases() if opts.k in c.name]
-    render(run_all(cases), opts.details, f"{len(cases)} edge cases, replayed against eager")
+    render(run_all(cases), opts.details, f"{len(cases)} edge cases, replayed against the reference")
     refused = [c for c in REFUSED.values() if opts.k in c.name]
     if refused:
         render(run_all(refused, REFUSED_PATHS), opts.details,

@@ -1,7 +1,7 @@
-"""Differential fuzzing against eager: ``python -m scripts.fuzz --budget N --seed S``.
+"""Differential fuzzing against the reference: ``python -m scripts.fuzz --budget N --seed S``.
 
 Generates N programs (tests/fuzz/strategies.py), exports each with
-``predispatch_func.export``, checks the contract and replays it against eager.
+``predispatch_func.export``, checks the contract and replays it against the reference.
 Prints the time, counts per kind of program (and failures per kind), and each
 distinct failure with the source of a program that shows it; ``--shrink``
 then asks hypothesis for the smallest program with the first failure.

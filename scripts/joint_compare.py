@@ -1,7 +1,7 @@
 """Joint programs three ways, on the corpus and the joint cases: ours, torch's
 ``_export_forward_backward`` and ``aot_export_joint_with_descriptors``, in one process.
 
-Per model and exporter: gradients right (each parameter's gradient against eager's
+Per model and exporter: gradients right (each parameter's gradient against the reference's
 ``loss.backward()``, fp32, allclose 1e-5), mutable nodes in any graph, region HOP calls,
 kept composites in the forward (``linear``, ``layer_norm``, ``softmax``, ``gelu``,
 ``scaled_dot_product_attention``, ``group_norm`` nodes), eager's backward ops kept

@@ -1,4 +1,4 @@
-"""Joint (training) programs of the tests/models corpus against eager training steps.
+"""Joint (training) programs of the tests/models corpus against the reference's training steps.
 
 For every corpus model in train mode (dropout 0): ``export_joint`` with a loss over the
 model's first floating output (``mean(x.float() ** 2)``), ``verify_joint`` over 2 steps;

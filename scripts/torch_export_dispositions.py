@@ -28,7 +28,7 @@ OPEN = "open"
 STRICT_ONLY = "strict-only"
 
 _TO_FAMILY = ("op list of the functional IR, as in torch's own training-IR branch of the test (`_to_copy`, or no "
-              "node for a no-op `.to`; see docs/usage.md); the program was checked against eager")
+              "node for a no-op `.to`; see docs/usage.md); the program was checked against the reference")
 
 DISPOSITIONS: dict[str, tuple[str, str]] = {
     # graph text / node names

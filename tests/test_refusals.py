@@ -75,6 +75,6 @@ def test_write_to_a_view_whose_elements_overlap_is_refused_naming_the_line_and_t
 
 
 def test_the_out_of_place_form_the_refusal_names_exports_and_equals_eager():
-    from tests.support.oracle import export_checked
+    from tests.support.reference import export_checked
 
     export_checked(AbsOutOfPlaceOnOverlappingUnfold(), (-torch.ones(1, 5),))

@@ -19,7 +19,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("export", help="export MODULE:FACTORY and print the program")
     p.add_argument("factory", help=FACTORY_HELP)
     p.add_argument("--save", metavar="PATH", help="write the program with torch.export.save")
-    p.add_argument("--verify", action="store_true", help="replay against eager")
+    p.add_argument("--verify", action="store_true", help="replay against the reference")
     p.add_argument("--joint", action="store_true",
                    help="export one training step (forward, loss, backward): the model returns the loss first")
     p.add_argument("--optimizer", choices=("sgd", "adamw"),

@@ -1,4 +1,4 @@
-"""``predispatch-func verify MODULE:FACTORY [--program FILE.pt2]``: replay against eager."""
+"""``predispatch-func verify MODULE:FACTORY [--program FILE.pt2]``: replay against the reference."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .user_code import FACTORY_HELP, load_factory
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("verify", help="replay a program (or a fresh export) against eager")
+    p = subparsers.add_parser("verify", help="replay a program (or a fresh export) against the reference")
     p.add_argument("factory", help=FACTORY_HELP)
     p.add_argument("--program", metavar="PATH", help="a program saved with --save")
     add_post_dispatch_flag(p)

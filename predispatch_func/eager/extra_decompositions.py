@@ -7,7 +7,7 @@ allocates gradient buffers with ``new_empty_strided``; ``_index_put_impl``
 (the functional twin of what autograd's index backward writes with) has only
 a kernel that calls its in-place form back.
 Each is a one-line restatement in ops of Core ATen; the op_db coverage run
-checks each against eager.
+checks each against the reference.
 
 ``CORRECTED``: CPU flash attention's decomposition in torch returns the
 attention weights as its second output where the kernel returns the

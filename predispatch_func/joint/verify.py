@@ -1,4 +1,4 @@
-"""``verify_joint``: a joint program against eager training steps.
+"""``verify_joint``: a joint program against the reference's training steps.
 
 The contract checks of ``pf.check_contract`` (no mutable node in any graph, a signature
 that names the graph's outputs), then ``calls`` steps replayed side by side, each under

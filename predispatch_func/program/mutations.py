@@ -8,8 +8,6 @@ the user outputs. What it found is one frozen ``artifacts.Mutations``, written o
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,18 +17,19 @@ from ..artifacts import Inputs, InputSlot, Mutations, SlotKind
 from ..errors import Refusal, UnsupportedError
 from ..mode_capabilities import TracingMode
 from ..passes import node_meta
+from ..trace import environment
+from ..trace.environment import CallRecorders
 from .output_check import check_output_leaves
 
 
 class ModelCall:
     """``mod(*args, **kwargs)`` over traced inputs; sets :attr:`mutations` once."""
 
-    __slots__ = ("_mod", "_inputs", "_aliased", "_mutations", "_around")
+    __slots__ = ("_mod", "_inputs", "_aliased", "_mutations", "_recorders")
 
-    def __init__(self, mod: torch.nn.Module, inputs: Inputs, fake_inputs: list[Any],
-                 around: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext):
+    def __init__(self, mod: torch.nn.Module, inputs: Inputs, fake_inputs: list[Any], recorders: CallRecorders):
         self._mod = mod
-        self._around = around  # observers of the call (node metadata, preserved signatures)
+        self._recorders = recorders  # what later stages record around the call (node metadata, ...)
         self._inputs = inputs
         self._aliased = _inputs_sharing_memory(fake_inputs)
         self._mutations: Mutations | None = None
@@ -47,7 +46,7 @@ class ModelCall:
         constants = {s.target for s in slots[:n_state] if s.kind is SlotKind.CONSTANT}
         by_fqn |= {alias: by_fqn[target] for alias, target in self._inputs.aliases if target in constants}
         call_args, call_kwargs = tc.pytree.tree_unflatten(traced[n_state:], self._inputs.in_spec)
-        with tc.reparametrize(self._mod, by_fqn), self._around():
+        with environment.around_the_model_call(self._mod, by_fqn, self._recorders):
             out = node_meta.call_carrying_annotations(self._mod, call_args, call_kwargs)
             reassigned = _reassigned_state(self._mod, slots[:n_state], traced)
         check_output_leaves(self._mod, out)

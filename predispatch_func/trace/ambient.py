@@ -68,7 +68,7 @@ class AmbientModes:
 
 
     @contextlib.contextmanager
-    def for_eager(self) -> Iterator[None]:
+    def for_reference(self) -> Iterator[None]:
         """The modes the program holds as its outer regions, for running the model
         eagerly beside it (``pf.verify``)."""
         with contextlib.ExitStack() as stack:

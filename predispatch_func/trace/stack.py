@@ -29,12 +29,10 @@ from ..autograd_facts import may_carry_grad
 from ..errors import ExportError, user_source_line
 from ..mode_capabilities import TraceBody
 from ..op_schema import Match, functional_twin
-from . import refusals
+from . import environment, refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
-from .extensions import traced_extensions
-from .fast_paths import eager_fast_paths
 from .observers import (
     Bases,
     CopyTargetFlag,
@@ -49,7 +47,7 @@ from .observers import (
 )
 from .out_variants import COMPARISONS_IN_PLACE, RANDOM_FILLS, compare_in_place_keeping_grad, fill_randomly_keeping_grad
 from .saved_reads import SavedReads
-from .tensor_data import HiddenWrites, StorageAliases, TensorDataMode
+from .tensor_data import HiddenWrites, StorageAliases
 from .view_grad_modes import ViewGradModes
 
 _RESIZE_AS_ = torch.ops.aten.resize_as_.default
@@ -241,59 +239,26 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
     (default: theirs); tensors the body creates are fake in it too, also when there
     are no tensor inputs at all (a model without inputs or state). ``trace_body``
     traces the bodies of custom Functions and hooks met on the way (the driver's
-    pipeline, ``pipeline.TraceSettings.trace_body``).
+    pipeline, ``pipeline.TraceSettings.trace_body``). The managers around the trace
+    are environment.py's layers.
     """
-    state: dict[str, Any] = {}
-
-    copy_target = CopyTarget()
-    autocast_cache = torch.is_autocast_cache_enabled()  # the caller's, as eager would use
-
     ambient = AmbientModes.of_caller()
     if not pre_dispatch:  # after autograd there are no grad regions: values do not depend on it
         ambient = dataclasses.replace(ambient, grad_enabled=True, inference=False)
-
-    def traced(*flat):
-        mode = PolicyFunctionalMode(policy, pre_dispatch=pre_dispatch, copy_target=copy_target)
-        state["mode"] = mode
-        with mode:
-            wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
-        mode.add_graph_inputs(wrapped)
-        with mode, torch.enable_grad(), tc.autocast_cache_as(autocast_cache), \
-                traced_extensions(trace_body, pre_dispatch=pre_dispatch):
-            # the caller's modes: outer regions
-            with ambient.entered(), eager_fast_paths(), TensorDataMode(mode.storage_aliases, mode.hidden_writes), \
-                    tc.rng_reseeds_routed(mode.draws_after_reseed.note), tc.cuda_autocast_kept_without_gpu(), \
-                    tc.cuda_sdpa_choice_without_gpu(), \
-                    tc.functional_tensor_detach_without_mode():
-                outs = body(wrapped, mode)
-                mode.metadata_writes.refuse_symbolic()
-                mode.draws_after_reseed.refuse_left_changed()
-                mode.view_modes.rebuild_stale(tc.pytree.tree_leaves(outs))
-            refusals.leaked_autocast()
-            state["grad_enabled_on_return"] = torch.is_grad_enabled()
-        return tuple(tc.inner_of_functional(o) for o in outs)
-
+    traced = _TracedFunction(body, policy, pre_dispatch=pre_dispatch, ambient=ambient, trace_body=trace_body)
     fake_mode = fake_mode or tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
-    tracer = tc.make_fx(traced, decomposition_table={**copy_decompositions(copy_target), **(decompositions or {})},
+    tracer = tc.make_fx(traced, decomposition_table={**copy_decompositions(traced.copy_target),
+                                                     **(decompositions or {})},
                         tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
     try:
-        # the direct recorder before node_values_unsnapshotted, whose write guard must see every call
-        # (test_torch_drift.py: test_a_tensor_written_after_its_node_is_recorded_gets_torchs_copy_first)
-        with ambient.neutral(), tc.exporting_state(), tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules(), \
-                tc.tensor_metadata_recorded_through(tc.static_tensor_metadata), \
-                tc.op_calls_recorded_through(tc.record_op_call), tc.node_values_unsnapshotted(), \
-                (fake_mode if fake_mode is not None else contextlib.nullcontext()):
+        with environment.around_the_tracer(ambient, fake_mode):
             gm = tracer(*flat_inputs)
-        hidden = state["mode"].hidden_writes
-        return Trace(gm, state["mode"].identity.edges, state["grad_enabled_on_return"],
-                     hidden.hidden_only_inputs() if hidden is not None else frozenset(), ambient,
-                     tuple(state["mode"].identity.grad_free_writes))
+        return traced.findings(gm)
     except ExportError:
         raise
     except Exception as exc:  # enrich with the op and the user's line
-        mode = state.get("mode")
-        op = mode.failed_op if mode is not None else None
+        op = traced.mode.failed_op if traced.mode is not None else None
         source = user_source_line(exc.__traceback__)
         refusal = refusals.known_torch_limit(exc, op, source)
         if refusal is not None:
@@ -301,3 +266,49 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
         if isinstance(exc, tc.GuardOnDataDependentSymNode):
             raise refusals.data_dependent_branch(exc, op, source) from exc
         raise ExportError.wrapping(exc, op=op, source=source) from exc
+
+
+class _TracedFunction:
+    """The function ``make_fx`` traces: the inputs wrapped, ``body`` run inside the trace's
+    environment, the checks that follow it. It keeps the mode it made and the grad mode the
+    body left, each set once, for :meth:`findings`."""
+
+    __slots__ = ("_body", "_policy", "_pre_dispatch", "_ambient", "_trace_body", "_autocast_cache",
+                 "copy_target", "mode", "grad_enabled_on_return")
+
+    def __init__(self, body: Body, policy: CompositePolicy, *, pre_dispatch: bool, ambient: AmbientModes,
+                 trace_body: TraceBody):
+        self._body, self._policy, self._pre_dispatch = body, policy, pre_dispatch
+        self._ambient, self._trace_body = ambient, trace_body
+        self._autocast_cache = torch.is_autocast_cache_enabled()  # the caller's, as eager would use
+        self.copy_target = CopyTarget()
+        self.mode: PolicyFunctionalMode | None = None
+        self.grad_enabled_on_return: bool | None = None
+
+    def __call__(self, *flat: Any) -> tuple[Any, ...]:
+        assert self.mode is None, "one trace per traced function"
+        mode = self.mode = PolicyFunctionalMode(self._policy, pre_dispatch=self._pre_dispatch,
+                                                copy_target=self.copy_target)
+        with mode:
+            wrapped = [tc.to_functional(t) if isinstance(t, torch.Tensor) else t for t in flat]
+        mode.add_graph_inputs(wrapped)
+        with environment.inside_the_traced_function(mode, autocast_cache=self._autocast_cache,
+                                                    trace_body=self._trace_body, pre_dispatch=self._pre_dispatch):
+            with environment.around_the_body(self._ambient, mode.storage_aliases, mode.hidden_writes,
+                                             on_reseed=mode.draws_after_reseed.note):
+                outs = self._body(wrapped, mode)
+                mode.metadata_writes.refuse_symbolic()
+                mode.draws_after_reseed.refuse_left_changed()
+                mode.view_modes.rebuild_stale(tc.pytree.tree_leaves(outs))
+            refusals.leaked_autocast()
+            self.grad_enabled_on_return = torch.is_grad_enabled()
+        return tuple(tc.inner_of_functional(o) for o in outs)
+
+    def findings(self, gm: torch.fx.GraphModule) -> Trace:
+        """What the trace learned, once ``make_fx`` has returned ``gm``."""
+        mode, grad_enabled_on_return = self.mode, self.grad_enabled_on_return
+        assert mode is not None and grad_enabled_on_return is not None, "the function has not been traced"
+        hidden = mode.hidden_writes
+        return Trace(gm, mode.identity.edges, grad_enabled_on_return,
+                     hidden.hidden_only_inputs() if hidden is not None else frozenset(), self._ambient,
+                     tuple(mode.identity.grad_free_writes))

@@ -17,7 +17,7 @@ from predispatch_func.schema_audit.checker import run_sample
 from predispatch_func.schema_audit.sample_sources import samples_for
 from predispatch_func.schema_audit.table import load
 from predispatch_func.trace.composite_policy import HONEST_TWINS
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 from tests.support.torch_release import torch_limit
 
 TABLE = load()
@@ -109,7 +109,7 @@ TORCH_BLOCKS = {
     "aten.to_sparse.sparse_dim": (UnsupportedError, "it returns a COO input itself; the write to that "
                                   "sparse result is refused (Refusal.WRITE_TO_SPARSE), not dropped"),
     "aten.to_sparse_bsr.default": (NotImplementedError, "it lies only on a BSR input, which torch cannot "
-                                   "deep-copy (the oracle copies the inputs: 'Cannot access storage of "
+                                   "deep-copy (the reference replay copies the inputs: 'Cannot access storage of "
                                    "SparseCsrTensorImpl'), as to_sparse_csc below"),
     "aten.to_sparse_bsc.default": (NotImplementedError, "it lies only on a BSC input, which torch cannot "
                                    "deep-copy, as to_sparse_bsr"),
@@ -117,7 +117,7 @@ TORCH_BLOCKS = {
                                    "2.13's functionalization cannot wrap ('Sparse CSR tensors do not "
                                    "have strides'); export names the op"),
     "aten.to_sparse_csc.default": (NotImplementedError, "it lies only on a sparse CSC input, which "
-                                   "torch 2.13 cannot deep-copy (the oracle copies the inputs: 'Cannot "
+                                   "torch 2.13 cannot deep-copy (the reference replay copies the inputs: 'Cannot "
                                    "access storage of SparseCsrTensorImpl'); its CSR twin above exports "
                                    "to a clear error"),
     "aten.gather_backward.default": (UnsupportedError, "its sparse_grad=True result's values view "

@@ -15,7 +15,7 @@ from predispatch_func.schema_audit.runner import audit_many, audit_op, overloads
 from predispatch_func.schema_audit.tagger import DECOMPOSE, KEEP, LIES, apply_overrides, tag
 from predispatch_func.torch_support import SUPPORTED_TORCH_RELEASES
 from tests.support import custom_ops_for_audit  # noqa: F401  (registers the auditdemo namespace)
-from tests.support.oracle import export_checked, graph_code
+from tests.support.reference import export_checked, graph_code
 from tests.support.torch_release import torch_release
 
 A = torch.ops.aten

@@ -12,7 +12,7 @@ from predispatch_func.artifacts import program_facts
 from predispatch_func.schema_audit import table as audit_table
 from predispatch_func.schema_audit.lazy import AtenEntries
 from predispatch_func.torch_support import SUPPORTED_TORCH_RELEASES
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 @pytest.mark.parametrize("release", SUPPORTED_TORCH_RELEASES)

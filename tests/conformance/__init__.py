@@ -14,7 +14,7 @@ module turns one database into named cases:
 A case name is ``suite/entry/variant/index`` and is all a worker process needs
 to rebuild the case (``build``): samples are drawn under a seed derived from the
 name, so every run sees the same tensors. ``judge.judge`` exports a case with
-ours or with ``torch.export.export`` and replays it against eager.
+ours or with ``torch.export.export`` and replays it against the reference.
 """
 
 from __future__ import annotations

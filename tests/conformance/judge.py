@@ -1,6 +1,6 @@
 """Export one case with ours or with ``torch.export.export`` and judge the result.
 
-Both exporters are judged by the same replay (``pf.replay_against_eager``:
+Both exporters are judged by the same replay (``pf.replay_against_reference``:
 outputs, written-back inputs, buffers and parameters, each output's
 ``requires_grad``, gradients, under one RNG seed), and both must leave the
 caller's model, inputs and RNG state as they were. Our program must also keep
@@ -127,7 +127,7 @@ def _replay(case: Case, ep: torch.export.ExportedProgram, exporter: str) -> list
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = copy.deepcopy(ep).module()
-    return pf.replay_against_eager(program, case.model, case.args, case.kwargs, **opts).problems
+    return pf.replay_against_reference(program, case.model, case.args, case.kwargs, **opts).problems
 
 
 def judge_case(case: Case, exporter: str) -> Outcome:

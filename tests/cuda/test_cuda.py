@@ -2,7 +2,7 @@
 statistics, sdpa's flash and memory-efficient kernels with their own backward ops, dropout
 drawing from the Philox generator, autocast's CUDA op policy in bfloat16 and float16.
 
-Each model is exported with CUDA weights and inputs and replayed against eager on the GPU
+Each model is exported with CUDA weights and inputs and replayed against the reference on the GPU
 (outputs, written-back buffers and inputs, gradients) by ``pf.verify``; the corpus runs in
 fp32 and under ``autocast("cuda", bfloat16)``. Without a GPU every test here is skipped (CI
 has none); they run on the GPU machine (``docs/runs/gpu-torch-2.11.md``).
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import predispatch_func as pf
 from tests.models.corpus import CASES, build
-from tests.support.oracle import call_targets
+from tests.support.reference import call_targets
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -33,7 +33,7 @@ def _on_cuda(value):
 
 def export_verified_on_cuda(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                             tolerance: dict | None = None, **export_kwargs) -> torch.export.ExportedProgram:
-    """Export and verify against eager on the GPU; exporting leaves the model, the inputs and
+    """Export and verify against the reference on the GPU; exporting leaves the model, the inputs and
     both RNG states (CPU and CUDA) as they were."""
     kwargs = kwargs or {}
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -1,7 +1,7 @@
 """Regressions found by the conformance runner (scripts/conformance.py).
 
 Each case is judged as the runner judges it (``conformance.judge.judge_case``):
-exported with ours, contract-checked, replayed against eager with gradients
+exported with ours, contract-checked, replayed against the reference with gradients
 (an input written in place is passed as a leaf's ``clone()``, as eager
 allows), and the caller's model, inputs and RNG state must be unchanged.
 """
@@ -582,7 +582,7 @@ def test_out_variant_that_writes_other_arguments_too(name, pre_dispatch):
     fn, tensors = _OUTS_WRITING_OTHERS[name]
     if pre_dispatch:
         assert_ok(Calls(fn), tuple(t.clone() for t in tensors))
-    else:  # the judge exports at pre-dispatch; after autograd, through pf.verify's oracle
+    else:  # the judge exports at pre-dispatch; after autograd, through pf.verify's reference replay
         ep = pf.export(Calls(fn), tuple(t.clone() for t in tensors), pre_dispatch=False)
         pf.verify(ep, Calls(fn), tuple(t.clone() for t in tensors), nonleaf_inputs=True, raise_on_failure=True)
 
@@ -699,5 +699,5 @@ def test_reseed_before_a_random_op_that_draws_nothing_exports(model_cls, shape):
 @pytest.mark.parametrize("fn", [lambda x: x.to_sparse(), lambda x: x.to_sparse(1)], ids=["default", "sparse_dim"])
 def test_sparse_result_exports_and_replays(fn):
     """The trace-time composite guard read the storage of a sparse result (crashed), and
-    the oracle compared sparse outputs with allclose (raised for both exporters)."""
+    the reference replay compared sparse outputs with allclose (raised for both exporters)."""
     assert_ok(Calls(fn), (torch.randn(3, 4),))

@@ -8,7 +8,7 @@ import unittest
 
 import predispatch_func as pf
 from tests.models.corpus import build
-from tests.support.oracle import call_targets, export_checked
+from tests.support.reference import call_targets, export_checked
 
 
 def bert():

@@ -70,7 +70,7 @@ def eager_backward_runs(program: Program) -> bool:
 
 
 def check_program(program: Program) -> torch.export.ExportedProgram:
-    """Export ``program`` and replay it against eager; raise on any difference."""
+    """Export ``program`` and replay it against the reference; raise on any difference."""
     model, args = program.build()
     check_grads = eager_backward_runs(program)
     args_before = copy.deepcopy(args)

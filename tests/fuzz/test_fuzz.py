@@ -1,4 +1,4 @@
-"""Differential fuzzing against eager (tests/fuzz): a bounded deterministic run in
+"""Differential fuzzing against the reference (tests/fuzz): a bounded deterministic run in
 the default suite, a longer one under the ``fuzz_long`` marker.
 
 A failure prints the shrunk program as the source of an ``nn.Module`` with its

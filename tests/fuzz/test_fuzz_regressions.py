@@ -2,7 +2,7 @@
 
 Each module is the shrunk program the fuzzer printed, trimmed by hand to the
 lines that matter; every test exports, checks the contract and replays
-against eager (outputs, written-back inputs and buffers, gradients).
+against the reference (outputs, written-back inputs and buffers, gradients).
 """
 
 import pytest
@@ -11,7 +11,7 @@ from expecttest import TestCase
 
 import predispatch_func as pf
 from tests.support.expect_refusal import refused
-from tests.support.oracle import export_checked, graph_code, replay_calls
+from tests.support.reference import export_checked, graph_code, replay_calls
 from tests.support.torch_release import torch_limit
 
 

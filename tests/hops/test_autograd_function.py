@@ -1,6 +1,6 @@
 """Custom ``torch.autograd.Function``: the program keeps the user's backward.
 
-Each case is exported, contract-checked and replayed against eager with
+Each case is exported, contract-checked and replayed against the reference with
 gradients (``export_checked``); a Function whose backward differs from
 autograd of its forward makes a dropped backward visible as a gradient
 difference.
@@ -15,8 +15,8 @@ from expecttest import TestCase
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
 from predispatch_func.trace.extensions.autograd_function import pf_autograd_function
-from predispatch_func.verify import replay_against_eager
-from tests.support.oracle import call_targets, export_checked, graph_code
+from predispatch_func.verify import replay_against_reference
+from tests.support.reference import call_targets, export_checked, graph_code
 
 
 def hop_calls(ep):
@@ -290,7 +290,7 @@ def forward(self, arg0_1):
                     again = take_further(ep, args)
                     self.assertEqual(len(hop_calls(again)), 1)
                     # torch.export.export's training IR keeps in-place ops: replay only
-                    replay = replay_against_eager(copy.deepcopy(again.module()), model, args)
+                    replay = replay_against_reference(copy.deepcopy(again.module()), model, args)
                     self.assertEqual(replay.problems, [])
                     if how != "torch.export.export":
                         pf.verify(again, model, args, raise_on_failure=True)

@@ -10,7 +10,7 @@ import torch
 from expecttest import TestCase
 
 import predispatch_func as pf
-from tests.support.oracle import export_checked, graph_code
+from tests.support.reference import export_checked, graph_code
 
 
 class InferenceModeFeature(torch.nn.Module):

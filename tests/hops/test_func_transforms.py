@@ -1,7 +1,7 @@
 """``torch.func`` transforms inside forward (``torch.vmap``, ``grad``, ``vjp``, ``jvp``,
 ``jacrev``, ``jacfwd``, ``hessian``; ``create_block_mask`` calls vmap): traced below
 autograd for the length of each transform (trace/extensions/func_transforms.py), each program
-replayed against eager over calls, with gradients through the transform.
+replayed against the reference over calls, with gradients through the transform.
 """
 
 import pytest
@@ -11,7 +11,7 @@ from torch import nn
 
 import predispatch_func as pf
 from tests.support.expect_refusal import refused
-from tests.support.oracle import export_checked, graph_code, replay_calls
+from tests.support.reference import export_checked, graph_code, replay_calls
 from tests.support.torch_release import torch_limit
 
 # torch 2.11 fails vmap inside a HOP body with an internal assert ("!dynamicLayerStack.empty()

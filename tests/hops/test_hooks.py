@@ -9,7 +9,7 @@ import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
 from predispatch_func.trace.extensions.autograd_function import pf_autograd_function
 from predispatch_func.trace.extensions.hooks import pf_require_grad
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 def targets(ep):
@@ -170,7 +170,7 @@ class HooksTest(TestCase):
         so only the calls are checked there)."""
         import copy
 
-        from predispatch_func.verify import replay_against_eager
+        from predispatch_func.verify import replay_against_reference
 
         for model, target in ((HookOnIntermediateSeesWholeGradient(), pf_autograd_function),
                               (RequiresGradOnDetached(), pf_require_grad)):
@@ -178,5 +178,5 @@ class HooksTest(TestCase):
             with self.subTest(model=type(model).__name__):
                 again = torch.export.export(ep.module(), (self.x,))
                 self.assertIn(target, targets(again))
-                self.assertEqual(replay_against_eager(copy.deepcopy(again.module()), model, (self.x,)).problems, [])
+                self.assertEqual(replay_against_reference(copy.deepcopy(again.module()), model, (self.x,)).problems, [])
                 self.assertIn(target, targets(ep.run_decompositions()))

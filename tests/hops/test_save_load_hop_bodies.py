@@ -11,7 +11,7 @@ from torch._higher_order_ops.scan import scan
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 class Block(torch.nn.Module):

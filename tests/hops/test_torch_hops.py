@@ -1,6 +1,6 @@
 """torch's higher-order ops in the IR: each stays one HOP call whose bodies obey the
 contract (no mutable node, regions outlined inside), nested with our regions in
-both directions, replayed against eager with gradients (``export_checked``)."""
+both directions, replayed against the reference with gradients (``export_checked``)."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ from expecttest import TestCase
 
 import predispatch_func as pf
 from predispatch_func.errors import UnsupportedError
-from tests.support.oracle import export_checked, graph_code
+from tests.support.reference import export_checked, graph_code
 from tests.support.torch_release import torch_limit
 
 # torch 2.11 and 2.12's invoke_subgraph asserts "fake_mode should be enabled for HOPs" when

@@ -1,1 +1,1 @@
-"""Training graphs (predispatch_func/joint/): joint programs replayed against eager steps."""
+"""Training graphs (predispatch_func/joint/): joint programs replayed against the reference's steps."""

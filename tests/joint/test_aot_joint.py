@@ -1,4 +1,4 @@
-"""pf.aot_export_module(trace_joint=True): torch's joint calling convention, replayed against eager."""
+"""pf.aot_export_module(trace_joint=True): torch's joint calling convention, replayed against the reference."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""export_joint: one functional program for forward, loss and backward, replayed against eager steps."""
+"""export_joint: one functional program for forward, loss and backward, replayed against the reference's steps."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch.export.graph_signature import OutputKind
 
 import predispatch_func as pf
 from tests.joint.cases import CASES, REGION_CASES, case_params
-from tests.joint.oracle import export_joint_checked, forward_targets, region_calls
+from tests.joint.reference import export_joint_checked, forward_targets, region_calls
 from tests.support.fresh_process import run_in_fresh_process
 from tests.support.torch_release import torch_release
 

@@ -13,7 +13,7 @@ import torch
 
 import predispatch_func as pf
 from scripts.joint_corpus import first_float_loss
-from tests.joint.oracle import export_joint_checked
+from tests.joint.reference import export_joint_checked
 from tests.models.corpus import CASES, build
 
 pytestmark = pytest.mark.models

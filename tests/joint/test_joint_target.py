@@ -8,7 +8,7 @@ import pytest
 
 import predispatch_func as pf
 from tests.joint.cases import CASES, case_params
-from tests.joint.oracle import export_joint_checked
+from tests.joint.reference import export_joint_checked
 
 # The forward program of these already differs from eager under target=core_aten (pf.export +
 # pf.verify, on main): a lerp_ under no_grad writes another EMA value; bf16 autocast blocks

@@ -3,7 +3,7 @@
 Every case is a :class:`Case`: a name and a factory returning
 ``(model, args, kwargs)`` with random weights and small synthetic inputs.
 Nothing is downloaded (configs are built in code, ``HF_HUB_OFFLINE=1``).
-Dropout is 0 everywhere, so train mode replays exactly against eager.
+Dropout is 0 everywhere, so train mode replays exactly against the reference.
 """
 
 from __future__ import annotations

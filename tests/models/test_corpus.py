@@ -1,4 +1,4 @@
-"""Every corpus model exports, satisfies the contract and replays against eager.
+"""Every corpus model exports, satisfies the contract and replays against the reference.
 
 ``export_checked`` compares outputs, buffers (BatchNorm running stats in train
 mode) and gradients of a loss over the outputs, and proves that exporting left
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.models.corpus import CASES, build
-from tests.support.oracle import export_checked, on_export_branch
+from tests.support.reference import export_checked, on_export_branch
 
 _QUICK = [name for name, case in CASES.items() if case.quick]
 
@@ -53,8 +53,8 @@ _BF16 = {"rtol": 2e-2, "atol": 2e-2}
 def _check_bf16(name: str, train: bool, tolerance: dict | None = _BF16, on_branch: bool = False) -> None:
     model, args, kwargs = build(name, train=train)
     wrapped = UnderCpuAutocast(model)
-    eager = on_export_branch(wrapped) if on_branch else None
-    ep = export_checked(wrapped, args, kwargs, tolerance=tolerance, eager=eager)
+    reference = on_export_branch(wrapped) if on_branch else None
+    ep = export_checked(wrapped, args, kwargs, tolerance=tolerance, reference=reference)
     assert any("pf_autocast_region" in str(n.target) for n in ep.graph.nodes), name
 
 

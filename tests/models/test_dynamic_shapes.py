@@ -1,7 +1,7 @@
 """Dynamic batch and sequence on decoder LLMs: one program, correct at other sizes.
 
 The program is exported once with ``torch.export.Dim`` for batch and sequence,
-then replayed against eager (outputs and gradients) at sizes it was not
+then replayed against the reference (outputs and gradients) at sizes it was not
 traced with. Toy modules pin down the Dim semantics: shared names are one
 symbol, declared ranges become ``range_constraints`` and runtime guards, and a
 model that specialises a declared dim is refused.
@@ -14,7 +14,7 @@ from torch.export import Dim
 import predispatch_func as pf
 from tests.models.corpus import CASES, _ids, build
 from tests.support.expect_refusal import refused
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 _LLMS = [name for name, case in CASES.items() if case.decoder_llm]
 _OTHER_SIZES = [(3, 5), (1, 16)]

@@ -1,6 +1,6 @@
 """Our programs in torch's and downstream tools: save/load, core ATen, ExecuTorch, region inlining.
 
-Each converted program is replayed against eager (outputs, buffers, gradients),
+Each converted program is replayed against the reference (outputs, buffers, gradients),
 not just loaded: a consumer that reads it wrong must fail here.
 """
 
@@ -13,7 +13,7 @@ import predispatch_func as pf
 from predispatch_func.interop import inline_regions
 from tests.models.corpus import CASES, build
 from tests.support.expect_refusal import refused
-from tests.support.oracle import export_checked, graph_code
+from tests.support.reference import export_checked, graph_code
 from tests.support.torch_release import torch_limit
 
 # small_cnn in train mode writes BatchNorm buffers; llama has a no_grad region (rotary).

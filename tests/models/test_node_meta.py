@@ -15,7 +15,7 @@ import torch
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
 from tests.models.corpus import CASES, build
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 KEYS = ("nn_module_stack", "torch_fn", "stack_trace", "source_fn_stack")
 

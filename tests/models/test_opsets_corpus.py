@@ -1,7 +1,7 @@
 """Every corpus model exported to Core ATen plus a backend's five composites.
 
 Each program is checked for membership (every graph), for keeping the
-default program's regions, and replayed against eager with gradients, in
+default program's regions, and replayed against the reference with gradients, in
 eval and train mode. Where torch has no ATen decomposition for an op a model
 needs, the export is refused naming exactly those ops, and succeeds once the
 target holds them. The quick model runs in the default suite.
@@ -13,7 +13,7 @@ import torch
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
 from tests.models.corpus import CASES, build
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 from tests.support.torch_release import torch_release
 
 BACKEND = pf.OpSet.core_aten() | pf.OpSet.from_names(

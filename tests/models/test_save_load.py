@@ -15,7 +15,7 @@ from torch._export.serde.serialize import SerializeError
 import predispatch_func as pf
 from tests.models.corpus import CASES, build
 from tests.support.hop_db_cases import exportdb_cases, hop_db_cases, skip_unless_eager_runs
-from tests.support.oracle import export_checked, replay_calls
+from tests.support.reference import export_checked, replay_calls
 from tests.support.torch_release import torch_limit
 
 HOP_CASES = {name: (model, args, skip) for name, model, args, skip in [*hop_db_cases(1), *exportdb_cases()]}

@@ -1,4 +1,4 @@
-"""One zoo model through both exporters, judged by the same oracle.
+"""One zoo model through both exporters, judged by the same replay against the reference.
 
 :func:`run_one` builds the model, exports it with ours and with
 ``torch.export.export`` (CPU time of each export), replays each program against
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 import predispatch_func as pf
-from tests.support.oracle import replay_calls
+from tests.support.reference import replay_calls
 
 from .zoo import ZooModel
 

@@ -1,6 +1,6 @@
 """Backend op sets: ``OpSet`` and ``export(..., target=)``.
 
-Every exported program is replayed against eager (outputs, written-back
+Every exported program is replayed against the reference (outputs, written-back
 buffers, gradients) and checked for membership in its target, in every graph.
 """
 
@@ -12,7 +12,7 @@ import torch
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
-from tests.support.oracle import call_targets, export_checked, graph_code
+from tests.support.reference import call_targets, export_checked, graph_code
 
 aten = torch.ops.aten
 BACKEND = pf.OpSet.core_aten() | pf.OpSet.from_names(

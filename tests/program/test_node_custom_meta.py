@@ -6,7 +6,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 
 from predispatch_func.graphs import all_graph_modules
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 class AnnotatedWithRegion(torch.nn.Module):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 class LinearRelu(torch.nn.Module):

@@ -1,6 +1,6 @@
 """``pf.export`` where ``torch.export.export`` stood: its arguments, its dynamic-shape forms,
 and the error classes a pipeline written for it catches. Every program is replayed
-against eager, at the example sizes and at others the trace never saw."""
+against the reference, at the example sizes and at others the trace never saw."""
 
 import dataclasses
 import inspect
@@ -14,7 +14,7 @@ from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 def test_takes_every_argument_torch_export_takes():

@@ -1,6 +1,6 @@
 """Errors of ``pf.export`` where ``torch.export.export`` raises: the same class (or a subclass) and
 torch.export's phrase, which users and their tests match, with our own words after it. Every
-program that is exported is replayed against eager."""
+program that is exported is replayed against the reference."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ from torch._dynamo.exc import UserError
 from torch.export import AdditionalInputs, Dim, ShapesCollection
 
 import predispatch_func as pf
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 SPECIALISED = ("but your code specialized it to be a constant ({n}){place}. If you're using Dim.DYNAMIC, "
                "replace it with either Dim.STATIC or Dim.AUTO")
@@ -452,7 +452,7 @@ def test_a_missing_attribute_of_a_plain_tensor_stays_torch_s_error():
 
 
 def test_ops_on_a_subclass_parameter_are_still_traced():
-    """The neighbour that works: no subclass API, only ops (replayed against eager)."""
+    """The neighbour that works: no subclass API, only ops (replayed against the reference)."""
     class Ops(SubclassMethodOfAResult):
         def forward(self, x):
             return x + (2 * self.param).sum()

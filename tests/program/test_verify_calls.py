@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import predispatch_func as pf
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 class OneTimeRescale(torch.nn.Module):
@@ -105,3 +105,18 @@ def test_transformers_rwkv_rescaling_once_is_refused_or_right_over_three_calls()
         ep = pf.export(model, (ids,), python_state="warn")
     report = pf.verify(ep, model, (ids,), calls=3)
     assert not report.ok and report.problems[0].startswith("call 2:"), report
+
+
+def test_the_old_names_of_the_reference_replay_still_work():
+    # issue 40 renamed the judge "the reference"; pf.replay_against_eager and tests.support.reference stay
+    import copy
+
+    import tests.support.reference
+
+    assert tests.support.reference is tests.support.reference
+    model, x = torch.nn.Linear(3, 3), torch.randn(2, 3)
+    ep = export_checked(model, (x,))
+    old = pf.replay_against_eager(copy.deepcopy(ep.module()), model, (x,))
+    new = pf.replay_against_reference(copy.deepcopy(ep.module()), model, (x,))
+    assert old.problems == new.problems == []
+    assert old.checked == new.checked and new.checked

@@ -1,7 +1,7 @@
 """Export called under the caller's ``no_grad`` / ``inference_mode`` / ``autocast``.
 
 The program is what the model does under that mode (its whole forward is an
-outer region), so it is replayed against eager *under the mode*, and must
+outer region), so it is replayed against the reference *under the mode*, and must
 give the same whether the program itself is called inside or outside it.
 """
 
@@ -14,7 +14,7 @@ from torch import nn
 
 import predispatch_func as pf
 from predispatch_func.verify import check_contract
-from tests.support.oracle import _assert_same, _fresh
+from tests.support.reference import _assert_same, _fresh
 
 MODES = {
     "no_grad": torch.no_grad,

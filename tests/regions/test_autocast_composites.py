@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.support.oracle import export_checked, on_export_branch
+from tests.support.reference import export_checked, on_export_branch
 
 
 def _weights(*shapes):
@@ -105,7 +105,7 @@ def test_model_branching_on_is_exporting_equals_eager_down_that_branch():
     """The program is the model's export branch: bf16 gradients through the repeated heads
     equal eager's down that branch at fp32 tolerance (llama, qwen2, mixtral under autocast)."""
     model, args = _grouped_attention_case()
-    export_checked(model, args, eager=on_export_branch(model))
+    export_checked(model, args, reference=on_export_branch(model))
 
 
 @pytest.mark.xfail(strict=True, reason=(

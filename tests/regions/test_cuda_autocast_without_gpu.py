@@ -11,7 +11,7 @@ import torch
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from tests.support.fresh_process import run_in_fresh_process
-from tests.support.oracle import call_targets, export_checked
+from tests.support.reference import call_targets, export_checked
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the case of a host without a GPU")
 

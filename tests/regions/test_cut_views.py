@@ -10,7 +10,7 @@ on the issue's repro).
 The class is generated: every view op x every consumer, each under a region kind and
 after a write kind chosen by rotation (so every pair, region and write is met), and
 view x consumer x region kind under the ``exhaustive`` marker (2,560 cases, about 7 minutes). Each program is exported and replayed
-against eager with gradients of parameters and inputs.
+against the reference with gradients of parameters and inputs.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import itertools
 import pytest
 import torch
 
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 # a view of the written (4, 4) tensor ``h``, as users write it; each gives a 2-D result
 VIEWS = {

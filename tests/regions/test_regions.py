@@ -1,7 +1,7 @@
 """Grad-mode and autocast regions: every form, and every trap where a region can lose a gradient.
 
 Each case snapshots the top graph and every region body and replays the
-program against eager (outputs, written-back mutations, gradients, grad mode
+program against the reference (outputs, written-back mutations, gradients, grad mode
 after the call) through ``export_checked``.
 """
 
@@ -14,7 +14,7 @@ from expecttest import TestCase
 import predispatch_func as pf
 from predispatch_func.regions.ops import REGION_HOPS
 from tests.support.expect_refusal import refused
-from tests.support.oracle import export_checked, graph_code
+from tests.support.reference import export_checked, graph_code
 
 
 def region_nodes(ep):

@@ -2,7 +2,7 @@
 
 Such a write cannot carry anything from one call to the next, so the judge runs
 two live calls and no replica (:mod:`predispatch_func.state.access_order`).
-Each carried case is replayed against eager over three calls; each read the
+Each carried case is replayed against the reference over three calls; each read the
 hooks could miss (``vars(self)``, ``getattr``, ``__dict__``) is shown to fall
 back to the full judge, which refuses the stale value.
 """
@@ -15,7 +15,7 @@ from torch import nn
 
 import predispatch_func as pf
 from predispatch_func.state.access_order import AccessOrder
-from tests.support.oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
+from tests.support.reference import assert_same_caller_state, caller_state, export_checked, replay_calls
 
 _HOOKS = ("__getattribute__", "__setattr__", "__delattr__")
 

@@ -9,7 +9,7 @@ import torch
 from torch.export import unflatten
 from torch.export.graph_signature import InputKind
 
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 class Inner(torch.nn.Module):

@@ -6,7 +6,7 @@ from expecttest import TestCase
 
 import predispatch_func as pf
 from tests.support.cases_core import build
-from tests.support.oracle import call_targets, export_case, graph_code, mutations
+from tests.support.reference import call_targets, export_case, graph_code, mutations
 
 _BN_BUFFERS = ["running_mean", "running_var", "num_batches_tracked"]
 

@@ -2,7 +2,7 @@
 
 One tiny module per kind of write the world's models make (timm's and transformers'
 memo caches, flags and hooks set up on the first call, values recomputed and stored
-each call), each exported by default and replayed against eager over three calls;
+each call), each exported by default and replayed against the reference over three calls;
 and the writes that make a later call differ (a counter, a log, a stale cache, a
 one-time change of the weights), each refused naming the attribute and its line.
 The real models these come from are at the end.
@@ -18,7 +18,7 @@ from torch import nn
 
 import predispatch_func as pf
 from predispatch_func.errors import Refusal, UnsupportedError
-from tests.support.oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
+from tests.support.reference import assert_same_caller_state, caller_state, export_checked, replay_calls
 
 
 def _line(code: str) -> str:

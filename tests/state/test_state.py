@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import predispatch_func as pf
-from tests.support.oracle import assert_same_caller_state, caller_state, export_checked, replay_calls
+from tests.support.reference import assert_same_caller_state, caller_state, export_checked, replay_calls
 from tests.support.torch_release import torch_limit
 
 

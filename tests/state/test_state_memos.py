@@ -14,7 +14,7 @@ from torch import nn
 import predispatch_func.state.state_guard as state_guard
 from predispatch_func.errors import Refusal, UnsupportedError
 from tests.state.test_python_state import AttentionBiasCacheByDevice, _exports_and_equals_eager_over_three_calls
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 @pytest.fixture

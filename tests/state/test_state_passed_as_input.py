@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import predispatch_func as pf
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 class ReadsItsWeightAndAnInput(torch.nn.Module):
@@ -30,7 +30,7 @@ def test_state_passed_as_an_input_is_read_through_its_own_placeholder(which):
     torch.manual_seed(0)
     model, x = ReadsItsWeightAndAnInput(), torch.randn(3, 4)
     state = getattr(model, which)
-    ep = export_checked(model, (x, state))  # replayed against eager, gradients included
+    ep = export_checked(model, (x, state))  # replayed against the reference, gradients included
     other = torch.randn_like(state)
     torch.testing.assert_close(ep.module()(x, other), model(x, other))
     reads = {str(a) for n in ep.graph.nodes if n.op == "call_function" for a in n.args}

@@ -13,7 +13,7 @@ from torch import nn
 
 import predispatch_func as pf
 from tests.support.expect_refusal import refused
-from tests.support.oracle import assert_same_caller_state, caller_state
+from tests.support.reference import assert_same_caller_state, caller_state
 
 
 class SetForm(nn.Module):

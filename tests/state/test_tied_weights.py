@@ -9,7 +9,7 @@ import io
 import torch
 
 import predispatch_func as pf
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 from tests.support.torch_release import torch_limit
 
 

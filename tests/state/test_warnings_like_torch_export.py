@@ -18,7 +18,7 @@ import torch._export.config as export_config
 
 import predispatch_func as pf
 from predispatch_func.errors import Refusal, UnsupportedError
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 _ASSIGNED = "The tensor attribute self.{} was assigned during export"
 

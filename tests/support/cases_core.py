@@ -2,7 +2,7 @@
 
 Each case is a factory returning ``(model, args, kwargs)``, registered under
 the name of the behaviour it pins down. The tests (``test_edge_*.py``) export
-each case, snapshot its graph and replay it against eager;
+each case, snapshot its graph and replay it against the reference;
 ``scripts/compare_torch_paths.py`` runs the same cases through torch's own
 functional entry points, so both tables are about exactly the same programs.
 

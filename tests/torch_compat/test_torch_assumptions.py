@@ -388,7 +388,7 @@ class TestModePushShortcut(TestCase):
     torch never caches one."""
 
     def test_no_op_caches_a_pre_dispatch_handler_after_ours_and_torch_export(self):
-        from tests.support.oracle import export_checked
+        from tests.support.reference import export_checked
 
         model, x = _Decomposed(), torch.randn(4, 4)
         export_checked(model, (x,))

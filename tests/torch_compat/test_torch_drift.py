@@ -564,7 +564,7 @@ def test_every_program_with_state_is_the_one_torchs_from_tensor_gives():
 
 
 def test_state_sharing_storage_exports_and_replays_against_eager():
-    from tests.support.oracle import export_checked
+    from tests.support.reference import export_checked
 
     torch.manual_seed(0)
     model = _SharesItsState()

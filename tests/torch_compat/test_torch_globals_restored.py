@@ -6,13 +6,20 @@ The trace replaces methods of ``nn.Module`` (the state guard's attribute-write r
 package's mode to each HOP's rule table (``python_key_table``). All but the last go
 through ``_torch_compat/patches.py`` and are undone on every path; the HOP tables keep
 the rule for our own mode type (found by exact type, so no other mode reaches it), and
-every entry torch had is left as it was.
+every entry torch had is left as it was. torch's global modes the trace's environment
+(trace/environment.py) enters and leaves (grad, inference and autocast state, the mode stacks,
+functorch's levels, the exporting flag, global module hooks, dynamo's config) are as they were too.
 """
 
 import random
 
 import pytest
 import torch
+import torch._dynamo.config
+import torch._ops
+import torch.fx.traceback
+import torch.nn.modules.module
+import torch.utils._python_dispatch
 
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
@@ -33,6 +40,29 @@ OWNERS = {
 
 def _globals() -> dict[str, object]:
     return {f"{owner}.{name}": value for owner, obj in OWNERS.items() for name, value in list(vars(obj).items())}
+
+
+_DEVICES = ("cpu", "cuda")
+
+
+def _modes() -> dict[str, object]:
+    """torch's global modes and the tables its global hooks live in, comparable by value."""
+    return {
+        "grad enabled": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "autocast": [(torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _DEVICES],
+        "autocast cache": torch.is_autocast_cache_enabled(),
+        "default dtype": torch.get_default_dtype(),
+        "torch function modes": torch._C._len_torch_function_stack(),
+        "dispatch modes": torch.utils._python_dispatch._len_torch_dispatch_stack(),
+        "pre-dispatch modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
+        "functorch levels": torch._C._functorch.peek_interpreter_stack(),
+        "exporting": torch.compiler.is_exporting(),
+        "node meta preserved": torch.fx.traceback.has_preserved_node_meta(),
+        "global forward pre-hooks": list(torch.nn.modules.module._global_forward_pre_hooks),
+        "global forward hooks": list(torch.nn.modules.module._global_forward_hooks),
+        "dynamo automatic dynamic shapes": torch._dynamo.config.automatic_dynamic_shapes,
+    }
 
 
 def _torchs_hop_rules() -> dict[str, dict]:
@@ -81,7 +111,7 @@ def _export(model):
 @pytest.mark.parametrize("fail", [None, "python", "refusal"])
 def test_torch_globals_are_torchs_after_an_export(fail):
     _export(Everything())  # the first export registers our mode's HOP rules
-    before, hop_rules = _globals(), _torchs_hop_rules()
+    before, hop_rules, modes = _globals(), _torchs_hop_rules(), _modes()
     if fail is None:
         _export(Everything())
     else:
@@ -93,6 +123,7 @@ def test_torch_globals_are_torchs_after_an_export(fail):
     assert changed == []
     assert sorted(before.keys() - after.keys()) == []
     assert _torchs_hop_rules() == hop_rules
+    assert _modes() == modes
 
 
 def test_the_check_sees_a_global_left_replaced():
@@ -104,3 +135,17 @@ def test_the_check_sees_a_global_left_replaced():
     finally:
         torch.nn.TransformerEncoder.forward = original
     assert [n for n in before if before[n] is not after[n]] == ["torch.nn.TransformerEncoder.forward"]
+
+
+def test_the_check_sees_a_mode_left_changed():
+    before = _modes()
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        during = _modes()
+    assert {k for k in before if before[k] != during[k]} == {"autocast", "grad enabled"}
+
+
+def test_the_callers_modes_are_the_callers_after_an_export_under_them():
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        modes = _modes()
+        _export(Everything())
+        assert _modes() == modes

@@ -1,13 +1,13 @@
 """Composites torch tags maybe-aliasing-or-mutating whose writes the call's arguments decide
 (``WRITES_ONLY_WHEN``) stay one node for the calls that write nothing, and are decomposed
 (their writes in the signature) for the calls that write. Every program is replayed
-against eager and its graph run to show it writes none of its inputs."""
+against the reference and its graph run to show it writes none of its inputs."""
 
 import pytest
 import torch
 
 from predispatch_func.trace.composite_policy import WRITES_ONLY_WHEN
-from tests.support.oracle import all_graph_modules, call_targets, export_checked, mutations
+from tests.support.reference import all_graph_modules, call_targets, export_checked, mutations
 
 A = torch.ops.aten
 

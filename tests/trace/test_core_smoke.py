@@ -5,7 +5,7 @@ from expecttest import TestCase
 
 import predispatch_func as pf
 from tests.support.expect_refusal import refused
-from tests.support.oracle import export_checked, graph_code
+from tests.support.reference import export_checked, graph_code
 
 
 class TypeAsThenInplace(torch.nn.Module):

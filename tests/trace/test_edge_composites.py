@@ -7,7 +7,7 @@ in-place op after them reaches the input as it does in eager.
 
 from expecttest import TestCase
 
-from tests.support.oracle import call_targets, export_case, graph_code, mutations
+from tests.support.reference import call_targets, export_case, graph_code, mutations
 
 
 class TestHonestCompositesKept(TestCase):

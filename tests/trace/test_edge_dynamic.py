@@ -1,7 +1,7 @@
 """Catalogue cases exported with symbolic dimensions, then replayed at another size.
 
 The program must hold for every size in range, not only the example's: each
-test verifies against eager at the example size (export_case) and at a
+test verifies against the reference at the example size (export_case) and at a
 second size the trace never saw.
 """
 
@@ -11,7 +11,7 @@ from torch.export import Dim
 
 import predispatch_func as pf
 from tests.support.cases_core import build
-from tests.support.oracle import export_case, graph_code, mutations
+from tests.support.reference import export_case, graph_code, mutations
 from tests.support.torch_release import torch_release
 
 

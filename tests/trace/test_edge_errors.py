@@ -160,7 +160,7 @@ class WriteThroughDetach(nn.Module):
 def test_write_through_detach_to_input_that_requires_grad():
     # torch's own module() refuses the copy_ write-back on such a leaf; ours writes it back
     # under no_grad, and the write is a no_grad region keeping x's autograd identity
-    from tests.support.oracle import export_checked
+    from tests.support.reference import export_checked
 
     export_checked(WriteThroughDetach(), (torch.randn(3),))
 
@@ -189,7 +189,7 @@ class TestGradValueIntoIntegerTensor(TestCase):
     @torch_limit("torch's functional fill.Tensor cannot run under autograd with an integer self and a "
                  "value that requires grad (GRAD_VALUE_INTO_INTEGER)", raises=pf.UnsupportedError)
     def test_exports_and_replays(self):
-        from tests.support.oracle import export_checked
+        from tests.support.reference import export_checked
 
         export_checked(GradValueWrittenIntoIntegerTensor(), (torch.zeros(2, 3, dtype=torch.long),))
 
@@ -199,7 +199,7 @@ class TestGradValueIntoIntegerTensor(TestCase):
                 x[0] = self.w[1].detach()
                 return x
 
-        from tests.support.oracle import export_checked
+        from tests.support.reference import export_checked
 
         export_checked(Detached(), (torch.zeros(2, 3, dtype=torch.long),))
 
@@ -224,7 +224,7 @@ class TestWriteThroughAsStridedOfAView(TestCase):
     @torch_limit("torch's functionalization cannot replay a write through as_strided of a view "
                  "(WRITE_THROUGH_AS_STRIDED_OF_VIEW)", raises=pf.UnsupportedError)
     def test_exports_and_replays(self):
-        from tests.support.oracle import export_checked
+        from tests.support.reference import export_checked
 
         export_checked(WriteThroughAsStridedOfAView(), (torch.randn(6),))
 
@@ -235,6 +235,6 @@ class TestWriteThroughAsStridedOfAView(TestCase):
                 w.add_(1)
                 return x
 
-        from tests.support.oracle import export_checked
+        from tests.support.reference import export_checked
 
         export_checked(OfBase(), (torch.randn(6),))

@@ -1,13 +1,13 @@
 """Edge cases about user inputs: in-place writes, aliases, inputs that are outputs, pytrees.
 
 Each test exports one catalogue case (tests/support/cases_core.py) through
-``export_checked`` (contract + replay against eager + caller untouched) and
+``export_checked`` (contract + replay against the reference + caller untouched) and
 snapshots the graph.
 """
 
 from expecttest import TestCase
 
-from tests.support.oracle import export_case, graph_code, mutations
+from tests.support.reference import export_case, graph_code, mutations
 from tests.support.torch_release import torch_release
 
 

@@ -7,7 +7,7 @@ from expecttest import TestCase
 
 import predispatch_func as pf
 from tests.support.cases_core import CASES, build
-from tests.support.oracle import call_targets, export_case, graph_code, mutations
+from tests.support.reference import call_targets, export_case, graph_code, mutations
 
 
 def _checked_gradients(name: str, ep) -> bool:

@@ -2,7 +2,7 @@
 
 from expecttest import TestCase
 
-from tests.support.oracle import export_case, graph_code, mutations
+from tests.support.reference import export_case, graph_code, mutations
 
 
 class TestMutationThroughViews(TestCase):

@@ -1,7 +1,7 @@
 """Training-mode batch norm for CUDA, traced on fake CUDA tensors (no GPU needed): torch 2.11
 and 2.12 decompose ``batch_norm`` at pre-dispatch into ``cudnn_batch_norm``, whose schema
 declares no write although the kernel writes the running statistics. The program must carry
-those writes in its signature, as on torch 2.13 on (checked against eager on the GPU:
+those writes in its signature, as on torch 2.13 on (checked against the reference on the GPU:
 tests/cuda/test_cuda.py)."""
 
 import pytest
@@ -9,7 +9,7 @@ import torch
 
 import predispatch_func as pf
 from tests.support.fresh_process import run_in_fresh_process
-from tests.support.oracle import call_targets
+from tests.support.reference import call_targets
 
 pytestmark = pytest.mark.skipif(not torch.backends.cuda.is_built(), reason="fake CUDA tensors need a CUDA build")
 

@@ -10,7 +10,7 @@ import unittest.mock
 import torch
 from expecttest import TestCase
 
-from tests.support.oracle import export_checked, graph_code
+from tests.support.reference import export_checked, graph_code
 
 
 class CondOnTensorPredicate(torch.nn.Module):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch.export.graph_signature import InputKind
 
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 class Scale(torch.nn.Module):

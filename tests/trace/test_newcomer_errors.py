@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import predispatch_func as pf
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 # --- an output pytree does not know ---------------------------------------------------------
 

@@ -9,7 +9,7 @@ from torch import nn
 
 import predispatch_func as pf
 from predispatch_func.trace import composite_policy
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 class Composites(nn.Module):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from predispatch_func.graphs import all_graph_modules
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 def _profiler_nodes(ep: torch.export.ExportedProgram) -> list[str]:

@@ -8,7 +8,7 @@ here: fx cannot print the overload named ``from`` (torch.export fails it too).""
 import pytest
 import torch
 
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 VIEWS = {
     "transposed": lambda x: x.t(),

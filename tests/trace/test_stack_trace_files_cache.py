@@ -10,7 +10,7 @@ from torch import nn
 
 from predispatch_func import _torch_compat as tc
 from predispatch_func.passes import stack_trace_files
-from tests.support.oracle import export_checked
+from tests.support.reference import export_checked
 
 
 def _helper(t):  # not a forward frame: dropped

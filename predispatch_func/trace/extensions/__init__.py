@@ -1,6 +1,7 @@
-"""What the trace must see that the dispatcher never shows it, in one context.
+"""What the trace must see that the dispatcher never shows it.
 
-Entered by the tracer around the user's code:
+Each is entered around the user's code by the trace's environment
+(``trace/environment.py``, the traced function's layer):
 
 * custom ``torch.autograd.Function``s become ``pf_autograd_function`` calls
   that keep their backward (``function_trace.py``);
@@ -17,27 +18,3 @@ Entered by the tracer around the user's code:
   before autograd, with what to write instead (``autograd_calls.py``).
 """
 
-from __future__ import annotations
-
-import contextlib
-
-from ... import _torch_compat as tc
-from ...mode_capabilities import TraceBody
-from .autograd_calls import autograd_calls_refused
-from .func_transforms import func_transforms_traced_below_autograd
-from .function_trace import tracing_autograd_functions
-from .torch_hops import let_torch_hops_through
-from .torch_limits import torch_hop_limits_refused
-
-
-@contextlib.contextmanager
-def traced_extensions(trace_body: TraceBody, *, pre_dispatch: bool = True):
-    """``trace_body`` traces the bodies of Functions and hooks (the driver's pipeline)."""
-    mode = tc.active_functional_mode()
-    if mode is not None:
-        let_torch_hops_through(type(mode))
-    with tracing_autograd_functions(trace_body, pre_dispatch=pre_dispatch), \
-            tc.inference_mode_as_grad_mode(), tc.compiled_modules_run_eagerly(), \
-            torch_hop_limits_refused(), tc.hop_capture_static(), func_transforms_traced_below_autograd(), \
-            autograd_calls_refused():
-        yield
