@@ -99,7 +99,7 @@ def cuda_sdpa_choice_without_gpu() -> Iterator[None]:
     sdpa's CUDA keys stands in for the composite for the length of the trace. Only
     values are computed here (the trace records sdpa itself, above these keys). On a
     host with a GPU nothing changes."""
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() or _SDPA_STAND_IN:  # a nested trace (a Function's body) keeps the outer's
         yield
         return
     aten = torch.ops.aten
@@ -131,12 +131,17 @@ def cuda_sdpa_choice_without_gpu() -> Iterator[None]:
             return aten.empty_strided.default(out.shape, out.stride(), dtype=out.dtype, device=out.device)
 
     library = torch.library.Library("aten", "IMPL")
+    _SDPA_STAND_IN.append(library)
     try:
         for key in ("AutogradCUDA", "CUDA"):
             library.impl("scaled_dot_product_attention", kernel, key)
         yield
     finally:
+        _SDPA_STAND_IN.pop()
         library._destroy()
+
+
+_SDPA_STAND_IN: list[Any] = []  # the registration in force: one per process, however nested the traces
 
 
 @contextlib.contextmanager

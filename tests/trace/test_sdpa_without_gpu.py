@@ -106,3 +106,44 @@ def test_choice_follows_the_sdpa_kernel_switches():
         assert fused_sdp_choice_on_gpu(q, k, v) == EFFICIENT
     with sdpa_kernel([SDPBackend.MATH]):
         assert fused_sdp_choice_on_gpu(q, k, v) == MATH
+
+
+def _stand_in_registered() -> bool:
+    return "AutogradCUDA: registered at" in torch._C._dispatch_dump("aten::scaled_dot_product_attention") \
+        and "_torch_compat" in torch._C._dispatch_dump("aten::scaled_dot_product_attention")
+
+
+def test_nested_traces_share_one_stand_in():
+    """A custom Function's body is traced inside the model's trace: the inner trace keeps the
+    outer registration (registering twice raises), and it is gone after the outer one only."""
+    from predispatch_func import _torch_compat as tc
+
+    with tc.cuda_sdpa_choice_without_gpu():
+        with tc.cuda_sdpa_choice_without_gpu():
+            assert _stand_in_registered()
+        assert _stand_in_registered()
+    assert not _stand_in_registered()
+
+
+class SineFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return a.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (a,) = ctx.saved_tensors
+        return g * a.cos()
+
+
+class WithFunction(torch.nn.Module):
+    def forward(self, x):
+        return SineFunction.apply(x)
+
+
+def test_a_custom_function_body_exports_under_the_stand_in():
+    from tests.support.reference import export_checked
+
+    export_checked(WithFunction(), (torch.randn(3),))
+    assert not _stand_in_registered()
