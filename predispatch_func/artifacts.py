@@ -207,6 +207,9 @@ class AotSignature:
     # user input (placeholder name) or parameter/buffer (fqn) -> the user's line of a write through
     # a detached alias that is right only while it does not require grad (GradFreeWrite)
     inputs_without_grad: dict[str, str] = dataclasses.field(default_factory=dict)
+    # user inputs exported sharing memory and written (program/aliased_inputs.py): per group, each
+    # member's placeholder name and (sizes, strides, offset from the group's lowest); ep.module() checks them
+    input_aliasing: tuple[tuple[tuple[str, tuple], ...], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,6 +235,8 @@ class ProgramFacts:
     # inputs the program must not be called with requiring grad (AotSignature.inputs_without_grad):
     # module() checks them, verify replays them as exported
     inputs_without_grad: dict[str, str] = dataclasses.field(default_factory=dict)
+    # AotSignature.input_aliasing: module() checks the caller's inputs share memory so
+    input_aliasing: tuple[tuple[tuple[str, tuple], ...], ...] = ()
 
 
 _PROGRAM_FACTS = "pf_program_facts"  # the graph module's metadata entry

@@ -36,7 +36,13 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                       'with `resize_()` (*torch*: its functionalization refuses); '
                                       'static ones are carried (see [State outside the functional '
                                       'view](state.md))'),
-    Refusal.WRITE_TO_ALIASED_INPUTS: 'a write to an input that shares memory with another input',
+    Refusal.WRITE_TO_ALIASED_INPUTS: ('a write to inputs that share memory where one synthetic base cannot stand '
+                                      'for them: a parameter or buffer also passed as an input, members of '
+                                      'different dtypes, strides that do not nest (no narrow/view/select chain '
+                                      'reads a member from the shared memory), dynamic shapes, or a member whose '
+                                      'layout the model changes in place. Inputs passed twice, a view and its '
+                                      'base, overlapping views are carried (see [State outside the functional '
+                                      'view](state.md))'),
     Refusal.WRITE_TO_TENSOR_ATTRIBUTE: 'a write to a plain tensor attribute (register it as a buffer)',
     Refusal.STATE_REPLACED: ('a parameter, or a buffer by one of another dtype, replaced by assignment '
                              '(another shape is carried)'),

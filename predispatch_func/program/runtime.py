@@ -54,6 +54,11 @@ class FunctionalExportedProgram(ExportedProgram):
                                    "and its module reads no input or attribute of that name")
             with mod.graph.inserting_before(_first_call(mod.graph)):
                 mod.graph.call_function(expect_no_grad, (read, name, line))
+        for group in facts.input_aliasing:
+            names = [name for name, _ in group]
+            reads = [next(n for n in mod.graph.nodes if n.op == "placeholder" and n.name == name) for name in names]
+            with mod.graph.inserting_before(_first_call(mod.graph)):
+                mod.graph.call_function(expect_aliasing, (tuple(reads), tuple(names), tuple(g for _, g in group)))
         if not facts.grad_enabled_on_return:
             with mod.graph.inserting_before(mod.graph.output_node()):
                 mod.graph.call_function(tc.SET_GRAD_ENABLED, (False,))
@@ -189,6 +194,24 @@ def expect_no_grad(value: torch.Tensor, name: str, line: str) -> None:
 tc.keep_calls_in_torch_dead_code_elimination(expect_no_grad)
 
 
+def expect_aliasing(tensors: tuple[torch.Tensor, ...], names: tuple[str, ...], geometries: tuple) -> None:
+    """Refuse to run on inputs that do not share memory as the exported ones did (``f(x, x)``
+    exported, ``f(x, y)`` called): the program carries the model's writes from one to the other
+    through a synthetic base (program/aliased_inputs.py), which holds only for that aliasing."""
+    lowest = min(t.storage_offset() for t in tensors)
+    found = tuple((tuple(t.shape), tuple(t.stride()), t.storage_offset() - lowest) for t in tensors)
+    shared = all(_storage_pointer(t) == _storage_pointer(tensors[0]) for t in tensors)
+    if not shared or found != tuple((tuple(s), tuple(st), o) for s, st, o in geometries):
+        raise RuntimeError(
+            f"this program was exported with inputs {', '.join(names)} sharing memory (laid out "
+            f"{list(geometries)}) and carries the model's writes through one into the others; it is "
+            f"called with {'inputs that do not share memory' if not shared else list(found)}: export again "
+            "with inputs aliased as they will be passed (distinct tensors for distinct inputs)")
+
+
+tc.keep_calls_in_torch_dead_code_elimination(expect_aliasing)
+
+
 def relayout(destination: torch.Tensor, before: Layout, after: Layout) -> None:
     """Give ``destination`` the layout ``after`` over its own storage (grown, keeping its
     data, where ``after`` reaches past it), as eager's in-place view op did."""
@@ -246,5 +269,5 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
     with_program_facts(ep.graph_module, ProgramFacts(
         composite_decisions=sig.composite_decisions, grad_enabled_on_return=sig.grad_enabled_on_return,
         ambient=sig.ambient, input_layouts=dict(sig.input_layouts),
-        inputs_without_grad=dict(sig.inputs_without_grad)))
+        inputs_without_grad=dict(sig.inputs_without_grad), input_aliasing=sig.input_aliasing))
     return ep
