@@ -178,10 +178,15 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
     Refusal.HOP_NOT_REPRESENTABLE: ('a torch HOP whose traced call no `ExportedProgram` accepts '
                                     '(`local_map`, `invoke_quant_packed` with options; torch.export '
                                     'fails both, strict and non-strict)'),
-    Refusal.STORAGE_SWAP: ("`x.set_(y)` (or `set_` of a Storage) in forward: eager gives `x` `y`'s "
-                           'memory and shape, a functional program has no memory to share; use `y` '
-                           "itself, or `x.copy_(y)` when the shapes agree (torch.export's "
-                           'non-functional IR keeps the `set_`)'),
+    Refusal.STORAGE_SWAP: ("`x.set_(y)` on a graph input or buffer `x` (or `set_` of a Storage) in forward: "
+                           "eager leaves the caller's `x` sharing `y`'s memory, which a functional program "
+                           'cannot hand back; use `y` itself, or `x.copy_(y)` when the shapes agree '
+                           "(torch.export's non-functional IR keeps the `set_`). `set_` from a tensor onto an "
+                           'intermediate is carried (the two are aliases from then on), except with grad on '
+                           "and a tensor that requires grad: eager's `set_` has no derivative, so its backward "
+                           "raises where the program's would not (call it under `no_grad`). A program exported "
+                           'without grad and then run with the source requiring grad backpropagates through '
+                           'the alias where eager raises'),
     Refusal.DATA_DEPENDENT_BRANCH: ('Python control flow on a value read from tensor data, or a size '
                                     'taken from it, that nothing constrains (`if x.sum().item() > 2`): '
                                     'torch.export fails there too. The refusal names the line and what '

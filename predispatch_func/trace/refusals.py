@@ -111,13 +111,29 @@ _STORAGE_SWAPS = frozenset(getattr(torch.ops.aten.set_, name) for name in torch.
 
 def storage_swaps(call: OpCall, input_ids: set[int]) -> None:
     """``x.set_(y)``: eager makes ``x`` a view of ``y``'s memory (or a Storage's), with ``y``'s
-    shape; a functional program has no memory to share and torch's functionalization leaves
-    the op in the graph (torch's own program check then fails on it)."""
-    if call.func in _STORAGE_SWAPS:
+    shape. On an intermediate from a tensor it is carried: functionalization makes ``x`` an alias
+    of ``y`` (a later write through either reaches both), which is all a program need say. On a
+    graph input the caller's tensor would have to share another's memory after the call, and a
+    Storage has no value to alias: refused; so is a source that requires grad with grad on
+    (eager's ``set_`` has no derivative: its backward raises where a program's would not)."""
+    if call.func not in _STORAGE_SWAPS:
+        return
+    if call.func is _SET_SOURCE_TENSOR and id(call.args[0]) not in input_ids:
+        if not (call.grad and (call.args[1].requires_grad or call.args[0].requires_grad)):
+            return
         raise _refuse(Refusal.STORAGE_SWAP,
-                      f"{call.func} gives a tensor another tensor's memory; a functional program has no "
-                      "memory to share: use the source tensor itself (y instead of x after x.set_(y)), "
-                      "or x.copy_(y) when the shapes agree", call.func)
+                      f"{call.func} with a tensor that requires grad, grad on: eager's set_ has no derivative "
+                      "(its backward raises), which a program that aliases the two would not repeat: use the "
+                      "source tensor itself (y instead of x after x.set_(y)), or call set_ under no_grad",
+                      call.func)
+    raise _refuse(Refusal.STORAGE_SWAP,
+                  f"{call.func} gives a tensor another tensor's memory; a functional program has no "
+                  "memory to share with the caller's tensors or a Storage: use the source tensor itself "
+                  "(y instead of x after x.set_(y)), or x.copy_(y) when the shapes agree; set_ from a tensor "
+                  "onto an intermediate is carried", call.func)
+
+
+_SET_SOURCE_TENSOR = torch.ops.aten.set_.source_Tensor
 
 
 def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,

@@ -53,6 +53,7 @@ from .tensor_data import HiddenWrites, StorageAliases, TensorDataMode
 from .view_grad_modes import ViewGradModes
 
 _RESIZE_AS_ = torch.ops.aten.resize_as_.default
+_SET_SOURCE_TENSOR = torch.ops.aten.set_.source_Tensor
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
@@ -175,6 +176,11 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
     def _functionalized(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         """FunctionalTensorMode's dispatch; an aten op it would only hand to C++
         functionalization takes torch_compat's shorter equal of that path."""
+        if func is _SET_SOURCE_TENSOR:
+            # on an intermediate (refusals.storage_swaps): functionalization makes it an alias of the
+            # source (one functional storage); the set_ it runs on the values behind is no node of ours
+            with tc.disable_proxy_modes_tracing():
+                return super().__torch_dispatch__(func, types, args, kwargs)
         straight = self._straight.get(func)
         if straight is None:
             straight = self._straight[func] = tc.goes_straight_to_functionalization(func)
