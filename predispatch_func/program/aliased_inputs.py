@@ -32,7 +32,7 @@ from ..errors import Refusal, UnsupportedError
 Geometry = tuple  # (sizes, strides, storage offset relative to the group's lowest offset)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # sizes may be symbolic: never hashed
 class AliasGroup:
     """Graph inputs (placeholder positions) whose memory overlaps, with each one's
     layout over the shared memory, in elements from the lowest offset among them."""
@@ -47,9 +47,14 @@ class AliasGroup:
         return max(max(_extent(g), g[2] + _cover(g)) for g in self.geometries)
 
     @property
+    def symbolic(self) -> bool:
+        """Some size, stride or offset is symbolic (dynamic shapes): no base can be laid out."""
+        return not all(isinstance(v, int) for g in self.geometries for v in (*g[0], *g[1], g[2]))
+
+    @property
     def one_layout(self) -> bool:
         """The same tensor (or one layout of it) passed several times: no base needed."""
-        return len(set(self.geometries)) == 1
+        return not self.symbolic and len(set(self.geometries)) == 1
 
 
 def alias_groups(inputs: list[Any]) -> tuple[AliasGroup, ...]:
@@ -168,7 +173,7 @@ def refuse_uncarriable(group: AliasGroup, slots: tuple[InputSlot, ...], inputs: 
         why = "one of them is a parameter, buffer or constant of the model"
     elif any(inputs[i].dtype != first.dtype or inputs[i].device != first.device for i in group.members):
         why = "they view the memory with different dtypes or devices"
-    elif not all(isinstance(v, int) for g in group.geometries for v in (*g[0], *g[1], g[2])):
+    elif group.symbolic:
         why = "their layouts are symbolic (dynamic shapes)"
     elif not group.one_layout and any(view_plan(g) is None for g in group.geometries):
         why = ("one of them is laid out so that no chain of narrow/view/select/permute reads it from "

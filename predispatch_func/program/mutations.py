@@ -49,7 +49,7 @@ class ModelCall:
         # over a synthetic base
         self._fakes = fake_inputs
         self._groups = alias_groups(fake_inputs)
-        assert set(over_bases) <= set(self._groups), "alias groups differ between traces"
+        assert all(any(g.members == h.members for h in self._groups) for g in over_bases), "groups differ"
         self._bases = SyntheticBases(over_bases)
         self._mutations: Mutations | None = None
 
