@@ -32,10 +32,11 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                        'region cannot be recorded)'),
     Refusal.MODE_LEFT_CHANGED: 'autocast left enabled when `forward` returns',
     Refusal.INPUT_METADATA_MUTATION: ('an in-place shape/stride change of a graph input to a symbolic '
-                                      'layout (dynamic shapes), of a parameter, or that grows an input '
-                                      'with `resize_()` (*torch*: its functionalization refuses); '
-                                      'static ones are carried (see [State outside the functional '
-                                      'view](state.md))'),
+                                      'layout (dynamic shapes), of a parameter, or a `resize_()` that grows '
+                                      'a tensor that is not contiguous, has memory past its end (a view) or '
+                                      'requires grad (*torch*: its functionalization refuses); static ones, '
+                                      'and growing a contiguous input or intermediate, are carried (see '
+                                      '[State outside the functional view](state.md))'),
     Refusal.WRITE_TO_ALIASED_INPUTS: ('a write to inputs that share memory where one synthetic base cannot stand '
                                       'for them: a parameter or buffer also passed as an input, members of '
                                       'different dtypes, strides that do not nest (no narrow/view/select chain '

@@ -134,6 +134,16 @@ def storage_swaps(call: OpCall, input_ids: set[int]) -> None:
 
 
 _SET_SOURCE_TENSOR = torch.ops.aten.set_.source_Tensor
+_RESIZES = frozenset((torch.ops.aten.resize_.default, torch.ops.aten.resize_as_.default))
+
+
+def resize_with_grad(call: OpCall, input_ids: set[int]) -> None:
+    """``t.resize_(...)`` with grad on, of a tensor that requires grad: eager raises ("cannot resize
+    variables that require grad"), the trace (autograd does not run) would not."""
+    if call.func in _RESIZES and call.grad and call.args[0].requires_grad:
+        raise _refuse(Refusal.INPUT_METADATA_MUTATION,
+                      f"{call.func} of a tensor that requires grad: eager refuses it (cannot resize variables "
+                      "that require grad); resize a detached copy, or allocate the tensor at its size", call.func)
 
 
 def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,
@@ -142,7 +152,8 @@ def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,
     traced below autograd inside a pre-dispatch trace (``torch.func`` transforms,
     trace/extensions/func_transforms.py), whose grad-mode changes that trace still records as regions."""
     if pre_dispatch:
-        return (metadata_writes, overlapping_writes, sparse_writes, storage_swaps, draws_after_reseed)
+        return (metadata_writes, overlapping_writes, sparse_writes, storage_swaps, resize_with_grad,
+                draws_after_reseed)
     if under_pre_dispatch:
         return (metadata_writes, sparse_writes, storage_swaps, draws_after_reseed)
     return (grad_mode_after_autograd, metadata_writes, sparse_writes, storage_swaps, draws_after_reseed)
@@ -212,8 +223,10 @@ def _draws_from_global_rng(call: OpCall) -> bool:
 # error (_torch_compat/error_texts.py), our kind, our explanation; {exc} is torch's message)
 _KNOWN_TORCH_LIMITS = (
     (tc.error_texts.RESIZE_VIEW_TO_LARGER, Refusal.INPUT_METADATA_MUTATION,
-     "torch's functionalization cannot grow a graph input or buffer with resize_() ({exc}); "
-     "resize a clone, or allocate the larger tensor outside the model"),
+     "torch's functionalization cannot grow this tensor with resize_() ({exc}): growth is carried only "
+     "for a contiguous tensor with static sizes, nothing after it in memory and no autograd history "
+     "(a view of another tensor, a transposed one, or one that requires grad is not); resize a "
+     "contiguous clone (x.contiguous().clone()), or allocate the larger tensor outside the model"),
     (tc.error_texts.SET_STORAGE_OTHER_DEVICE, Refusal.VIEW_DTYPE_REBUILD,
      "torch's functionalization cannot rebuild a view(dtype) of a tensor written before the "
      "view was made, under no_grad ({exc}); take the view before the write, or outside no_grad"),

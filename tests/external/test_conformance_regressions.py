@@ -511,12 +511,27 @@ class GrowInput(torch.nn.Module):
         return x.fill_(1.5)
 
 
-def test_growing_an_input_with_resize_is_refused():
-    """torch's functionalization cannot grow an input's storage: a clear refusal."""
+class GrowTransposedView(torch.nn.Module):
+    def forward(self, x):
+        y = x.t()
+        y.resize_(5, 3)
+        return y.fill_(1.5)
+
+
+def test_growing_an_input_with_resize_is_carried():
+    """torch's functionalization cannot grow a tensor under FunctionalTensorMode; ours carries a
+    contiguous one (tests/state/test_growing_resize.py)."""
+    from tests.support.oracle import export_checked
+
+    export_checked(GrowInput(), (torch.randn(2, 3),))
+
+
+def test_growing_a_transposed_view_with_resize_is_refused():
+    """Eager's grown tensor reads memory order, not the view's: torch's refusal, made clear."""
     import predispatch_func as pf
 
     with pytest.raises(pf.UnsupportedError, match="cannot grow") as info:
-        pf.export(GrowInput(), (torch.randn(2, 3),))
+        pf.export(GrowTransposedView(), (torch.randn(2, 3),))
     assert "resize_" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
 
 

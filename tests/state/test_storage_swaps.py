@@ -96,3 +96,17 @@ def test_set_form_is_a_clear_refusal_that_changes_nothing(form):
     with refused(pf.Refusal.STORAGE_SWAP, r"set_[\s\S]*test_storage_swaps\.py"):
         pf.export(model, args)
     assert_same_caller_state(before, caller_state(model, args), form)
+
+
+def test_set_to_another_shape_then_indexed():
+    """Indexing reads the tracing tensor's own sizes: after set_ they are the source's
+    (tc.mirror_storage_swap), not the target's old ones."""
+    class M(nn.Module):
+        def forward(self, x):
+            t = x * 2            # (3, 4)
+            u = x.sum(0)         # (4,)
+            t.set_(u)
+            t[1:].mul_(3)        # reaches u
+            return t.shape[0] * t, u
+
+    export_checked(M(), (torch.randn(3, 4),))
