@@ -13,7 +13,9 @@ over regenerated inputs instead:
 
 Each member written (or sharing memory with a written one) is a mutation whose final
 value is its view of the final base; ``ep.module()`` writes each back, and since they
-agree where they overlap, the caller's memory ends as eager's. The program holds only
+agree where they overlap, the caller's memory ends as eager's. A member whose layout the
+model changed in place (``b.t_()``) is a relaid input, as any other (``ep.module()`` gives
+the caller's tensor its new layout before the write). The program holds only
 for the aliasing it was exported with: :class:`AliasGroup` is kept in the program's
 facts and ``ep.module()`` checks it on every call (``runtime.expect_aliasing``).
 """
@@ -39,6 +41,10 @@ class AliasGroup:
 
     members: tuple[int, ...]
     geometries: tuple[Geometry, ...]
+    lowest: Any = 0  # the lowest storage offset among them (elements)
+    # per member, the position (in members) of the first member that is the same tensor (itself if none):
+    # one tensor passed twice is one object in eager, so ``x.t_()`` is seen through ``y``
+    same_as: tuple[int, ...] = ()
 
     @property
     def span(self) -> int:
@@ -87,7 +93,8 @@ def _root(component: dict[int, int], i: int) -> int:
 def _group(inputs: list[Any], members: list[int]) -> AliasGroup:
     lowest = min(inputs[i].storage_offset() for i in members)
     return AliasGroup(tuple(members), tuple(
-        (tuple(inputs[i].shape), tuple(inputs[i].stride()), inputs[i].storage_offset() - lowest) for i in members))
+        (tuple(inputs[i].shape), tuple(inputs[i].stride()), inputs[i].storage_offset() - lowest) for i in members),
+        lowest, tuple(next(k for k, j in enumerate(members) if inputs[j] is inputs[i]) for i in members))
 
 
 def _extent(geometry: Geometry) -> int:
@@ -187,25 +194,29 @@ def refuse_uncarriable(group: AliasGroup, slots: tuple[InputSlot, ...], inputs: 
 
 class SyntheticBases:
     """The traced inputs with each written alias group regenerated over one base (module
-    docstring); after the model call, each member's final value."""
+    docstring); after the model call, each member's final value and new layout."""
 
-    __slots__ = ("_groups", "_bases", "_writes_before", "_views")
+    __slots__ = ("_groups", "_bases", "_writes_before", "_views", "_start")
 
     def __init__(self, groups: tuple[AliasGroup, ...]):
         self._groups = groups
         self._bases: list[Any] = []
         self._writes_before: list[int] = []  # the base's storage write count when the model starts
         self._views: dict[int, Any] = {}  # placeholder position -> what the model is given
+        self._start: dict[int, int] = {}  # placeholder position -> that view's storage offset then
 
     def regenerate(self, traced: list[Any]) -> list[Any]:
-        """``traced`` with each group's members replaced by views of its base (or by its first
-        member, where all are laid out alike). Runs inside the trace: the ops are recorded."""
+        """``traced`` with each group's members replaced by views of its base (where all are laid
+        out alike, the first member and aliases of it: each keeps its own layout, ``b.t_()`` leaves
+        ``a`` as it is). Runs inside the trace: the ops are recorded."""
         given = list(traced)
         for group in self._groups:
             first = traced[group.members[0]]
             if group.one_layout:
                 base = first
-                views = [first] * len(group.members)
+                views: list[Any] = []
+                for k, same in enumerate(group.same_as):
+                    views.append(views[same] if same != k else first if k == 0 else first.view(first.shape))
             else:
                 base = torch.zeros((group.span,), dtype=first.dtype, device=first.device)
                 plans = [view_plan(g) for g in group.geometries]
@@ -216,28 +227,33 @@ class SyntheticBases:
             self._writes_before.append(tc.storage_mutation_count(base))
             for i, view in zip(group.members, views):
                 given[i] = self._views[i] = view
+                self._start[i] = view.storage_offset()
         return given
 
     @property
     def groups(self) -> tuple[AliasGroup, ...]:
         return self._groups
 
-    def written(self) -> dict[int, Any]:
-        """Placeholder position -> final value, for every member of a group whose memory the
-        model wrote. A member's layout changed in place (``x.t_()``) has no write-back here: refused."""
-        final: dict[int, Any] = {}
-        for group, base, before in zip(self._groups, self._bases, self._writes_before):
-            for i, geometry in zip(group.members, group.geometries):
-                view = self._views[i]
-                if tuple(view.shape) != geometry[0] or any(
-                        n > 1 and a != b for n, a, b in zip(view.shape, view.stride(), geometry[1])):
-                    raise UnsupportedError(
-                        "the model changes the layout (x.t_(), x.unsqueeze_(0), ...) of an input that shares "
-                        "memory with another input; the program cannot give the caller's tensor its new "
-                        "layout: use the out-of-place op, or pass distinct tensors", kind=Refusal.WRITE_TO_ALIASED_INPUTS)
-            if tc.storage_mutation_count(base) == before:
-                continue
-            for i, geometry in zip(group.members, group.geometries):
-                final[i] = base if group.one_layout else read_view(base, view_plan(geometry))  # type: ignore[arg-type]
-        return final
+    def covers(self, i: int) -> bool:
+        """Placeholder ``i`` was traced as a member of a group here."""
+        return i in self._views
 
+    def written(self) -> tuple[dict[int, Any], dict[int, tuple[tuple, tuple]]]:
+        """Placeholder position -> final value, for every member of a group whose memory the model
+        wrote or whose layout it changed in place (``b.t_()``); and for the latter, the layout before
+        and after (sizes, strides, storage offset), which ``ep.module()`` gives the caller's tensor."""
+        final: dict[int, Any] = {}
+        relaid: dict[int, tuple[tuple, tuple]] = {}
+        for group, base, before in zip(self._groups, self._bases, self._writes_before):
+            for i, (sizes, strides, offset) in zip(group.members, group.geometries):
+                view = self._views[i]
+                now = view.storage_offset() - self._start[i] + offset + group.lowest
+                was = (tuple(sizes), tuple(strides), offset + group.lowest)
+                if tuple(view.shape) != was[0] or now != was[2] or any(
+                        n > 1 and a != b for n, a, b in zip(view.shape, view.stride(), strides)):
+                    relaid[i] = (was, (tuple(view.shape), tuple(view.stride()), now))
+            written = tc.storage_mutation_count(base) != before
+            for i in group.members:
+                if written or i in relaid:
+                    final[i] = self._views[i]
+        return final, relaid

@@ -76,14 +76,14 @@ class ModelCall:
             reassigned = _reassigned_state(self._mod, slots[:n_state], traced)
         check_output_leaves(self._mod, out)
         flat_out, out_spec = tc.pytree.tree_flatten(out)
-        through_bases = self._bases.written()
+        through_bases, relaid_members = self._bases.written()
         final = [through_bases.get(i, reassigned.get(i, t)) for i, t in enumerate(traced)]
-        relaid = self._relaid(traced, mode)
+        relaid = self._relaid(traced, mode) | relaid_members
         mutated = [i for i, t in enumerate(traced) if i in reassigned or i in relaid or i in through_bases
                    or (isinstance(t, tc.FunctionalTensor) and tc.has_data_mutation(t))]
         for i in mutated:
             self._refuse_write(i)
-        self._refuse_aliased_writes([i for i in mutated if i not in through_bases])
+        self._refuse_aliased_writes([i for i in mutated if i not in through_bases and not self._bases.covers(i)])
         assert self._mutations is None, "one trace per call"
         self._mutations = Mutations(
             # a buffer replaced by assignment: eager's returned tensor is the old one, not the new value

@@ -212,3 +212,178 @@ def test_view_plan_refuses_strides_that_do_not_nest():
 
     assert view_plan(((2, 2), (3, 2), 0)) is None
     assert view_plan(((4,), (0,), 0)) is None
+
+
+class TransposesOneAliasWritesTheOther(nn.Module):
+    """PyTorch's test_input_mutation_aliases_bases_out_of_order, in our words: b and d alias and
+    b is written, d relaid; a and c alias, unwritten."""
+    def forward(self, a, b, c, d):
+        b.add_(1)
+        d.t_()
+        return a + c + d, b.view(-1)
+
+
+@pytest.mark.parametrize("with_grad", [False, True], ids=["plain", "grad"])
+def test_layout_change_of_one_alias_while_another_is_written(with_grad):
+    base1, base2 = _r(2, 2), _r(2, 2)
+
+    def make(b1, b2):
+        x1, x2 = b1.add(1), b2.add(1)
+        return x1.view(-1), x2.view(-1), x1.view(-1), x2.view(-1)
+
+    if with_grad:
+        base1.requires_grad_(), base2.requires_grad_()
+    ep = pf.export(TransposesOneAliasWritesTheOther(), make(base1, base2))
+    results = []
+    for fn in (TransposesOneAliasWritesTheOther(), ep.module()):
+        leaves = base1.detach().clone().requires_grad_(), base2.detach().clone().requires_grad_()
+        inputs = make(*leaves)
+        out = fn(*inputs)
+        sum(o.sum() * (k + 1) for k, o in enumerate(out)).backward()
+        results.append((out, [(t.shape, t.stride(), t.detach()) for t in inputs], [leaf.grad for leaf in leaves]))
+    torch.testing.assert_close(results[1], results[0])
+
+
+# --- PyTorch's AOTAutograd cases for aliased inputs (test/functorch/test_aotdispatch.py), in our
+# words: the same models and input layouts, each replayed against eager with and without grad -----
+
+LEAVES: list[torch.Tensor] = []  # the leaves the last inputs were made from
+
+
+def _activation(shape, req_grad):
+    """A non-leaf, as the originals make them, so the model may write it in place."""
+    leaf = torch.ones(*shape, requires_grad=req_grad)
+    LEAVES.append(leaf)
+    return leaf.add(1)
+
+
+class AddToFirstReturnSum(nn.Module):  # test_input_mutation_aliases_other_input{,2}
+    def forward(self, a, b):
+        a.add_(1)
+        return a + b
+
+
+class AddToFirstReturnViewOfSecond(nn.Module):  # test_input_mutation_aliases_and_output_alias
+    def forward(self, a, b):
+        a.add_(1)
+        return b.view(b.shape)
+
+
+class MulThirdReturnViewOfIt(nn.Module):  # test_input_aliased_with_mutation_output_alias
+    def forward(self, a, b, c):
+        c.mul_(2)
+        return b.add(1), c.view(-1)
+
+
+class TransposeFirstOnly(nn.Module):  # test_input_metadata_mutation_aliases
+    def forward(self, a, b):
+        a.t_()
+        return a + b
+
+
+class MulFirstNoneRequireGrad(nn.Module):  # test_input_mutation_aliases_and_none_require_gradients
+    def forward(self, a, b, c):
+        a.mul_(2)
+        return b + 1, c + 1
+
+
+class AliasEverything(nn.Module):  # test_input_mutation_alias_everything
+    def forward(self, a, b, c):
+        c.mul_(2)
+        b.t_()
+        tmp = a + c
+        out1 = tmp.view(-1)
+        return out1, b.t(), out1.unsqueeze(0)
+
+
+class TransposeBothArguments(nn.Module):  # test_dupe_arg_torture
+    def forward(self, x, y):
+        x.t_()
+        y.t_()
+        return x + y
+
+
+class WriteFirstReturnThird(nn.Module):  # test_dupe_arg_returned_as_output
+    def forward(self, a, b, a_):
+        a[0].add_(1)
+        return a_
+
+
+def _same_row_twice(g):
+    x = _activation((4, 2), g)
+    return x[0], x[0]
+
+
+def _row_and_its_base(g):
+    x = _activation((2, 2), g)
+    return x[0], x
+
+
+def _flat_views_twice(g):
+    x = _activation((2, 2), g)
+    return x.view(-1), x.view(-1)
+
+
+def _flat_views_around_another(g):
+    x, y = _activation((2, 2), g), _activation((2, 2), g)
+    return x.view(-1), y, x.view(-1)
+
+
+def _none_require_grad(g):
+    x = torch.ones(2, 2).add(1)
+    c = torch.ones(2, 2, requires_grad=g)
+    LEAVES.append(c)
+    return x.view(-1), x.view(-1), c
+
+
+def _everything(g):
+    x, y = _activation((2, 2), g), _activation((2, 2), g)
+    return x.view(-1), y, x.view(-1)
+
+
+def _one_tensor_twice(g):
+    leaf = torch.randn(3, 3, requires_grad=g)
+    LEAVES.append(leaf)
+    x = leaf.clone()
+    return x, x
+
+
+def _first_and_third_one_tensor(g):
+    a = torch.ones(2)
+    return a, torch.ones(2), a
+
+
+PORTED = {
+    "input_mutation_aliases_other_input": (AddToFirstReturnSum, _same_row_twice),
+    "input_mutation_aliases_other_input2": (AddToFirstReturnSum, _row_and_its_base),
+    "input_mutation_aliases_and_output_alias": (AddToFirstReturnViewOfSecond, _flat_views_twice),
+    "input_aliased_with_mutation_output_alias": (MulThirdReturnViewOfIt, _flat_views_around_another),
+    "input_metadata_mutation_aliases": (TransposeFirstOnly, _flat_views_twice),
+    "input_mutation_aliases_and_none_require_gradients": (MulFirstNoneRequireGrad, _none_require_grad),
+    "input_mutation_alias_everything": (AliasEverything, _everything),
+    "dupe_arg_torture": (TransposeBothArguments, _one_tensor_twice),
+    "dupe_arg_returned_as_output": (WriteFirstReturnThird, _first_and_third_one_tensor),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PORTED))
+@pytest.mark.parametrize("req_grad", [False, True], ids=["plain", "grad"])
+def test_ported_aot_autograd_aliased_input_case(name, req_grad):
+    """Outputs (values, sizes, strides), inputs after the call and the gradients reaching the
+    tensors the inputs were made from, program against eager, on fresh inputs made alike."""
+    model_cls, make = PORTED[name]
+    torch.manual_seed(0)
+    ep = pf.export(model_cls(), make(req_grad))
+    results = []
+    for fn in (model_cls(), ep.module()):
+        torch.manual_seed(1)
+        LEAVES.clear()
+        inputs = make(req_grad)
+        out = fn(*inputs)
+        outs = out if isinstance(out, tuple) else (out,)
+        differentiable = [(o * (k + 1)).sum() for k, o in enumerate(outs) if o.requires_grad]
+        leaves = [leaf for leaf in LEAVES if leaf.requires_grad]
+        grads = torch.autograd.grad(sum(differentiable), leaves, allow_unused=True) if differentiable else ()
+        results.append(([(o.shape, o.stride(), o.detach()) for o in outs],
+                        [(t.shape, t.stride(), t.detach()) for t in inputs], grads))
+    torch.testing.assert_close(results[1], results[0])
