@@ -108,8 +108,9 @@ def _aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool, d
         traced = trace_subgraph(call, fakes, grad_enabled=True, settings=settings, pre_dispatch=pre_dispatch,
                                 fake_mode=fakeify.mode, prepare=functools.partial(_named_inputs, inputs, guard, call))
     trace, gm, mutations = traced.trace, traced.graph_module, call.mutations
-    aliasing = tuple(tuple((traced.placeholders[inputs.slots[i]].name, geometry)
-                           for i, geometry in zip(group.members, group.geometries)) for group in call.alias_groups)
+    aliasing = tuple(tuple((traced.placeholders[inputs.slots[i]].name, geometry, same)
+                           for i, geometry, same in zip(group.members, group.geometries, group.same_as))
+                     for group in call.alias_groups)
     written_through_data = {inputs.slots[i] for i in trace.hidden_written}
     placeholders = traced.placeholders
     inputs = placeholders.inputs  # with the constants the trace created

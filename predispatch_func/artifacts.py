@@ -208,8 +208,9 @@ class AotSignature:
     # a detached alias that is right only while it does not require grad (GradFreeWrite)
     inputs_without_grad: dict[str, str] = dataclasses.field(default_factory=dict)
     # user inputs exported sharing memory and written (program/aliased_inputs.py): per group, each
-    # member's placeholder name and (sizes, strides, offset from the group's lowest); ep.module() checks them
-    input_aliasing: tuple[tuple[tuple[str, tuple], ...], ...] = ()
+    # member's placeholder name, (sizes, strides, offset from the group's lowest) and the position of
+    # the first member that is the same tensor; ep.module() checks them
+    input_aliasing: tuple[tuple[tuple[str, tuple, int], ...], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +237,7 @@ class ProgramFacts:
     # module() checks them, verify replays them as exported
     inputs_without_grad: dict[str, str] = dataclasses.field(default_factory=dict)
     # AotSignature.input_aliasing: module() checks the caller's inputs share memory so
-    input_aliasing: tuple[tuple[tuple[str, tuple], ...], ...] = ()
+    input_aliasing: tuple[tuple[tuple[str, tuple, int], ...], ...] = ()
 
 
 _PROGRAM_FACTS = "pf_program_facts"  # the graph module's metadata entry

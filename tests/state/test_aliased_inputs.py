@@ -387,3 +387,14 @@ def test_ported_aot_autograd_aliased_input_case(name, req_grad):
         results.append(([(o.shape, o.stride(), o.detach()) for o in outs],
                         [(t.shape, t.stride(), t.detach()) for t in inputs], grads))
     torch.testing.assert_close(results[1], results[0])
+
+
+def test_program_for_one_tensor_twice_refuses_two_tensors_over_one_memory():
+    """``x.t_(); y.t_()`` transposes one tensor twice when both are one object: another program
+    than for two tensors over one memory, so the runtime check tells them apart."""
+    x = torch.randn(3, 3).clone()
+    ep = pf.export(TransposeBothArguments(), (x, x))
+    z = torch.randn(3, 3)
+    torch.testing.assert_close(ep.module()(z, z), 2 * z)
+    with pytest.raises(RuntimeError, match="one tensor passed twice differs from two"):
+        ep.module()(z, z.view(3, 3))
