@@ -40,9 +40,9 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
     Refusal.WRITE_TO_ALIASED_INPUTS: ('a write to inputs that share memory where one synthetic base cannot stand '
                                       'for them: a parameter or buffer also passed as an input, members of '
                                       'different dtypes, strides that do not nest (no narrow/view/select chain '
-                                      'reads a member from the shared memory), dynamic shapes, or a member whose '
-                                      'layout the model changes in place. Inputs passed twice, a view and its '
-                                      'base, overlapping views are carried (see [State outside the functional '
+                                      'reads a member from the shared memory) or dynamic shapes. Inputs passed '
+                                      'twice, a view and its base, overlapping views are carried, also when the '
+                                      'model relays one of them (`b.t_()`) (see [State outside the functional '
                                       'view](state.md))'),
     Refusal.WRITE_TO_TENSOR_ATTRIBUTE: 'a write to a plain tensor attribute (register it as a buffer)',
     Refusal.STATE_REPLACED: ('a parameter, or a buffer by one of another dtype, replaced by assignment '
