@@ -5,7 +5,8 @@ input would stay invisible to another input over the same memory (``f(x, x)``,
 ``f(x, x[1:])``). Where the model writes such an input, the model call is traced
 over regenerated inputs instead:
 
-- members laid out alike (the same tensor passed twice) are one traced tensor;
+- members laid out alike: the same tensor passed twice is one traced tensor (one object, as
+  in eager), distinct tensors laid out alike are aliases (``view``) of the first;
 - otherwise the group's memory becomes one *synthetic base*, a 1-D tensor built in
   the graph from the members (each copied into its view of it), and each member is read
   as a view of it (:func:`view_plan`: narrow, view, select, permute): functionalization
