@@ -36,8 +36,9 @@ from .passes.graph_cleanup import (
 )
 from .passes.writeback_guard import clone_relaid_inputs, guard_saved_mutated_inputs
 from .pipeline import TraceSettings, trace_subgraph
+from .program.aliased_inputs import AliasGroup
 from .program.module_signatures import PreservedCalls
-from .program.mutations import ModelCall
+from .program.mutations import AliasedInputsWritten, ModelCall
 from .program.signature import build_signature, grad_sources
 from .schema_audit import shipped_decision, shipped_untested_layouts
 from .state.state_guard import StateGuard
@@ -67,7 +68,26 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     ``prefer_deferred_runtime_asserts_over_guards``: what the trace assumes about a dynamic
     size becomes a runtime assert in the program instead of a guard (or a narrowed range),
     as torch.export.
+
+    Inputs that share memory and that the model writes are found by a first trace and
+    traced again over a synthetic base (program/aliased_inputs.py).
     """
+    export = functools.partial(
+        _aot_export_module, mod, args, pre_dispatch=pre_dispatch, decompositions=decompositions, kwargs=kwargs,
+        dynamic_shapes=dynamic_shapes, composite_overrides=composite_overrides, target=target,
+        python_state=python_state, preserve_module_call_signature=preserve_module_call_signature,
+        prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards)
+    try:
+        return export(over_bases=())
+    except AliasedInputsWritten as written:
+        return export(over_bases=written.groups)
+
+
+def _aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool, decompositions: dict | None,
+                       kwargs: dict | None, dynamic_shapes: Any, composite_overrides: dict[str, str] | None,
+                       target: Any, python_state: str, preserve_module_call_signature: tuple[str, ...],
+                       prefer_deferred_runtime_asserts_over_guards: bool, over_bases: tuple[AliasGroup, ...],
+                       ) -> tuple[torch.fx.GraphModule, AotSignature]:
     args, kwargs = (tuple(args) if isinstance(args, (tuple, list)) else (args,)), dict(kwargs or {})
     inputs = collect_inputs(mod, args, kwargs)
     fakeify = Fakeifier(dynamic_shapes, mod, args, kwargs,
@@ -81,12 +101,16 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
     guard = StateGuard(mod, (args, kwargs), python_state=python_state)
     call = ModelCall(mod, inputs, fakes, CallRecorders(node_metadata=lambda: node_meta.recording(mod),
                                                        preserved_calls=preserved.bracketing,
-                                                       after_the_call=guard.note_memo_entries))
+                                                       after_the_call=guard.note_memo_entries),
+                     over_bases=over_bases)
     settings = TraceSettings(policy, {**(lowering.proxy_table() if lowering else {}), **(decompositions or {})})
     with environment.around_the_model_state(guard):
         traced = trace_subgraph(call, fakes, grad_enabled=True, settings=settings, pre_dispatch=pre_dispatch,
                                 fake_mode=fakeify.mode, prepare=functools.partial(_named_inputs, inputs, guard, call))
     trace, gm, mutations = traced.trace, traced.graph_module, call.mutations
+    aliasing = tuple(tuple((traced.placeholders[inputs.slots[i]].name, geometry, same)
+                           for i, geometry, same in zip(group.members, group.geometries, group.same_as))
+                     for group in call.alias_groups)
     written_through_data = {inputs.slots[i] for i in trace.hidden_written}
     placeholders = traced.placeholders
     inputs = placeholders.inputs  # with the constants the trace created
@@ -116,7 +140,7 @@ def aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool = T
         input_layouts={str(spec.target): layout for spec, layout in zip(signature.output_specs, mutations.layouts)
                        if layout is not None},
         module_call_signatures=module_call_signatures,
-        inputs_without_grad=inputs_without_grad(trace.grad_free_writes, placeholders))
+        inputs_without_grad=inputs_without_grad(trace.grad_free_writes, placeholders), input_aliasing=aliasing)
 
 
 def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, trace: Trace) -> Placeholders:

@@ -207,6 +207,10 @@ class AotSignature:
     # user input (placeholder name) or parameter/buffer (fqn) -> the user's line of a write through
     # a detached alias that is right only while it does not require grad (GradFreeWrite)
     inputs_without_grad: dict[str, str] = dataclasses.field(default_factory=dict)
+    # user inputs exported sharing memory and written (program/aliased_inputs.py): per group, each
+    # member's placeholder name, (sizes, strides, offset from the group's lowest) and the position of
+    # the first member that is the same tensor; ep.module() checks them
+    input_aliasing: tuple[tuple[tuple[str, tuple, int], ...], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,6 +236,8 @@ class ProgramFacts:
     # inputs the program must not be called with requiring grad (AotSignature.inputs_without_grad):
     # module() checks them, verify replays them as exported
     inputs_without_grad: dict[str, str] = dataclasses.field(default_factory=dict)
+    # AotSignature.input_aliasing: module() checks the caller's inputs share memory so
+    input_aliasing: tuple[tuple[tuple[str, tuple, int], ...], ...] = ()
 
 
 _PROGRAM_FACTS = "pf_program_facts"  # the graph module's metadata entry

@@ -32,11 +32,18 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                        'region cannot be recorded)'),
     Refusal.MODE_LEFT_CHANGED: 'autocast left enabled when `forward` returns',
     Refusal.INPUT_METADATA_MUTATION: ('an in-place shape/stride change of a graph input to a symbolic '
-                                      'layout (dynamic shapes), of a parameter, or that grows an input '
-                                      'with `resize_()` (*torch*: its functionalization refuses); '
-                                      'static ones are carried (see [State outside the functional '
+                                      'layout (dynamic shapes), of a parameter, or a `resize_()` that grows '
+                                      'a tensor that is not contiguous, has memory past its end (a view) or '
+                                      'requires grad (*torch*: its functionalization refuses); static ones, '
+                                      'and growing a contiguous input or intermediate, are carried (see '
+                                      '[State outside the functional view](state.md))'),
+    Refusal.WRITE_TO_ALIASED_INPUTS: ('a write to inputs that share memory where one synthetic base cannot stand '
+                                      'for them: a parameter or buffer also passed as an input, members of '
+                                      'different dtypes, strides that do not nest (no narrow/view/select chain '
+                                      'reads a member from the shared memory) or dynamic shapes. Inputs passed '
+                                      'twice, a view and its base, overlapping views are carried, also when the '
+                                      'model relays one of them (`b.t_()`) (see [State outside the functional '
                                       'view](state.md))'),
-    Refusal.WRITE_TO_ALIASED_INPUTS: 'a write to an input that shares memory with another input',
     Refusal.WRITE_TO_TENSOR_ATTRIBUTE: 'a write to a plain tensor attribute (register it as a buffer)',
     Refusal.STATE_REPLACED: ('a parameter, or a buffer by one of another dtype, replaced by assignment '
                              '(another shape is carried)'),
@@ -172,10 +179,15 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
     Refusal.HOP_NOT_REPRESENTABLE: ('a torch HOP whose traced call no `ExportedProgram` accepts '
                                     '(`local_map`, `invoke_quant_packed` with options; torch.export '
                                     'fails both, strict and non-strict)'),
-    Refusal.STORAGE_SWAP: ("`x.set_(y)` (or `set_` of a Storage) in forward: eager gives `x` `y`'s "
-                           'memory and shape, a functional program has no memory to share; use `y` '
-                           "itself, or `x.copy_(y)` when the shapes agree (torch.export's "
-                           'non-functional IR keeps the `set_`)'),
+    Refusal.STORAGE_SWAP: ("`x.set_(y)` on a graph input or buffer `x` (or `set_` of a Storage) in forward: "
+                           "eager leaves the caller's `x` sharing `y`'s memory, which a functional program "
+                           'cannot hand back; use `y` itself, or `x.copy_(y)` when the shapes agree '
+                           "(torch.export's non-functional IR keeps the `set_`). `set_` from a tensor onto an "
+                           'intermediate is carried (the two are aliases from then on), except with grad on '
+                           "and a tensor that requires grad: eager's `set_` has no derivative, so its backward "
+                           "raises where the program's would not (call it under `no_grad`). A program exported "
+                           'without grad and then run with the source requiring grad backpropagates through '
+                           'the alias where eager raises'),
     Refusal.DATA_DEPENDENT_BRANCH: ('Python control flow on a value read from tensor data, or a size '
                                     'taken from it, that nothing constrains (`if x.sum().item() > 2`): '
                                     'torch.export fails there too. The refusal names the line and what '

@@ -114,6 +114,7 @@ def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None,
     (inputs the program must not be called with requiring grad)."""
     memo: dict[int, torch.Tensor] = {}
     leaves, spec = tc.pytree.tree_flatten(value)
+    memo.update(_views_of_one_clone(leaves, grad_for_floats, leaf_of, as_given))
 
     def one(t: torch.Tensor, position: int) -> torch.Tensor:
         if id(t) not in memo:
@@ -127,6 +128,37 @@ def _clone(value: Any, grad_for_floats: bool, leaf_of: dict | None = None,
         return memo[id(t)]
     return tc.pytree.tree_unflatten([one(t, i) if isinstance(t, torch.Tensor) else t for i, t in enumerate(leaves)],
                                     spec)
+
+
+def _views_of_one_clone(leaves: list[Any], grad_for_floats: bool, leaf_of: dict | None,
+                        as_given: frozenset[int]) -> dict[int, torch.Tensor]:
+    """Distinct tensors over one storage (``x`` and ``x[2:]``), copied as views of one copy of
+    that memory, so the replay sees the caller's aliasing; where one requires grad, the copy is
+    a leaf's ``clone()`` and each view's gradient reaches that leaf (``leaf_of``)."""
+    by_storage: dict[Any, list[tuple[int, torch.Tensor]]] = {}
+    for i, t in enumerate(leaves):
+        if (isinstance(t, torch.Tensor) and type(t) in (torch.Tensor, torch.nn.Parameter)
+                and t.layout == torch.strided and t.device.type != "meta"):
+            by_storage.setdefault(tc.StorageWeakRef(t.untyped_storage()), []).append((i, t))
+    memo: dict[int, torch.Tensor] = {}
+    for members in by_storage.values():
+        distinct = list({id(t): (i, t) for i, t in members}.values())
+        if len(distinct) < 2 or len({t.dtype for _, t in distinct}) > 1:
+            continue
+        lowest = min(t.storage_offset() for _, t in distinct)
+        span = max(t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1
+                   for _, t in distinct if t.numel()) - lowest if any(t.numel() for _, t in distinct) else 0
+        first = distinct[0][1]
+        leaf = first.detach().as_strided((span,), (1,), lowest).clone()
+        wants = any(t.requires_grad or (grad_for_floats and may_carry_grad(t) and i not in as_given)
+                    for i, t in distinct)
+        base = leaf.requires_grad_().clone() if wants else leaf
+        for _, t in distinct:
+            view = base.as_strided(t.shape, t.stride(), t.storage_offset() - lowest)
+            if wants and leaf_of is not None:
+                leaf_of[id(view)] = (view, leaf)
+            memo[id(t)] = view
+    return memo
 
 
 def _grad_leaf(t: torch.Tensor, leaf_of: dict) -> torch.Tensor:

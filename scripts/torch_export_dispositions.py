@@ -51,9 +51,12 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     "test_state_primitives": (REFUSAL, "PYTHON_STATE_CHANGED: forward rewrites Python attributes on every call "
                                        "(eager drifts from the program from the second call); "
                                        "`python_state='warn'` keeps torch.export's behaviour"),
-    "test_state_tensors": (REFUSAL, "PYTHON_STATE_CHANGED: forward replaces tensors in a list attribute and later "
-                                    "eager calls read them (torch.export's warning about it is given first); "
-                                    "`python_state='warn'` keeps torch.export's behaviour"),
+    "test_state_tensors": (REFUSAL, "PYTHON_STATE_CHANGED: of its four models, the two that replace registered "
+                                    "buffers are exported (buffer mutations, equal to eager over three calls: "
+                                    "tests/state/test_state_tensors_ported.py); the two that replace a plain "
+                                    "tensor attribute or list items drift from eager's second call, so ours "
+                                    "refuses them after torch.export's warning; `python_state='warn'` keeps "
+                                    "torch.export's behaviour"),
     # documented differences
     "test_derived_dim_1_2": (DIFFERENCE, "ours accepts a size torch's program rejects (dx = 1 within the declared "
                                          "range [1, 2]; torch's test says `TODO: this should not error?`)"),

@@ -91,6 +91,15 @@ def functionalize_kept_op(mode: FunctionalTensorMode, op: OpOverload, args: tupl
     return return_and_correct_aliasing(op, args, kwargs, out)
 
 
+def mirror_storage_swap(t: Any, source: Any) -> None:
+    """After ``t.set_(source)`` went through functionalization (which makes ``t``'s functional
+    wrapper an alias of ``source``'s), give the Python wrapper ``t`` the metadata of ``source``
+    too, as FunctionalTensorMode does after other in-place view ops (it leaves ``set_`` out):
+    indexing reads the wrapper's own sizes. Pinned by tests/state/test_storage_swaps.py."""
+    with torch.utils._mode_utils.no_dispatch():
+        t.set_(source)
+
+
 def _sync_view_replay_annotations(mode: FunctionalTensorMode, args: tuple, kwargs: dict) -> None:
     """Sync each FunctionalTensor argument under the proxy node that made it, so views
     functionalization replays lazily carry the original view's node metadata. torch 2.12
@@ -543,6 +552,7 @@ def flex_attention_joint_graph(score_mod: Callable[..., Any], query: torch.Tenso
 
 
 __all__ = [
+    "mirror_storage_swap",
     "goes_straight_to_functionalization",
     "only_functionalized_tensor_types",
     "functionalize_kept_op",

@@ -19,20 +19,43 @@ from ..mode_capabilities import TracingMode
 from ..passes import node_meta
 from ..trace import environment
 from ..trace.environment import CallRecorders
+from .aliased_inputs import AliasGroup, SyntheticBases, alias_groups, refuse_uncarriable
 from .output_check import check_output_leaves
+
+
+class AliasedInputsWritten(UnsupportedError):
+    """The model wrote inputs that share memory, traced apart: the export traces again with
+    those groups over a synthetic base (aot.py, program/aliased_inputs.py). Only groups a base
+    can carry are raised so; any other is refused."""
+
+    def __init__(self, groups: tuple[AliasGroup, ...]):
+        super().__init__("internal: inputs sharing memory were written; traced again over a synthetic base",
+                         kind=Refusal.WRITE_TO_ALIASED_INPUTS)
+        self.groups = groups
 
 
 class ModelCall:
     """``mod(*args, **kwargs)`` over traced inputs; sets :attr:`mutations` once."""
 
-    __slots__ = ("_mod", "_inputs", "_aliased", "_mutations", "_recorders")
+    __slots__ = ("_mod", "_inputs", "_fakes", "_groups", "_bases", "_mutations", "_recorders")
 
-    def __init__(self, mod: torch.nn.Module, inputs: Inputs, fake_inputs: list[Any], recorders: CallRecorders):
+    def __init__(self, mod: torch.nn.Module, inputs: Inputs, fake_inputs: list[Any], recorders: CallRecorders,
+                 over_bases: tuple[AliasGroup, ...] = ()):
         self._mod = mod
         self._recorders = recorders  # what later stages record around the call (node metadata, ...)
         self._inputs = inputs
-        self._aliased = _inputs_sharing_memory(fake_inputs)
+        # inputs sharing memory; those in ``over_bases`` (written in an earlier trace) are traced
+        # over a synthetic base
+        self._fakes = fake_inputs
+        self._groups = alias_groups(fake_inputs)
+        assert all(any(g.members == h.members for h in self._groups) for g in over_bases), "groups differ"
+        self._bases = SyntheticBases(over_bases)
         self._mutations: Mutations | None = None
+
+    @property
+    def alias_groups(self) -> tuple[AliasGroup, ...]:
+        """The groups of inputs traced over a synthetic base (``ep.module()`` checks them)."""
+        return self._bases.groups
 
     @property
     def mutations(self) -> Mutations:
@@ -45,23 +68,26 @@ class ModelCall:
         # a tensor constant under a second name reads the same input (torch ties parameters and buffers itself)
         constants = {s.target for s in slots[:n_state] if s.kind is SlotKind.CONSTANT}
         by_fqn |= {alias: by_fqn[target] for alias, target in self._inputs.aliases if target in constants}
-        call_args, call_kwargs = tc.pytree.tree_unflatten(traced[n_state:], self._inputs.in_spec)
+        given = self._bases.regenerate(traced)
+        call_args, call_kwargs = tc.pytree.tree_unflatten(given[n_state:], self._inputs.in_spec)
         with environment.around_the_model_call(self._mod, by_fqn, self._recorders):
             out = node_meta.call_carrying_annotations(self._mod, call_args, call_kwargs)
             reassigned = _reassigned_state(self._mod, slots[:n_state], traced)
         check_output_leaves(self._mod, out)
         flat_out, out_spec = tc.pytree.tree_flatten(out)
-        final = [reassigned.get(i, t) for i, t in enumerate(traced)]
-        relaid = self._relaid(traced, mode)
-        mutated = [i for i, t in enumerate(traced) if i in reassigned or i in relaid
+        through_bases, relaid_members = self._bases.written()
+        final = [through_bases.get(i, reassigned.get(i, t)) for i, t in enumerate(traced)]
+        relaid = self._relaid(traced, mode) | relaid_members
+        mutated = [i for i, t in enumerate(traced) if i in reassigned or i in relaid or i in through_bases
                    or (isinstance(t, tc.FunctionalTensor) and tc.has_data_mutation(t))]
         for i in mutated:
             self._refuse_write(i)
+        self._refuse_aliased_writes([i for i in mutated if i not in through_bases and not self._bases.covers(i)])
         assert self._mutations is None, "one trace per call"
         self._mutations = Mutations(
             # a buffer replaced by assignment: eager's returned tensor is the old one, not the new value
             tuple(slots[i] for i in mutated), tuple(next((j for j, i in enumerate(mutated)
-                                                          if o is traced[i] and i not in reassigned), None)
+                                                          if o is given[i] and i not in reassigned), None)
                                   for o in flat_out), out_spec, tuple(relaid.get(i) for i in mutated),
             frozenset(slots[i] for i in reassigned))
         return [final[i] for i in mutated] + flat_out
@@ -86,12 +112,16 @@ class ModelCall:
                 f"attribute {slots[i].target!r}, which is neither a parameter nor a buffer; register it with "
                 "register_buffer so the write can be carried in the signature",
                 kind=Refusal.WRITE_TO_TENSOR_ATTRIBUTE)
-        if sharing := self._aliased.get(i):
-            raise UnsupportedError(
-                f"the model writes to input {slots[i].target!r}, which shares memory with "
-                f"{', '.join(repr(slots[j].target) for j in sharing)}; a functional program "
-                "cannot carry a write through inputs that alias each other: pass distinct "
-                "tensors (e.g. .clone() one of them)", kind=Refusal.WRITE_TO_ALIASED_INPUTS)
+
+    def _refuse_aliased_writes(self, written: list[int]) -> None:
+        """Inputs sharing memory, written while traced apart: a group a synthetic base can carry
+        is traced again over one (:class:`AliasedInputsWritten`), any other is refused."""
+        groups = tuple(g for g in self._groups if any(i in g.members for i in written))
+        if not groups:
+            return
+        for group in groups:
+            refuse_uncarriable(group, self._inputs.slots, self._fakes)
+        raise AliasedInputsWritten(groups)
 
 
 def _reassigned_state(mod: torch.nn.Module, state_slots: tuple[InputSlot, ...],
@@ -124,30 +154,3 @@ def _reassigned_state(mod: torch.nn.Module, state_slots: tuple[InputSlot, ...],
         found[i] = current
     return found
 
-
-def _inputs_sharing_memory(inputs: list[Any]) -> dict[int, list[int]]:
-    """For each input index, the other inputs whose memory overlaps it (fakes keep
-    storages). Disjoint pieces of one storage (``base[:4]``, ``base[4:]``) are
-    independent: a write to one is invisible to the other, as in the program."""
-    by_storage: dict[Any, list[int]] = {}
-    for i, t in enumerate(inputs):
-        if isinstance(t, torch.Tensor) and t.layout == torch.strided:
-            by_storage.setdefault(tc.StorageWeakRef(t.untyped_storage()), []).append(i)
-    sharing: dict[int, list[int]] = {}
-    for group in by_storage.values():
-        for i in group:
-            others = [j for j in group if j != i and _byte_spans_overlap(inputs[i], inputs[j])]
-            if others:
-                sharing[i] = others
-    return sharing
-
-
-def _byte_span(t: torch.Tensor) -> tuple[Any, Any]:
-    start = t.storage_offset() * t.element_size()
-    extent = sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride())) if t.numel() else -1
-    return start, start + (extent + 1) * t.element_size() - 1
-
-
-def _byte_spans_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    (lo, hi), (lo2, hi2) = _byte_span(a), _byte_span(b)
-    return lo <= hi2 and lo2 <= hi

@@ -54,6 +54,12 @@ class FunctionalExportedProgram(ExportedProgram):
                                    "and its module reads no input or attribute of that name")
             with mod.graph.inserting_before(_first_call(mod.graph)):
                 mod.graph.call_function(expect_no_grad, (read, name, line))
+        for group in facts.input_aliasing:
+            names = tuple(name for name, _, _ in group)
+            reads = tuple(next(n for n in mod.graph.nodes if n.op == "placeholder" and n.name == name) for name in names)
+            with mod.graph.inserting_before(_first_call(mod.graph)):
+                mod.graph.call_function(expect_aliasing, (reads, names, tuple(g for _, g, _ in group),
+                                                          tuple(same for _, _, same in group)))
         if not facts.grad_enabled_on_return:
             with mod.graph.inserting_before(mod.graph.output_node()):
                 mod.graph.call_function(tc.SET_GRAD_ENABLED, (False,))
@@ -189,6 +195,30 @@ def expect_no_grad(value: torch.Tensor, name: str, line: str) -> None:
 tc.keep_calls_in_torch_dead_code_elimination(expect_no_grad)
 
 
+def expect_aliasing(tensors: tuple[torch.Tensor, ...], names: tuple[str, ...], geometries: tuple,
+                    same_as: tuple[int, ...] = ()) -> None:
+    """Refuse to run on inputs that do not share memory as the exported ones did (``f(x, x)``
+    exported, ``f(x, y)`` called): the program carries the model's writes from one to the other
+    through a synthetic base (program/aliased_inputs.py), which holds only for that aliasing; also
+    where one tensor passed twice was exported as two tensors, or the other way (``x.t_()`` then
+    relays both, or one)."""
+    lowest = min(t.storage_offset() for t in tensors)
+    found = tuple((tuple(t.shape), tuple(t.stride()), t.storage_offset() - lowest) for t in tensors)
+    shared = all(_storage_pointer(t) == _storage_pointer(tensors[0]) for t in tensors)
+    identity = tuple(next(k for k, u in enumerate(tensors) if u is t) for t in tensors)
+    if (not shared or found != tuple((tuple(s), tuple(st), o) for s, st, o in geometries)
+            or (same_as and identity != tuple(same_as))):
+        raise RuntimeError(
+            f"this program was exported with inputs {', '.join(names)} sharing memory (laid out "
+            f"{list(geometries)}) and carries the model's writes through one into the others; it is "
+            f"called with {'inputs that do not share memory' if not shared else list(found)}"
+            f"{'' if not same_as or identity == tuple(same_as) else ' (one tensor passed twice differs from two)'}: export again "
+            "with inputs aliased as they will be passed (distinct tensors for distinct inputs)")
+
+
+tc.keep_calls_in_torch_dead_code_elimination(expect_aliasing)
+
+
 def relayout(destination: torch.Tensor, before: Layout, after: Layout) -> None:
     """Give ``destination`` the layout ``after`` over its own storage (grown, keeping its
     data, where ``after`` reaches past it), as eager's in-place view op did."""
@@ -246,5 +276,5 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
     with_program_facts(ep.graph_module, ProgramFacts(
         composite_decisions=sig.composite_decisions, grad_enabled_on_return=sig.grad_enabled_on_return,
         ambient=sig.ambient, input_layouts=dict(sig.input_layouts),
-        inputs_without_grad=dict(sig.inputs_without_grad)))
+        inputs_without_grad=dict(sig.inputs_without_grad), input_aliasing=sig.input_aliasing))
     return ep

@@ -111,13 +111,39 @@ _STORAGE_SWAPS = frozenset(getattr(torch.ops.aten.set_, name) for name in torch.
 
 def storage_swaps(call: OpCall, input_ids: set[int]) -> None:
     """``x.set_(y)``: eager makes ``x`` a view of ``y``'s memory (or a Storage's), with ``y``'s
-    shape; a functional program has no memory to share and torch's functionalization leaves
-    the op in the graph (torch's own program check then fails on it)."""
-    if call.func in _STORAGE_SWAPS:
+    shape. On an intermediate from a tensor it is carried: functionalization makes ``x`` an alias
+    of ``y`` (a later write through either reaches both), which is all a program need say. On a
+    graph input the caller's tensor would have to share another's memory after the call, and a
+    Storage has no value to alias: refused; so is a source that requires grad with grad on
+    (eager's ``set_`` has no derivative: its backward raises where a program's would not)."""
+    if call.func not in _STORAGE_SWAPS:
+        return
+    if call.func is _SET_SOURCE_TENSOR and id(call.args[0]) not in input_ids:
+        if not (call.grad and (call.args[1].requires_grad or call.args[0].requires_grad)):
+            return
         raise _refuse(Refusal.STORAGE_SWAP,
-                      f"{call.func} gives a tensor another tensor's memory; a functional program has no "
-                      "memory to share: use the source tensor itself (y instead of x after x.set_(y)), "
-                      "or x.copy_(y) when the shapes agree", call.func)
+                      f"{call.func} with a tensor that requires grad, grad on: eager's set_ has no derivative "
+                      "(its backward raises), which a program that aliases the two would not repeat: use the "
+                      "source tensor itself (y instead of x after x.set_(y)), or call set_ under no_grad",
+                      call.func)
+    raise _refuse(Refusal.STORAGE_SWAP,
+                  f"{call.func} gives a tensor another tensor's memory; a functional program has no "
+                  "memory to share with the caller's tensors or a Storage: use the source tensor itself "
+                  "(y instead of x after x.set_(y)), or x.copy_(y) when the shapes agree; set_ from a tensor "
+                  "onto an intermediate is carried", call.func)
+
+
+_SET_SOURCE_TENSOR = torch.ops.aten.set_.source_Tensor
+_RESIZES = frozenset((torch.ops.aten.resize_.default, torch.ops.aten.resize_as_.default))
+
+
+def resize_with_grad(call: OpCall, input_ids: set[int]) -> None:
+    """``t.resize_(...)`` with grad on, of a tensor that requires grad: eager raises ("cannot resize
+    variables that require grad"), the trace (autograd does not run) would not."""
+    if call.func in _RESIZES and call.grad and call.args[0].requires_grad:
+        raise _refuse(Refusal.INPUT_METADATA_MUTATION,
+                      f"{call.func} of a tensor that requires grad: eager refuses it (cannot resize variables "
+                      "that require grad); resize a detached copy, or allocate the tensor at its size", call.func)
 
 
 def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,
@@ -126,7 +152,8 @@ def checks(pre_dispatch: bool, metadata_writes: InputMetadataWrites,
     traced below autograd inside a pre-dispatch trace (``torch.func`` transforms,
     trace/extensions/func_transforms.py), whose grad-mode changes that trace still records as regions."""
     if pre_dispatch:
-        return (metadata_writes, overlapping_writes, sparse_writes, storage_swaps, draws_after_reseed)
+        return (metadata_writes, overlapping_writes, sparse_writes, storage_swaps, resize_with_grad,
+                draws_after_reseed)
     if under_pre_dispatch:
         return (metadata_writes, sparse_writes, storage_swaps, draws_after_reseed)
     return (grad_mode_after_autograd, metadata_writes, sparse_writes, storage_swaps, draws_after_reseed)
@@ -196,8 +223,10 @@ def _draws_from_global_rng(call: OpCall) -> bool:
 # error (_torch_compat/error_texts.py), our kind, our explanation; {exc} is torch's message)
 _KNOWN_TORCH_LIMITS = (
     (tc.error_texts.RESIZE_VIEW_TO_LARGER, Refusal.INPUT_METADATA_MUTATION,
-     "torch's functionalization cannot grow a graph input or buffer with resize_() ({exc}); "
-     "resize a clone, or allocate the larger tensor outside the model"),
+     "torch's functionalization cannot grow this tensor with resize_() ({exc}): growth is carried only "
+     "for a contiguous tensor with static sizes, nothing after it in memory and no autograd history "
+     "(a view of another tensor, a transposed one, or one that requires grad is not); resize a "
+     "contiguous clone (x.contiguous().clone()), or allocate the larger tensor outside the model"),
     (tc.error_texts.SET_STORAGE_OTHER_DEVICE, Refusal.VIEW_DTYPE_REBUILD,
      "torch's functionalization cannot rebuild a view(dtype) of a tensor written before the "
      "view was made, under no_grad ({exc}); take the view before the write, or outside no_grad"),

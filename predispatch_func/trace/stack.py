@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -51,6 +52,21 @@ from .tensor_data import HiddenWrites, StorageAliases
 from .view_grad_modes import ViewGradModes
 
 _RESIZE_AS_ = torch.ops.aten.resize_as_.default
+_SET_SOURCE_TENSOR = torch.ops.aten.set_.source_Tensor
+_RESIZE_ = torch.ops.aten.resize_.default
+
+
+def _grows_storage(t: Any, size: Any) -> bool:
+    """``t.resize_(size)`` needs more memory than ``t`` has, and ``PolicyFunctionalMode._grow`` can
+    say it: static sizes, ``t`` contiguous (its elements in memory order), nothing after it in memory,
+    (one that requires grad is refused first: refusals.resize_with_grad). Any other growth goes to torch's functionalization, which refuses it
+    (refusals._KNOWN_TORCH_LIMITS: ``INPUT_METADATA_MUTATION``)."""
+    if not (isinstance(t, torch.Tensor) and all(isinstance(n, int) for n in (*size, *t.shape, *t.stride()))
+            and isinstance(t.storage_offset(), int) and t.is_contiguous()):
+        return False
+    needed = (t.storage_offset() + math.prod(size)) * t.element_size()
+    held = tc.inner_of_functional(t).untyped_storage().nbytes()
+    return needed > held and held == (t.storage_offset() + t.numel()) * t.element_size()
 
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
@@ -170,9 +186,32 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             return tc.torch_would_decompose(func, pre_dispatch=False)
         return self.policy.should_decompose(func, args, kwargs)
 
+    def _grow(self, func: Any, types: Any, t: Any, size: list[int]) -> Any:
+        """``t.resize_(size)`` past the end of its memory, which torch's functionalization refuses
+        under FunctionalTensorMode (any tensor: the mode's wrapper shares the storage it checks is
+        unshared). Eager keeps the old elements first, in memory order, and leaves the rest
+        uninitialized: here ``t`` becomes an alias of its elements followed by zeros, as ``set_``
+        makes one (an input's new layout is then a relaid input: ``ep.module()`` grows the caller's)."""
+        with self:
+            flat = t.reshape(-1)
+            grown = torch.cat([flat, flat.new_zeros(math.prod(size) - flat.numel())]).view(size)
+        with tc.disable_proxy_modes_tracing():
+            super().__torch_dispatch__(_SET_SOURCE_TENSOR, types, (t, grown), {})
+            tc.mirror_storage_swap(t, grown)
+        return t
+
     def _functionalized(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         """FunctionalTensorMode's dispatch; an aten op it would only hand to C++
         functionalization takes torch_compat's shorter equal of that path."""
+        if func is _RESIZE_ and _grows_storage(args[0], args[1]):
+            return self._grow(func, types, args[0], list(args[1]))
+        if func is _SET_SOURCE_TENSOR:
+            # on an intermediate (refusals.storage_swaps): functionalization makes it an alias of the
+            # source (one functional storage); the set_ it runs on the values behind is no node of ours
+            with tc.disable_proxy_modes_tracing():
+                out = super().__torch_dispatch__(func, types, args, kwargs)
+                tc.mirror_storage_swap(args[0], args[1])
+                return out
         straight = self._straight.get(func)
         if straight is None:
             straight = self._straight[func] = tc.goes_straight_to_functionalization(func)

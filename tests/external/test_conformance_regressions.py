@@ -271,12 +271,18 @@ def test_writes_to_disjoint_pieces_of_one_storage_export():
     assert torch.equal(program_base, eager_base)
 
 
-def test_writes_to_overlapping_inputs_are_refused():
+def test_writes_to_overlapping_inputs_export():
+    """Carried through a synthetic base (was refused; tests/state/test_aliased_inputs.py)."""
     import predispatch_func as pf
 
     base = torch.randn(8)
-    with pytest.raises(pf.UnsupportedError, match="shares memory"):
-        pf.export(WritesTwoInputs(), (base[:5], base[3:]))
+    assert_ok(WritesTwoInputs(), (base[:5], base[3:]))
+    eager_base = torch.randn(8)
+    program_base = eager_base.clone()
+    program = pf.export(WritesTwoInputs(), (base[:5], base[3:])).module()
+    expected = WritesTwoInputs()(eager_base[:5], eager_base[3:])
+    assert torch.equal(program(program_base[:5], program_base[3:]), expected)
+    assert torch.equal(program_base, eager_base)
 
 
 _RANDOM_FILLS = {
@@ -511,12 +517,27 @@ class GrowInput(torch.nn.Module):
         return x.fill_(1.5)
 
 
-def test_growing_an_input_with_resize_is_refused():
-    """torch's functionalization cannot grow an input's storage: a clear refusal."""
+class GrowTransposedView(torch.nn.Module):
+    def forward(self, x):
+        y = x.t()
+        y.resize_(5, 3)
+        return y.fill_(1.5)
+
+
+def test_growing_an_input_with_resize_is_carried():
+    """torch's functionalization cannot grow a tensor under FunctionalTensorMode; ours carries a
+    contiguous one (tests/state/test_growing_resize.py)."""
+    from tests.support.reference import export_checked
+
+    export_checked(GrowInput(), (torch.randn(2, 3),))
+
+
+def test_growing_a_transposed_view_with_resize_is_refused():
+    """Eager's grown tensor reads memory order, not the view's: torch's refusal, made clear."""
     import predispatch_func as pf
 
     with pytest.raises(pf.UnsupportedError, match="cannot grow") as info:
-        pf.export(GrowInput(), (torch.randn(2, 3),))
+        pf.export(GrowTransposedView(), (torch.randn(2, 3),))
     assert "resize_" in str(info.value) and "test_conformance_regressions.py" in str(info.value)
 
 

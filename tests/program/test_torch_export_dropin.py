@@ -309,8 +309,15 @@ class SetOnBuffer(torch.nn.Module):
         return self.b * 2
 
 
-@pytest.mark.parametrize("model_cls, n_args", [(SetOnInput, 2), (SetOnIntermediate, 2), (SetOnBuffer, 1)],
-                         ids=["input", "intermediate", "buffer"])
+def test_set_on_intermediate_exports_as_an_alias_of_its_source():
+    """torch.export keeps the set_; ours aliases z to y (tests/state/test_storage_swaps.py)."""
+    from tests.support.reference import export_checked
+
+    ep = export_checked(SetOnIntermediate(), (torch.randn(3), torch.randn(3)))
+    assert "set_" not in ep.graph_module.code
+
+
+@pytest.mark.parametrize("model_cls, n_args", [(SetOnInput, 2), (SetOnBuffer, 1)], ids=["input", "buffer"])
 def test_set_storage_is_a_clear_refusal(model_cls, n_args):
     """Regression: a raw SpecViolationError out of torch's program check ('aten.set_.source_Tensor
     is not functional')."""

@@ -767,13 +767,14 @@ def tensor_constant_created_in_forward() -> Built:
 
 
 @case(refused=Refusal.WRITE_TO_ALIASED_INPUTS)
-def write_to_input_passed_twice() -> Built:
+def write_to_input_aliased_with_another_dtype() -> Built:
+    """(one input passed twice, or overlapping views, are carried: tests/state/test_aliased_inputs.py)"""
     class M(nn.Module):
         def forward(self, x, y):
             x.add_(1)
             return y * 2
     x = _r(3)
-    return M(), (x, x), {}
+    return M(), (x, x.view(torch.int32)), {}
 
 
 def all_cases() -> list[Case]:

@@ -18,7 +18,7 @@ import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from predispatch_func.trace import refusals
 from predispatch_func.trace.extensions import torch_limits
-from tests.external.test_conformance_regressions import GrowInput
+from tests.external.test_conformance_regressions import GrowTransposedView
 from tests.fuzz.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
 from tests.hops.test_func_transforms import VMAP_IN_HOP_BODY_ASSERTS_ON_2_11, VmapInsideCond
 from tests.hops.test_torch_hops import (
@@ -35,7 +35,7 @@ R = pf.Refusal
 
 # entry name -> (the kind we refuse it as, a program that provokes it: () -> (model, args))
 PROVOKED_BY = {
-    "RESIZE_VIEW_TO_LARGER": (R.INPUT_METADATA_MUTATION, lambda: (GrowInput(), (torch.randn(2, 3),))),
+    "RESIZE_VIEW_TO_LARGER": (R.INPUT_METADATA_MUTATION, lambda: (GrowTransposedView(), (torch.randn(2, 3),))),
     "SET_STORAGE_OTHER_DEVICE": (R.VIEW_DTYPE_REBUILD, lambda: (ViewDtypeOfWrittenInputUnderNoGrad(),
                                                                 (torch.randn(3),))),
     "MUTATION_WITH_INTERNAL_OVERLAP": (R.WRITE_TO_OVERLAPPING_VIEW, lambda: (AbsInPlaceOnOverlappingUnfold(),
