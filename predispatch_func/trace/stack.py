@@ -34,6 +34,7 @@ from . import environment, refusals
 from .ambient import AmbientModes
 from .composite_policy import CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
+from .differentiable_scatter import scatter_decompositions
 from .observers import (
     Bases,
     CopyTargetFlag,
@@ -287,6 +288,7 @@ def trace_functional(body: Body, flat_inputs: Sequence[Any], *, policy: Composit
     traced = _TracedFunction(body, policy, pre_dispatch=pre_dispatch, ambient=ambient, trace_body=trace_body)
     fake_mode = fake_mode or tc.fake_mode_of([t for t in flat_inputs if isinstance(t, torch.Tensor)])
     tracer = tc.make_fx(traced, decomposition_table={**copy_decompositions(traced.copy_target),
+                                                     **scatter_decompositions(),
                                                      **(decompositions or {})},
                         tracing_mode="real",
                         pre_dispatch=pre_dispatch, record_stack_traces=True)
