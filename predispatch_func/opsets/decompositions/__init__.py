@@ -19,7 +19,8 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``structure``: copies of views, views, scatters into a diagonal or a stride, index factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
 * ``pooling``: adaptive and fractional max pooling, with the kernels' indices;
-* ``backward``: the backward kernels of pooling, upsampling, padding and shrinking.
+* ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
+* ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import backward, elementwise, pooling, scans, searching, structure
+from . import backward, elementwise, linalg, pooling, scans, searching, structure
 
 TABLE: dict[Any, Callable] = {
     **elementwise.DECOMPOSITIONS,
@@ -36,6 +37,7 @@ TABLE: dict[Any, Callable] = {
     **searching.DECOMPOSITIONS,
     **pooling.DECOMPOSITIONS,
     **backward.DECOMPOSITIONS,
+    **linalg.DECOMPOSITIONS,
 }
 
 __all__ = ["TABLE"]
