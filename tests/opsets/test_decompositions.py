@@ -98,10 +98,26 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.linalg_cholesky_ex.default": [("linalg.cholesky", "")],
     "aten.cholesky_inverse.default": [("cholesky_inverse", "")],
     "aten._cholesky_solve_helper.default": [("cholesky_solve", "")],
+    "aten._efficientzerotensor.default": [("sgn", "")],
+    "aten.index_reduce.default": [("index_reduce", r) for r in ("prod", "mean", "amax", "amin")],
+    "aten.put.default": [("put", ""), ("take", "")],
+    "aten.bincount.default": [("bincount", "")],
+    "aten._trilinear.default": [("nn.functional.bilinear", "")],
+    "aten.addbmm.default": [("addbmm", "")],
+    "aten.kthvalue.default": [("kthvalue", "")],
+    "aten.median.dim": [("median", "")],
+    "aten.median.default": [("median", "")],
+    "aten.nanmedian.dim": [("nanmedian", ""), ("masked.median", "")],
+    "aten.nanmedian.default": [("nanmedian", "")],
+    "aten.nonzero_static.default": [("nonzero_static", "")],
+    "aten._fft_c2c.default": [("fft.fft2", ""), ("fft.ifftn", "")],
 }
 # float32 gradients of logcumsumexp on the sample of 1e4-sized values: one ulp of the forward at 1e4 is
 # 1e-3, which the backward's exp(x - out) turns into a relative 1e-3 (eager's own error is as large)
-LOOSER = {("aten._logcumsumexp.default", False): {"rtol": 1e-2, "atol": 1e-3}}
+LOOSER = {("aten._logcumsumexp.default", False): {"rtol": 1e-2, "atol": 1e-3},
+          # float32 sums of some 50 products of magnitude 10-100 cancelling: eager's own error
+          # against float64 is 2e-4 there, and two summation orders differ by as much
+          ("aten.addbmm.default", False): {"rtol": 1e-4, "atol": 1e-3}}
 # torch's derivative of as_strided_scatter puts the gradient of `self` on the written positions
 # instead of the others (checked in test_as_strided_scatter_gradient_torch_gets_wrong): ours is
 # compared with the gradient of its definition instead
@@ -289,3 +305,4 @@ def test_cholesky_gradient_above_autograd_is_eagers_symmetric_one(upper):
     torch.testing.assert_close(got_in.grad, expected_in.grad)
     skewed = a + torch.triu(torch.ones(4, 4, dtype=torch.float64), 1) * (0.1 if not upper else -0.1)
     torch.testing.assert_close(TABLE[op](skewed, upper=upper)[0], torch.linalg.cholesky(skewed, upper=upper))
+

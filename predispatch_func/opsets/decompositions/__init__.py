@@ -16,10 +16,11 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 
 * ``elementwise``: pointwise math, shifts, gcd, rounding to decimals;
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
-* ``structure``: copies of views, views, scatters into a diagonal or a stride, index factories;
+* ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
 * ``pooling``: adaptive and fractional max pooling, with the kernels' indices;
 * ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
+* ``products``: ``_trilinear`` and the discrete Fourier transform;
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky.
 """
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import backward, elementwise, linalg, pooling, scans, searching, structure
+from . import backward, elementwise, linalg, pooling, products, scans, searching, structure
 
 TABLE: dict[Any, Callable] = {
     **elementwise.DECOMPOSITIONS,
@@ -38,6 +39,7 @@ TABLE: dict[Any, Callable] = {
     **pooling.DECOMPOSITIONS,
     **backward.DECOMPOSITIONS,
     **linalg.DECOMPOSITIONS,
+    **products.DECOMPOSITIONS,
 }
 
 __all__ = ["TABLE"]

@@ -163,3 +163,19 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     aten.hardshrink_backward.default: hardshrink_backward,
     aten.softshrink_backward.default: hardshrink_backward,
 }
+
+
+def addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta: Any = 1,
+           alpha: Any = 1) -> torch.Tensor:
+    """``beta * x + alpha * sum_i batch1[i] @ batch2[i]``, accumulated batch by batch as the
+    kernel's ``addmm_`` loop does (so float32 rounds alike); ``beta == 0`` ignores ``x``."""
+    shape = torch.broadcast_shapes(x.shape, (batch1.size(1), batch2.size(2)))
+    out = torch.zeros(shape, dtype=x.dtype, device=x.device) if beta == 0 else \
+        (x if beta == 1 else x * beta).expand(shape)
+    for i in range(batch1.size(0)):
+        product = batch1[i] @ batch2[i]
+        out = out + (product if alpha == 1 else product * alpha)
+    return out.clone() if batch1.size(0) == 0 else out
+
+
+DECOMPOSITIONS[aten.addbmm.default] = addbmm

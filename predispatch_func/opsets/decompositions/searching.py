@@ -105,3 +105,86 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     aten.scatter.reduce: scatter_reduce_legacy,
     aten.scatter.value_reduce: scatter_value_reduce_legacy,
 }
+
+
+# --- order statistics, from one sort (NaN sorts last, as these kernels order it) ------------
+
+
+def _select(x: torch.Tensor, dim: int, position: Any, keepdim: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The element at ``position`` (an int, or a tensor of one per slice) of each slice sorted
+    along ``dim``, and its index in the slice."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros_like(x, dtype=torch.int64)
+    dim = dim % x.dim()
+    ordered, order = torch.sort(x, dim)
+    if not isinstance(position, torch.Tensor):
+        position = torch.full_like(ordered.narrow(dim, 0, 1), position, dtype=torch.int64)
+    values, indices = ordered.gather(dim, position), order.gather(dim, position)
+    return (values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))
+
+
+def kthvalue(x: torch.Tensor, k: int, dim: int = -1, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    return _select(x, dim, k - 1, keepdim)
+
+
+def median_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lower median; a slice holding a NaN gives NaN and the index of its first NaN."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros_like(x, dtype=torch.int64)
+    dim = dim % x.dim()
+    values, indices = _select(x, dim, (x.size(dim) - 1) // 2, keepdim=True)
+    if x.is_floating_point():
+        nan = torch.isnan(x)
+        has_nan = nan.any(dim, keepdim=True)
+        first_nan = nan.to(torch.uint8).argmax(dim, keepdim=True)
+        values = torch.where(has_nan, torch.full_like(values, float("nan")), values)
+        indices = torch.where(has_nan, first_nan, indices)
+    return (values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))
+
+
+def median(x: torch.Tensor) -> torch.Tensor:
+    return median_dim(x.reshape(-1), 0)[0]
+
+
+def nanmedian_dim(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lower median of the slice's numbers (NaNs sort last, so it sits at (count - 1) // 2)."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros_like(x, dtype=torch.int64)
+    dim = dim % x.dim()
+    count = (~torch.isnan(x)).sum(dim, keepdim=True) if x.is_floating_point() else \
+        torch.full_like(x.narrow(dim, 0, 1), x.size(dim), dtype=torch.int64)
+    position = torch.div(count - 1, 2, rounding_mode="floor").clamp(min=0)
+    return _select(x, dim, position, keepdim)
+
+
+def nanmedian(x: torch.Tensor) -> torch.Tensor:
+    return nanmedian_dim(x.reshape(-1), 0)[0]
+
+
+def nonzero_static(x: torch.Tensor, *, size: int, fill_value: int = -1) -> torch.Tensor:
+    """``nonzero``'s rows, the first ``size`` of them, padded with ``fill_value``: the flat
+    positions sorted with the zeros' pushed past the end keep the order with static shapes."""
+    numel = x.numel()
+    position = torch.arange(numel, device=x.device)
+    flat = x.reshape(-1) != 0
+    order = torch.sort(torch.where(flat, position, position + numel)).values
+    if size > numel:
+        order = torch.cat([order, torch.full((size - numel,), 2 * numel, dtype=torch.int64, device=x.device)])
+    chosen = order[:size]
+    found = chosen < numel
+    coordinates, remaining = [], torch.where(found, chosen, torch.zeros_like(chosen))
+    for extent in reversed(x.shape):
+        coordinates.append(torch.remainder(remaining, extent))
+        remaining = torch.div(remaining, extent, rounding_mode="floor")
+    rows = torch.stack(list(reversed(coordinates)), -1) if coordinates else chosen.new_zeros(size, 0)
+    return torch.where(found.unsqueeze(-1), rows, torch.full_like(rows, fill_value))
+
+
+DECOMPOSITIONS.update({
+    aten.kthvalue.default: kthvalue,
+    aten.median.dim: median_dim,
+    aten.median.default: median,
+    aten.nanmedian.dim: nanmedian_dim,
+    aten.nanmedian.default: nanmedian,
+    aten.nonzero_static.default: nonzero_static,
+})

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from ... import _torch_compat as tc
+
 aten = torch.ops.aten
 
 
@@ -109,3 +111,47 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     aten.triu_indices.default: _triangle_indices(lambda above, offset: above >= offset,
                                                  lambda r, col, offset: col - max(r + offset, 0)),
 }
+
+
+def efficient_zero_tensor(size: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                          pin_memory: Any = None) -> torch.Tensor:
+    """Autograd's placeholder for a zero gradient: the same zeros, as an ordinary tensor."""
+    return torch.zeros(size, dtype=dtype, device=device)
+
+
+def index_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, reduce: str, *,
+                 include_self: bool = True) -> torch.Tensor:
+    """``scatter_reduce`` with ``index`` spread along ``dim`` over ``source``'s shape."""
+    dim = dim % max(x.dim(), 1)
+    shape = [1] * source.dim()
+    if source.dim():
+        shape[dim] = -1
+    spread = index.reshape(shape).expand(source.shape) if source.dim() else index.reshape(())
+    return aten.scatter_reduce.two(x, dim, spread, source, reduce, include_self=include_self)
+
+
+def put(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+    """Writes into ``x`` seen as flat (row-major), negative indices from the end."""
+    flat = x.reshape(-1)
+    positions = index.reshape(-1)
+    positions = torch.where(positions < 0, positions + flat.numel(), positions)
+    written = aten.index_put.default(flat, [positions], source.reshape(-1), accumulate)
+    return written.view(x.shape)
+
+
+def bincount(x: torch.Tensor, weights: torch.Tensor | None = None, minlength: int = 0) -> torch.Tensor:
+    """The count's length is the data's maximum: read with ``.item()`` (so never cached)."""
+    length = max(int(x.max().item()) + 1 if x.numel() else 0, minlength)
+    if weights is None:
+        values = torch.ones_like(x, dtype=torch.int64)
+    else:  # eager counts integer weights in double
+        values = weights if weights.is_floating_point() else weights.to(torch.float64)
+    return values.new_zeros(length).scatter_add(0, x, values)
+
+
+DECOMPOSITIONS.update({
+    tc.resolve_overload("aten", "_efficientzerotensor.default"): efficient_zero_tensor,
+    aten.index_reduce.default: index_reduce,
+    aten.put.default: put,
+    aten.bincount.default: bincount,
+})
