@@ -244,3 +244,95 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     aten.replication_pad1d_backward.default: _replication_pad_backward(1),
     aten.replication_pad2d_backward.default: _replication_pad_backward(2),
 }
+
+
+# --- embedding bags -----------------------------------------------------------------------
+
+_SUM, _MEAN, _MAX = 0, 1, 2
+_EMBEDDING_BAG: Any = tc.resolve_overload("aten", "_embedding_bag.default")
+
+
+def embedding_bag_forward_only(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
+                               scale_grad_by_freq: bool = False, mode: int = 0, sparse: bool = False,
+                               per_sample_weights: Any = None, include_last_offset: bool = False,
+                               padding_idx: int = -1) -> Any:
+    """The op without autograd's bookkeeping: ``_embedding_bag`` (Core ATen) computes the same
+    bags and, besides, the bookkeeping."""
+    return _EMBEDDING_BAG(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+                          per_sample_weights, include_last_offset, padding_idx)
+
+
+def _bags(indices: torch.Tensor, offsets: torch.Tensor, offset2bag: torch.Tensor) -> torch.Tensor:
+    """Each index's bag: the forward's ``offset2bag``, or (where the kernel left it empty) the
+    number of offsets at or below the index's position, less one."""
+    if offset2bag.numel() == indices.numel():
+        return offset2bag
+    position = torch.arange(indices.numel(), device=indices.device)
+    return (offsets.unsqueeze(0) <= position.unsqueeze(1)).sum(1) - 1
+
+
+def embedding_bag_backward(grad: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor,
+                           offset2bag: torch.Tensor, bag_size: torch.Tensor, maximum_indices: torch.Tensor,
+                           num_weights: int, scale_grad_by_freq: bool, mode: int, sparse: bool,
+                           per_sample_weights: Any, padding_idx: int = -1) -> torch.Tensor:
+    """The weight's gradient: each bag's gradient added into the rows its indices name (scaled
+    by the sample's weight, by 1/bag size for mean, by 1/frequency if asked), or for max into
+    the rows ``maximum_indices`` recorded; the padding row gets none."""
+    if sparse:
+        return NotImplemented  # a sparse gradient: not a strided tensor
+    dim = grad.size(-1)
+    if mode == _MAX:
+        rows = maximum_indices.reshape(-1)
+        values = grad.reshape(-1)
+        columns = torch.arange(dim, device=grad.device).repeat(grad.size(0))
+        keep = (bag_size.repeat_interleave(dim) > 0) & (rows >= 0)
+        values = torch.where(keep, values, torch.zeros_like(values))
+        rows = torch.where(keep, rows, torch.zeros_like(rows))
+        return aten.index_put.default(grad.new_zeros(num_weights, dim), [rows, columns], values, True)
+    bags = _bags(indices, offsets, offset2bag)
+    contribution = grad.index_select(0, bags)
+    scale = torch.ones_like(indices, dtype=grad.dtype)
+    if per_sample_weights is not None:
+        scale = scale * per_sample_weights.to(grad.dtype)
+    if mode == _MEAN:
+        size = bag_size.index_select(0, bags).to(grad.dtype)
+        scale = scale / torch.where(size == 0, torch.ones_like(size), size)
+    if scale_grad_by_freq:
+        counts = torch.zeros(num_weights, dtype=grad.dtype, device=grad.device).scatter_add(
+            0, indices, torch.ones_like(indices, dtype=grad.dtype))
+        scale = scale / counts.index_select(0, indices)
+    if padding_idx >= 0:
+        scale = torch.where(indices == padding_idx, torch.zeros_like(scale), scale)
+    return aten.index_put.default(grad.new_zeros(num_weights, dim), [indices], contribution * scale.unsqueeze(-1), True)
+
+
+def embedding_bag_per_sample_weights_backward(grad: torch.Tensor, weight: torch.Tensor, indices: torch.Tensor,
+                                              offsets: torch.Tensor, offset2bag: torch.Tensor, mode: int,
+                                              padding_idx: int = -1) -> torch.Tensor:
+    """Each sample's weight multiplied its row into its bag's sum: its gradient is the dot of
+    that row with the bag's gradient (0 for the padding index)."""
+    bags = _bags(indices, offsets, offset2bag)
+    dots = (grad.index_select(0, bags) * weight.index_select(0, indices).to(grad.dtype)).sum(-1)
+    if padding_idx >= 0:
+        dots = torch.where(indices == padding_idx, torch.zeros_like(dots), dots)
+    return dots
+
+
+def embedding_renorm(weight: torch.Tensor, indices: torch.Tensor, max_norm: float, norm_type: float) -> torch.Tensor:
+    """(The functional form of ``embedding_renorm_``, what ``max_norm`` runs.) Each row some
+    index names whose norm exceeds ``max_norm`` scaled by ``max_norm / (norm + 1e-7)``."""
+    named = torch.zeros(weight.size(0), dtype=torch.bool, device=weight.device).index_put(
+        [indices.reshape(-1)], torch.ones((), dtype=torch.bool, device=weight.device))
+    norms = torch.linalg.vector_norm(weight, norm_type, dim=-1, keepdim=True)
+    scale = max_norm / (norms + 1e-7)
+    rescale = named.unsqueeze(-1) & (norms > max_norm)
+    return torch.where(rescale, weight * scale, weight)
+
+
+DECOMPOSITIONS.update({
+    aten.embedding_renorm.default: embedding_renorm,
+    tc.resolve_overload("aten", "_embedding_bag_forward_only.default"): embedding_bag_forward_only,
+    tc.resolve_overload("aten", "_embedding_bag_backward.default"): embedding_bag_backward,
+    tc.resolve_overload("aten", "_embedding_bag_per_sample_weights_backward.default"):
+        embedding_bag_per_sample_weights_backward,
+})
