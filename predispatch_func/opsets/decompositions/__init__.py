@@ -21,6 +21,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``pooling``: adaptive and fractional max pooling, with the kernels' indices;
 * ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
+* ``losses``: backward kernels of margin losses and pairwise distances;
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky.
 """
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import backward, elementwise, linalg, pooling, products, scans, searching, structure
+from . import backward, elementwise, linalg, losses, pooling, products, scans, searching, structure
 
 TABLE: dict[Any, Callable] = {
     **elementwise.DECOMPOSITIONS,
@@ -39,6 +40,7 @@ TABLE: dict[Any, Callable] = {
     **pooling.DECOMPOSITIONS,
     **backward.DECOMPOSITIONS,
     **linalg.DECOMPOSITIONS,
+    **losses.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,
 }
 
