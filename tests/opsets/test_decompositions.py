@@ -28,7 +28,7 @@ from predispatch_func.opsets.lowering import core_decompositions
 from tests.support.torch_release import torch_limit  # noqa: F401
 
 CORE = pf.OpSet.core_aten()
-SAMPLES = 3
+SAMPLES = 6  # per op and dtype under -m conformance; the default suite takes the first
 
 # op -> the OpInfos (name, variant) whose samples reach it
 CASES: dict[str, list[tuple[str, str]]] = {
@@ -104,6 +104,10 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.bincount.default": [("bincount", "")],
     "aten._trilinear.default": [("nn.functional.bilinear", "")],
     "aten.addbmm.default": [("addbmm", "")],
+    "aten.sort.stable": [("sort", ""), ("argsort", "")],
+    "aten._unique2.default": [("unique", "")],
+    "aten._unique.default": [("index_fill", "")],
+    "aten.unique_consecutive.default": [("unique_consecutive", "")],
     "aten.multi_margin_loss_backward.default": [("nn.functional.multi_margin_loss", "")],
     "aten.multilabel_margin_loss_backward.default": [("nn.functional.multilabel_margin_loss", "")],
     "aten._cdist_backward.default": [("cdist", "")],
@@ -216,6 +220,17 @@ def _cases():
 
 @pytest.mark.parametrize(("op_name", "name", "variant", "wide"), _cases())
 def test_decomposition_equals_eager_on_opinfo_samples(op_name, name, variant, wide):
+    """The first sample reaching the op; ``-m conformance`` runs more."""
+    _check_on_samples(op_name, name, variant, wide, samples=1)
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize(("op_name", "name", "variant", "wide"), _cases())
+def test_decomposition_equals_eager_on_more_opinfo_samples(op_name, name, variant, wide):
+    _check_on_samples(op_name, name, variant, wide, samples=SAMPLES)
+
+
+def _check_on_samples(op_name: str, name: str, variant: str, wide: bool, samples: int) -> None:
     op = tc.resolve_overload("aten", op_name.removeprefix("aten."))
     opinfo = _opinfo(name, variant)
     dtype = _dtype(opinfo, wide)
@@ -242,7 +257,7 @@ def test_decomposition_equals_eager_on_opinfo_samples(op_name, name, variant, wi
                 above = _run(opinfo, sample, with_grad)
             _assert_same(above, expected, f"decomposed above autograd, sample {sample}", **tolerance)
         decomposed += 1
-        if decomposed == SAMPLES:
+        if decomposed == samples:
             break
     assert decomposed, f"no sample reached {op_name}: the case tests nothing"
 

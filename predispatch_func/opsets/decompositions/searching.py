@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ... import _torch_compat as tc
+
 aten = torch.ops.aten
 
 
@@ -187,4 +189,88 @@ DECOMPOSITIONS.update({
     aten.nanmedian.dim: nanmedian_dim,
     aten.nanmedian.default: nanmedian,
     aten.nonzero_static.default: nonzero_static,
+})
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    same = a == b
+    return same | (torch.isnan(a) & torch.isnan(b)) if a.is_floating_point() else same
+
+
+def sort_stable(x: torch.Tensor, *, stable: bool | None = None, dim: int = -1,
+                descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Core ATen's ``sort`` leaves the order of equal elements open; a stable sort keeps
+    them in input order. One ``sort`` groups equal values (NaNs together), a second sorts
+    ``group * n + original index`` (distinct integers), which orders each group by index."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros_like(x, dtype=torch.int64)
+    values, order = aten.sort.default(x, dim, descending)
+    if not stable:
+        return values, order
+    dim = dim % x.dim()
+    n = x.size(dim)
+    if n <= 1:
+        return values, order
+    changed = ~_same(values.narrow(dim, 1, n - 1), values.narrow(dim, 0, n - 1))
+    group = torch.cat([torch.zeros_like(values.narrow(dim, 0, 1), dtype=torch.int64),
+                       torch.cumsum(changed.to(torch.int64), dim)], dim)
+    _, within = aten.sort.default(group * n + order, dim, False)
+    indices = order.gather(dim, within)
+    return x.gather(dim, indices), indices
+
+
+DECOMPOSITIONS[aten.sort.stable] = sort_stable
+
+
+# --- unique: sizes read from the data (``.item()``), so never cached ---------------------------
+
+
+def _uniques(flat: torch.Tensor, ordered: torch.Tensor, order: torch.Tensor | None, return_inverse: bool,
+             return_counts: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Runs of equal neighbours in ``ordered`` (NaN equals nothing, so each NaN is its own, as
+    eager's): their values, each input element's run (through ``order``, the sort's
+    permutation, if any), and the runs' lengths."""
+    empty = torch.empty(0, dtype=torch.int64, device=flat.device)
+    if flat.numel() == 0:
+        return flat.clone(), empty if not return_inverse else torch.zeros_like(flat, dtype=torch.int64), empty
+    changed = ordered[1:] != ordered[:-1]
+    run = torch.cat([torch.zeros(1, dtype=torch.int64, device=flat.device), torch.cumsum(changed.to(torch.int64), 0)])
+    runs = int(run[-1].item()) + 1
+    values = torch.empty(runs, dtype=flat.dtype, device=flat.device).scatter(0, run, ordered)
+    inverse = empty
+    if return_inverse:
+        inverse = run if order is None else torch.empty_like(run).scatter(0, order, run)
+    counts = torch.zeros(runs, dtype=torch.int64, device=flat.device).scatter_add(0, run, torch.ones_like(run)) \
+        if return_counts else empty
+    return values, inverse, counts
+
+
+def unique2(x: torch.Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa: A002 (the schema's name)
+            return_counts: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sorted whether or not ``sorted`` asks (eager's CPU kernel sorts either way)."""
+    flat = x.reshape(-1)
+    ordered, order = aten.sort.default(flat, 0, False)
+    values, inverse, counts = _uniques(flat, ordered, order, return_inverse, return_counts)
+    return values, inverse.reshape(x.shape) if return_inverse else inverse, counts
+
+
+def unique(x: torch.Tensor, sorted: bool = True, return_inverse: bool = False  # noqa: A002
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    values, inverse, _ = unique2(x, sorted, return_inverse, False)
+    return values, inverse
+
+
+def unique_consecutive(x: torch.Tensor, return_inverse: bool = False, return_counts: bool = False,
+                       dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if dim is not None:
+        return NotImplemented
+    flat = x.reshape(-1)
+    values, inverse, counts = _uniques(flat, flat, None, return_inverse, return_counts)
+    return values, inverse.reshape(x.shape) if return_inverse else inverse, counts
+
+
+DECOMPOSITIONS.update({
+    tc.resolve_overload("aten", "_unique2.default"): unique2,
+    tc.resolve_overload("aten", "_unique.default"): unique,
+    aten.unique_consecutive.default: unique_consecutive,
 })
