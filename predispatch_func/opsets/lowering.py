@@ -36,6 +36,7 @@ import torch
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError
 from ..graphs import all_graph_modules
+from .decompositions import FALLBACK as OUR_FALLBACK
 from .decompositions import TABLE as OURS
 from .opset import OpSet
 
@@ -246,8 +247,9 @@ def _is_user_file(frame_line: str) -> bool:
 def core_decompositions() -> dict[tc.OpOverload, Callable]:
     """torch's core ATen decompositions, then any other ATen-level one torch registers
     for an op that table lacks, then ours for ops torch leaves without one
-    (``decompositions``): the one table both export and eager lower with."""
-    return {**tc.aten_decomposition_table(), **tc.core_aten_decomposition_table(), **OURS}
+    (``decompositions``; its ``FALLBACK`` only where this torch has none): the one table both
+    export and eager lower with."""
+    return {**OUR_FALLBACK, **tc.aten_decomposition_table(), **tc.core_aten_decomposition_table(), **OURS}
 
 
 @functools.lru_cache(maxsize=1)

@@ -44,4 +44,7 @@ TABLE: dict[Any, Callable] = {
     **products.DECOMPOSITIONS,
 }
 
-__all__ = ["TABLE"]
+# used only where the running torch has no decomposition of its own
+FALLBACK: dict[Any, Callable] = {**pooling.FALLBACK}
+
+__all__ = ["FALLBACK", "TABLE"]

@@ -64,15 +64,17 @@ def _window_max(x: torch.Tensor, spatial: int, starts: Sequence[torch.Tensor], l
     return best, best_index
 
 
-def adaptive_max_pool2d(x: torch.Tensor, output_size: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    starts, ends, longest = [], [], []
-    for d, out in enumerate(output_size):
-        size = x.size(x.dim() - 2 + d)
-        o = torch.arange(out, device=x.device)
-        starts.append(torch.div(o * size, out, rounding_mode="floor"))
-        ends.append(torch.div((o + 1) * size + out - 1, out, rounding_mode="floor"))
-        longest.append(max(-(-(i + 1) * size // out) - (i * size // out) for i in range(out)) if out else 0)
-    return _window_max(x, 2, starts, longest, ends)
+def _adaptive_max_pool(spatial: int) -> Callable:
+    def decomposition(x: torch.Tensor, output_size: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        starts, ends, longest = [], [], []
+        for d, out in enumerate(output_size):
+            size = x.size(x.dim() - spatial + d)
+            o = torch.arange(out, device=x.device)
+            starts.append(torch.div(o * size, out, rounding_mode="floor"))
+            ends.append(torch.div((o + 1) * size + out - 1, out, rounding_mode="floor"))
+            longest.append(max(-(-(i + 1) * size // out) - (i * size // out) for i in range(out)) if out else 0)
+        return _window_max(x, spatial, starts, longest, ends)
+    return decomposition
 
 
 def _fractional_max_pool(spatial: int, sample_for_dim: Sequence[int]) -> Callable:
@@ -97,7 +99,10 @@ def _fractional_max_pool(spatial: int, sample_for_dim: Sequence[int]) -> Callabl
 
 
 DECOMPOSITIONS: dict[Any, Callable] = {
-    aten.adaptive_max_pool2d.default: adaptive_max_pool2d,
+    aten.adaptive_max_pool2d.default: _adaptive_max_pool(2),
     aten.fractional_max_pool2d.default: _fractional_max_pool(2, (1, 0)),  # samples are (w, h)
     aten.fractional_max_pool3d.default: _fractional_max_pool(3, (0, 1, 2)),  # samples are (t, h, w)
 }
+
+# for torch releases that lack a decomposition of their own (2.11 has none for the 3-d one)
+FALLBACK: dict[Any, Callable] = {aten.adaptive_max_pool3d.default: _adaptive_max_pool(3)}
