@@ -339,3 +339,13 @@ def test_cholesky_gradient_above_autograd_is_eagers_symmetric_one(upper):
     skewed = a + torch.triu(torch.ones(4, 4, dtype=torch.float64), 1) * (0.1 if not upper else -0.1)
     torch.testing.assert_close(TABLE[op](skewed, upper=upper)[0], torch.linalg.cholesky(skewed, upper=upper))
 
+
+
+def test_the_decompositions_that_read_data_are_kept_from_export():
+    from predispatch_func.opsets.decompositions import READS_DATA
+
+    assert {str(op) for op in READS_DATA} == {
+        "aten.equal.default", "aten.bincount.default", "aten._unique2.default", "aten._unique.default",
+        "aten.unique_consecutive.default"}
+    lowering = pf.opsets.Lowering(CORE)
+    assert all(lowering.functional_decomposition(op) is None and op not in lowering.proxy_table() for op in READS_DATA)

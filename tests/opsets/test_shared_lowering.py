@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import predispatch_func as pf
@@ -90,3 +91,18 @@ def test_eager_session_runs_them_as_the_same_decompositions():
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b)
     assert all(op in session.stats.decomposed for op in OURS), session.stats.decomposed
+
+
+def test_export_names_an_op_whose_decomposition_reads_data():
+    """unique's decomposition reads its output size from the data: pf.eager runs it (uncached),
+    export names it as unreachable and says why, rather than a data-dependent trace error."""
+    class Unique(torch.nn.Module):
+        def forward(self, x):
+            return torch.unique(x)
+
+    x = torch.tensor([3.0, 1.0, 3.0])
+    with pytest.raises(pf.UnsupportedError, match=r"aten\._unique2\.default: its decomposition reads tensor data"):
+        pf.export(Unique(), (x,), target=CORE)
+    with pf.eager.on(CORE) as session:
+        got = Unique()(x)
+    assert torch.equal(got, torch.unique(x)) and aten._unique2.default in session.stats.decomposed

@@ -44,7 +44,12 @@ TABLE: dict[Any, Callable] = {
     **products.DECOMPOSITIONS,
 }
 
+# ops whose decomposition reads tensor data for a size or a Python value (``.item()``): pf.eager runs
+# them uncached; a program cannot hold that decision, so export leaves them unreachable, saying why
+READS_DATA = frozenset(op for op, decomposition in TABLE.items()
+                       if getattr(decomposition, "reads_data", False))
+
 # used only where the running torch has no decomposition of its own
 FALLBACK: dict[Any, Callable] = {**pooling.FALLBACK}
 
-__all__ = ["FALLBACK", "TABLE"]
+__all__ = ["FALLBACK", "READS_DATA", "TABLE"]

@@ -269,6 +269,9 @@ def unique_consecutive(x: torch.Tensor, return_inverse: bool = False, return_cou
     return values, inverse.reshape(x.shape) if return_inverse else inverse, counts
 
 
+for _reader in (equal, unique2, unique, unique_consecutive):
+    _reader.reads_data = True  # type: ignore[attr-defined]
+
 DECOMPOSITIONS.update({
     tc.resolve_overload("aten", "_unique2.default"): unique2,
     tc.resolve_overload("aten", "_unique.default"): unique,

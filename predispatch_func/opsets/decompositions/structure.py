@@ -149,6 +149,8 @@ def bincount(x: torch.Tensor, weights: torch.Tensor | None = None, minlength: in
     return values.new_zeros(length).scatter_add(0, x, values)
 
 
+bincount.reads_data = True  # type: ignore[attr-defined]
+
 DECOMPOSITIONS.update({
     tc.resolve_overload("aten", "_efficientzerotensor.default"): efficient_zero_tensor,
     aten.index_reduce.default: index_reduce,
