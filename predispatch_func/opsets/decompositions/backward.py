@@ -323,7 +323,15 @@ def embedding_renorm(weight: torch.Tensor, indices: torch.Tensor, max_norm: floa
     index names whose norm exceeds ``max_norm`` scaled by ``max_norm / (norm + 1e-7)``."""
     named = torch.zeros(weight.size(0), dtype=torch.bool, device=weight.device).index_put(
         [indices.reshape(-1)], torch.ones((), dtype=torch.bool, device=weight.device))
-    norms = torch.linalg.vector_norm(weight, norm_type, dim=-1, keepdim=True)
+    magnitude = weight.abs()
+    if norm_type == float("inf"):
+        norms = magnitude.amax(-1, keepdim=True)
+    elif norm_type == 1:
+        norms = magnitude.sum(-1, keepdim=True)
+    elif norm_type == 2:
+        norms = (magnitude * magnitude).sum(-1, keepdim=True).sqrt()
+    else:  # written out: linalg_vector_norm has no decomposition into ATen on torch 2.13
+        norms = magnitude.pow(norm_type).sum(-1, keepdim=True).pow(1.0 / norm_type)
     scale = max_norm / (norms + 1e-7)
     rescale = named.unsqueeze(-1) & (norms > max_norm)
     return torch.where(rescale, weight * scale, weight)
