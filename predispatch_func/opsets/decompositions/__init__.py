@@ -50,6 +50,6 @@ READS_DATA = frozenset(op for op, decomposition in TABLE.items()
                        if getattr(decomposition, "reads_data", False))
 
 # used only where the running torch has no decomposition of its own
-FALLBACK: dict[Any, Callable] = {**pooling.FALLBACK}
+FALLBACK: dict[Any, Callable] = {**pooling.FALLBACK, **linalg.FALLBACK}
 
 __all__ = ["FALLBACK", "READS_DATA", "TABLE"]

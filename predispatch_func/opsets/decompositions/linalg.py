@@ -330,3 +330,44 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     aten.cholesky_inverse.default: cholesky_inverse,
     tc.resolve_overload("aten", "_cholesky_solve_helper.default"): cholesky_solve_helper,
 }
+
+
+# --- for torch releases that lack these (2.13 has no ATen decomposition of either) -----------
+
+
+def _safe_root(total: torch.Tensor, root: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``root(total)``, 0 at 0 with gradient 0 there (eager's norm backward masks the zero
+    norm; a plain root's derivative is infinite there and gives NaN)."""
+    zero = total == 0
+    return torch.where(zero, torch.zeros_like(total), root(torch.where(zero, torch.ones_like(total), total)))
+
+
+def vector_norm(x: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
+                dtype: Any = None) -> torch.Tensor:
+    if dtype is not None:
+        x = x.to(dtype)
+    dims = list(range(x.dim())) if dim is None or (not isinstance(dim, int) and len(dim) == 0) else dim
+    magnitude = x.abs()
+    if ord == 0:
+        return (x != 0).sum(dims, keepdim=keepdim).to(magnitude.dtype)
+    if ord == float("inf"):
+        return magnitude.amax(dims, keepdim=keepdim)
+    if ord == float("-inf"):
+        return magnitude.amin(dims, keepdim=keepdim)
+    if ord == 1:
+        return magnitude.sum(dims, keepdim=keepdim)
+    if ord == 2:
+        return _safe_root((magnitude * magnitude).sum(dims, keepdim=keepdim), torch.sqrt)
+    return _safe_root(magnitude.pow(ord).sum(dims, keepdim=keepdim), lambda t: t.pow(1.0 / ord))
+
+
+def cholesky(a: torch.Tensor, upper: bool = False) -> torch.Tensor:
+    """The deprecated ``torch.cholesky``: the factor, or the kernel's error (read from ``info``)."""
+    out = cholesky_ex(a, upper=upper, check_errors=True)
+    return out if out is NotImplemented else out[0]
+
+
+FALLBACK: dict[Any, Callable] = {
+    aten.linalg_vector_norm.default: vector_norm,
+    aten.cholesky.default: cholesky,
+}
