@@ -237,6 +237,8 @@ def test_decomposition_equals_eager_on_more_opinfo_samples(op_name, name, varian
 
 def _check_on_samples(op_name: str, name: str, variant: str, wide: bool, samples: int) -> None:
     op = tc.resolve_overload("aten", op_name.removeprefix("aten."))
+    if op is None:
+        pytest.skip(f"this torch has no {op_name}")
     decomposition = TABLE.get(op) or FALLBACK[op]
     if core_decompositions()[op] is not decomposition:
         pytest.skip(f"this torch decomposes {op_name} itself")
@@ -271,7 +273,8 @@ def _check_on_samples(op_name: str, name: str, variant: str, wide: bool, samples
 
 
 def test_every_decomposition_has_a_case():
-    assert {str(op) for op in (*TABLE, *FALLBACK)} == set(CASES) | BY_HAND
+    known = {name for name in set(CASES) | BY_HAND if tc.resolve_overload("aten", name.removeprefix("aten."))}
+    assert {str(op) for op in (*TABLE, *FALLBACK)} == known
 
 
 def test_torch_still_lacks_them():

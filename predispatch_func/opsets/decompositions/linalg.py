@@ -367,7 +367,8 @@ def cholesky(a: torch.Tensor, upper: bool = False) -> torch.Tensor:
     return out if out is NotImplemented else out[0]
 
 
-FALLBACK: dict[Any, Callable] = {
-    aten.linalg_vector_norm.default: vector_norm,
-    aten.cholesky.default: cholesky,
-}
+# (torch.cholesky's op is gone from later releases: resolved by name, kept only if it exists)
+FALLBACK: dict[Any, Callable] = {op: decomposition for op, decomposition in (
+    (aten.linalg_vector_norm.default, vector_norm),
+    (tc.resolve_overload("aten", "cholesky.default"), cholesky),
+) if op is not None}
