@@ -38,7 +38,7 @@ def _whole(reduce: Callable) -> Callable:
 
 def masked_select(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     x, mask = torch.broadcast_tensors(x, mask)
-    return aten.index.Tensor(x, [mask])
+    return aten.index.Tensor(x.reshape(-1), [mask.reshape(-1)])  # flat: a 0-d mask cannot index
 
 
 def _binary_search(sorted_sequence: torch.Tensor, values: torch.Tensor, right: bool,
