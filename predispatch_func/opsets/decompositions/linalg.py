@@ -358,7 +358,13 @@ def vector_norm(x: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = 
         return magnitude.sum(dims, keepdim=keepdim)
     if ord == 2:
         return _safe_root((magnitude * magnitude).sum(dims, keepdim=keepdim), torch.sqrt)
-    return _safe_root(magnitude.pow(ord).sum(dims, keepdim=keepdim), lambda t: t.pow(1.0 / ord))
+    if ord > 0:  # |x|^p at x = 0: 0 with gradient 0 (eager's backward masks zeros; for p < 1 pow's is inf)
+        zero = magnitude == 0
+        powered = torch.where(zero, torch.zeros_like(magnitude),
+                              torch.where(zero, torch.ones_like(magnitude), magnitude).pow(ord))
+    else:
+        powered = magnitude.pow(ord)
+    return _safe_root(powered.sum(dims, keepdim=keepdim), lambda t: t.pow(1.0 / ord))
 
 
 def cholesky(a: torch.Tensor, upper: bool = False) -> torch.Tensor:
