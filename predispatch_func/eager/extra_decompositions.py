@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from . import random_decompositions
 
 aten = torch.ops.aten
 
@@ -135,4 +136,4 @@ CORRECTED: dict[Any, Callable] = {_FLASH_CPU: _flash_attention_for_cpu,
 
 
 def for_op(op: Any) -> Callable | None:
-    return TABLE.get(op) or CORRECTED.get(op)
+    return TABLE.get(op) or CORRECTED.get(op) or random_decompositions.DECOMPOSITIONS.get(op)

@@ -36,6 +36,9 @@ import torch
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError
 from ..graphs import all_graph_modules
+from .decompositions import FALLBACK as OUR_FALLBACK
+from .decompositions import READS_DATA
+from .decompositions import TABLE as OURS
 from .opset import OpSet
 
 aten = torch.ops.aten
@@ -107,7 +110,7 @@ class Lowering:
             plain = not (schema.is_mutable or op.is_view or tc.torch_tags_unsafe(op)
                          or any(a.alias_info for a in (*schema.arguments, *schema.returns)))
             self._functional_cache[op] = (
-                self._core.get(op) if plain and not self.allows(op) else None)
+                self._core.get(op) if plain and not self.allows(op) and op not in READS_DATA else None)
             if op is _SDPA and not self.allows(op):
                 self._functional_cache[op] = _sdpa_lowered
         return self._functional_cache[op]
@@ -158,6 +161,9 @@ class Lowering:
         op = next(iter(ops), None) if ops else None
         if op is None:
             return "not an ATen operator overload"
+        if op in READS_DATA:
+            return ("its decomposition reads tensor data for a size or a value (.item()), which a program "
+                    "cannot hold; pf.eager runs it")
         if self.decomposition(op) is None:
             if op in tc.prims_decomposition_ops():
                 return ("torch decomposes it only into prims (torch._refs), not into ATen; "
@@ -244,8 +250,10 @@ def _is_user_file(frame_line: str) -> bool:
 @functools.lru_cache(maxsize=1)
 def core_decompositions() -> dict[tc.OpOverload, Callable]:
     """torch's core ATen decompositions, then any other ATen-level one torch registers
-    for an op that table lacks."""
-    return {**tc.aten_decomposition_table(), **tc.core_aten_decomposition_table()}
+    for an op that table lacks, then ours for ops torch leaves without one
+    (``decompositions``; its ``FALLBACK`` only where this torch has none): the one table both
+    export and eager lower with."""
+    return {**OUR_FALLBACK, **tc.aten_decomposition_table(), **tc.core_aten_decomposition_table(), **OURS}
 
 
 @functools.lru_cache(maxsize=1)
@@ -267,6 +275,6 @@ def _proxy_table(target: OpSet) -> dict[tc.OpOverload, Callable]:
     table = {}
     for op in (*core_decompositions(), *_composite_aten_ops()):
         decomposition = lowering.decomposition(op)
-        if decomposition is not None:
+        if decomposition is not None and op not in READS_DATA:
             table[op] = decomposition
     return table

@@ -151,8 +151,8 @@ def _not_lowerable(names: list[str]) -> pf.OpSet:
                                name="not lowerable")
 
 
-# ops the corpus models call that torch cannot lower into Core ATen on this release (mixtral's
-# histc; wav2vec2's linalg_vector_norm on torch 2.13): a backend must have them itself, as the
+# ops the corpus models call that cannot be lowered into Core ATen on this release (mixtral's
+# histc; linalg_vector_norm too wherever neither torch nor opsets/decompositions lowers it): a backend must have them itself, as the
 # mode says (EagerUnreachableError, Registration.unreachable); this one does
 EXTRA = _not_lowerable(["aten.histc.default", "aten.linalg_vector_norm.default"])
 TARGET = pf.OpSet.core_aten() | EXTRA  # what the backend implements, the floor aside

@@ -1,0 +1,55 @@
+"""Decompositions into Core ATen that torch lacks, written here, shared by both lowerings.
+
+torch registers no ATen-level decomposition for these ops (some only a ref into
+prims, which no ATen op set holds), so a backend implementing Core ATen met them
+as unreachable, in ``pf.eager.on(core_aten)`` and in ``export(..., target=)``
+alike. :func:`~predispatch_func.opsets.lowering.core_decompositions` adds this
+table after torch's, so :class:`~predispatch_func.opsets.Lowering` picks them
+for both paths: one lowering.
+
+Each is a restatement of the op's documented (and, where the result depends on
+it, its CPU kernel's) behaviour in ops of Core ATen and the eager runtime floor,
+written so a decomposition traced once per signature stays right for every value
+of that signature: no ``.item()`` unless the op returns a Python value. Each is
+checked against eager on the op's OpInfo samples, forward and backward, float64
+and float32 (``tests/opsets/test_decompositions.py``). One module a family:
+
+* ``elementwise``: pointwise math, shifts, gcd, rounding to decimals;
+* ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
+* ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
+* ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
+* ``pooling``: adaptive and fractional max pooling, with the kernels' indices;
+* ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
+* ``products``: ``_trilinear`` and the discrete Fourier transform;
+* ``losses``: backward kernels of margin losses and pairwise distances;
+* ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import backward, elementwise, linalg, losses, pooling, products, scans, searching, structure
+
+TABLE: dict[Any, Callable] = {
+    **elementwise.DECOMPOSITIONS,
+    **scans.DECOMPOSITIONS,
+    **structure.DECOMPOSITIONS,
+    **searching.DECOMPOSITIONS,
+    **pooling.DECOMPOSITIONS,
+    **backward.DECOMPOSITIONS,
+    **linalg.DECOMPOSITIONS,
+    **losses.DECOMPOSITIONS,
+    **products.DECOMPOSITIONS,
+}
+
+# ops whose decomposition reads tensor data for a size or a Python value (``.item()``): pf.eager runs
+# them uncached; a program cannot hold that decision, so export leaves them unreachable, saying why
+READS_DATA = frozenset(op for op, decomposition in TABLE.items()
+                       if getattr(decomposition, "reads_data", False))
+
+# used only where the running torch has no decomposition of its own
+FALLBACK: dict[Any, Callable] = {**pooling.FALLBACK, **linalg.FALLBACK}
+
+__all__ = ["FALLBACK", "READS_DATA", "TABLE"]

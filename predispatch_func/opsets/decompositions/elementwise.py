@@ -1,0 +1,181 @@
+"""Pointwise ops torch decomposes only into prims, restated in Core ATen.
+
+Where a result depends on a floating-point detail (the sign of zero, infinities,
+the kernel's order of scaling for ``round(decimals=)``), the restatement follows
+the CPU kernel. One thing Core ATen cannot see: the sign bit of a NaN (no op of
+the set reinterprets a float's bits), so ``copysign`` and ``signbit`` read a NaN
+as positive; ``docs/eager.md`` lists it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _floating(x: torch.Tensor) -> torch.Tensor:
+    """Integer and bool inputs of a float-valued op promote to the default float dtype."""
+    return x if x.is_floating_point() or x.is_complex() else x.to(torch.get_default_dtype())
+
+
+def exp2(x: torch.Tensor) -> torch.Tensor:
+    return torch.pow(2.0, _floating(x))
+
+
+def _fmax_fmin(pick: Callable) -> Callable:
+    def decomposition(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """A NaN loses to a number; two NaNs give NaN."""
+        both = pick(a, b)
+        return torch.where(torch.isnan(b), torch.where(torch.isnan(a), both, a.to(both.dtype)),
+                           torch.where(torch.isnan(a), b.to(both.dtype), both))
+    return decomposition
+
+
+def hypot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``sqrt(a² + b²)`` scaled by the larger magnitude, so it neither overflows nor underflows
+    where the result is finite; an infinite side gives inf even against a NaN, as C's hypot."""
+    a, b = torch.broadcast_tensors(a, b)
+    dtype = torch.result_type(a, b)
+    a, b = a.abs().to(dtype), b.abs().to(dtype)
+    large, small = torch.maximum(a, b), torch.minimum(a, b)
+    ratio = small / torch.where(large == 0, torch.ones_like(large), large)
+    result = large * torch.sqrt(1 + ratio * ratio)
+    return torch.where(torch.isinf(a) | torch.isinf(b), torch.full_like(result, math.inf), result)
+
+
+def signbit(x: torch.Tensor) -> torch.Tensor:
+    """Negative, or a negative zero (whose reciprocal is -inf); a NaN reads as positive."""
+    if x.dtype == torch.bool:
+        return torch.zeros_like(x, dtype=torch.bool)
+    if not x.is_floating_point():
+        return x < 0
+    return (x < 0) | ((x == 0) & (torch.reciprocal(x) < 0))
+
+
+def copysign(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    magnitude = _floating(a).abs()
+    if not b.is_floating_point():
+        b = b.to(magnitude.dtype)
+    dtype = torch.result_type(magnitude, b)
+    magnitude = magnitude.to(dtype)
+    return torch.where(signbit(b), -magnitude, magnitude)
+
+
+def angle(x: torch.Tensor) -> torch.Tensor:
+    """Real input: pi below zero, 0 otherwise, NaN kept (complex input: atan2 of its parts,
+    which needs ``view_as_real``, itself outside Core ATen)."""
+    if x.is_complex():
+        return NotImplemented
+    x = _floating(x)
+    return torch.where(torch.isnan(x), x, torch.where(x < 0, torch.full_like(x, math.pi), torch.zeros_like(x)))
+
+
+def round_decimals(x: torch.Tensor, *, decimals: int) -> torch.Tensor:
+    """As the CPU kernel: scale by 10^|decimals| (dividing for negative decimals), round half
+    to even, scale back."""
+    if decimals >= 0:
+        scale = 10.0 ** decimals
+        return torch.round(x * scale) / scale
+    scale = 10.0 ** -decimals
+    return torch.round(x / scale) * scale
+
+
+def _bits(dtype: torch.dtype) -> int:
+    return torch.iinfo(dtype).bits
+
+
+def bitwise_left_shift(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a * 2**b``, wrapping as the shift does (the product is taken in the dtype, modulo
+    2^bits); a shift by a negative amount or by the width or more gives 0, as the kernel."""
+    dtype = torch.result_type(a, b)
+    a, b = a.to(dtype), b.to(dtype)
+    out_of_range = (b < 0) | (b >= _bits(dtype))
+    power = torch.pow(torch.full_like(b, 2), torch.where(out_of_range, torch.zeros_like(b), b))
+    return torch.where(out_of_range, torch.zeros_like(a * power), a * power)
+
+
+def bitwise_right_shift(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Arithmetic shift: floor division by ``2**b``; shifting by the width less one or more
+    (or a negative amount) leaves only the sign: -1 for a negative signed value, else 0."""
+    dtype = torch.result_type(a, b)
+    a, b = a.to(dtype), b.to(dtype)
+    signed = dtype.is_signed
+    widest = _bits(dtype) - (1 if signed else 0)  # 2**widest does not fit a signed dtype
+    out_of_range = (b < 0) | (b >= widest)
+    power = torch.pow(torch.full_like(b, 2), torch.where(out_of_range, torch.zeros_like(b), b))
+    shifted = torch.div(a, power, rounding_mode="floor")
+    sign_only = torch.where(a < 0, torch.full_like(a, -1), torch.zeros_like(a)) if signed else torch.zeros_like(a)
+    return torch.where(out_of_range, sign_only, shifted)
+
+
+def _euclid_steps(dtype: torch.dtype) -> int:
+    """Euclid's algorithm needs fewer steps than the Fibonacci number exceeding the largest
+    value has index (93 for 64 bits): a fixed count, so a trace holds for every value."""
+    largest, steps, (low, high) = torch.iinfo(dtype).max, 0, (1, 1)
+    while high <= largest:
+        low, high, steps = high, low + high, steps + 1
+    return steps + 2
+
+
+def gcd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    dtype = torch.result_type(a, b)
+    a, b = torch.broadcast_tensors(a.to(dtype).abs(), b.to(dtype).abs())
+    for _ in range(_euclid_steps(dtype)):
+        done = a == 0
+        remainder = torch.remainder(b, torch.where(done, torch.ones_like(a), a))
+        a, b = torch.where(done, a, remainder), torch.where(done, b, a)
+    return b
+
+
+def lcm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    dtype = torch.result_type(a, b)
+    a, b = a.to(dtype), b.to(dtype)
+    divisor = gcd(a, b)
+    zero = divisor == 0
+    quotient = torch.div(a, torch.where(zero, torch.ones_like(divisor), divisor), rounding_mode="trunc")
+    return torch.where(zero, torch.zeros_like(divisor), (quotient * b).abs())
+
+
+def hardshrink_backward(grad_out: torch.Tensor, x: torch.Tensor, lambd: Any) -> torch.Tensor:
+    """The gradient passes where the input is outside [-lambd, lambd] (both shrinks alike)."""
+    inside = (x >= -lambd) & (x <= lambd)
+    return torch.where(inside, torch.zeros_like(grad_out), grad_out)
+
+
+DECOMPOSITIONS: dict[Any, Callable] = {
+    aten.exp2.default: exp2,
+    aten.fmax.default: _fmax_fmin(torch.maximum),
+    aten.fmin.default: _fmax_fmin(torch.minimum),
+    aten.hypot.default: hypot,
+    aten.signbit.default: signbit,
+    aten.copysign.Tensor: copysign,
+    aten.angle.default: angle,
+    aten.round.decimals: round_decimals,
+    aten.bitwise_left_shift.Tensor: bitwise_left_shift,
+    aten.bitwise_right_shift.Tensor: bitwise_right_shift,
+    aten.gcd.default: gcd,
+    aten.lcm.default: lcm,
+    aten.hardshrink_backward.default: hardshrink_backward,
+    aten.softshrink_backward.default: hardshrink_backward,
+}
+
+
+def addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta: Any = 1,
+           alpha: Any = 1) -> torch.Tensor:
+    """``beta * x + alpha * sum_i batch1[i] @ batch2[i]``, accumulated batch by batch as the
+    kernel's ``addmm_`` loop does (so float32 rounds alike); ``beta == 0`` ignores ``x``."""
+    shape = torch.broadcast_shapes(x.shape, (batch1.size(1), batch2.size(2)))
+    out = torch.zeros(shape, dtype=x.dtype, device=x.device) if beta == 0 else \
+        (x if beta == 1 else x * beta).expand(shape)
+    for i in range(batch1.size(0)):
+        product = batch1[i] @ batch2[i]
+        out = out + (product if alpha == 1 else product * alpha)
+    return out.clone() if batch1.size(0) == 0 else out
+
+
+DECOMPOSITIONS[aten.addbmm.default] = addbmm

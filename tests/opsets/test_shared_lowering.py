@@ -1,0 +1,108 @@
+"""One lowering for both paths: ops torch leaves undecomposed, lowered by our decompositions in
+``export(..., target=core_aten)`` (forward and joint programs) and in ``pf.eager.on(core_aten)``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import predispatch_func as pf
+from predispatch_func import _torch_compat as tc
+from predispatch_func.graphs import all_graph_modules
+from tests.joint.oracle import export_joint_checked
+
+CORE = pf.OpSet.core_aten()
+aten = torch.ops.aten
+# cumprod and hypot in the forward; upsample_bilinear2d_backward in the backward
+OURS = (aten.cumprod.default, aten.hypot.default, aten.upsample_bilinear2d_backward.default)
+
+
+class Blend(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 4))
+
+    def forward(self, x):
+        up = torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear")
+        return torch.hypot(torch.cumprod(up * self.scale, -1), up).mean(1)
+
+
+def _ops(ep) -> set:
+    return {n.target for _, gm in all_graph_modules(ep.graph_module) for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def _eager_step(model, x):
+    out = model(x)
+    (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape)).sum().backward()
+    return out.detach(), x.grad, model.scale.grad
+
+
+def _fresh():
+    torch.manual_seed(0)
+    return Blend(), torch.rand(2, 3, 2, 2).add(0.5).requires_grad_()
+
+
+def test_torch_leaves_these_ops_undecomposed():
+    torch_tables = {**tc.aten_decomposition_table(), **tc.core_aten_decomposition_table()}
+    assert not any(op in torch_tables or op in CORE for op in OURS)
+
+
+def test_export_to_core_aten_lowers_them_and_equals_eager_with_gradients():
+    model, x = _fresh()
+    expected = _eager_step(model, x)
+    model, x = _fresh()
+    ep = pf.export(model, (x.detach(),), target=CORE)
+    assert not _ops(ep) & set(OURS)
+    program = ep.module()
+    out = program(x)
+    (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape)).sum().backward()
+    got = out.detach(), x.grad, dict(program.named_parameters())["scale"].grad
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+
+
+class Pool3d(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 4))
+
+    def forward(self, x):
+        return torch.nn.functional.max_pool3d(x * self.scale, 2)
+
+
+def test_joint_export_lowers_the_backward_kernel():
+    """The joint program's backward calls max_pool3d_with_indices_backward (kept where the target
+    allows it); into Core ATen it is our scatter of the gradient, equal to eager over two steps."""
+    backward = aten.max_pool3d_with_indices_backward.default
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 4, 4, 4)
+    allowed = CORE | pf.OpSet.from_names([str(backward)])
+    assert backward in _ops(pf.export_joint(Pool3d(), (x,), loss_fn=lambda out: out.sum(), target=allowed))
+    ep = export_joint_checked(Pool3d(), (x,), loss_fn=lambda out: (out * out).sum(), target=CORE)
+    assert backward not in _ops(ep)
+
+
+def test_eager_session_runs_them_as_the_same_decompositions():
+    model, x = _fresh()
+    expected = _eager_step(model, x)
+    model, x = _fresh()
+    with pf.eager.on(CORE) as session:
+        got = _eager_step(model, x)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+    assert all(op in session.stats.decomposed for op in OURS), session.stats.decomposed
+
+
+def test_export_names_an_op_whose_decomposition_reads_data():
+    """unique's decomposition reads its output size from the data: pf.eager runs it (uncached),
+    export names it as unreachable and says why, rather than a data-dependent trace error."""
+    class Unique(torch.nn.Module):
+        def forward(self, x):
+            return torch.unique(x)
+
+    x = torch.tensor([3.0, 1.0, 3.0])
+    with pytest.raises(pf.UnsupportedError, match=r"aten\._unique2\.default: its decomposition reads tensor data"):
+        pf.export(Unique(), (x,), target=CORE)
+    with pf.eager.on(CORE) as session:
+        got = Unique()(x)
+    assert torch.equal(got, torch.unique(x)) and aten._unique2.default in session.stats.decomposed
