@@ -9,7 +9,7 @@ import torch
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from predispatch_func.graphs import all_graph_modules
-from tests.joint.oracle import export_joint_checked
+from tests.joint.reference import export_joint_checked
 
 CORE = pf.OpSet.core_aten()
 aten = torch.ops.aten
