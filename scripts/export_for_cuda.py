@@ -24,19 +24,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import predispatch_func as pf
 from predispatch_func.graphs import all_graph_modules
-from tests.models.corpus import CASES, build
+from tests.models.corpus import CASES, UnderAutocast, build
 
 VARIANTS = ("fp32-eval", "fp32-train", "bf16-eval")
-
-
-class UnderAutocast(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args, **kwargs):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            return self.model(*args, **kwargs)
 
 
 def program_text(ep: torch.export.ExportedProgram) -> str:
@@ -64,7 +54,7 @@ def export_all(names: list[str]) -> dict[str, str]:
             model, args, kwargs = build(name, train=variant.endswith("train"))
             model, args, kwargs = on_cuda(model, args, kwargs, fake)
             if variant.startswith("bf16"):
-                model = UnderAutocast(model)
+                model = UnderAutocast(model, "cuda")
             try:
                 programs[f"{name}/{variant}"] = program_text(pf.export(model, args, kwargs))
             except Exception as exc:  # noqa: BLE001 (a refusal is a result to compare too)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import predispatch_func as pf
-from tests.models.corpus import CASES, build
+from tests.models.corpus import CASES, UnderAutocast, build
 from tests.support.reference import call_targets
 
 pytestmark = [pytest.mark.cuda,
@@ -157,18 +157,6 @@ def test_autocast_cuda_region_is_kept_and_equals_eager(dtype):
     assert [s.kind.name for s in ep.graph_signature.output_specs].count("USER_INPUT_MUTATION") == 1
 
 
-class UnderAutocast(torch.nn.Module):
-    """A corpus model called under ``autocast("cuda", dtype)``."""
-
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
-        super().__init__()
-        self.model, self.dtype = model, dtype
-
-    def forward(self, *args, **kwargs):
-        with torch.autocast(CUDA, dtype=self.dtype):
-            return self.model(*args, **kwargs)
-
-
 # misses measured on the H200 (torch 2.11.0+cu130); each is ours, none a torch limit
 _BF16_GRADS = pytest.mark.skip(reason=(
     "not reproducible on the H200: of two runs one passed, one found bf16 parameter gradients "
@@ -216,7 +204,7 @@ def test_corpus_model_on_cuda_equals_eager(name, precision, train):
     model, args, kwargs = build(name, train=train)
     model, args, kwargs = model.to(CUDA), _on_cuda(args), _on_cuda(kwargs)
     if precision == "bf16":
-        model = UnderAutocast(model, torch.bfloat16)
+        model = UnderAutocast(model, CUDA)
     ep = export_verified_on_cuda(model, args, kwargs,
                                  tolerance=LOW_PRECISION if precision == "bf16" else {"rtol": 1e-3, "atol": 1e-4})
     assert ("pf_autocast_region" in call_targets(ep)) == (precision == "bf16")

@@ -51,6 +51,19 @@ def _floats(*shape: int, seed: int = 0) -> torch.Tensor:
 Built = tuple[torch.nn.Module, tuple, dict]
 
 
+class UnderAutocast(torch.nn.Module):
+    """``model`` called under ``torch.autocast(device, dtype)``, as a mixed-precision user calls it
+    (the CPU and CUDA autocast tests, scripts/export_for_cuda.py)."""
+
+    def __init__(self, model: torch.nn.Module, device: str, dtype: torch.dtype = torch.bfloat16):
+        super().__init__()
+        self.model, self.device, self.dtype = model, device, dtype
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(self.device, dtype=self.dtype):
+            return self.model(*args, **kwargs)
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One corpus model: ``build()`` gives a fresh model (eval mode) and its inputs."""

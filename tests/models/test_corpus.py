@@ -7,9 +7,8 @@ default suite; the whole corpus runs with ``-m models``.
 """
 
 import pytest
-import torch
 
-from tests.models.corpus import CASES, build
+from tests.models.corpus import CASES, UnderAutocast, build
 from tests.support.reference import export_checked, on_export_branch
 
 _QUICK = [name for name, case in CASES.items() if case.quick]
@@ -33,18 +32,6 @@ def test_corpus_model_replays_against_eager(name, train):
     _check(name, train)
 
 
-class UnderCpuAutocast(torch.nn.Module):
-    """The model called under ``autocast("cpu", bfloat16)``, as a mixed-precision user calls it."""
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args, **kwargs):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return self.model(*args, **kwargs)
-
-
 # bf16 kernels round differently when the program and eager group ops differently
 # (a kept composite vs its pieces): the tolerance of a bf16 comparison
 _BF16 = {"rtol": 2e-2, "atol": 2e-2}
@@ -52,7 +39,7 @@ _BF16 = {"rtol": 2e-2, "atol": 2e-2}
 
 def _check_bf16(name: str, train: bool, tolerance: dict | None = _BF16, on_branch: bool = False) -> None:
     model, args, kwargs = build(name, train=train)
-    wrapped = UnderCpuAutocast(model)
+    wrapped = UnderAutocast(model, "cpu")
     reference = on_export_branch(wrapped) if on_branch else None
     ep = export_checked(wrapped, args, kwargs, tolerance=tolerance, reference=reference)
     assert any("pf_autocast_region" in str(n.target) for n in ep.graph.nodes), name

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from predispatch_func._torch_compat.sdpa_choice import CUDNN, EFFICIENT, FLASH, MATH, fused_sdp_choice_on_gpu
+from tests.models.corpus import UnderAutocast
 from tests.support.fresh_process import run_in_fresh_process
 
 pytestmark = [
@@ -32,16 +33,6 @@ class Attention(torch.nn.Module):
         return self.out(a.transpose(1, 2).reshape(b, n, 32))
 
 
-class UnderCudaAutocast(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            return self.model(x)
-
-
 def test_program_on_fake_cuda_keeps_the_fused_kernels_layout():
     run_in_fresh_process(__name__, "_program_on_fake_cuda_keeps_the_fused_kernels_layout")
 
@@ -56,7 +47,7 @@ def _program_on_fake_cuda_keeps_the_fused_kernels_layout():
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = model.to_empty(device="cuda")
         x = torch.randn(2, 5, 32).to("cuda")
-    for wrapped in (model, UnderCudaAutocast(model)):
+    for wrapped in (model, UnderAutocast(model, "cuda")):
         ep = pf.export(wrapped, (x,))
         nodes = [n for _, gm in all_graph_modules(ep.graph_module) for n in gm.graph.nodes]
         (sdpa,) = [n for n in nodes if n.target is torch.ops.aten.scaled_dot_product_attention.default]
