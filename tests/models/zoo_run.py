@@ -65,7 +65,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def _export_and_judge(export: Callable[[], Any], model: torch.nn.Module, args: tuple, kwargs: dict,
-                      grads: bool, contract: bool, timeout: int) -> Outcome:
+                      grads: bool, contract: bool, timeout: int, tolerance: dict | None = None) -> Outcome:
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)
     try:
@@ -80,7 +80,7 @@ def _export_and_judge(export: Callable[[], Any], model: torch.nn.Module, args: t
                 report = pf.verify(ep)
                 if not report.ok:
                     return Outcome("wrong", seconds, "contract: " + "; ".join(report.problems)[:300])
-            replay_calls(ep, model, args, kwargs, calls=CALLS, grads=grads)
+            replay_calls(ep, model, args, kwargs, calls=CALLS, grads=grads, **(tolerance or {}))
         except AssertionError as e:
             return Outcome("wrong", seconds, _first_line(e))
         except _TimedOut:  # a replay that ran out of time is no evidence of a wrong program
@@ -96,20 +96,50 @@ def _export_and_judge(export: Callable[[], Any], model: torch.nn.Module, args: t
         signal.signal(signal.SIGALRM, previous)
 
 
-def run_one(zm: ZooModel, *, exporters: tuple[str, ...] = ("ours", "torch"), timeout: int = 300) -> ZooResult:
+# the reference and the program run the same kernels in fp32; under autocast a composite the program
+# decomposes rounds in other places (as tests/cuda/test_cuda.py judges the corpus)
+_AUTOCAST_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def tolerance(device: str, precision: str) -> dict | None:
+    """The replay's tolerance: the reference's own on CPU fp32; cuDNN picks its algorithms per call."""
+    if precision in _AUTOCAST_DTYPE:
+        return {"rtol": 2e-2, "atol": 2e-2}
+    return {"rtol": 1e-3, "atol": 1e-4} if device != "cpu" else None
+
+
+def _placed(built: tuple, device: str, precision: str) -> tuple:
+    """The built model and inputs on ``device``, called under autocast for bf16/fp16."""
+    from .corpus import UnderAutocast
+
+    model, args, kwargs = built
+    if device != "cpu":
+        model = model.to(device)
+        args, kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), (args, kwargs))
+    if precision in _AUTOCAST_DTYPE:
+        model = UnderAutocast(model, device, _AUTOCAST_DTYPE[precision])
+    return model, args, kwargs
+
+
+def run_one(zm: ZooModel, *, exporters: tuple[str, ...] = ("ours", "torch"), timeout: int = 300,
+            device: str = "cpu", precision: str = "fp32", torch_only_where_ours_misses: bool = False) -> ZooResult:
+    """``device``/``precision``: where the model runs and whether under autocast (the CUDA zoo);
+    ``torch_only_where_ours_misses``: torch.export is judged only where ours is not ok (enough to
+    tell an ours-only failure from one torch shares, at half the time)."""
     result = ZooResult(zm.name, zm.library, zm.family, zm.train, built=False)
     try:
-        model, args, kwargs = zm.build()
+        model, args, kwargs = _placed(zm.build(), device, precision)
         with torch.no_grad():  # eager runs on these inputs, or the model is not built (a copy: a first
             copy.deepcopy(model)(*args, **kwargs)  # call may fill caches the export must see written)
     except Exception as e:  # noqa: BLE001
         result.build_error = _first_line(e)
         return result
     result.built = True
+    tol = tolerance(device, precision)
     if "ours" in exporters:
         result.ours = _export_and_judge(lambda: pf.export(model, args, kwargs), model, args, kwargs,
-                                        grads=zm.train, contract=True, timeout=timeout)
-    if "torch" in exporters:
+                                        grads=zm.train, contract=True, timeout=timeout, tolerance=tol)
+    if "torch" in exporters and not (torch_only_where_ours_misses and result.ours and result.ours.status == "ok"):
         result.torch = _export_and_judge(lambda: torch.export.export(model, args, kwargs), model, args, kwargs,
-                                         grads=zm.train, contract=False, timeout=timeout)
+                                         grads=zm.train, contract=False, timeout=timeout, tolerance=tol)
     return result

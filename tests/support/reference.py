@@ -121,11 +121,13 @@ def _assert_same(what, a, b, rtol=1e-4, atol=1e-5):
             assert x == y, f"{what}[{i}]: reference {x!r} vs program {y!r}"
 
 
-def replay_calls(ep, model, args, kwargs=None, *, calls=2, grads=True):
+def replay_calls(ep, model, args, kwargs=None, *, calls=2, grads=True, rtol=1e-4, atol=1e-5):
     """Run a copy of ``model`` and of ``ep.module()`` ``calls`` times in a row on fresh clones
     of the inputs: outputs, written-back inputs, state and (with ``grads``) gradients must
-    equal eager's after every call, so state carried from one call to the next is checked."""
+    equal eager's (within ``rtol``/``atol``) after every call, so state carried from one call
+    to the next is checked. Tensors may live on any device."""
     kwargs = kwargs or {}
+    tol = {"rtol": rtol, "atol": atol}
     eager = deepcopy_without_history(model)  # a model run before export keeps tensors of that call
     program = copy.deepcopy(ep).module()
     for call in range(calls):
@@ -134,10 +136,10 @@ def replay_calls(ep, model, args, kwargs=None, *, calls=2, grads=True):
         e_out = eager(*e_in[0], **e_in[1])
         torch.manual_seed(call)
         p_out = program(*p_in[0], **p_in[1])
-        _assert_same(f"call {call} output", e_out, p_out)
-        _assert_same(f"call {call} inputs after", e_in, p_in)
+        _assert_same(f"call {call} output", e_out, p_out, **tol)
+        _assert_same(f"call {call} inputs after", e_in, p_in, **tol)
         _assert_same(f"call {call} state", dict(sorted(eager.state_dict().items())),  # by name: the order of
-                     dict(sorted(program.state_dict().items())))  # tied weights' names is no part of the state
+                     dict(sorted(program.state_dict().items())), **tol)  # tied weights' names is no part of the state
         if not grads:
             continue
         outs = [(e, p) for e, p in zip(torch.utils._pytree.tree_leaves(e_out),
@@ -145,7 +147,7 @@ def replay_calls(ep, model, args, kwargs=None, *, calls=2, grads=True):
                 if isinstance(e, torch.Tensor) and e.requires_grad]
         if not outs:
             continue
-        weights = [torch.randn(e.shape, generator=torch.Generator().manual_seed(7)) for e, _ in outs]
+        weights = [torch.randn(e.shape, generator=torch.Generator().manual_seed(7)).to(e.device) for e, _ in outs]
         sum((e * w).sum() for (e, _), w in zip(outs, weights)).backward()
         sum((p * w).sum() for (_, p), w in zip(outs, weights)).backward()
         e_params, p_params = dict(eager.named_parameters()), dict(program.named_parameters())
@@ -155,14 +157,14 @@ def replay_calls(ep, model, args, kwargs=None, *, calls=2, grads=True):
                 assert (e_grad is None or not e_grad.any()) and (p_grad is None or not p_grad.any()), \
                     f"call {call}: grad of {name}: reference {e_grad} vs program {p_grad}"
             else:
-                _assert_same(f"call {call} grad of {name}", e_grad, p_grad)
+                _assert_same(f"call {call} grad of {name}", e_grad, p_grad, **tol)
         e_leaves = [t for t in torch.utils._pytree.tree_leaves(e_in) if isinstance(t, torch.Tensor)]
         p_leaves = [t for t in torch.utils._pytree.tree_leaves(p_in) if isinstance(t, torch.Tensor)]
         for i, (e, p) in enumerate(zip(e_leaves, p_leaves)):
             if e.requires_grad and e.is_leaf:
                 _assert_same(f"call {call} grad of input {i}",
                              e.grad if e.grad is not None else torch.zeros_like(e),
-                             p.grad if p.grad is not None else torch.zeros_like(p))
+                             p.grad if p.grad is not None else torch.zeros_like(p), **tol)
         for module in (eager, program):
             module.zero_grad(set_to_none=True)
 
