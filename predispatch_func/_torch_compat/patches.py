@@ -145,6 +145,24 @@ _SDPA_STAND_IN: list[Any] = []  # the registration in force: one per process, ho
 
 
 @contextlib.contextmanager
+def cuda_batch_norm_reserve_without_gpu() -> Iterator[None]:
+    """On a host without a GPU, ``_batch_norm_with_update`` of fake CUDA tensors (training batch
+    norm on a GPU: trace/composite_policy.py) gets an empty cuDNN reserve space: torch's fake
+    kernel asks cuDNN for the reserve's size, which needs a GPU. The reserve is read only by
+    cuDNN's backward, so only that value's size differs from the GPU host's, never the program's
+    ops. On a host with a GPU nothing changes."""
+    if torch.cuda.is_available():
+        yield
+        return
+    original = torch._C._get_cudnn_batch_norm_reserve_space_size
+    torch._C._get_cudnn_batch_norm_reserve_space_size = lambda input, training: 0
+    try:
+        yield
+    finally:
+        torch._C._get_cudnn_batch_norm_reserve_space_size = original
+
+
+@contextlib.contextmanager
 def below_pre_dispatch() -> Iterator[None]:
     """Run ops on fake tensors without our PreDispatch modes or proxy tracing."""
     keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PreDispatch) | torch._C.DispatchKeySet(
@@ -843,6 +861,7 @@ __all__ = [
     "functional_tensor_detach_without_mode",
     "cuda_autocast_kept_without_gpu",
     "cuda_sdpa_choice_without_gpu",
+    "cuda_batch_norm_reserve_without_gpu",
     "CUDA_AUTOCAST_KEPT_WARNING",
     "callers_fake_mode_unset",
     "node_values_unsnapshotted",

@@ -180,6 +180,8 @@ def around_the_body(ambient: AmbientModes, storage_aliases: StorageAliases, hidd
         Entry("CUDA sdpa choice without a GPU", "fake CUDA sdpa takes the kernel an H200 would pick, so a "
               "host without a GPU records the GPU host's strides (sdpa_choice.py)",
               tc.cuda_sdpa_choice_without_gpu),
+        Entry("CUDA batch norm reserve without a GPU", "fake CUDA training batch norm traces on a host "
+              "without a GPU (its reserve size asks cuDNN)", tc.cuda_batch_norm_reserve_without_gpu),
         Entry("detach without the mode", "a FunctionalTensor's detach with no mode in the way returns it, "
               "as torch 2.15 does (2.11/2.12 raise)",
               tc.functional_tensor_detach_without_mode),

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 import predispatch_func as pf
 from tests.models.corpus import CASES, UnderAutocast, build
-from tests.support.reference import call_targets
+from tests.models.zoo import transformers_before
+from tests.support.reference import call_targets, on_export_branch
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -162,22 +163,24 @@ def test_autocast_cuda_region_is_kept_and_equals_eager(dtype):
 _BF16_GRADS_APART = pytest.mark.xfail(strict=True, reason=(
     "ours: outputs equal, bf16 parameter gradients up to 0.13 apart from eager's on the second "
     "call (the class tests/models/test_corpus.py holds as strict xfails under CPU autocast)"))
-def _transformers_before(version: tuple[int, int]) -> bool:
-    try:
-        import transformers
-    except ImportError:
-        return False
-    return tuple(int(p) for p in transformers.__version__.split(".")[:2]) < version
-
-
 # not the device: transformers 5.17 (the GPU host's) decides train-mode layerdrop in Python on
 # `torch.rand([]) < p`, refused as a data-dependent guard on CPU weights too, and by torch.export;
 # 5.24 (this repository's CI) exports the same models
-_LAYERDROP_ON_CUDA = pytest.mark.xfail(_transformers_before((5, 24)), strict=True, reason=(
+_LAYERDROP_ON_CUDA = pytest.mark.xfail(transformers_before((5, 24)), strict=True, reason=(
     "transformers before 5.24: train-mode layerdrop branches in Python on `torch.rand([]) < p`, "
     "a data-dependent guard (Eq(u1, 1)) that torch.export refuses too"))
+# transformers' export branch (torch.compiler.is_exporting(), true while we trace as while
+# torch.export does) builds an explicit attention mask: sdpa then takes the math kernel where
+# eager's call, without a mask, takes flash (vit), or repeats kv heads where eager passes
+# enable_gqa (qwen2). In bf16 the kernels round differently; the program equals eager run down
+# the same branch (test_bf16_corpus_misses_on_cuda_equal_eager_down_the_export_branch)
+_EXPORT_BRANCH_OF_TRANSFORMERS = pytest.mark.xfail(strict=True, reason=(
+    "not ours: transformers computes otherwise while exporting (an explicit attention mask): in bf16 "
+    "another sdpa kernel runs than in eager; bf16 parameter gradients up to 0.125 apart; the program "
+    "equals eager run down the export branch"))
+_EXPORT_BRANCH_CASES = [("vit", False), ("vit", True), ("qwen2", False), ("qwen2", True)]
 CORPUS_MISSES = {
-    **{("qwen2", "bf16", train): _BF16_GRADS_APART for train in (False, True)},
+    **{(name, "bf16", train): _EXPORT_BRANCH_OF_TRANSFORMERS for name, train in _EXPORT_BRANCH_CASES},
     ("wav2vec2", "bf16", False): _BF16_GRADS_APART,
     **{(name, precision, True): _LAYERDROP_ON_CUDA for precision in ("fp32", "bf16")
        for name in ("bart", "whisper", "wav2vec2")},
@@ -243,3 +246,14 @@ def test_sdpa_choice_assumed_without_a_gpu_matches_the_gpus(name):
     real = torch._fused_sdp_choice(q, k, v, attn_mask, dropout, causal, scale=None, enable_gqa=gqa)
     assumed = fused_sdp_choice_on_gpu(q, k, v, attn_mask, dropout, causal, None, gqa)
     assert _LAYOUT_OF_BACKEND[assumed] == _LAYOUT_OF_BACKEND[real], (name, assumed, real)
+
+
+@pytest.mark.parametrize("name,train", _EXPORT_BRANCH_CASES + [("wav2vec2", False)],
+                         ids=lambda v: v if isinstance(v, str) else ("train" if v else "eval"))
+@pytest.mark.usefixtures("deterministic_kernels")
+def test_bf16_corpus_misses_on_cuda_equal_eager_down_the_export_branch(name, train):
+    model, args, kwargs = build(name, train=train)
+    model = UnderAutocast(model.to(CUDA), CUDA)
+    args, kwargs = _on_cuda(args), _on_cuda(kwargs)
+    ep = pf.export(model, args, kwargs)
+    pf.verify(ep, on_export_branch(model), args, kwargs, raise_on_failure=True, calls=2, **LOW_PRECISION)

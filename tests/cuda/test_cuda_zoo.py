@@ -11,11 +11,27 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.models.zoo import zoo
+from tests.models.zoo import transformers_before, zoo
 from tests.models.zoo_run import run_one
 
 pytestmark = [pytest.mark.cuda, pytest.mark.zoo,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+# measured on the H200 (torch 2.11.0+cu130, transformers 5.17.0)
+_EXPORT_BRANCH_OF_TRANSFORMERS_5_17 = pytest.mark.xfail(transformers_before((5, 24)), strict=True, reason=(
+    "not ours: with transformers 5.17 the model computes otherwise while exporting "
+    "(torch.compiler.is_exporting()); torch.export's program differs from eager by the same amount "
+    "(output max abs 1.55 doge, 3.13 umt5), also on CPU; with 5.24 both programs equal eager"))
+_AUTOCAST_POLICY_OF_A_DECOMPOSED_COMPOSITE = pytest.mark.xfail(strict=True, reason=(
+    "ours: CUDA autocast promotes grid_sampler's arguments to one dtype; the program records the "
+    "composite decomposed (grid_sampler_2d), which autocast does not cast, and the call raises "
+    "'expected scalar type BFloat16 but found Float' (a decomposed composite needs autocast's "
+    "casts and a nested autocast(enabled=False) region: the design gap of docs/joint.md)"))
+MISSES = {
+    **{(f"transformers/{name}", precision): _EXPORT_BRANCH_OF_TRANSFORMERS_5_17
+       for name in ("doge", "umt5") for precision in ("fp32", "bf16")},
+    ("torchvision/raft_small", "bf16"): _AUTOCAST_POLICY_OF_A_DECOMPOSED_COMPOSITE,
+}
 
 
 def _params():
@@ -23,7 +39,8 @@ def _params():
         if zm.heavy:
             continue
         for precision in ("fp32", "bf16"):
-            yield pytest.param(zm, precision, id=f"{zm.name}-{precision}")
+            miss = MISSES.get((zm.name, precision))
+            yield pytest.param(zm, precision, id=f"{zm.name}-{precision}", marks=[miss] if miss else [])
 
 
 @pytest.mark.parametrize("zm,precision", list(_params()))

@@ -50,6 +50,15 @@ def _seeded(make: Callable[[], Built], train: bool) -> Callable[[], Built]:
     return build
 
 
+def transformers_before(version: tuple[int, int]) -> bool:
+    """Whether the installed transformers is older than ``version`` (False where none is installed)."""
+    try:
+        import transformers
+    except ImportError:
+        return False
+    return tuple(int(p) for p in transformers.__version__.split(".")[:2]) < version
+
+
 def _loads(module: str) -> bool:
     if importlib.util.find_spec(module) is None:
         return False

@@ -1,8 +1,9 @@
 """Training-mode batch norm for CUDA, traced on fake CUDA tensors (no GPU needed): torch 2.11
 and 2.12 decompose ``batch_norm`` at pre-dispatch into ``cudnn_batch_norm``, whose schema
 declares no write although the kernel writes the running statistics. The program must carry
-those writes in its signature, as on torch 2.13 on (checked against the reference on the GPU:
-tests/cuda/test_cuda.py)."""
+those writes in its signature, and run the kernel eager runs (cuDNN or the native one, picked
+at run time: ``_batch_norm_with_update_functional``); on a host without a GPU as on the GPU's
+(checked against the reference on the GPU: tests/cuda/)."""
 
 import pytest
 import torch
@@ -31,3 +32,4 @@ def _running_stats_written_by_cuda_batch_norm_are_in_the_signature():
     written = {s.target for s in ep.graph_signature.output_specs if s.kind.name == "BUFFER_MUTATION"}
     assert written == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
     assert not {"aten.cudnn_batch_norm.default", "aten.miopen_batch_norm.default"} & call_targets(ep)
+    assert "aten._batch_norm_with_update_functional.default" in call_targets(ep)
