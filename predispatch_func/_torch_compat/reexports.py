@@ -33,6 +33,9 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",
+    "has_autocast_kernel",
+    "autocast_casts_of",
+    "calls_after_autocast",
     "written_arguments",
     "written_values",
     "graph_module_flat_inputs",
@@ -126,6 +129,68 @@ def has_composite_implicit_kernel(op: torch._ops.OpOverload) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(
         op.name(), torch._C.DispatchKey.CompositeImplicitAutograd
     )
+
+
+class _CastsSeen(Exception):
+    pass
+
+
+# what autocast casts with (autocast_mode.h: cached_cast)
+_AUTOCAST_CASTS = frozenset((torch.ops.aten._to_copy.default, torch.ops.aten._autocast_to_reduced_precision.default,
+                             torch.ops.aten._autocast_to_full_precision.default))
+
+
+def autocast_casts_of(op: OpOverload, args: tuple, kwargs: dict) -> dict[int, Any]:
+    """The dtype autocast casts each tensor argument of ``op`` to, ``id(tensor) -> dtype``:
+    ``op`` is called through the dispatcher and stopped at the first call after autocast's
+    casts (its kernel never runs)."""
+    casts: dict[int, Any] = {}
+
+    class RecordingCasts(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            if func in _AUTOCAST_CASTS:
+                out = func(*args, **kwargs)
+                if out.dtype != args[0].dtype:
+                    casts.setdefault(id(args[0]), out.dtype)
+                return out
+            if func.namespace == "prim":  # a tensor subclass asked for its device or layout
+                return func(*args, **kwargs)
+            raise _CastsSeen
+
+    try:
+        with RecordingCasts():
+            op(*args, **kwargs)
+    except _CastsSeen:
+        pass
+    return casts
+
+
+def calls_after_autocast(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, list[tuple]]:
+    """``fn(*args, **kwargs)`` and the ops it runs as they reach the kernels, autocast's casts
+    applied: ``(op, dtypes of its tensor arguments)``, casts themselves left out."""
+    calls: list[tuple] = []
+
+    class RecordingCalls(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            if func not in _AUTOCAST_CASTS and func.namespace != "prim":
+                calls.append((func, tuple(t.dtype for t in pytree.tree_leaves((args, kwargs))
+                                          if isinstance(t, torch.Tensor))))
+            return func(*args, **kwargs)
+
+    with RecordingCalls():
+        out = fn(*args, **kwargs)
+    return out, calls
+
+
+_AUTOCAST_KEYS = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU"}
+
+
+def has_autocast_kernel(op: torch._ops.OpOverload, device_type: str) -> bool:
+    """True when autocast casts ``op``'s arguments by a policy of its own on ``device_type``
+    (not the fallthrough every op meets)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), _AUTOCAST_KEYS[device_type])
 
 
 _SPARSE_KEYS = {torch.sparse_coo: "SparseCPU", torch.sparse_csr: "SparseCsrCPU", torch.sparse_csc: "SparseCsrCPU",

@@ -32,6 +32,7 @@ from ..mode_capabilities import TraceBody
 from ..op_schema import Match, functional_twin
 from . import environment, refusals
 from .ambient import AmbientModes
+from .autocast_composites import AutocastComposites
 from .composite_policy import CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .differentiable_scatter import scatter_decompositions
@@ -101,6 +102,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self._refusals = refusals.checks(pre_dispatch, self.metadata_writes, self.draws_after_reseed,
                                          under_pre_dispatch=under is not None)
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
+        self.autocast_composites = AutocastComposites()
         # `.data` (tensor_data.py): `t.data = v` against live aliases; writes after a saved read
         self.storage_aliases = StorageAliases()
         self.saved_reads = SavedReads(self.grad_reach.may_need_grad) if pre_dispatch else None
@@ -248,6 +250,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             for refuse in self._refusals:
                 refuse(call, self.bases.input_ids)
             instead = self._reroute(func, args, call.kwargs)
+            if self.pre_dispatch and self.autocast_composites.may_cast(func, args, call.kwargs) \
+                    and (instead is not None or self._can_decompose(func, args, call.kwargs)):
+                instead = self.autocast_composites.instead(func, args, call.kwargs, instead) or instead
             if instead is not None:
                 with self:
                     return instead(*args, **call.kwargs)

@@ -110,6 +110,27 @@ def test_sdpa_kernels_kept_as_composite_or_lowered_equal_eager(backend, dtype, t
     assert kept == (target is None)
 
 
+class GridSampleNet(torch.nn.Module):
+    """raft_small's shape: a bf16 activation sampled at an fp32 grid under CUDA autocast, which
+    promotes both to fp32 for ``grid_sampler`` as a whole (its pieces are not cast)."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.conv, self.dtype = torch.nn.Conv2d(2, 2, 1), dtype
+
+    def forward(self, x, grid):
+        with torch.autocast("cuda", dtype=self.dtype):
+            y = self.conv(x)
+            return F.grid_sample(y, grid, align_corners=True), F.grid_sample(y, grid, align_corners=False) @ y[..., :3, :3]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_composite_autocast_casts_as_a_whole_is_cast_as_eager_casts_it(dtype):
+    model = GridSampleNet(dtype).to(CUDA)
+    args = (torch.randn(2, 2, 8, 8, device=CUDA), torch.rand(2, 3, 3, 2, device=CUDA) * 2 - 1)
+    export_verified_on_cuda(model, args, tolerance=LOW_PRECISION)
+
+
 class DropoutNet(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -22,15 +22,9 @@ _EXPORT_BRANCH_OF_TRANSFORMERS_5_17 = pytest.mark.xfail(transformers_before((5, 
     "not ours: with transformers 5.17 the model computes otherwise while exporting "
     "(torch.compiler.is_exporting()); torch.export's program differs from eager by the same amount "
     "(output max abs 1.55 doge, 3.13 umt5), also on CPU; with 5.24 both programs equal eager"))
-_AUTOCAST_POLICY_OF_A_DECOMPOSED_COMPOSITE = pytest.mark.xfail(strict=True, reason=(
-    "ours: CUDA autocast promotes grid_sampler's arguments to one dtype; the program records the "
-    "composite decomposed (grid_sampler_2d), which autocast does not cast, and the call raises "
-    "'expected scalar type BFloat16 but found Float' (a decomposed composite needs autocast's "
-    "casts and a nested autocast(enabled=False) region: the design gap of docs/joint.md)"))
 MISSES = {
     **{(f"transformers/{name}", precision): _EXPORT_BRANCH_OF_TRANSFORMERS_5_17
        for name in ("doge", "umt5") for precision in ("fp32", "bf16")},
-    ("torchvision/raft_small", "bf16"): _AUTOCAST_POLICY_OF_A_DECOMPOSED_COMPOSITE,
 }
 
 
