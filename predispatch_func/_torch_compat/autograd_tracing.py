@@ -110,3 +110,29 @@ def leaf_gradient_hooks(t: torch.Tensor) -> tuple[list[Callable[..., Any]], int]
 
 
 __all__ += ["leaf_gradient_hooks"]
+
+
+@contextlib.contextmanager
+def autocast_recorded(device: str, enabled: bool, dtype: Any) -> Iterator[None]:
+    """Autocast set as ``with torch.autocast(device, dtype, enabled)`` sets it, its enter and
+    exit recorded in the pre-dispatch trace in progress as torch records them. torch's own
+    recording goes through the PreDispatch torch-function mode, which is off the stack while a
+    dispatch mode handles a call: a region entered there would go unrecorded."""
+    tracer = pre_dispatch_proxy_mode().tracer
+    cache = torch.is_autocast_cache_enabled()
+    enter = tracer.create_node("call_function", torch.amp.autocast_mode._enter_autocast,
+                               (device, dtype, enabled, cache), {})
+    enter.meta["val"] = None
+    before = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+    torch.set_autocast_enabled(device, enabled)
+    torch.set_autocast_dtype(device, dtype)
+    try:
+        yield
+    finally:
+        torch.set_autocast_enabled(device, before[0])
+        torch.set_autocast_dtype(device, before[1])
+        exit_node = tracer.create_node("call_function", torch.amp.autocast_mode._exit_autocast, (enter,), {})
+        exit_node.meta["val"] = None
+
+
+__all__ += ["autocast_recorded"]

@@ -109,7 +109,7 @@ def _run_as_eager_does(func: Any, device: str, casts: dict[int, torch.dtype], ar
     leaves, spec = tc.pytree.tree_flatten((args, kwargs))
     leaves = [_TO_COPY(t, dtype=casts[i]) if i in casts else t for i, t in enumerate(leaves)]
     cast_args, cast_kwargs = tc.pytree.tree_unflatten(leaves, spec)
-    with torch.autocast(device, enabled=False):
+    with tc.autocast_recorded(device, False, torch.get_autocast_dtype(device)):
         return func(*cast_args, **cast_kwargs)
 
 
