@@ -67,7 +67,7 @@ class Kernels:
 
     def __init__(self, target: OpSet, floor: OpSet):
         self.target, self.floor = target, floor
-        self.lowering = Lowering(target | floor)
+        self.lowering = Lowering(target | floor, above_autograd=False)
         self.direct = frozenset(target | floor)
         self.direct_ids = frozenset(id(op) for op in self.direct)  # OpOverload hashes in Python: ids do not
         self.plans: dict[int, Plan | None] = {}

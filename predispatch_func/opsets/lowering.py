@@ -52,6 +52,11 @@ _INFRASTRUCTURE = frozenset({
 })
 # Kept out of the proxy table: copy has our own differentiable decomposition (trace/).
 _NEVER_DECOMPOSED_BY_US = frozenset({aten.copy.default})
+# Kept under every target: the program still trains, and ``detach`` cuts its gradients. torch's
+# Core ATen decomposition (``alias``) is right only after autograd (run_decompositions): here it
+# sent gradients through every detached value (tests/opsets/test_detach_kept.py). A backend
+# runs it as an alias; the ops report lists it.
+AUTOGRAD_BOUNDARIES = frozenset({aten.detach.default})
 
 
 def is_infrastructure(target: Any) -> bool:
@@ -65,17 +70,22 @@ def is_infrastructure(target: Any) -> bool:
 
 
 class Lowering:
-    """Everything one export needs to stay inside ``target``."""
+    """Everything one export needs to stay inside ``target``.
 
-    __slots__ = ("_core", "_functional_cache", "target")
+    ``above_autograd``: the program is traced above autograd and still trains, so ops that
+    only mean something to autograd (``AUTOGRAD_BOUNDARIES``) stay; ``pf.eager`` runs below
+    autograd, where they lower as torch lowers them."""
 
-    def __init__(self, target: OpSet):
+    __slots__ = ("_core", "_functional_cache", "above_autograd", "target")
+
+    def __init__(self, target: OpSet, *, above_autograd: bool = True):
         self.target = target
+        self.above_autograd = above_autograd
         self._core = core_decompositions()
         self._functional_cache: dict[tc.OpOverload, Callable | None] = {}
 
     def allows(self, op: Any) -> bool:
-        return op in self.target or is_infrastructure(op)
+        return op in self.target or is_infrastructure(op) or (self.above_autograd and op in AUTOGRAD_BOUNDARIES)
 
     def decomposition(self, op: tc.OpOverload) -> Callable | None:
         """The decomposition lowering uses for ``op`` (None: in the target, or none exists)."""
@@ -119,7 +129,7 @@ class Lowering:
 
     def proxy_table(self) -> dict[tc.OpOverload, Callable]:
         """make_fx's decomposition table: every known op outside the target that decomposes."""
-        return _proxy_table(self.target)
+        return _proxy_table(self.target, self.above_autograd)
 
     # --- after tracing ------------------------------------------------------------
 
@@ -269,9 +279,8 @@ def _composite_aten_ops() -> tuple[tc.OpOverload, ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def _proxy_table(target: OpSet) -> dict[tc.OpOverload, Callable]:
-    lowering = Lowering.__new__(Lowering)
-    lowering.target, lowering._core, lowering._functional_cache = target, core_decompositions(), {}  # noqa: SLF001
+def _proxy_table(target: OpSet, above_autograd: bool) -> dict[tc.OpOverload, Callable]:
+    lowering = Lowering(target, above_autograd=above_autograd)
     table = {}
     for op in (*core_decompositions(), *_composite_aten_ops()):
         decomposition = lowering.decomposition(op)

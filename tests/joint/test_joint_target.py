@@ -17,7 +17,6 @@ FORWARD_TARGET_DIFFERS = {
     "issue_41_repro": "forward export with target=core_aten: the no_grad lerp_ EMA buffer differs from eager",
     "autocast_bf16_block": "forward export with target=core_aten: bf16 autocast lowered op by op, grads differ",
     "nested_regions": "forward export with target=core_aten: bf16 autocast lowered op by op, grads differ",
-    "requires_grad_and_detach": "forward export with target=core_aten: gradients differ (detach/requires_grad_)",
 }
 
 
