@@ -4,6 +4,7 @@ caller's aliasing (outputs, written-back inputs, gradients)."""
 
 import pytest
 import torch
+from expecttest import TestCase
 from torch import nn
 
 import predispatch_func as pf
@@ -398,3 +399,46 @@ def test_program_for_one_tensor_twice_refuses_two_tensors_over_one_memory():
     torch.testing.assert_close(ep.module()(z, z), 2 * z)
     with pytest.raises(RuntimeError, match="one tensor passed twice differs from two"):
         ep.module()(z, z.view(3, 3))
+
+
+class TestWritesThroughAliasedInputs(TestCase):
+    """Carried through a synthetic base (above); refused where the
+    members cannot share one base."""
+
+    def test_write_to_input_aliased_with_another_dtype_is_refused(self):
+        class M(nn.Module):
+            def forward(self, x, y):
+                x.add_(1)
+                return y * 2
+
+        x = torch.randn(3)
+        with refused(pf.Refusal.WRITE_TO_ALIASED_INPUTS, r"writes to inputs 'x', 'y', which share memory"):
+            pf.export(M(), (x, x.view(torch.int32)))
+
+    def test_replay_keeps_an_input_passed_twice_aliased(self):
+        """The verifier must see the caller's aliasing: a program exported for distinct
+        inputs differs from eager when both arguments are one tensor, and verify says so."""
+        class M(nn.Module):
+            def forward(self, x, y):
+                x.add_(1)
+                return y * 2
+
+        ep = pf.export(M(), (torch.randn(3), torch.randn(3)))
+        self.assertTrue(pf.verify(ep, M(), (torch.randn(3), torch.randn(3))).ok)
+        t = torch.randn(3)
+        report = pf.verify(ep, M(), (t, t))
+        self.assertFalse(report.ok)
+        self.assertIn("output: values differ", str(report))
+
+    def test_replay_keeps_overlapping_views_aliased(self):
+        """As above, for two views of one tensor (verify copies their memory once)."""
+        class M(nn.Module):
+            def forward(self, x, y):
+                y.mul_(2)
+                return x.sum()
+
+        ep = pf.export(M(), (torch.randn(4), torch.randn(2)))
+        t = torch.randn(4)
+        report = pf.verify(ep, M(), (t, t[2:]))
+        self.assertFalse(report.ok)
+        self.assertIn("output: values differ", str(report))

@@ -29,7 +29,8 @@ from tests.hops.test_torch_hops import (
 )
 from tests.state.test_state import ViewDtypeOfWrittenInputUnderNoGrad
 from tests.test_refusals import AbsInPlaceOnOverlappingUnfold
-from tests.trace.test_edge_errors import GradValueWrittenIntoIntegerTensor, WriteThroughAsStridedOfAView
+from tests.trace.test_as_strided_writes import WriteThroughAsStridedOfAView
+from tests.trace.test_grad_value_into_integer import GradValueWrittenIntoIntegerTensor
 
 R = pf.Refusal
 
