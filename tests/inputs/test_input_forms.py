@@ -1,11 +1,14 @@
 """The forms of input ``forward`` takes: keyword arguments with defaults, nested tuples and
-dicts, non-tensor arguments, nested outputs, a write into a tensor held in a dict.
+dicts, non-tensor arguments, nested outputs, a write into a tensor held in a dict, ``*args`` and
+``**kwargs`` (the program's module takes them as ``forward`` does).
 
 Catalogue cases (tests/support/cases_core.py) exported through ``export_checked`` and snapshotted.
 """
 
+import torch
 from expecttest import TestCase
 
+from tests.support.conformance_judge import assert_ok
 from tests.support.reference import export_case, graph_code, mutations
 
 
@@ -54,3 +57,22 @@ def forward(self, table_state, table_delta):
     add = torch.ops.aten.add.Tensor(table_state, table_delta);  table_state = table_delta = None
     mul = torch.ops.aten.mul.Tensor(add, 2)
     return (add, mul)""")
+
+
+class VarArgs(torch.nn.Module):
+    def forward(self, *args):
+        return args[0] * 2 + args[1]
+
+
+class MixedArgs(torch.nn.Module):
+    def forward(self, a, *args, kw, **kwargs):
+        return a + args[0] * kw + kwargs["z"]
+
+
+def test_forward_with_var_positional_args_runs_as_a_module():
+    assert_ok(VarArgs(), (torch.randn(3), torch.randn(3)))
+
+
+def test_forward_with_var_positional_and_var_keyword_args_runs_as_a_module():
+    x, y = torch.randn(3), torch.randn(3)
+    assert_ok(MixedArgs(), (x, y), {"kw": y.clone(), "z": x.clone()})

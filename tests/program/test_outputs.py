@@ -1,11 +1,14 @@
 """What the program returns: views of inputs, an input itself, a written input, one tensor
-twice; each output of ``ep.module()`` is what eager returns (values and aliasing).
+twice, Python scalars from ``.item()`` (symbolic outputs of the signature); each output of
+``ep.module()`` is what eager returns (values and aliasing).
 
 Catalogue cases (tests/support/cases_core.py) exported through ``export_checked`` and snapshotted.
 """
 
+import torch
 from expecttest import TestCase
 
+from tests.support.conformance_judge import assert_ok
 from tests.support.reference import export_case, graph_code, mutations
 
 
@@ -59,3 +62,14 @@ def forward(self, x):
     mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
     select_1 = torch.ops.aten.select.int(mul, 0, 0)
     return (mul, select_1)""")
+
+
+class ReturnsItems(torch.nn.Module):
+    def forward(self, x):
+        return x * 2, x.max().item(), (x > 0).any().item(), x.argmax().item()
+
+
+def test_item_results_returned_as_outputs():
+    """Returned Python scalars from ``.item()`` are SymFloat/SymBool/SymInt outputs
+    of the signature (was a raw ``SpecViolationError``)."""
+    assert_ok(ReturnsItems(), (torch.randn(3, 4),))

@@ -1,14 +1,17 @@
 """``ep.module()``'s write-backs: every input or buffer the program writes is written back, in an
 order and with copies that leave each output and each written input what eager leaves (an input's
 new value that is another input's placeholder, two inputs written with one value, a region result
-viewing a written input, a write into a leaf that requires grad made under no_grad).
+viewing a written input, a write into a leaf that requires grad made under no_grad, the ``input``
+argument of every ``inplace=True`` module, whose placeholder fx renames).
 
 Shrunk from programs the differential fuzzer (tests/fuzz) printed; replayed against the reference.
 """
 
+import pytest
 import torch
 from expecttest import TestCase
 
+from tests.support.conformance_judge import assert_ok
 from tests.support.reference import export_checked, graph_code
 
 
@@ -131,3 +134,20 @@ class TestWriteBackThroughRegionResults(TestCase):
         # module() writes y back before returning v; v, a region result that views y's
         # input, came back with y's new value
         export_checked(OutputViewsAnInputThroughARegion(), (torch.randn(3), torch.randn(3)))
+
+
+def _inplace_modules() -> list[type]:
+    """Every ``torch.nn`` module built with ``inplace=True`` (activations, dropouts)."""
+    import inspect
+
+    return sorted((c for c in vars(torch.nn).values() if isinstance(c, type) and issubclass(c, torch.nn.Module)
+                   and "inplace" in inspect.signature(c.__init__).parameters), key=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("cls", _inplace_modules(), ids=lambda c: c.__name__)
+def test_inplace_module_writes_back_its_input_argument(cls):
+    """``forward(self, input)``: fx renames the placeholder (``input`` shadows a
+    builtin); the mutation must name the renamed one (was ``KeyError: 'input'``)."""
+    kwargs = {"threshold": 0.1, "value": 2.0} if cls is torch.nn.Threshold else {}
+    shape = {torch.nn.Dropout1d: (2, 3, 4), torch.nn.Dropout3d: (2, 3, 4, 5, 6)}.get(cls, (2, 3, 4, 5))
+    assert_ok(cls(inplace=True, **kwargs).eval(), (torch.randn(shape),))

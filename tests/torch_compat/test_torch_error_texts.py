@@ -18,7 +18,6 @@ import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from predispatch_func.trace import refusals
 from predispatch_func.trace.extensions import torch_limits
-from tests.external.test_conformance_regressions import GrowTransposedView
 from tests.hops.test_func_transforms import VMAP_IN_HOP_BODY_ASSERTS_ON_2_11, VmapInsideCond
 from tests.hops.test_torch_hops import (
     WHILE_LOOP_OPERAND_GUARDED_BEFORE_2_13,
@@ -26,6 +25,7 @@ from tests.hops.test_torch_hops import (
     RegionsInsideCondBranches,
     _WhileLoopResultIntoHop,
 )
+from tests.state.test_growing_resize import GrowTransposedView
 from tests.state.test_state import ViewDtypeOfWrittenInputUnderNoGrad
 from tests.test_refusals import AbsInPlaceOnOverlappingUnfold
 from tests.trace.test_as_strided_writes import WriteThroughAsStridedOfAView
