@@ -33,7 +33,8 @@ _import_every_module_of(pf)
 
 
 # Refusals the exporter makes on purpose, for cases torch blocks or the IR cannot hold;
-# each has a regression test (a strict xfail in tests/fuzz/test_fuzz_regressions.py for torch's).
+# each has a regression test in the stage folder of tests/ whose behaviour it pins (a strict
+# xfail for torch's, e.g. tests/trace/test_writes_through_views.py, test_writes_through_detach.py).
 KNOWN_REFUSALS = frozenset({
     pf.Refusal.VIEW_REPLAY_AFTER_STRIDED_WRITE,
     pf.Refusal.GRAD_VALUE_THROUGH_DETACH,

@@ -2,7 +2,8 @@
 the default suite, a longer one under the ``fuzz_long`` marker.
 
 A failure prints the shrunk program as the source of an ``nn.Module`` with its
-``make_args()``: paste it into tests/fuzz/test_fuzz_regressions.py.
+``make_args()``: paste it, trimmed, into the test file of the stage whose behaviour it
+pins (tests/trace/test_copy_writes.py, tests/program/test_write_back.py, ...: docs/testing.md).
 """
 
 import pytest

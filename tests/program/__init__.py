@@ -1,1 +1,1 @@
-"""The program: signature and metadata, the torch.export drop-in, verify over several calls."""
+"""The program: what it returns, the layouts of inputs it carries, its write-backs (what ep.module() runs)."""

@@ -2,6 +2,8 @@
 FunctionalTensorMode (even for a fresh ``torch.empty(0)``); ours carries a contiguous one
 (trace/stack.py ``PolicyFunctionalMode._grow``), each program replayed against eager."""
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -101,3 +103,33 @@ def test_growing_a_tensor_that_requires_grad_is_refused():
 
     with refused(pf.Refusal.INPUT_METADATA_MUTATION, r"resize_[\s\S]*requires grad[\s\S]*test_growing_resize"):
         pf.export(M(), (torch.randn(2, 3, requires_grad=True),))
+
+
+class GrowInput(torch.nn.Module):
+    def forward(self, x):
+        x.resize_(5, 3)
+        return x.fill_(1.5)
+
+
+class GrowTransposedView(torch.nn.Module):
+    def forward(self, x):
+        y = x.t()
+        y.resize_(5, 3)
+        return y.fill_(1.5)
+
+
+def test_growing_an_input_with_resize_is_carried():
+    """torch's functionalization cannot grow a tensor under FunctionalTensorMode; ours carries a
+    contiguous one (the tests above)."""
+    from tests.support.reference import export_checked
+
+    export_checked(GrowInput(), (torch.randn(2, 3),))
+
+
+def test_growing_a_transposed_view_with_resize_is_refused():
+    """Eager's grown tensor reads memory order, not the view's: torch's refusal, made clear."""
+    import predispatch_func as pf
+
+    with pytest.raises(pf.UnsupportedError, match="cannot grow") as info:
+        pf.export(GrowTransposedView(), (torch.randn(2, 3),))
+    assert "resize_" in str(info.value) and os.path.basename(__file__) in str(info.value)

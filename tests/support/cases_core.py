@@ -1,7 +1,8 @@
 """The edge-case catalogue of the core exporter: one tiny module per behaviour.
 
 Each case is a factory returning ``(model, args, kwargs)``, registered under
-the name of the behaviour it pins down. The tests (``test_edge_*.py``) export
+the name of the behaviour it pins down. The tests of the stage each case is
+about (``export_case``; tests/test_catalogue.py checks that every case has one) export
 each case, snapshot its graph and replay it against the reference;
 ``scripts/compare_torch_paths.py`` runs the same cases through torch's own
 functional entry points, so both tables are about exactly the same programs.

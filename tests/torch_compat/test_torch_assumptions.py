@@ -417,7 +417,7 @@ class TestModePushShortcut(TestCase):
 
 def test_torch_still_fails_to_functionalize_fused_adam_out():
     """OUT_WITH_OTHER_WRITES (trace/out_variants.py)."""
-    from tests.external.test_conformance_regressions import FusedAdamOut
+    from tests.trace.test_out_variants import FusedAdamOut
 
     args = (torch.randn(3), torch.randn(3), torch.rand(3), torch.rand(3), torch.ones(()), torch.zeros(3))
     with pytest.raises(RuntimeError, match="mutating a non-functional tensor with a functional tensor"):

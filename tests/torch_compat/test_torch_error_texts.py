@@ -18,8 +18,6 @@ import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from predispatch_func.trace import refusals
 from predispatch_func.trace.extensions import torch_limits
-from tests.external.test_conformance_regressions import GrowTransposedView
-from tests.fuzz.test_fuzz_regressions import ViewOfBufferWrittenThroughTranspose
 from tests.hops.test_func_transforms import VMAP_IN_HOP_BODY_ASSERTS_ON_2_11, VmapInsideCond
 from tests.hops.test_torch_hops import (
     WHILE_LOOP_OPERAND_GUARDED_BEFORE_2_13,
@@ -27,9 +25,12 @@ from tests.hops.test_torch_hops import (
     RegionsInsideCondBranches,
     _WhileLoopResultIntoHop,
 )
+from tests.state.test_growing_resize import GrowTransposedView
 from tests.state.test_state import ViewDtypeOfWrittenInputUnderNoGrad
 from tests.test_refusals import AbsInPlaceOnOverlappingUnfold
-from tests.trace.test_edge_errors import GradValueWrittenIntoIntegerTensor, WriteThroughAsStridedOfAView
+from tests.trace.test_as_strided_writes import WriteThroughAsStridedOfAView
+from tests.trace.test_grad_value_into_integer import GradValueWrittenIntoIntegerTensor
+from tests.trace.test_writes_through_views import ViewOfBufferWrittenThroughTranspose
 
 R = pf.Refusal
 

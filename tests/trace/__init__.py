@@ -1,1 +1,2 @@
-"""The trace: the edge-case catalogue, the mode stack, composites kept or decomposed, dynamic shapes."""
+"""The trace: writes into inputs, views and intermediates, composites kept or decomposed, symbolic sizes,
+the mode stack, refusals naming the user's line."""

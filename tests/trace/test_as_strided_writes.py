@@ -10,8 +10,13 @@ written in place, and the base read after; replayed against eager with gradients
 
 import pytest
 import torch
+from expecttest import TestCase
+from torch import nn
 
+import predispatch_func as pf
+from tests.support.expect_refusal import at_line, refused
 from tests.support.reference import export_checked
+from tests.support.torch_release import torch_limit
 
 VIEWS = {  # base shape, (size, stride, offset)
     "slice-like": ((6,), ((3,), (1,), 1)),
@@ -58,3 +63,39 @@ class WriteThroughAsStridedUnderNoGrad(torch.nn.Module):
 
 def test_write_through_as_strided_view_under_no_grad():
     export_checked(WriteThroughAsStridedUnderNoGrad(), (torch.randn(6),))
+
+
+class WriteThroughAsStridedOfAView(nn.Module):
+    def forward(self, x):
+        v = x[1:]
+        w = v.as_strided((2, 2), (2, 1), 2)
+        w.add_(1)
+        return x
+
+
+class TestWriteThroughAsStridedOfAView(TestCase):
+    """torch 2.13's functionalization bans a write through a chain whose second view is
+    as_strided (pytorch/pytorch#104505); torch.export fails the same way (found by fuzzing)."""
+
+    def test_is_refused_naming_op_and_line(self):
+        with refused(pf.Refusal.WRITE_THROUGH_AS_STRIDED_OF_VIEW, r"as_strided\(\) view taken of another view"
+                                    r"[\s\S]*aten\.add_\.Tensor[\s\S]*" + at_line(__file__, r"w\.add_\(1\)")):
+            pf.export(WriteThroughAsStridedOfAView(), (torch.randn(6),))
+
+    @torch_limit("torch's functionalization cannot replay a write through as_strided of a view "
+                 "(WRITE_THROUGH_AS_STRIDED_OF_VIEW)", raises=pf.UnsupportedError)
+    def test_exports_and_replays(self):
+        from tests.support.reference import export_checked
+
+        export_checked(WriteThroughAsStridedOfAView(), (torch.randn(6),))
+
+    def test_as_strided_of_the_base_exports(self):
+        class OfBase(nn.Module):
+            def forward(self, x):
+                w = x.as_strided((2, 2), (2, 1), 1)
+                w.add_(1)
+                return x
+
+        from tests.support.reference import export_checked
+
+        export_checked(OfBase(), (torch.randn(6),))

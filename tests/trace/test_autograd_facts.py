@@ -228,3 +228,29 @@ def test_a_data_write_to_sgn_s_saved_result_is_refused():
     x = torch.randn(4, dtype=torch.complex64, requires_grad=True)
     with refused(pf.Refusal.DATA_WRITE_AFTER_SAVED_READ, "aten.sgn.default"):
         pf.export(_SgnThenDataWrite(), (x,))
+
+
+def test_autograd_transparent_writes_match_eager_over_op_db():
+    """The in-place ops whose eager write autograd does not record are exactly
+    the ops of ``Fact.WRITE_NOT_RECORDED`` (among OpInfo's in-place variants)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from predispatch_func.autograd_facts import Fact, ops_with
+
+    found = set()
+    for op in op_db:
+        if op.inplace_variant is None or torch.float32 not in op.supported_dtypes("cpu"):
+            continue
+        for s in list(op.sample_inputs("cpu", torch.float32))[:2]:
+            if not isinstance(s.input, torch.Tensor):
+                continue
+            y = s.input.detach().clone().requires_grad_(True) * 1
+            before = y.grad_fn
+            try:
+                result = op.inplace_variant(y, *s.args, **s.kwargs)
+            except (RuntimeError, TypeError, ValueError):
+                continue
+            if y.grad_fn is before and result is y and s.input.numel():
+                found.add(op.name)
+    dropouts = {n for n in found if "dropout" in n}  # p=0 / eval: eager returns the input untouched
+    assert found - dropouts == {op.overloadpacket.__name__[:-1] for op in ops_with(Fact.WRITE_NOT_RECORDED)}, found

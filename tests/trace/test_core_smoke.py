@@ -1,4 +1,4 @@
-"""First edge cases of the core exporter; the full catalogue is tests/support/cases_core.py (test_edge_*.py)."""
+"""First edge cases of the core exporter; the full catalogue is tests/support/cases_core.py (tests/test_catalogue.py)."""
 
 import torch
 from expecttest import TestCase

@@ -3,11 +3,14 @@ where eager puts them*. Eager fills a non-contiguous view in its memory order (a
 view along its base's rows), and some kernels take another path for a non-contiguous
 target (``normal_``); a program that drew into a fresh contiguous tensor got the same
 numbers in other places (silently: same seed, another tensor). ``random_(from, to)`` is not
-here: fx cannot print the overload named ``from`` (torch.export fails it too)."""
+here: fx cannot print the overload named ``from`` (torch.export fails it too). A fill of an
+input that requires grad trains: eager gives that input a zero gradient, and so must the program."""
 
 import pytest
 import torch
 
+from tests.passes.test_writeback_guard import InPlaceOnInput
+from tests.support.conformance_judge import assert_ok
 from tests.support.reference import export_checked
 
 VIEWS = {
@@ -47,3 +50,18 @@ class FillView(torch.nn.Module):
 def test_random_fill_of_a_view_puts_eagers_numbers_where_eager_puts_them(view, fill, through_grad):
     x = torch.zeros(6, 4, requires_grad=through_grad)
     export_checked(FillView(VIEWS[view], FILLS[fill], through_grad), (x,))
+
+
+_RANDOM_FILLS = {
+    "normal_": lambda x: x.normal_(),
+    "uniform_": lambda x: x.uniform_(-1, 1),
+    "bernoulli_": lambda x: x.bernoulli_(0.5),
+    "exponential_": lambda x: x.exponential_(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_RANDOM_FILLS))
+def test_random_fill_of_an_input_that_requires_grad_trains(name):
+    """``normal_functional`` has no derivative: backward through the program raised,
+    where eager gives the input a zero gradient (and it keeps requiring grad)."""
+    assert_ok(InPlaceOnInput(_RANDOM_FILLS[name]), (torch.randn(3, 4),))

@@ -1,12 +1,13 @@
-"""Edge cases about module state: buffer mutations, BatchNorm, Dropout, and export
-leaving the caller's model, inputs and RNG exactly as they were."""
+"""Buffers written in forward (counters, accumulators, EMAs, a non-persistent cache through a
+view, a buffer reassigned) and BatchNorm's running statistics: each a ``BUFFER_MUTATION`` with
+its final value, written back by ``ep.module()``, gradients through the replay."""
 
 import torch
 from expecttest import TestCase
 
 import predispatch_func as pf
 from tests.support.cases_core import build
-from tests.support.reference import call_targets, export_case, graph_code, mutations
+from tests.support.reference import export_case, graph_code, mutations
 
 _BN_BUFFERS = ["running_mean", "running_var", "num_batches_tracked"]
 
@@ -136,69 +137,3 @@ def forward(self, p__0_weight, p__0_bias, p__1_weight, p__1_bias, b__1_running_m
     getitem_3 = _native_batch_norm_legit_functional[3]
     getitem_4 = _native_batch_norm_legit_functional[4];  _native_batch_norm_legit_functional = None
     return (getitem_3, getitem_4, add, getitem)""")
-
-
-class TestDropout(TestCase):
-    def test_dropout_train(self):
-        """Values differ from eager (random mask), so the replay checks shapes; the
-        program must still be functional: no in-place bernoulli, no mutation."""
-        ep = export_case("dropout_train")
-        self.assertEqual(mutations(ep), [])
-        self.assertTrue(pf.check_contract(ep).ok)
-        self.assertEqual([t for t in call_targets(ep) if t.startswith("aten.") and t.split(".")[1].endswith("_")], [])
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, p__0_weight, p__0_bias, input_1):
-    linear = torch.ops.aten.linear.default(input_1, p__0_weight, p__0_bias);  input_1 = p__0_weight = p__0_bias = None
-    native_dropout = torch.ops.aten.native_dropout.default(linear, 0.5, True);  linear = None
-    getitem = native_dropout[0];  native_dropout = None
-    return (getitem,)""")
-
-    def test_functional_dropout_eval_then_inplace(self):
-        """Eager's dropout returns its input in eval mode; torch's decomposition clones it."""
-        ep = export_case("functional_dropout_eval_then_inplace")
-        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    add = torch.ops.aten.add.Tensor(x, 1);  x = None
-    mul = torch.ops.aten.mul.Tensor(add, 2)
-    return (add, mul)""")
-
-    def test_functional_dropout_p0_train_then_inplace(self):
-        ep = export_case("functional_dropout_p0_train_then_inplace")
-        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    mul = torch.ops.aten.mul.Tensor(x, 3);  x = None
-    add = torch.ops.aten.add.Tensor(mul, mul)
-    return (mul, add)""")
-
-    def test_dropout_eval_is_identity(self):
-        ep = export_case("dropout_eval_is_identity")
-        self.assertNotIn("aten.dropout.default", call_targets(ep))
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, p__0_weight, p__0_bias, input_1):
-    linear = torch.ops.aten.linear.default(input_1, p__0_weight, p__0_bias);  input_1 = p__0_weight = p__0_bias = None
-    return (linear,)""")
-
-
-class TestExportLeavesCallerUntouched(TestCase):
-    def test_model_inputs_buffers_and_rng_unchanged_by_export(self):
-        """export_checked checks this on every case; here every kind of state at once,
-        including versions (a write undone later would still bump them) and grads."""
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3),
-                                    torch.nn.Dropout(0.5)).train()
-        x = torch.randn(4, 3)
-        state = {k: v.clone() for k, v in model.state_dict().items()}
-        versions = {k: v._version for k, v in model.state_dict(keep_vars=True).items()}
-        x_before, x_version = x.clone(), x._version
-        rng = torch.get_rng_state()
-        pf.export(model, (x,))
-        self.assertTrue(torch.equal(torch.get_rng_state(), rng))
-        self.assertTrue(model.training and model[1].training)
-        for k, v in model.state_dict(keep_vars=True).items():
-            self.assertTrue(torch.equal(v, state[k]), k)
-            self.assertEqual(v._version, versions[k], k)
-        self.assertTrue(all(p.grad is None for p in model.parameters()))
-        self.assertTrue(torch.equal(x, x_before))
-        self.assertEqual(x._version, x_version)

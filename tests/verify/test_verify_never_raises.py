@@ -1,17 +1,20 @@
 """``pf.verify`` answers with a report on every program that exported: inputs that are
 activations (a leaf's ``clone()``) written in place, inputs and parameters holding a cached
 ``.grad``, complex outputs (their gradients compared too), and a module registered under two
-names (timm's CoaT). Each report is also shown to catch a program that is wrong."""
+names (timm's CoaT), a model whose eager backward refuses (no gradients to compare, the rest
+still compared). Each report is also shown to catch a program that is wrong."""
 
 import functools
 
 import pytest
 import torch
+from expecttest import TestCase
 from torch import nn
 
 import predispatch_func as pf
 from tests.models import corpus
 from tests.support.cases_core import CASES
+from tests.support.reference import export_checked
 
 
 def _as_activation(t: torch.Tensor) -> torch.Tensor:
@@ -361,3 +364,26 @@ def test_verify_answers_on_every_hop_db_and_exportdb_case(name, variant):
         pytest.skip(f"no program: {type(err).__name__}: {err.reason[:120]}")
     report = pf.verify(ep, model, args)
     assert report.ok, report
+
+
+class SplitPieceReadAfterBaseWritten(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(2))
+
+    def forward(self, x):
+        x.mul_(self.w)
+        first, second = torch.split(x, [1, 1], 0)
+        x.copy_(self.w)  # eager's autograd now refuses any use of first with grad on
+        return first, second
+
+
+class TestEagerThatCannotDifferentiate(TestCase):
+    def test_split_piece_read_after_its_base_was_written(self):
+        # verify once crashed building eager's loss; eager's refusal now means "no
+        # gradients to compare", and values, written-back inputs and state still are
+        model, args = SplitPieceReadAfterBaseWritten(), (torch.randn(2),)
+        ep = export_checked(model, args)
+        report = pf.verify(ep, model, args)
+        self.assertTrue(report.ok, report)
+        self.assertTrue(any(c.startswith("no gradients") for c in report.checked), report.checked)

@@ -1,4 +1,5 @@
-"""Edge cases about user inputs: in-place writes, aliases, inputs that are outputs, pytrees.
+"""In-place writes into user inputs, directly, through aliases made in forward, and by index:
+each write reaches the input, is a ``USER_INPUT_MUTATION`` in the signature and is written back.
 
 Each test exports one catalogue case (tests/support/cases_core.py) through
 ``export_checked`` (contract + replay against the reference + caller untouched) and
@@ -108,103 +109,6 @@ def forward(self, x, y, z):
     return (add,)""")
 
 
-class TestOutputsAndInputs(TestCase):
-    def test_outputs_are_views_of_input(self):
-        ep = export_case("outputs_are_views_of_input")
-        self.assertEqual(mutations(ep), [])
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    view = torch.ops.aten.view.default(x, [-1])
-    select = torch.ops.aten.select.int(x, 0, 0)
-    t = torch.ops.aten.t.default(x);  x = None
-    return (view, select, t)""")
-
-    def test_same_tensor_returned_twice(self):
-        ep = export_case("same_tensor_returned_twice")
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    sin = torch.ops.aten.sin.default(x);  x = None
-    return (sin, sin)""")
-
-    def test_input_returned_unchanged(self):
-        ep = export_case("input_returned_unchanged")
-        self.assertEqual(mutations(ep), [])
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x, y):
-    mul = torch.ops.aten.mul.Tensor(y, 2);  y = None
-    return (x, mul)""")
-
-    def test_mutated_input_also_returned(self):
-        ep = export_case("mutated_input_also_returned")
-        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "x")])
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    add = torch.ops.aten.add.Tensor(x, 1);  x = None
-    return (add, add)""")
-
-    def test_mutated_input_returned_as_view(self):
-        ep = export_case("mutated_input_returned_as_view")
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
-    view_1 = torch.ops.aten.view.default(mul, [3, 2])
-    select_1 = torch.ops.aten.select.int(view_1, 0, 1);  view_1 = None
-    return (mul, select_1)""")
-
-    def test_output_view_taken_before_mutation(self):
-        ep = export_case("output_view_taken_before_mutation")
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
-    select_1 = torch.ops.aten.select.int(mul, 0, 0)
-    return (mul, select_1)""")
-
-
-class TestIntermediates(TestCase):
-    def test_intermediate_mutated_through_view(self):
-        ep = export_case("intermediate_mutated_through_view")
-        self.assertEqual(mutations(ep), [])
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
-    slice_1 = torch.ops.aten.slice.Tensor(mul, 0, 1, 9223372036854775807)
-    add = torch.ops.aten.add.Tensor(slice_1, 10);  slice_1 = None
-    slice_scatter = torch.ops.aten.slice_scatter.default(mul, add, 0, 1, 9223372036854775807);  mul = add = None
-    return (slice_scatter,)""")
-
-    def test_intermediate_mutated_through_transpose_with_param(self):
-        ep = export_case("intermediate_mutated_through_transpose_with_param")
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, p_w, x):
-    clone = torch.ops.aten.clone.default(x);  x = None
-    t = torch.ops.aten.t.default(clone)
-    select = torch.ops.aten.select.int(t, 0, 0);  t = None
-    mul = torch.ops.aten.mul.Tensor(select, p_w);  select = p_w = None
-    t_1 = torch.ops.aten.t.default(clone);  clone = None
-    select_scatter = torch.ops.aten.select_scatter.default(t_1, mul, 0, 0);  t_1 = mul = None
-    t_2 = torch.ops.aten.t.default(select_scatter);  select_scatter = None
-    return (t_2,)""")
-
-    def test_tensor_constant_created_in_forward(self):
-        ep = export_case("tensor_constant_created_in_forward")
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, c_lifted_tensor_0, x):
-    lift_fresh_copy = torch.ops.aten.lift_fresh_copy.default(c_lifted_tensor_0);  c_lifted_tensor_0 = None
-    detach = torch.ops.aten.detach.default(lift_fresh_copy);  lift_fresh_copy = None
-    mul = torch.ops.aten.mul.Tensor(x, detach);  x = detach = None
-    return (mul,)""")
-
-    def test_intermediate_view_taken_before_mutation(self):
-        ep = export_case("intermediate_view_taken_before_mutation")
-        self.assertEqual(mutations(ep), [])
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    mul = torch.ops.aten.mul.Tensor(x, 1);  x = None
-    add = torch.ops.aten.add.Tensor(mul, 1);  mul = None
-    t_1 = torch.ops.aten.t.default(add);  add = None
-    return (t_1,)""")
-
-
 class TestIndexedWritesIntoInputs(TestCase):
     def test_index_put_into_input(self):
         ep = export_case("index_put_into_input")
@@ -294,50 +198,3 @@ def forward(self, x, y):
     slice_scatter = torch.ops.aten.slice_scatter.default(x, clone, 0, 1, 3);  x = clone = None
     add = torch.ops.aten.add.Tensor(slice_scatter, 1)
     return (slice_scatter, add)""")
-
-
-class TestPytreeInputsAndOutputs(TestCase):
-    def test_kwargs_with_default(self):
-        ep = export_case("kwargs_with_default")
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x, scale, shift):
-    mul = torch.ops.aten.mul.Tensor(x, scale);  x = scale = None
-    add = torch.ops.aten.add.Tensor(mul, shift);  mul = shift = None
-    return (add,)""")
-
-    def test_nested_tuple_and_dict_inputs(self):
-        ep = export_case("nested_tuple_and_dict_inputs")
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, pair_0, pair_1_0, pair_1_1, table_w, table_inner_v):
-    mul = torch.ops.aten.mul.Tensor(pair_0, table_w);  pair_0 = table_w = None
-    add = torch.ops.aten.add.Tensor(mul, pair_1_0);  mul = pair_1_0 = None
-    mul_1 = torch.ops.aten.mul.Tensor(pair_1_1, table_inner_v);  pair_1_1 = table_inner_v = None
-    sub = torch.ops.aten.sub.Tensor(add, mul_1);  add = mul_1 = None
-    return (sub,)""")
-
-    def test_non_tensor_inputs(self):
-        ep = export_case("non_tensor_inputs")
-        self.assertEqual([s.kind.name for s in ep.graph_signature.input_specs], ["USER_INPUT"] * 5)
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x, k, scale, flag, nothing):
-    mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
-    mul_1 = torch.ops.aten.mul.Tensor(mul, 0.5);  mul = None
-    return (mul_1,)""")
-
-    def test_nested_outputs(self):
-        ep = export_case("nested_outputs")
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, x):
-    add = torch.ops.aten.add.Tensor(x, 1)
-    mul = torch.ops.aten.mul.Tensor(x, 2)
-    sum_1 = torch.ops.aten.sum.default(x);  x = None
-    return (add, mul, sum_1, 3)""")
-
-    def test_mutation_of_input_inside_dict(self):
-        ep = export_case("mutation_of_input_inside_dict")
-        self.assertEqual(mutations(ep), [("USER_INPUT_MUTATION", "table_state")])
-        self.assertExpectedInline(graph_code(ep), """\
-def forward(self, table_state, table_delta):
-    add = torch.ops.aten.add.Tensor(table_state, table_delta);  table_state = table_delta = None
-    mul = torch.ops.aten.mul.Tensor(add, 2)
-    return (add, mul)""")

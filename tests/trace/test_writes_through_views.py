@@ -1,8 +1,13 @@
-"""Edge cases about mutation through views of inputs: the write must reach the base."""
+"""Writes through views of inputs and buffers: the write must reach the base. Where torch's
+functionalization cannot replay a ``.view()`` after a write through a transpose, a clear refusal."""
 
+import torch
 from expecttest import TestCase
 
-from tests.support.reference import export_case, graph_code, mutations
+import predispatch_func as pf
+from tests.support.expect_refusal import refused
+from tests.support.reference import export_case, export_checked, graph_code, mutations
+from tests.support.torch_release import torch_limit
 
 
 class TestMutationThroughViews(TestCase):
@@ -96,3 +101,26 @@ def forward(self, x):
     expand_1 = torch.ops.aten.expand.default(unsqueeze_3, [2, 3]);  unsqueeze_3 = None
     sum_1 = torch.ops.aten.sum.dim_IntList(expand_1, [0]);  expand_1 = None
     return (squeeze, sum_1)""")
+
+
+class ViewOfBufferWrittenThroughTranspose(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.randn(4, 1, 2))
+
+    def forward(self, x):
+        v = self.buf.view(2, 4)
+        v.t().masked_fill_(x > 0, -2.0)
+        return v, self.buf
+
+
+class TestDetachAndViewReplays(TestCase):
+    def test_view_replay_after_write_through_transpose_is_refused(self):
+        with refused(pf.Refusal.VIEW_REPLAY_AFTER_STRIDED_WRITE, r"cannot replay a \.view\(\)[\s\S]*masked_fill_"):
+            pf.export(ViewOfBufferWrittenThroughTranspose(), (torch.randn(4, 2),))
+
+    @torch_limit("torch's functionalization replays the inverse of .view() with view on the "
+                 "non-contiguous value written through the transpose (torch's own export and "
+                 "aot_export_module fail the same way; VIEW_REPLAY_AFTER_STRIDED_WRITE)", raises=pf.UnsupportedError)
+    def test_view_replay_after_write_through_transpose(self):
+        export_checked(ViewOfBufferWrittenThroughTranspose(), (torch.randn(4, 2),))

@@ -1,0 +1,1 @@
+"""Before the trace: the forms of input forward takes (pytrees, keyword and variadic arguments)."""

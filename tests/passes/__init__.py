@@ -1,0 +1,1 @@
+"""After the trace: write-back guards, node metadata (custom annotations, stack traces)."""
