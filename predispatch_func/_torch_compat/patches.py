@@ -145,6 +145,37 @@ _SDPA_STAND_IN: list[Any] = []  # the registration in force: one per process, ho
 
 
 @contextlib.contextmanager
+def cuda_grid_sampler_faked_without_gpu() -> Iterator[None]:
+    """On a host without a GPU, cuDNN's grid sampler gets a fake kernel for the length of the
+    trace (torch has none; it runs real kernels on fakes, which needs a GPU). The GPU host's
+    trace takes it where cuDNN takes the call (an fp32 ``grid_sampler`` inside CUDA autocast:
+    trace/autocast_composites.py), so the host without a GPU records the same op. Shapes only:
+    the result is (N, C, grid's H, grid's W), the gradients are laid out as the inputs."""
+    if torch.cuda.is_available() or _GRID_SAMPLER_FAKE:
+        yield
+        return
+
+    def forward(self: Any, grid: Any) -> Any:
+        return self.new_empty((self.size(0), self.size(1), grid.size(1), grid.size(2)))
+
+    def backward(self: Any, grid: Any, grad_output: Any) -> Any:
+        return torch.empty_like(self), torch.empty_like(grid)
+
+    library = torch.library.Library("aten", "IMPL")
+    _GRID_SAMPLER_FAKE.append(library)
+    try:
+        library.impl("cudnn_grid_sampler", forward, "Meta")
+        library.impl("cudnn_grid_sampler_backward", backward, "Meta")
+        yield
+    finally:
+        _GRID_SAMPLER_FAKE.pop()
+        library._destroy()
+
+
+_GRID_SAMPLER_FAKE: list[Any] = []  # the registration in force, however nested the traces
+
+
+@contextlib.contextmanager
 def cuda_batch_norm_reserve_without_gpu() -> Iterator[None]:
     """On a host without a GPU, ``_batch_norm_with_update`` of fake CUDA tensors (training batch
     norm on a GPU: trace/composite_policy.py) gets an empty cuDNN reserve space: torch's fake
@@ -862,6 +893,7 @@ __all__ = [
     "cuda_autocast_kept_without_gpu",
     "cuda_sdpa_choice_without_gpu",
     "cuda_batch_norm_reserve_without_gpu",
+    "cuda_grid_sampler_faked_without_gpu",
     "CUDA_AUTOCAST_KEPT_WARNING",
     "callers_fake_mode_unset",
     "node_values_unsnapshotted",

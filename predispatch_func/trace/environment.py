@@ -182,6 +182,8 @@ def around_the_body(ambient: AmbientModes, storage_aliases: StorageAliases, hidd
               tc.cuda_sdpa_choice_without_gpu),
         Entry("CUDA batch norm reserve without a GPU", "fake CUDA training batch norm traces on a host "
               "without a GPU (its reserve size asks cuDNN)", tc.cuda_batch_norm_reserve_without_gpu),
+        Entry("CUDA grid sampler without a GPU", "cuDNN's grid sampler, which a GPU host records inside "
+              "CUDA autocast, traces on a host without a GPU", tc.cuda_grid_sampler_faked_without_gpu),
         Entry("detach without the mode", "a FunctionalTensor's detach with no mode in the way returns it, "
               "as torch 2.15 does (2.11/2.12 raise)",
               tc.functional_tensor_detach_without_mode),

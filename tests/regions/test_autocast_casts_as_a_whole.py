@@ -31,18 +31,27 @@ class GridSampleThenMatmul(torch.nn.Module):
             return F.grid_sample(y, grid, align_corners=True), torch.matmul(y, y)
 
 
-def test_autocast_casts_of_a_decomposed_composite_are_recorded_with_its_pieces_in_a_disabled_region():
-    run_in_fresh_process(__name__, "_casts_recorded")
+@pytest.mark.parametrize("cudnn", [True, False], ids=["cudnn", "no_cudnn"])
+def test_autocast_casts_of_a_decomposed_composite_are_recorded_with_its_pieces_in_a_disabled_region(cudnn):
+    run_in_fresh_process(__name__, "_casts_recorded_with_cudnn" if cudnn else "_casts_recorded_without_cudnn")
 
 
 def _region_bodies(ep):
     return {name: gm for name, gm in ep.graph_module.named_modules() if isinstance(gm, torch.fx.GraphModule) and name}
 
 
-def _casts_recorded():
+def _casts_recorded_with_cudnn():
+    _casts_recorded("cudnn_grid_sampler")  # what the GPU host records: a fake kernel stands in here
+
+
+def _casts_recorded_without_cudnn():
+    torch.backends.cudnn.enabled = False
+    _casts_recorded("grid_sampler_2d")
+
+
+def _casts_recorded(piece):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    torch.backends.cudnn.enabled = False  # cuDNN's grid sampler has no fake kernel (see the module's doc)
     with torch.device("meta"):
         model = GridSampleThenMatmul()
     with FakeTensorMode(allow_non_fake_inputs=True):
@@ -55,9 +64,9 @@ def _casts_recorded():
     assert len(outer) == 1 and outer[0].args[:3] == ("cuda", torch.bfloat16, True)
     assert [n.args[2] for n in regions] == [False], "one nested region, autocast off"
     inner = next(gm for gm in _region_bodies(ep).values()
-                 if any("grid_sampler_2d" in str(n.target) for n in gm.graph.nodes)
+                 if any(piece in str(n.target) for n in gm.graph.nodes)
                  and not any("pf_autocast_region" in str(n.target) for n in gm.graph.nodes))
-    sampled = next(n for n in inner.graph.nodes if "grid_sampler_2d" in str(n.target))
+    sampled = next(n for n in inner.graph.nodes if piece in str(n.target))
     assert [a.meta["val"].dtype for a in sampled.args[:2]] == [torch.float32, torch.float32]
     outer_body = next(gm for gm in _region_bodies(ep).values()
                       if any("pf_autocast_region" in str(n.target) for n in gm.graph.nodes))

@@ -224,6 +224,8 @@ def _state() -> dict:
         "module_getattr": torch.nn.Module.__dict__["__getattr__"],
         "module_setattr": torch.nn.Module.__dict__["__setattr__"],
         "cudnn_reserve_size": getattr(torch._C, "_get_cudnn_batch_norm_reserve_space_size", None),
+        "meta_kernels": tuple(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta")
+                              for name in ("cudnn_grid_sampler", "cudnn_grid_sampler_backward")),
         "encoder_forward": torch.nn.TransformerEncoder.__dict__["forward"],
         "node_is_impure": torch.fx.node.Node.__dict__["is_impure"],
         "function_modes": torch._C._len_torch_function_stack(),
@@ -304,6 +306,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "cuda_autocast_kept_without_gpu": lambda: patches.cuda_autocast_kept_without_gpu(),
     "cuda_sdpa_choice_without_gpu": lambda: patches.cuda_sdpa_choice_without_gpu(),
     "cuda_batch_norm_reserve_without_gpu": lambda: patches.cuda_batch_norm_reserve_without_gpu(),
+    "cuda_grid_sampler_faked_without_gpu": lambda: patches.cuda_grid_sampler_faked_without_gpu(),
     "calls_kept_by_dead_code_elimination": lambda: patches.calls_kept_by_dead_code_elimination(lambda node: False),
     "functional_tensor_detach_without_mode": lambda: patches.functional_tensor_detach_without_mode(),
 }
@@ -311,7 +314,8 @@ NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_to
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}
 CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
 if torch.cuda.is_available():  # changes nothing where a GPU answers sdpa's kernel choice itself
-    for name in ("cuda_sdpa_choice_without_gpu", "cuda_batch_norm_reserve_without_gpu"):
+    for name in ("cuda_sdpa_choice_without_gpu", "cuda_batch_norm_reserve_without_gpu",
+                 "cuda_grid_sampler_faked_without_gpu"):
         CHECKED_APART.add(name)
         del PATCHES[name]
 

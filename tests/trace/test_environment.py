@@ -26,7 +26,7 @@ LAYERS = {
                         "autograd calls refused"],
     "caller": ["caller's modes", "eager fast paths", ".data as functional ops", "reseeds routed",
                "CUDA autocast without a GPU", "CUDA sdpa choice without a GPU",
-               "CUDA batch norm reserve without a GPU",
+               "CUDA batch norm reserve without a GPU", "CUDA grid sampler without a GPU",
                "detach without the mode"],
     "model call": ["state swapped for traced inputs", "tracer noted for leaks", "non-strict call rewrites",
                    "node metadata", "preserved call brackets", "tensor attribute warning", "after the call"],
