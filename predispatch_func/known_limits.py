@@ -210,6 +210,19 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                          "tensors that carry only `torch.Tensor`'s API. Ops on subclass inputs and "
                                          'parameters are traced; call the subclass API outside the model, or '
                                          'build the subclass outside and pass it in'),
+    Refusal.DTENSOR_BOUNDARY_IN_FORWARD: ('a step between a DTensor and its local shard in `forward`: '
+                                          '`DTensor.from_local`, `to_local` or `redistribute` (the input and '
+                                          "output hooks `parallelize_module`'s Colwise/Rowwise/SequenceParallel "
+                                          'plans install call them). A pre-dispatch trace records ops on the '
+                                          "DTensor and cannot also record its shard's; torch.export fails on the "
+                                          'same models (`flat_apply` of a `DTensorSpec`). Models whose parameters '
+                                          'and inputs are DTensors and whose forward stays on DTensors export, as a '
+                                          'program over DTensors (see [distributed](distributed.md))'),
+    Refusal.FULLY_SHARDED_MODULE: ("a module sharded by FSDP2's `fully_shard`: its all-gather and "
+                                   'reduce-scatter run in module hooks that resize storages and read data '
+                                   'pointers, which no trace can record (torch.export fails too). Export the '
+                                   'model before `fully_shard`, or with its parameters as DTensors (see '
+                                   '[distributed](distributed.md))'),
     Refusal.OUTPUT_NOT_A_PYTREE: ('an output of a type pytree does not know (transformers\' `DynamicCache`, '
                                   'returned by default by its decoder LMs): no program can return it, and '
                                   'torch.export refuses it too. The error names the type and where it sits in '

@@ -67,6 +67,14 @@ def tracing_autograd_functions(trace_body: TraceBody, *, pre_dispatch: bool = Tr
 
 def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     settings = function_calls.current()
+    if settings is not None and _steps_between_dtensor_and_shard(cls):
+        raise UnsupportedError(
+            f"DTensor's {cls.__name__} (DTensor.from_local, to_local or redistribute; the input and output hooks "
+            "of parallelize_module's plans call them) in forward: the trace records ops on a DTensor and cannot "
+            "also record its local shard's (torch.export fails on it too); give the model DTensor inputs in the "
+            "layouts its parameters need and let forward stay on DTensors (parameters placed with "
+            "distribute_tensor, no input/output hooks), or export the model before parallelize_module",
+            kind=Refusal.DTENSOR_BOUNDARY_IN_FORWARD, op=f"{cls.__name__}.apply", source=user_source_line())
     if settings is not None and not settings.pre_dispatch:
         raise UnsupportedError(
             f"autograd.Function {cls.__name__} with pre_dispatch=False: a program after autograd "
@@ -79,6 +87,12 @@ def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -
         # (flex_attention's mask_mod indexing a captured tensor: torch's ModIndex): torch's Function
         return original(*args, **kwargs)
     return trace_call(cls, args, kwargs, settings)
+
+
+def _steps_between_dtensor_and_shard(cls: type) -> bool:
+    """One of DTensor's own Functions (``_FromTorchTensor``, ``_ToTorchTensor``, ``Redistribute``):
+    each unwraps a DTensor to its local shard or wraps a shard, inside its forward."""
+    return cls.__module__.startswith("torch.distributed.tensor.")
 
 
 def _refuse_in_hop_body(cls: type) -> None:
