@@ -252,6 +252,35 @@ def dtensor_norm_mlp_sharded_rows_torch_export(rank: int, world_size: int) -> di
     return _dtensor_program(rank, world_size, NormMLP, "rows", "torch")
 
 
+def dtensor_mlp_joint_ours(rank: int, world_size: int) -> dict:
+    """One training step (forward, loss, backward) of the DTensor MLP as one program
+    (pf.export_joint), run on every rank, against eager's loss and gradients (placements too)."""
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    mesh = _mesh(world_size)
+    torch.manual_seed(0)
+    model = _placed(MLP(), mesh)
+    eager = copy.deepcopy(model)
+    x = distribute_tensor(torch.randn(4, 8), mesh, [Replicate()])
+
+    def loss_fn(out):
+        return (out * out).sum()
+
+    jep = pf.export_joint(model, (x,), loss_fn=loss_fn)
+    program = jep.module()
+    loss = program(x)[0]
+    expected = loss_fn(eager(x))
+    expected.backward()
+    assert loss.placements == expected.placements
+    torch.testing.assert_close(loss.full_tensor(), expected.full_tensor().detach())
+    errors = {}
+    for (name, p), (eager_name, q) in zip(program.named_parameters(), eager.named_parameters(), strict=True):
+        assert name == eager_name and p.grad.placements == q.grad.placements, (name, p.grad.placements)
+        torch.testing.assert_close(p.grad.full_tensor(), q.grad.full_tensor())
+        errors[name] = (p.grad.full_tensor() - q.grad.full_tensor()).abs().max().item()
+    return {"grad_errors": errors, "contract_problems": pf.check_contract(jep).problems}
+
+
 def _parallelized(world_size: int, sequence_parallel: bool) -> torch.nn.Module:
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module

@@ -95,6 +95,15 @@ def test_a_program_over_dtensors_equals_the_eager_dtensor_model(results, name):
             assert value["contract_problems"] == []
 
 
+def test_a_training_step_over_dtensors_equals_eager(results):
+    """pf.export_joint of the DTensor MLP: loss and every parameter's gradient (placements
+    and values) equal eager's on both ranks; the joint program keeps the contract."""
+    for value in _values(results, "dtensor_mlp_joint_ours"):
+        assert set(value["grad_errors"]) == {"up.weight", "up.bias", "down.weight", "down.bias"}
+        assert all(e == 0.0 for e in value["grad_errors"].values())
+        assert value["contract_problems"] == []
+
+
 @pytest.mark.parametrize("plan", ["tp", "sp"])
 def test_parallelize_module_hooks_are_a_clear_refusal(results, plan):
     """Colwise/Rowwise (tp) and SequenceParallel (sp) plans convert inputs and outputs between
