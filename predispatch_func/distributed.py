@@ -21,18 +21,142 @@ We build no distributed runtime of our own. What exports today (docs/distributed
   placeholders are DTensors, the lifted parameters in ``ep.state_dict`` keep their
   mesh and placements, and DTensor's dispatch issues the collectives when
   ``ep.module()`` runs on every rank.
+* One rank's program over local shards: :func:`export_local` traces the same model
+  below DTensor's dispatch, so the program takes plain tensors (each rank's shards)
+  and its collectives are ``_c10d_functional`` nodes plus ``wait_tensor``; each
+  placeholder's and output's :class:`ShardLayout` is in the node's metadata.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
 from .export import export
+
+SHARD_LAYOUT = "shard_layout"  # node.meta key: a placeholder's ShardLayout (None: not a shard)
+SHARD_LAYOUTS = "shard_layouts"  # the output node's meta key: one ShardLayout or None per user output
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardLayout:
+    """Where the local tensor a program of :func:`export_local` takes or returns sits in its
+    DTensor: ``DTensor.from_local(local, mesh, placements, shape=global_shape)`` rebuilds it."""
+
+    mesh: Any  # torch.distributed.device_mesh.DeviceMesh
+    placements: tuple  # one torch.distributed.tensor Placement per mesh dimension
+    global_shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, t: Any) -> ShardLayout:
+        return cls(t.device_mesh, tuple(t.placements), tuple(t.shape))
+
+
+def is_dtensor(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and type(t).__name__ == "DTensor" and hasattr(t, "placements")
+
+
+def export_local(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | None = None) -> Any:
+    """This rank's program of ``model`` (DTensor parameters, buffers and inputs) over local shards.
+
+    The trace runs below autograd (``pre_dispatch=False``: plain ATen, as ``export``'s lower
+    level) and below DTensor's dispatch, so what DTensor does on each op is in the graph: the
+    local op, and every redistribution as ``_c10d_functional`` collectives plus ``wait_tensor``.
+    Parameters and buffers keep their names and hold this rank's shards; inputs are the local
+    shards of ``args``; DTensor outputs are returned as local shards. Each placeholder's
+    ``node.meta["shard_layout"]`` and the output node's ``meta["shard_layouts"]`` say how to
+    rebuild the DTensors. Run ``ep.module()`` on every rank of the mesh together.
+
+    It is an inference program: its parameters do not require grad, because autograd of the
+    local ops is not DTensor's backward (where DTensor's backward of a redistribution is itself
+    a collective, each rank would get only its part). Train through :func:`~predispatch_func.export`
+    or :func:`~predispatch_func.export_joint`, whose programs stay over DTensors.
+    """
+    kwargs = kwargs or {}
+    output_layouts: list[ShardLayout | None] = []
+    view = _LocalView(model, args, kwargs, output_layouts.extend)
+    local_args, local_kwargs = tc.pytree.tree_map_only(torch.Tensor, _local, (args, kwargs))
+    ep = export(view, local_args, local_kwargs, pre_dispatch=False)
+    _record_layouts(ep, model, (args, kwargs), output_layouts[-len(ep.graph_signature.user_outputs):])
+    return ep
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return tc.dtensor_local_shard(t) if is_dtensor(t) else t
+
+
+class _LocalView(torch.nn.Module):
+    """``model`` with its state as local shards under the same names; ``forward`` wraps each
+    shard (and each input shard) back into its DTensor and runs ``model`` on them."""
+
+    model: torch.nn.Module
+    seen_outputs: Callable[[list[ShardLayout | None]], None]
+
+    def __init__(self, model: torch.nn.Module, args: tuple, kwargs: dict,
+                 seen_outputs: Callable[[list[ShardLayout | None]], None]):
+        super().__init__()
+        self.originals = {name: t for name, t in itertools.chain(model.named_parameters(), model.named_buffers())}
+        for name, t in self.originals.items():
+            *path, leaf = name.split(".")
+            owner: torch.nn.Module = self
+            for part in path:
+                if part not in dict(owner.named_children()):
+                    owner.add_module(part, torch.nn.Module())
+                owner = owner.get_submodule(part)
+            local = _local(t)
+            if isinstance(t, torch.nn.Parameter):
+                # an inference program: autograd of its local ops is not DTensor's backward (a
+                # replicated bias added to a partial sum gets each rank's part, where eager all-reduces),
+                # so no gradient may come out of it silently different
+                owner.register_parameter(leaf, torch.nn.Parameter(local, requires_grad=False))
+            else:
+                persistent = leaf not in tc.non_persistent_buffer_names(model.get_submodule(".".join(path)))
+                owner.register_buffer(leaf, local, persistent=persistent)
+        self.input_likes = tc.pytree.tree_leaves((args, kwargs))
+        # not attributes of a module: the export gives a module's Python state back after the trace
+        object.__setattr__(self, "model", model)  # not a submodule either: its DTensors are no state of ours
+        object.__setattr__(self, "seen_outputs", seen_outputs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        state = {name: self._rewrap(self._shard(name), t) for name, t in self.originals.items()}
+        leaves, spec = tc.pytree.tree_flatten((args, kwargs))
+        args, kwargs = tc.pytree.tree_unflatten([self._rewrap(v, like) for v, like in zip(leaves, self.input_likes,
+                                                                                            strict=True)], spec)
+        out = torch.func.functional_call(self.model, state, args, kwargs, tie_weights=False, strict=True)
+        out_leaves, out_spec = tc.pytree.tree_flatten(out)
+        self.seen_outputs([ShardLayout.of(v) if is_dtensor(v) else None for v in out_leaves])
+        return tc.pytree.tree_unflatten([_local(v) for v in out_leaves], out_spec)
+
+    def _shard(self, name: str) -> Any:
+        """Our tensor ``name``, read as an attribute (while tracing, the lifted stand-in)."""
+        owner, _, leaf = name.rpartition(".")
+        return getattr(self.get_submodule(owner), leaf)
+
+    @staticmethod
+    def _rewrap(local: Any, like: Any) -> Any:
+        return tc.dtensor_around(local, like) if is_dtensor(like) else local
+
+
+def _record_layouts(ep: Any, model: torch.nn.Module, call: tuple, outputs: list[ShardLayout | None]) -> None:
+    """Each placeholder's layout (parameters and buffers by name, user inputs by position) and
+    the user outputs' layouts, in the nodes' metadata."""
+    state = dict(itertools.chain(model.named_parameters(), model.named_buffers()))
+    inputs = iter(tc.pytree.tree_leaves(call))
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for spec in ep.graph_signature.input_specs:
+        value = next(inputs, None) if spec.kind is InputKind.USER_INPUT else state.get(spec.target)
+        node = placeholders[spec.arg.name]
+        node.meta[SHARD_LAYOUT] = ShardLayout.of(value) if is_dtensor(value) else None
+    user_outputs = [s for s in ep.graph_signature.output_specs if s.kind is OutputKind.USER_OUTPUT]
+    if len(user_outputs) == len(outputs):
+        ep.graph.output_node().meta[SHARD_LAYOUTS] = tuple(outputs)
 
 
 def pipeline(module: torch.nn.Module, mb_args: tuple, mb_kwargs: dict[str, Any] | None = None,

@@ -182,6 +182,13 @@ class NormMLP(MLP):
         return self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
 
 
+class MLPThenTanh(MLP):
+    """tanh of a row-wise layer's partial sums needs the whole sums: DTensor all-reduces first."""
+
+    def forward(self, x):
+        return torch.tanh(super().forward(x))
+
+
 def _mesh(world_size: int) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -281,6 +288,48 @@ def dtensor_mlp_joint_ours(rank: int, world_size: int) -> dict:
     return {"grad_errors": errors, "contract_problems": pf.check_contract(jep).problems}
 
 
+def _local_program(rank: int, world_size: int, model_class: type, input_placement: str) -> dict:
+    """This rank's program over local shards (pf.distributed.export_local) against the eager
+    DTensor model's local output; its collectives, and the layouts it records."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = _mesh(world_size)
+    torch.manual_seed(0)
+    model = _placed(model_class(), mesh)
+    x = distribute_tensor(torch.randn(4, 8), mesh, [Shard(0) if input_placement == "rows" else Replicate()])
+    ep = pf.distributed.export_local(model, (x,))
+    program = ep.module()
+    out, expected = program(x.to_local()), model(x)
+    torch.testing.assert_close(out, expected.to_local())
+    layouts = {n.name: n.meta["shard_layout"] for n in ep.graph.nodes if n.op == "placeholder"}
+    for spec in ep.graph_signature.input_specs:
+        like = x if spec.target is None else model.get_parameter(spec.target)
+        assert layouts[spec.arg.name].placements == tuple(like.placements), spec
+        assert layouts[spec.arg.name].global_shape == tuple(like.shape), spec
+    (out_layout,) = ep.graph.output_node().meta["shard_layouts"]
+    assert out_layout.placements == tuple(expected.placements)
+    for name, p in program.named_parameters():
+        assert torch.equal(p, model.get_parameter(name).to_local()), name
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    # an inference program: autograd of the local ops is not DTensor's backward
+    assert not any(p.requires_grad for p in program.parameters())
+    return {"output_error": (out - expected.to_local()).abs().max().item(),
+            "contract_problems": pf.check_contract(ep).problems,
+            "collective_nodes": sorted(t for t in targets if "c10d" in t)}
+
+
+def local_mlp_ours(rank: int, world_size: int) -> dict:
+    return _local_program(rank, world_size, MLP, "replicated")
+
+
+def local_mlp_then_tanh_ours(rank: int, world_size: int) -> dict:
+    return _local_program(rank, world_size, MLPThenTanh, "replicated")
+
+
+def local_norm_mlp_sharded_rows_ours(rank: int, world_size: int) -> dict:
+    return _local_program(rank, world_size, NormMLP, "rows")
+
+
 def _parallelized(world_size: int, sequence_parallel: bool) -> torch.nn.Module:
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
@@ -337,4 +386,5 @@ def fsdp2_torch_export(rank: int, world_size: int) -> dict:
     return _hooked_program(_fully_sharded, torch.randn(4, 8), "torch")
 
 
-DTENSOR_CASES = [name for name in list(globals()) if name.startswith(("dtensor_", "parallelize_module_", "fsdp2_"))]
+DTENSOR_CASES = [name for name in list(globals())
+                 if name.startswith(("dtensor_", "local_", "parallelize_module_", "fsdp2_"))]

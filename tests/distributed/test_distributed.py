@@ -95,6 +95,23 @@ def test_a_program_over_dtensors_equals_the_eager_dtensor_model(results, name):
             assert value["contract_problems"] == []
 
 
+@pytest.mark.parametrize("name, collectives", [
+    ("local_mlp_ours", []),
+    ("local_mlp_then_tanh_ours", ["_c10d_functional.all_reduce.default", "_c10d_functional.wait_tensor.default"]),
+    ("local_norm_mlp_sharded_rows_ours", ["_c10d_functional.all_gather_into_tensor.default",
+                                          "_c10d_functional.wait_tensor.default"]),
+], ids=["partial-output", "all-reduce", "all-gather"])
+def test_a_program_over_local_shards_equals_the_eager_dtensor_model(results, name, collectives):
+    """pf.distributed.export_local: each rank's program takes and returns local shards; what
+    DTensor's dispatch does is in the graph, its collectives functional plus wait_tensor and no
+    mutable node; its output equals eager's local shard, every placeholder's and the output's
+    layout is recorded (asserted in cases.py), and its parameters are eager's shards."""
+    for value in _values(results, name):
+        assert value["output_error"] == 0.0
+        assert value["contract_problems"] == []
+        assert value["collective_nodes"] == collectives
+
+
 def test_a_training_step_over_dtensors_equals_eager(results):
     """pf.export_joint of the DTensor MLP: loss and every parameter's gradient (placements
     and values) equal eager's on both ranks; the joint program keeps the contract."""
