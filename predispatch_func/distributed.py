@@ -40,6 +40,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
 from .export import export
+from .inputs.input_check import refuse_fully_sharded
+from .trace.extensions.function_trace import dtensor_steps_inline
 
 SHARD_LAYOUT = "shard_layout"  # node.meta key: a placeholder's ShardLayout (None: not a shard)
 SHARD_LAYOUTS = "shard_layouts"  # the output node's meta key: one ShardLayout or None per user output
@@ -70,7 +72,9 @@ def export_local(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | N
     level) and below DTensor's dispatch, so what DTensor does on each op is in the graph: the
     local op, and every redistribution as ``_c10d_functional`` collectives plus ``wait_tensor``.
     Parameters and buffers keep their names and hold this rank's shards; inputs are the local
-    shards of ``args``; DTensor outputs are returned as local shards. Each placeholder's
+    shards of ``args`` (plain tensors stay plain: a ``parallelize_module``'d model takes them and
+    its hooks' ``from_local``/``to_local``/``redistribute`` are traced through, their
+    collectives included); DTensor outputs are returned as local shards. Each placeholder's
     ``node.meta["shard_layout"]`` and the output node's ``meta["shard_layouts"]`` say how to
     rebuild the DTensors. Run ``ep.module()`` on every rank of the mesh together.
 
@@ -80,10 +84,12 @@ def export_local(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | N
     or :func:`~predispatch_func.export_joint`, whose programs stay over DTensors.
     """
     kwargs = kwargs or {}
+    refuse_fully_sharded(model)  # the view below is no FSDP module: export's own check would not see it
     output_layouts: list[ShardLayout | None] = []
     view = _LocalView(model, args, kwargs, output_layouts.extend)
     local_args, local_kwargs = tc.pytree.tree_map_only(torch.Tensor, _local, (args, kwargs))
-    ep = export(view, local_args, local_kwargs, pre_dispatch=False)
+    with dtensor_steps_inline():  # parallelize_module's hooks: from_local, to_local, redistribute
+        ep = export(view, local_args, local_kwargs, pre_dispatch=False)
     _record_layouts(ep, model, (args, kwargs), output_layouts[-len(ep.graph_signature.user_outputs):])
     return ep
 

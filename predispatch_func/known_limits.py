@@ -217,7 +217,9 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                           "DTensor and cannot also record its shard's; torch.export fails on the "
                                           'same models (`flat_apply` of a `DTensorSpec`). Models whose parameters '
                                           'and inputs are DTensors and whose forward stays on DTensors export, as a '
-                                          'program over DTensors (see [distributed](distributed.md))'),
+                                          'program over DTensors; `pf.distributed.export_local` gives each rank\'s '
+                                          'inference program over local shards of either kind of model (see '
+                                          '[distributed](distributed.md))'),
     Refusal.FULLY_SHARDED_MODULE: ("a module sharded by FSDP2's `fully_shard`: its all-gather and "
                                    'reduce-scatter run in module hooks that resize storages and read data '
                                    'pointers, which no trace can record (torch.export fails too). Export the '

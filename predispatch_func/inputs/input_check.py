@@ -64,13 +64,13 @@ def checked_call(model: Any, args: Any, kwargs: Any) -> tuple[tuple, dict]:
         kwargs = {}
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise InputError(f"kwargs must be a dict from argument name to value, got {type(kwargs).__name__}")
-    _check_not_fully_sharded(model)
+    refuse_fully_sharded(model)
     _check_binds(model, args, kwargs)
     _check_leaves(args, kwargs)
     return args, dict(kwargs)
 
 
-def _check_not_fully_sharded(model: torch.nn.Module) -> None:
+def refuse_fully_sharded(model: torch.nn.Module) -> None:
     """FSDP2's ``fully_shard`` all-gathers and reduce-scatters in module hooks that resize
     storages and read data pointers: refused before a trace fails somewhere inside them."""
     fsdp = sys.modules.get("torch.distributed.fsdp")  # only a model built with it has it imported

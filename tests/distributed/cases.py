@@ -337,7 +337,7 @@ def _parallelized(world_size: int, sequence_parallel: bool) -> torch.nn.Module:
     torch.manual_seed(0)
     if not sequence_parallel:
         return parallelize_module(MLP(), _mesh(world_size), {"up": ColwiseParallel(), "down": RowwiseParallel()})
-    plan = {"norm": SequenceParallel(), "up": ColwiseParallel(input_layouts=Shard(0)),
+    plan = {"norm": SequenceParallel(sequence_dim=0), "up": ColwiseParallel(input_layouts=Shard(0)),
             "down": RowwiseParallel(output_layouts=Shard(0))}
     return parallelize_module(NormMLP(), _mesh(world_size), plan)
 
@@ -366,6 +366,27 @@ def parallelize_module_sp_ours(rank: int, world_size: int) -> dict:
 
 def parallelize_module_sp_torch_export(rank: int, world_size: int) -> dict:
     return _hooked_program(lambda: _parallelized(world_size, True), torch.randn(2, 8), "torch")
+
+
+def _local_parallelized(rank: int, world_size: int, sequence_parallel: bool) -> dict:
+    """export_local of a parallelize_module'd model (its hooks step between tensors and DTensors)
+    on a plain input, against the eager model."""
+    model = _parallelized(world_size, sequence_parallel)
+    x = torch.randn(2 if sequence_parallel else 4, 8)
+    ep = pf.distributed.export_local(model, (x,))
+    out, expected = ep.module()(x), model(x)
+    torch.testing.assert_close(out, expected)
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    return {"output_error": (out - expected).abs().max().item(), "contract_problems": pf.check_contract(ep).problems,
+            "collective_nodes": sorted(t for t in targets if "c10d" in t)}
+
+
+def local_parallelize_module_tp_ours(rank: int, world_size: int) -> dict:
+    return _local_parallelized(rank, world_size, False)
+
+
+def local_parallelize_module_sp_ours(rank: int, world_size: int) -> dict:
+    return _local_parallelized(rank, world_size, True)
 
 
 def _fully_sharded() -> torch.nn.Module:

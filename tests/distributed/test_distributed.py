@@ -112,6 +112,21 @@ def test_a_program_over_local_shards_equals_the_eager_dtensor_model(results, nam
         assert value["collective_nodes"] == collectives
 
 
+@pytest.mark.parametrize("plan, collectives", [
+    ("tp", ["_c10d_functional.all_reduce.default", "_c10d_functional.wait_tensor.default"]),
+    ("sp", ["_c10d_functional.all_gather_into_tensor.default", "_c10d_functional.reduce_scatter_tensor.default",
+            "_c10d_functional.wait_tensor.default", "_c10d_functional.wait_tensor.default"]),
+])
+def test_parallelize_module_gives_a_program_over_local_shards(results, plan, collectives):
+    """export_local traces parallelize_module's hooks below autograd: Colwise/Rowwise (tp) all-reduce
+    the row-wise layer's partial sums, SequenceParallel (sp) all-gathers the sequence before the
+    column-wise layer and reduce-scatters after the row-wise one; output equals eager on both ranks."""
+    for value in _values(results, f"local_parallelize_module_{plan}_ours"):
+        assert value["output_error"] == 0.0
+        assert value["contract_problems"] == []
+        assert value["collective_nodes"] == collectives
+
+
 def test_a_training_step_over_dtensors_equals_eager(results):
     """pf.export_joint of the DTensor MLP: loss and every parameter's gradient (placements
     and values) equal eager's on both ranks; the joint program keeps the contract."""
