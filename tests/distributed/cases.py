@@ -330,6 +330,28 @@ def local_norm_mlp_sharded_rows_ours(rank: int, world_size: int) -> dict:
     return _local_program(rank, world_size, NormMLP, "rows")
 
 
+def dtensor_norm_mlp_torch_export_run_decompositions(rank: int, world_size: int) -> dict:
+    """torch.export's way to a program below DTensor: ``run_decompositions()`` of its program over
+    DTensors (which unwraps tensor subclasses)."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = _mesh(world_size)
+    torch.manual_seed(0)
+    model = _placed(NormMLP(), mesh)
+    x = distribute_tensor(torch.randn(4, 8), mesh, [Shard(0)])
+    ep = torch.export.export(model, (x,)).run_decompositions()
+    expected = model(x).to_local()
+    try:
+        out = ep.module()(x).to_local()
+        takes = "DTensor"
+    except AssertionError:  # torch 2.11: the subclass is unwrapped, the program takes the local shard
+        out = ep.module()(x.to_local())
+        takes = "local shard"
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    return {"takes": takes, "output_error": (out - expected).abs().max().item(),
+            "collective_nodes": sorted(t for t in targets if "c10d" in t)}
+
+
 def _parallelized(world_size: int, sequence_parallel: bool) -> torch.nn.Module:
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
