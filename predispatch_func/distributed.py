@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -62,7 +63,8 @@ class ShardLayout:
 
 
 def is_dtensor(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and type(t).__name__ == "DTensor" and hasattr(t, "placements")
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # imported where one exists
+    return dtensor is not None and isinstance(t, dtensor)
 
 
 def export_local(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | None = None) -> Any:
@@ -90,7 +92,8 @@ def export_local(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | N
     local_args, local_kwargs = tc.pytree.tree_map_only(torch.Tensor, _local, (args, kwargs))
     with dtensor_steps_inline():  # parallelize_module's hooks: from_local, to_local, redistribute
         ep = export(view, local_args, local_kwargs, pre_dispatch=False)
-    _record_layouts(ep, model, (args, kwargs), output_layouts[-len(ep.graph_signature.user_outputs):])
+    last_call = output_layouts[len(output_layouts) - len(ep.graph_signature.user_outputs):]
+    _record_layouts(ep, model, (args, kwargs), last_call)
     return ep
 
 
@@ -135,7 +138,7 @@ class _LocalView(torch.nn.Module):
         leaves, spec = tc.pytree.tree_flatten((args, kwargs))
         args, kwargs = tc.pytree.tree_unflatten([self._rewrap(v, like) for v, like in zip(leaves, self.input_likes,
                                                                                             strict=True)], spec)
-        out = torch.func.functional_call(self.model, state, args, kwargs, tie_weights=False, strict=True)
+        out = torch.func.functional_call(self.model, state, args, kwargs)  # tied names follow their twin
         out_leaves, out_spec = tc.pytree.tree_flatten(out)
         self.seen_outputs([ShardLayout.of(v) if is_dtensor(v) else None for v in out_leaves])
         return tc.pytree.tree_unflatten([_local(v) for v in out_leaves], out_spec)
