@@ -40,8 +40,12 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
+from .errors import Refusal, UnsupportedError
 from .export import export
+from .graphs import all_graph_modules
 from .inputs.input_check import refuse_fully_sharded
+from .interop import inline_regions
+from .regions.ops import pf_grad_region
 from .trace.extensions.function_trace import dtensor_steps_inline
 
 SHARD_LAYOUT = "shard_layout"  # node.meta key: a placeholder's ShardLayout (None: not a shard)
@@ -179,8 +183,37 @@ def pipeline(module: torch.nn.Module, mb_args: tuple, mb_kwargs: dict[str, Any] 
     """
     from torch.distributed.pipelining import pipeline as torch_pipeline
 
-    with _forwards_restored(module, split_spec or {}), tc.pipeline_traced_by(export):
+    def traced(mod: torch.nn.Module, args: tuple, kwargs: dict | None) -> Any:
+        return _splittable(export(mod, args, kwargs))
+
+    with _forwards_restored(module, split_spec or {}), tc.pipeline_traced_by(traced):
         return torch_pipeline(module, mb_args, mb_kwargs, split_spec=split_spec, split_policy=split_policy)
+
+
+def _splittable(ep: Any) -> Any:
+    """``ep`` as torch's split can take it. The split rebuilds each stage from its graph alone
+    (pipelining's ``_outline_submodules``) and loses the subgraphs a HOP call reads, so grad
+    regions are inlined (:func:`~predispatch_func.interop.inline_regions`: values and gradients
+    stay eager's); what inlining cannot keep is refused."""
+    regions = []
+    for _, gm in all_graph_modules(ep.graph_module):
+        for node in gm.graph.nodes:
+            body = next((a for a in node.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"
+                         and isinstance(getattr(gm, str(a.target), None), torch.fx.GraphModule)), None)
+            if node.op != "call_function" or body is None:
+                continue
+            if node.target is not pf_grad_region or any(j >= 0 for j in node.args[1]):
+                what = "a tensor updated in place under no_grad" if node.target is pf_grad_region else \
+                    f"{getattr(node.target, '__name__', node.target)}"
+                raise UnsupportedError(
+                    f"{what} in a model split by torch.distributed.pipelining: torch's split rebuilds each stage "
+                    "from its graph alone and loses the subgraph this call reads (torch.export's programs fail "
+                    "the same way); grad regions without in-place updates are inlined, this cannot be; move it "
+                    "out of the model, or split by hand and export each stage with pf.export",
+                    kind=Refusal.SUBGRAPH_IN_PIPELINE_STAGE, op=what,
+                    source=(node.meta.get("stack_trace") or "").strip() or None)
+            regions.append(node)
+    return inline_regions(ep) if regions else ep
 
 
 @contextlib.contextmanager

@@ -191,6 +191,8 @@ class Refusal(enum.Enum):
     DTENSOR_BOUNDARY_IN_FORWARD = ("DTensor.from_local, to_local or redistribute in forward (parallelize_module's "
                                    "hooks)", True)
     FULLY_SHARDED_MODULE = ("a module sharded by FSDP2's fully_shard", True)
+    SUBGRAPH_IN_PIPELINE_STAGE = ("an autocast region, a torch HOP, or a tensor updated in place under no_grad, in a "
+                                  "model split by torch.distributed.pipelining", True)
 
     def __init__(self, summary: str, torch_limit: bool):
         self.summary = summary

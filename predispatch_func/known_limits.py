@@ -225,6 +225,13 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                    'pointers, which no trace can record (torch.export fails too). Export the '
                                    'model before `fully_shard`, or with its parameters as DTensors (see '
                                    '[distributed](distributed.md))'),
+    Refusal.SUBGRAPH_IN_PIPELINE_STAGE: ('with `pf.distributed.pipeline`, a program with an autocast region or '
+                                         'a torch HOP (`cond`, `scan`, ...): torch\'s split rebuilds each stage '
+                                         'from its graph alone and loses the subgraphs these calls read '
+                                         '(torch.export\'s programs fail the same way, on `wrap_with_set_grad_'
+                                         'enabled`). Grad regions are inlined for the split (values and gradients '
+                                         'stay eager\'s), except one that updates a tensor in place under '
+                                         '`no_grad` (its identity gradient would be lost): refused too'),
     Refusal.OUTPUT_NOT_A_PYTREE: ('an output of a type pytree does not know (transformers\' `DynamicCache`, '
                                   'returned by default by its decoder LMs): no program can return it, and '
                                   'torch.export refuses it too. The error names the type and where it sits in '

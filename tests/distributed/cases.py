@@ -73,6 +73,28 @@ class CountsRowsInABuffer(torch.nn.Module):
         return self.second(x) + positions[:, None]
 
 
+class ScaledUnderNoGrad(torch.nn.Module):
+    """The second stage divides by a scale computed under ``no_grad`` (a grad region of ours)."""
+
+    def __init__(self, autocast: bool = False):
+        super().__init__()
+        self.first = torch.nn.Linear(6, 6)
+        self.second = torch.nn.Linear(6, 6)
+        self.autocast = autocast
+
+    def forward(self, x):
+        x = torch.tanh(self.first(x))
+        pipe_split()
+        with torch.no_grad():
+            scale = x.abs().mean() + 1
+        if self.autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                x = self.second(x).float()
+        else:
+            x = self.second(x)
+        return x / scale
+
+
 def _split(model: torch.nn.Module, exporter: str, microbatch: tuple, split_spec: dict | None = None) -> Any:
     if exporter == "ours":
         return pf.distributed.pipeline(model, microbatch, split_spec=split_spec)
@@ -112,6 +134,41 @@ def pipeline_gpipe_ours(rank: int, world_size: int) -> dict:
     result = _trained_by_schedule(rank, world_size, "ours", ScheduleGPipe)
     result["contract_problems"] = pf.check_contract(pf.export(FourLayers(True), (torch.randn(2, 6),))).problems
     return result
+
+
+def _region_stage_trained(rank: int, world_size: int, exporter: str, autocast: bool = False) -> dict:
+    """One GPipe training step of ScaledUnderNoGrad against eager run per micro-batch (the scale is
+    a micro-batch's mean): last stage's output, every stage's gradients."""
+    torch.manual_seed(0)
+    model = ScaledUnderNoGrad(autocast)
+    eager = copy.deepcopy(model)
+    x, target = torch.randn(8, 6), torch.randn(8, 6)
+    loss_fn = torch.nn.MSELoss(reduction="sum")
+    stage = _split(model, exporter, (x.chunk(N_MICROBATCHES)[0],)).build_stage(rank, torch.device("cpu"))
+    run = ScheduleGPipe(stage, N_MICROBATCHES, loss_fn=loss_fn, scale_grads=False)
+    out = run.step(x) if rank == 0 else run.step(target=target, losses=[])
+    outs = [eager(chunk) for chunk in x.chunk(N_MICROBATCHES)]
+    sum(loss_fn(o, t) for o, t in zip(outs, target.chunk(N_MICROBATCHES), strict=True)).backward()
+    result: dict[str, Any] = {"grads": {}}
+    for name, p in stage.submod.named_parameters():
+        torch.testing.assert_close(p.grad, eager.get_parameter(name).grad)
+        result["grads"][name] = (p.grad - eager.get_parameter(name).grad).abs().max().item()
+    if rank == world_size - 1:
+        torch.testing.assert_close(out, torch.cat(outs))
+        result["output_error"] = (out - torch.cat(outs)).abs().max().item()
+    return result
+
+
+def pipeline_grad_region_ours(rank: int, world_size: int) -> dict:
+    return _region_stage_trained(rank, world_size, "ours")
+
+
+def pipeline_grad_region_torch_export(rank: int, world_size: int) -> dict:
+    return _region_stage_trained(rank, world_size, "torch")
+
+
+def pipeline_autocast_region_ours(rank: int, world_size: int) -> dict:
+    return _region_stage_trained(rank, world_size, "ours", autocast=True)
 
 
 def pipeline_1f1b_ours_split_spec(rank: int, world_size: int) -> dict:

@@ -50,6 +50,21 @@ def test_exported_pipeline_stages_train_as_the_unsplit_eager_model(results, name
         assert first["contract_problems"] == [] and last["contract_problems"] == []
 
 
+def test_a_stage_with_a_grad_region_trains_as_eager(results):
+    """torch's split loses the subgraph a region call reads (torch.export's program fails the same
+    way, on its wrap_with_set_grad_enabled: "references nonexistent attribute" on torch 2.13 and
+    2.15, "unexpected placeholder node" on 2.11); ours inlines grad regions first."""
+    first, last = _values(results, "pipeline_grad_region_ours")
+    assert last["output_error"] == 0.0 and set(last["grads"]) == {"second.weight", "second.bias"}
+    assert set(first["grads"]) == {"first.weight", "first.bias"}
+    _refusals(results, "pipeline_grad_region_torch_export")
+
+
+def test_a_stage_with_an_autocast_region_is_a_clear_refusal(results):
+    for rank in _refusals(results, "pipeline_autocast_region_ours"):
+        assert rank.error_kind == "SUBGRAPH_IN_PIPELINE_STAGE" and "pf_autocast_region" in rank.message
+
+
 def test_split_spec_leaves_the_users_model_as_it_was(results):
     """torch's pipeline() replaces the split point's forward; ours gives it back."""
     assert all(v["model_left_as_it_was"] for v in _values(results, "pipeline_1f1b_ours_split_spec"))
