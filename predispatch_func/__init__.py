@@ -24,6 +24,7 @@ __all__ = [
     "VerifyReport",
     "aot_export_module",
     "check_contract",
+    "distributed",
     "eager",
     "FunctionalExportedProgram",
     "export",
@@ -42,10 +43,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``pf.eager`` loads on first use: exporting never needs it, and a first export
-    in a fresh process (the CLI, a conversion script) should not pay for importing it."""
-    if name == "eager":
+    """``pf.eager`` and ``pf.distributed`` load on first use: exporting never needs them, and a
+    first export in a fresh process (the CLI, a conversion script) should not pay for importing them."""
+    if name in ("eager", "distributed"):
         import importlib
 
-        return importlib.import_module(f"{__name__}.eager")
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -188,6 +188,11 @@ class Refusal(enum.Enum):
     TENSOR_SUBCLASS_IN_FORWARD = ("a tensor subclass's own Python API used in forward, or one built there", False)
     OUTPUT_NOT_A_PYTREE = ("an output of a type pytree does not know (not a registered pytree node)", False)
     AUTOGRAD_CALL_IN_FORWARD = ("torch.autograd.grad or backward() called inside forward, before autograd", False)
+    DTENSOR_BOUNDARY_IN_FORWARD = ("DTensor.from_local, to_local or redistribute in forward (parallelize_module's "
+                                   "hooks)", True)
+    FULLY_SHARDED_MODULE = ("a module sharded by FSDP2's fully_shard", True)
+    SUBGRAPH_IN_PIPELINE_STAGE = ("an autocast region, a torch HOP, or a tensor updated in place under no_grad, in a "
+                                  "model split by torch.distributed.pipelining", True)
 
     def __init__(self, summary: str, torch_limit: bool):
         self.summary = summary

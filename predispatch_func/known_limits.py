@@ -210,6 +210,28 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                          "tensors that carry only `torch.Tensor`'s API. Ops on subclass inputs and "
                                          'parameters are traced; call the subclass API outside the model, or '
                                          'build the subclass outside and pass it in'),
+    Refusal.DTENSOR_BOUNDARY_IN_FORWARD: ('a step between a DTensor and its local shard in `forward`: '
+                                          '`DTensor.from_local`, `to_local` or `redistribute` (the input and '
+                                          "output hooks `parallelize_module`'s Colwise/Rowwise/SequenceParallel "
+                                          'plans install call them). A pre-dispatch trace records ops on the '
+                                          "DTensor and cannot also record its shard's; torch.export fails on the "
+                                          'same models (`flat_apply` of a `DTensorSpec`). Models whose parameters '
+                                          'and inputs are DTensors and whose forward stays on DTensors export, as a '
+                                          'program over DTensors; `pf.distributed.export_local` gives each rank\'s '
+                                          'inference program over local shards of either kind of model (see '
+                                          '[distributed](distributed.md))'),
+    Refusal.FULLY_SHARDED_MODULE: ("a module sharded by FSDP2's `fully_shard`: its all-gather and "
+                                   'reduce-scatter run in module hooks that resize storages and read data '
+                                   'pointers, which no trace can record (torch.export fails too). Export the '
+                                   'model before `fully_shard`, or with its parameters as DTensors (see '
+                                   '[distributed](distributed.md))'),
+    Refusal.SUBGRAPH_IN_PIPELINE_STAGE: ('with `pf.distributed.pipeline`, a program with an autocast region or '
+                                         'a torch HOP (`cond`, `scan`, ...): torch\'s split rebuilds each stage '
+                                         'from its graph alone and loses the subgraphs these calls read '
+                                         '(torch.export\'s programs fail the same way, on `wrap_with_set_grad_'
+                                         'enabled`). Grad regions are inlined for the split (values and gradients '
+                                         'stay eager\'s), except one that updates a tensor in place under '
+                                         '`no_grad` (its identity gradient would be lost): refused too'),
     Refusal.OUTPUT_NOT_A_PYTREE: ('an output of a type pytree does not know (transformers\' `DynamicCache`, '
                                   'returned by default by its decoder LMs): no program can return it, and '
                                   'torch.export refuses it too. The error names the type and where it sits in '

@@ -925,4 +925,24 @@ __all__ = [
     "hop_capture_static",
     "dynamo_function_capture_refused",
     "below_autograd",
+    "pipeline_traced_by",
 ]
+
+
+@contextlib.contextmanager
+def pipeline_traced_by(export: Callable[..., Any]) -> Iterator[None]:
+    """``torch.distributed.pipelining.pipeline`` traces the whole model with ``export``
+    instead of ``torch.export.export``, then splits that program at its ``pipe_split``
+    markers as usual (``Pipe._trace_with_export`` is the one place it calls the exporter)."""
+    from torch.distributed.pipelining._IR import Pipe
+
+    original = Pipe.__dict__["_trace_with_export"]
+
+    def traced(mod: torch.nn.Module, example_args: tuple, example_kwargs: dict | None = None) -> Any:
+        return export(mod, example_args, example_kwargs)
+
+    Pipe._trace_with_export = staticmethod(traced)  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        Pipe._trace_with_export = original  # type: ignore[method-assign]

@@ -39,6 +39,8 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "written_arguments",
     "written_values",
     "graph_module_flat_inputs",
+    "dtensor_local_shard",
+    "dtensor_around",
     "has_fbgemm",
     "has_sparse_kernel",
     "sparse_components",
@@ -787,3 +789,18 @@ def graph_module_flat_inputs(ep: Any, args: tuple, kwargs: dict) -> tuple:
     program's parameters, buffers and constants in placeholder order, then the user's
     inputs flattened."""
     return tuple(ep._graph_module_flat_inputs(args, kwargs))
+
+
+def dtensor_local_shard(t: Any) -> torch.Tensor:
+    """The local shard a DTensor holds, read without ``to_local()`` (an autograd Function,
+    which a trace would record as a Function call rather than see through)."""
+    return t._local_tensor
+
+
+def dtensor_around(local: torch.Tensor, like: Any) -> Any:
+    """A DTensor over ``local`` with the mesh, placements and global shape of DTensor ``like``,
+    built by its constructor (not ``from_local``'s Function), so a trace below autograd sees
+    DTensor's dispatch run on ``local``."""
+    from torch.distributed.tensor import DTensor
+
+    return DTensor(local, like._spec, requires_grad=local.requires_grad)

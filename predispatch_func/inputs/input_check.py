@@ -8,12 +8,13 @@ nothing has run yet, so nothing of the caller's can have changed.
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import ExportError
+from ..errors import ExportError, Refusal, UnsupportedError
 
 # leaves a program can take: tensors, and constants it specialises on (as torch.export)
 CONSTANT_LEAVES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device,
@@ -63,9 +64,24 @@ def checked_call(model: Any, args: Any, kwargs: Any) -> tuple[tuple, dict]:
         kwargs = {}
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise InputError(f"kwargs must be a dict from argument name to value, got {type(kwargs).__name__}")
+    refuse_fully_sharded(model)
     _check_binds(model, args, kwargs)
     _check_leaves(args, kwargs)
     return args, dict(kwargs)
+
+
+def refuse_fully_sharded(model: torch.nn.Module) -> None:
+    """FSDP2's ``fully_shard`` all-gathers and reduce-scatters in module hooks that resize
+    storages and read data pointers: refused before a trace fails somewhere inside them."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # only a model built with it has it imported
+    kind = getattr(fsdp, "FSDPModule", None)
+    sharded = next((name or "the model" for name, m in model.named_modules() if kind and isinstance(m, kind)), None)
+    if sharded is not None:
+        raise UnsupportedError(
+            f"{sharded} is sharded by FSDP2's fully_shard: its all-gather and reduce-scatter run in module hooks "
+            "that resize parameter storages and read data pointers, which no trace can record (torch.export fails "
+            "on it too); export the model before fully_shard, or with its parameters as DTensors "
+            "(docs/distributed.md)", kind=Refusal.FULLY_SHARDED_MODULE)
 
 
 def _check_binds(model: torch.nn.Module, args: tuple, kwargs: dict) -> None:

@@ -102,9 +102,13 @@ def _names(inputs: list[tuple[InputKind, Any]], user_names: list[str]) -> list[s
 
 def accumulate_grad(leaf: torch.Tensor, grad: torch.Tensor) -> None:
     """``leaf.grad`` as eager's backward leaves it: the new gradient (with the leaf's strides,
-    eager's gradient layout contract) when there was none, else the sum."""
+    eager's gradient layout contract) when there was none, else the sum. A gradient of a tensor
+    subclass (a DTensor parameter's, with the placements the backward gave it) is kept as it
+    is, as eager's AccumulateGrad keeps it: a plain buffer could not take it."""
     with torch.no_grad():
-        if leaf.grad is None:
+        if leaf.grad is None and type(grad) not in (torch.Tensor, torch.nn.Parameter):
+            leaf.grad = grad.detach()
+        elif leaf.grad is None:
             fresh = torch.empty_strided(leaf.shape, leaf.stride(), dtype=leaf.dtype, device=leaf.device)
             leaf.grad = fresh.copy_(grad)
         else:

@@ -63,9 +63,24 @@ class FunctionalExportedProgram(ExportedProgram):
         if not facts.grad_enabled_on_return:
             with mod.graph.inserting_before(mod.graph.output_node()):
                 mod.graph.call_function(tc.SET_GRAD_ENABLED, (False,))
+        _place_in_the_root_module(mod.graph)
         mod.recompile()
         tie_aliases(mod, self)
         return mod
+
+
+def _place_in_the_root_module(graph: torch.fx.Graph) -> None:
+    """Give the calls ``module()`` adds (write-backs, input checks) the root module's
+    ``nn_module_stack``: they run at the program's boundary, and consumers that outline
+    submodules from that metadata (``torch.export.unflatten``, ``torch.distributed.pipelining``'s
+    split, which raises "Unable to find nn_module_stack") need one on every call."""
+    root = next((dict([next(iter(n.meta["nn_module_stack"].items()))]) for n in graph.nodes
+                 if n.op == "call_function" and n.meta.get("nn_module_stack")), None)
+    if root is None:
+        return
+    for node in graph.nodes:
+        if node.op == "call_function" and not node.meta.get("nn_module_stack"):
+            node.meta["nn_module_stack"] = dict(root)
 
 
 def _impure_region_call(node: torch.fx.Node) -> bool:

@@ -2,6 +2,7 @@
 and the error classes a pipeline written for it catches. Every program is replayed
 against the reference, at the example sizes and at others the trace never saw."""
 
+import copy
 import dataclasses
 import inspect
 import math
@@ -881,3 +882,30 @@ def test_the_graph_module_runs_as_torch_exports_does():
     assert gm.code == eagerly.code and "aten.linear.default" in gm.print_readable(print_output=False)
     for copied in (copy.deepcopy(gm), pickle.loads(pickle.dumps(gm))):
         assert all(torch.equal(a, b) for a, b in zip(copied(*lifted, x), (new_calls, out)))
+
+
+class CountsItsCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.calls += 1
+        return self.linear(x) * self.calls
+
+
+def test_every_call_of_the_module_has_a_module_stack():
+    """Regression: the write-backs and input checks ``ep.module()`` adds had no ``nn_module_stack``,
+    and torch.distributed.pipelining, which outlines stages of ``ep.module()`` by it, raised
+    "Unable to find nn_module_stack for node write_back"; they sit in the root module."""
+    model, x = CountsItsCalls(), torch.randn(2, 3)
+    ep = export_checked(model, (x,))
+    module = ep.module()
+    calls = [n for n in module.graph.nodes if n.op == "call_function"]
+    assert any(n.target.__name__ == "write_back" for n in calls if callable(n.target))
+    assert all(n.meta.get("nn_module_stack") for n in calls), [n.format_node() for n in calls]
+    eager = copy.deepcopy(model)
+    for _ in range(2):
+        torch.testing.assert_close(module(x), eager(x))
+    assert module.calls.item() == eager.calls.item() == 2

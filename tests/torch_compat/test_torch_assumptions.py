@@ -240,7 +240,16 @@ def _state() -> dict:
         "autograd_engine": torch.autograd._engine_run_backward,
         "autocast_init": torch.amp.autocast_mode.autocast.__dict__["__init__"],
         "functional_tensor_dispatch": tc.FunctionalTensor.__dict__["__torch_dispatch__"],
+        "pipeline_exporter": _pipeline_exporter(),
     }
+
+
+def _pipeline_exporter():
+    if not torch.distributed.is_available():
+        return None
+    from torch.distributed.pipelining._IR import Pipe
+
+    return Pipe.__dict__["_trace_with_export"]
 
 
 def _func_transform_names() -> tuple:
@@ -309,6 +318,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "cuda_grid_sampler_faked_without_gpu": lambda: patches.cuda_grid_sampler_faked_without_gpu(),
     "calls_kept_by_dead_code_elimination": lambda: patches.calls_kept_by_dead_code_elimination(lambda node: False),
     "functional_tensor_detach_without_mode": lambda: patches.functional_tensor_detach_without_mode(),
+    "pipeline_traced_by": lambda: patches.pipeline_traced_by(lambda mod, args, kwargs: None),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}

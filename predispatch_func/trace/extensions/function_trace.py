@@ -24,9 +24,10 @@ What cannot be carried is refused: a backward that reads tensor data
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -67,6 +68,18 @@ def tracing_autograd_functions(trace_body: TraceBody, *, pre_dispatch: bool = Tr
 
 def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     settings = function_calls.current()
+    if settings is not None and _steps_between_dtensor_and_shard(cls) and _DTENSOR_STEPS_INLINE.get() \
+            and not settings.pre_dispatch:
+        return cls.forward(_Unused(), *args, **kwargs)  # type: ignore[attr-defined]
+    if settings is not None and _steps_between_dtensor_and_shard(cls):
+        raise UnsupportedError(
+            f"DTensor's {cls.__name__} (DTensor.from_local, to_local or redistribute; the input and output hooks "
+            "of parallelize_module's plans call them) in forward: the trace records ops on a DTensor and cannot "
+            "also record its local shard's (torch.export fails on it too); give the model DTensor inputs in the "
+            "layouts its parameters need and let forward stay on DTensors (parameters placed with "
+            "distribute_tensor, no input/output hooks), or take each rank's inference program over local "
+            "shards with pf.distributed.export_local, which traces below DTensor",
+            kind=Refusal.DTENSOR_BOUNDARY_IN_FORWARD, op=f"{cls.__name__}.apply", source=user_source_line())
     if settings is not None and not settings.pre_dispatch:
         raise UnsupportedError(
             f"autograd.Function {cls.__name__} with pre_dispatch=False: a program after autograd "
@@ -79,6 +92,42 @@ def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -
         # (flex_attention's mask_mod indexing a captured tensor: torch's ModIndex): torch's Function
         return original(*args, **kwargs)
     return trace_call(cls, args, kwargs, settings)
+
+
+_DTENSOR_STEPS_INLINE: contextvars.ContextVar[bool] = contextvars.ContextVar("dtensor_steps_inline", default=False)
+
+
+@contextlib.contextmanager
+def dtensor_steps_inline() -> Iterator[None]:
+    """While active, a trace below autograd (``pre_dispatch=False``) runs DTensor's own Functions'
+    ``forward`` as plain code: there each is only ops on the local shard (a view, a DTensor built
+    around it, a redistribution's collectives), and the trace records those. Only for inference
+    programs (``pf.distributed.export_local``): the Function's backward is not kept."""
+    token = _DTENSOR_STEPS_INLINE.set(True)
+    try:
+        yield
+    finally:
+        _DTENSOR_STEPS_INLINE.reset(token)
+
+
+class _Unused:
+    """The ``ctx`` of a Function forward run inline: it keeps what backward would read, unread,
+    and takes ctx's calls about the backward (``set_materialize_grads``, ``mark_*``) as no-ops."""
+
+    def set_materialize_grads(self, value: bool) -> None:
+        pass
+
+    def mark_non_differentiable(self, *tensors: Any) -> None:
+        pass
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        pass
+
+
+def _steps_between_dtensor_and_shard(cls: type) -> bool:
+    """One of DTensor's own Functions (``_FromTorchTensor``, ``_ToTorchTensor``, ``Redistribute``):
+    each unwraps a DTensor to its local shard or wraps a shard, inside its forward."""
+    return cls.__module__.startswith("torch.distributed.tensor.")
 
 
 def _refuse_in_hop_body(cls: type) -> None:
