@@ -3,8 +3,9 @@ every program as it was.
 
 Per program: the code of every graph (top level and region bodies), each node's recorded
 metadata (``val`` layout, ``stack_trace``, ``nn_module_stack``, ``source_fn_stack``,
-``torch_fn``, ``seq_nr``, ``custom``; ``stack_trace`` only as whether it is there and the
-user's last line, so the checkout's path does not matter), the graph signature, and what
+``torch_fn``, ``custom``; ``stack_trace`` only as whether it is there and the user's last
+line, so the checkout's path does not matter; not ``seq_nr``: autograd's counter goes on across
+exports, and the forward export records -1 on a process's first ops), the graph signature, and what
 the backward recomputes. Programs: the tests/joint cases and the tests/models corpus (train
 mode, loss ``mean(first float output ** 2)``), plain; a few also with ``AdamW`` and with
 ``target=OpSet.core_aten()``.
@@ -37,7 +38,7 @@ from tests.joint.cases import CASES as JOINT_CASES  # noqa: E402
 from tests.models.corpus import CASES as CORPUS  # noqa: E402
 from tests.models.corpus import build  # noqa: E402
 
-META_KEYS = ("nn_module_stack", "source_fn_stack", "torch_fn", "seq_nr", "custom")
+META_KEYS = ("nn_module_stack", "source_fn_stack", "torch_fn", "custom")
 WITH_SETTINGS = ("plain_mlp", "issue_41_repro", "autocast_bf16_block", "small_cnn", "distilbert", "gpt2", "llama")
 
 
