@@ -900,6 +900,7 @@ def test_joint_programs_record_the_nodes_torchs_proxy_call_records(name):
     """The joint trace records the forward and the backward with record_op_call, and the
     values the backward recomputes below autograd (joint/saved_values.py) too."""
     from scripts.joint_corpus import first_float_loss
+    from tests.joint.cases import _ON_211
     from tests.joint.cases import CASES as JOINT_CASES
     from tests.models import corpus
 
@@ -910,12 +911,14 @@ def test_joint_programs_record_the_nodes_torchs_proxy_call_records(name):
         builds = [case.build for case in JOINT_CASES.values()]
     else:
         builds = [lambda: (*corpus.build(name, train=True), first_float_loss)]
-    direct = calls = 0
+    compared = direct = calls = 0
     for build in builds:
         programs, recorded, called = _recorded_both_ways(build, export=joint_export, below_autograd_only=True)
-        assert not isinstance(programs[0], str), programs[0]
         assert programs[0] == programs[1], name
+        compared += not isinstance(programs[0], str)
         direct, calls = direct + recorded, calls + called
+    # every program compared (torch 2.11 refuses activation_checkpoint: tests/joint/cases.py's CASE_MARKS)
+    assert compared >= len(builds) - (name == "joint_cases" and _ON_211), programs[0]
     assert calls > 0 and direct >= 0.8 * calls, (direct, calls)  # the recomputations are recorded directly
 
 
