@@ -39,6 +39,7 @@ from tests.models.corpus import CASES as CORPUS  # noqa: E402
 from tests.models.corpus import build  # noqa: E402
 
 META_KEYS = ("nn_module_stack", "source_fn_stack", "torch_fn", "custom")
+REPOSITORY = str(Path(__file__).resolve().parents[1])
 WITH_SETTINGS = ("plain_mlp", "issue_41_repro", "autocast_bf16_block", "small_cnn", "distilbert", "gpt2", "llama")
 
 
@@ -108,6 +109,7 @@ def main() -> None:
             text = snapshot(export_one(name, options))
         except Exception as exc:  # noqa: BLE001 (a refusal is part of the snapshot)
             text = f"error: {type(exc).__name__}: {exc}\n"
+        text = text.replace(REPOSITORY, "<repository>")  # the checkout's path does not matter
         path = folder / f"{key}.txt"
         if opts.save:
             path.write_text(text)
