@@ -10,6 +10,7 @@ exporters alternating, the median per exporter and the median per-round ratio ou
 The loss: the model's first output (joint cases) or ``mean(first float output ** 2)`` (corpus).
 
 Run: python -m scripts.joint_compare [--models gpt2,bert] [--rounds 3] [--json out.json]
+     [--exporters ours,joint_with_descriptors]
 """
 
 from __future__ import annotations
@@ -174,6 +175,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default=",".join([*JOINT_CASES, *CORPUS]))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--exporters", default=",".join(EXPORTERS),
+                        help="which exporters to run (the timing of ours alone is paired with each)")
     parser.add_argument("--json")
     opts = parser.parse_args()
     results: dict[str, Any] = {}
@@ -182,7 +185,8 @@ def main() -> None:
         expected = eager_grads(model, args, kwargs, loss_fn)
         row: dict[str, Any] = {}
         runs: dict[str, Callable[[], Any]] = {}
-        for exporter, check in EXPORTERS.items():
+        for exporter in opts.exporters.split(","):
+            check = EXPORTERS[exporter]
             try:
                 row[exporter], runs[exporter] = check(model, args, kwargs, loss_fn, expected)
             except Exception as exc:  # noqa: BLE001 (one cell of the table)

@@ -304,18 +304,21 @@ class _Unrecorded(Exception):  # noqa: N818 (control flow: an argument the commo
 def record_op_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs: dict) -> Any:
     """fx's ``proxy_call`` for the common op call; ``NOT_RECORDED`` for any other (torch's records it).
 
-    The common call: pre-dispatch, an aten op without a decomposition of the tracer's, a
-    data-dependent output, or a rewrite of torch's (``lift_fresh``, ``is_nonzero``), whose
-    tensors are all traced by fx's proxy tracer without a constant value and whose other
-    arguments are plain values (numbers, strings, dtypes, devices) in tuples and lists. There
+    The common call: an aten op without a decomposition of the tracer's, a data-dependent
+    output, or a rewrite of torch's (``lift_fresh``, ``is_nonzero``), whose tensors are all
+    traced by fx's proxy tracer without a constant value and whose other arguments are plain
+    values (numbers, strings, dtypes, devices) in tuples and lists; pre-dispatch, or below
+    autograd an op without a CompositeImplicitAutograd kernel (one with it, torch's proxy_call
+    may decompose as autograd would have: left to it). The joint trace's recomputations
+    record below autograd (joint/saved_values.py). There
     torch's steps come to: one node whose arguments are the tensors' nodes, the op run,
     its results tracked. torch flattens the arguments twice and puts each through the
     tracer's ``create_arg`` checks (symbolic, opaque and script objects, parameters,
     devices): about a tenth of a transformer's export. Here they are read once, with the
     same node, name, metadata and results (tests/torch_compat/test_torch_drift.py)."""
     tracer = mode.tracer
-    if not pre_dispatch or not _records_as_torch(type(tracer)) or not _common_op(func) \
-            or func in _tracer_decompositions(mode):
+    if not _records_as_torch(type(tracer)) or not _common_op(func) or func in _tracer_decompositions(mode) \
+            or (not pre_dispatch and _composite_implicit(func)):
         return NOT_RECORDED
     traced = tracer.tensor_tracker
 
@@ -396,6 +399,16 @@ def _common_op(func: Any) -> bool:
 
 
 _COMMON_OPS: dict[Any, bool] = {}
+
+
+def _composite_implicit(func: Any) -> bool:
+    composite = _COMPOSITE_IMPLICIT.get(func)
+    if composite is None:
+        composite = _COMPOSITE_IMPLICIT[func] = has_composite_implicit_kernel(func)
+    return composite
+
+
+_COMPOSITE_IMPLICIT: dict[Any, bool] = {}
 
 
 _CHANNELS_LAST_ORDER = {4: ((1, 3, 2, 0), torch.channels_last), 5: ((1, 4, 3, 2, 0), torch.channels_last_3d)}

@@ -149,7 +149,10 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     # node's would point into autograd and this module, and extracting them was half the trace
     tracer = tc.make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="real", pre_dispatch=True,
                         record_stack_traces=False)
-    with fake_mode, tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules():  # speed, as the forward trace
+    # speed, as the forward trace (trace/environment.py says what each does)
+    with fake_mode, tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules(), \
+            tc.tensor_metadata_recorded_through(tc.static_tensor_metadata), \
+            tc.op_calls_recorded_through(tc.record_op_call):
         gm = tracer(*fresh, *(fake_mode.from_tensor(t) for t in extra_inputs))
     return JointTrace(gm, n_forward_outputs, state["grad_of"], state["recomputed"], state["n_writes"])
 

@@ -820,27 +820,30 @@ def _torchs_op_calls(direct):
     return contextlib.nullcontext()
 
 
-def _recorded_both_ways(build) -> tuple[list, int, int]:
-    """The program recorded with ``record_op_call`` and with torch's ``proxy_call`` alone (or
-    the refusal each gave); how many op calls ``record_op_call`` recorded itself, of how many."""
+def _recorded_both_ways(build, export=pf.export, below_autograd_only=False) -> tuple[list, int, int]:
+    """The program ``export(*build())`` records with ``record_op_call`` and with torch's
+    ``proxy_call`` alone (or the refusal each gave); how many op calls ``record_op_call``
+    recorded itself, of how many (with ``below_autograd_only``: of the calls of a proxy mode
+    below autograd, ``pre_dispatch=False``)."""
     from predispatch_func.errors import ExportError
 
     counts, record = [0, 0], tc.record_op_call
 
-    def counted(*args):
-        out = record(*args)
-        counts[0] += out is not tc.NOT_RECORDED
-        counts[1] += 1
+    def counted(mode, func, pre_dispatch, *rest):
+        out = record(mode, func, pre_dispatch, *rest)
+        if not (below_autograd_only and pre_dispatch):
+            counts[0] += out is not tc.NOT_RECORDED
+            counts[1] += 1
         return out
     programs = []
     # the first export fills the process's trace-time caches: a check run on a miss between two
     # nodes takes an autograd sequence number, and a node's seq_nr would tell a cold export
     for patch in (_torchs_op_calls, tc.op_calls_recorded_through, _torchs_op_calls):
-        model, args, kwargs = build()
+        built = build()
         with unittest.mock.patch.object(tc, "op_calls_recorded_through", patch), \
                 unittest.mock.patch.object(tc, "record_op_call", counted):
             try:
-                ep = pf.export(model, args, kwargs)
+                ep = export(*built)
                 programs.append([(path, gm.code) for path, gm in _graph_modules(ep)] + _described_nodes(ep))
             except ExportError as exc:
                 programs.append(f"refused: {exc}")
@@ -873,6 +876,50 @@ def test_corpus_models_record_the_nodes_torchs_proxy_call_records(name):
         assert not isinstance(programs[0], str), programs[0]
         assert programs[0] == programs[1], (name, train)
         assert recorded >= 0.8 * called, (name, train, recorded, called)
+
+
+def test_programs_below_autograd_record_the_nodes_torchs_proxy_call_records():
+    """``pre_dispatch=False``: the proxy mode sits below autograd, where torch's proxy_call may
+    decompose a CompositeImplicitAutograd op; record_op_call records the other calls itself."""
+    from tests.support.cases_core import CASES, build
+
+    compared = direct = calls = 0
+    for name in sorted(CASES):
+        programs, recorded, called = _recorded_both_ways(
+            lambda name=name: build(name), export=lambda m, a, k: pf.export(m, a, k, pre_dispatch=False),
+            below_autograd_only=True)
+        assert programs[0] == programs[1], name
+        compared += not isinstance(programs[0], str)
+        direct, calls = direct + recorded, calls + called
+    assert compared >= 50
+    assert direct >= 0.8 * calls, (direct, calls)
+
+
+@pytest.mark.parametrize("name", ["joint_cases", "small_cnn", "distilbert"])
+def test_joint_programs_record_the_nodes_torchs_proxy_call_records(name):
+    """The joint trace records the forward and the backward with record_op_call, and the
+    values the backward recomputes below autograd (joint/saved_values.py) too."""
+    from scripts.joint_corpus import first_float_loss
+    from tests.joint.cases import _ON_211
+    from tests.joint.cases import CASES as JOINT_CASES
+    from tests.models import corpus
+
+    def joint_export(model, args, kwargs, loss_fn):
+        return pf.export_joint(model, args, kwargs, loss_fn=loss_fn)
+
+    if name == "joint_cases":
+        builds = [case.build for case in JOINT_CASES.values()]
+    else:
+        builds = [lambda: (*corpus.build(name, train=True), first_float_loss)]
+    compared = direct = calls = 0
+    for build in builds:
+        programs, recorded, called = _recorded_both_ways(build, export=joint_export, below_autograd_only=True)
+        assert programs[0] == programs[1], name
+        compared += not isinstance(programs[0], str)
+        direct, calls = direct + recorded, calls + called
+    # every program compared (torch 2.11 refuses activation_checkpoint: tests/joint/cases.py's CASE_MARKS)
+    assert compared >= len(builds) - (name == "joint_cases" and _ON_211), programs[0]
+    assert calls > 0 and direct >= 0.8 * calls, (direct, calls)  # the recomputations are recorded directly
 
 
 def _directly_recorded(model, args) -> list[str]:
