@@ -24,7 +24,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode, ShapeEnv
 from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [  # the private names the rest of the package uses as they are, then our wrappers
@@ -54,7 +54,6 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "to_functional",
     "inner_of_functional",
     "value_forced_by_guards",
-    "subclass_built_in",
     "has_kernel",
     "has_data_mutation",
     "fake_mode_of",
@@ -102,6 +101,8 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "dynamo_is_capturing",
     "HopRules",
     "TorchDispatchMode",
+    "is_traceable_wrapper_subclass",
+    "ACCESS_SUBCLASS_INNER_TENSOR",
     "backend_has_kernel",
     "has_composite_explicit_kernel",
     "call_backend_kernel",
@@ -271,19 +272,9 @@ def value_behind_functional(t: Any) -> Any:
     return torch._from_functional_tensor(t.elem) if isinstance(t, FunctionalTensor) else t
 
 
-def subclass_built_in(tb: Any) -> type | None:
-    """The tensor subclass whose constructor failed in ``tb``: torch's export wrapper of a subclass
-    ``__init__`` (``mark_subclass_constructor_exportable_experimental``) records the construction
-    as a ``flat_apply`` node, which our functional trace cannot take. None if ``tb`` holds none."""
-    import torch._export.wrappers as wrappers
-
-    while tb is not None:
-        frame = tb.tb_frame
-        if frame.f_code.co_filename == wrappers.__file__ and "constructor_subclass" in frame.f_locals:
-            args = frame.f_locals.get("args") or ()
-            return type(args[0]) if args else None
-        tb = tb.tb_next
-    return None
+# torch.export's op for an inner tensor of a traceable subclass (``t.a`` of a TwoTensor): its
+# Python and Autograd kernels return the attribute itself (torch/export/custom_ops.py)
+ACCESS_SUBCLASS_INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
 
 
 def has_kernel(op: OpOverload) -> bool:
