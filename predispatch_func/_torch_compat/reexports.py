@@ -68,6 +68,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "module_inputs_flattened",
     "proxy_node_in",
     "value_behind_functional",
+    "is_bare_functional_wrapper",
     "rename_node",
     "value_range",
     "symbol_range",
@@ -265,6 +266,11 @@ def inner_of_functional(t: Any) -> Any:
         return t
     torch._sync(t)
     return torch._from_functional_tensor(t.elem)
+
+
+def is_bare_functional_wrapper(t: Any) -> bool:
+    """``t`` is the C++ functional wrapper a FunctionalTensor holds (its ``elem``), met outside it."""
+    return isinstance(t, torch.Tensor) and not isinstance(t, FunctionalTensor) and torch._is_functional_tensor(t)
 
 
 def value_behind_functional(t: Any) -> Any:

@@ -26,6 +26,11 @@ def refusal_for(err: ExportError) -> UnsupportedError | None:
     cause = err.__cause__
     if cause is None:
         return None
+    if _read_through_the_traced_wrapper(cause):
+        return UnsupportedError(
+            f"forward reads {cause.name!r} of the traced tensor's own wrapper: FunctionalTensor.elem hides a "  # type: ignore[attr-defined]
+            "tensor subclass's inner tensor named 'elem'; rename the inner tensor (in __tensor_flatten__ and "
+            "the attribute)", kind=Refusal.TENSOR_SUBCLASS_IN_FORWARD, op=err.op, source=err.source)
     what = _subclass_api_read(cause)
     if what is None:
         return None
@@ -33,6 +38,12 @@ def refusal_for(err: ExportError) -> UnsupportedError | None:
                             "API and, for a subclass with __tensor_flatten__/__tensor_unflatten__, the "
                             "subclass's own; give the subclass that protocol, or call its API outside the model",
                             kind=Refusal.TENSOR_SUBCLASS_IN_FORWARD, op=err.op, source=err.source)
+
+
+def _read_through_the_traced_wrapper(cause: BaseException) -> bool:
+    """``t.elem.elem``: the first read returned the FunctionalTensor's own C++ wrapper (not the
+    subclass's inner tensor ``elem``), which has no attribute of the subclass."""
+    return isinstance(cause, AttributeError) and tc.is_bare_functional_wrapper(getattr(cause, "obj", None))
 
 
 def _subclass_api_read(cause: BaseException) -> str | None:

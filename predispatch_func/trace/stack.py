@@ -101,7 +101,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             under.draws_after_reseed if under is not None else refusals.DrawsAfterReseed())
         self.subclasses = SubclassValues(self)  # a tensor subclass's API used, or one built, in forward
         self._refusals = (*refusals.checks(pre_dispatch, self.metadata_writes, self.draws_after_reseed,
-                                           under_pre_dispatch=under is not None), self.subclasses.refuse_writes)
+                                           under_pre_dispatch=under is not None),
+                           self.subclasses.refuse_writes, self.subclasses.refuse_shadowed_reads)
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
         # `.data` (tensor_data.py): `t.data = v` against live aliases; writes after a saved read
         self.storage_aliases = StorageAliases()
@@ -117,6 +118,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.bases.add_inputs(list(inputs))
         self.grad_reach.add_inputs(list(inputs))
         self.storage_aliases.add_inputs(list(inputs))
+        self.subclasses.note_values(list(inputs))
         if self.saved_reads is not None:
             self.saved_reads.add_inputs(list(inputs))
 

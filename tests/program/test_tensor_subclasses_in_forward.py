@@ -314,3 +314,54 @@ def test_a_tensor_attribute_the_subclass_does_not_flatten_is_refused():
     with pytest.raises(pf.UnsupportedError, match="reads 'scale' of tensor subclass Scaled") as err:
         pf.export(model, (x,))
     assert err.value.kind is pf.Refusal.TENSOR_SUBCLASS_IN_FORWARD
+
+
+class MetadataOfAParameter(torch.nn.Module):
+    """ConstantExtraMetadataTensor keeps a constant (``constant_attribute``) and a method reading it."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.testing._internal.custom_tensor import ConstantExtraMetadataTensor
+
+        self.p = torch.nn.Parameter(ConstantExtraMetadataTensor(torch.ones(3, 4)))
+
+    def forward(self, x):
+        scaled = 2 * self.p + 1
+        return (scaled + scaled.constant_attribute).sum() * x + self.p.get_complicated_metadata().foo
+
+
+def test_a_subclass_s_metadata_and_a_method_reading_it_are_constants_of_the_program():
+    model, x = MetadataOfAParameter(), torch.randn(3, 4)
+    ep = export_checked(model, (x,))
+    assert "torch.ops.aten.add.Tensor(add, 4)" in ep.graph_module.code  # constant_attribute, read as 4
+    assert "torch.ops.aten.add.Tensor(mul_1, 4)" in ep.graph_module.code  # get_complicated_metadata().foo
+
+
+class ReadsAnInnerNamedElem(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from torch.testing._internal.custom_tensor import ConstantExtraMetadataTensor
+
+        self.p = torch.nn.Parameter(ConstantExtraMetadataTensor(ConstantExtraMetadataTensor(torch.ones(3, 4))))
+
+
+class AddsTheInner(ReadsAnInnerNamedElem):
+    def forward(self, x):
+        return x + (2 * self.p).elem
+
+
+class ReadsTheInnersInner(ReadsAnInnerNamedElem):
+    def forward(self, x):
+        return x + (2 * self.p).elem.elem
+
+
+@pytest.mark.parametrize("model", [AddsTheInner(), ReadsTheInnersInner()], ids=["op", "attribute"])
+def test_an_inner_tensor_named_like_the_traced_tensors_own_attribute_is_refused(model):
+    """``elem`` is FunctionalTensor's own attribute (its C++ wrapper): ``t.elem`` never reaches the
+    subclass lookup. Without this refusal the first model exported with a wrong gradient."""
+    x = torch.randn(3, 4)
+    model(x)
+    with pytest.raises(pf.UnsupportedError, match="'elem'") as err:
+        pf.export(model, (x,))
+    assert err.value.kind is pf.Refusal.TENSOR_SUBCLASS_IN_FORWARD
+    assert ".elem" in str(err.value)

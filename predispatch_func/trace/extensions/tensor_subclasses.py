@@ -60,6 +60,14 @@ class SubclassRebuild:
         return f"{self.cls.__qualname__}.__tensor_unflatten__"
 
 
+def _inner_names(value: Any) -> set[str]:
+    """The names of a subclass value's inner tensors, nested subclasses' included."""
+    if not tc.is_traceable_wrapper_subclass(value):
+        return set()
+    names = value.__tensor_flatten__()[0]
+    return set(names).union(*(_inner_names(getattr(value, n)) for n in names))
+
+
 def is_built_subclass(t: Any) -> bool:
     """A traceable wrapper subclass the model built in forward: over traced (functional) tensors,
     where a value of the trace is a functional tensor over a subclass of fakes."""
@@ -73,12 +81,35 @@ class SubclassValues:
     """One trace's subclass reads and builds: the values they made (a write to one is refused)
     and each built subclass's traced stand-in, made again once its inner tensors were written."""
 
-    __slots__ = ("_mode", "_made", "_stand_ins")
+    __slots__ = ("_mode", "_made", "_stand_ins", "_shadowed")
 
     def __init__(self, mode: Any):
         self._mode = mode  # the PolicyFunctionalMode whose trace this is
         self._made: dict[int, Any] = {}  # id -> functional tensor made here (kept alive: ids stay unique)
         self._stand_ins: dict[int, tuple[Any, tuple[int, ...], Any]] = {}  # id(built) -> (built, writes, traced)
+        self._shadowed: dict[str, type] = {}  # inner tensor name the traced tensor's own attribute hides -> class
+
+    # names the traced tensor hides -----------------------------------------------------------
+
+    def note_values(self, traced: list[Any]) -> None:
+        """Note the subclasses behind ``traced`` (graph inputs, stand-ins) whose inner tensors are named
+        like an attribute the FunctionalTensor itself holds (``elem``): ``t.elem`` reads the traced
+        tensor's own, never this lookup, so an op given it is refused (:meth:`refuse_shadowed_reads`)."""
+        for t in traced:
+            if isinstance(t, tc.FunctionalTensor):
+                for name in _inner_names(tc.value_behind_functional(t)) & set(vars(t)):
+                    self._shadowed.setdefault(name, type(tc.value_behind_functional(t)))
+
+    def refuse_shadowed_reads(self, call: OpCall, input_ids: set[int]) -> None:
+        """A refusal check: an op given a traced tensor's own inner wrapper (read as ``t.elem`` where
+        the model meant its subclass's inner tensor ``elem``) would compute on the wrong value."""
+        if self._shadowed and any(tc.is_bare_functional_wrapper(a) for a in call.tensors_read()):
+            names = ", ".join(f"{n!r} of {c.__qualname__}" for n, c in self._shadowed.items())
+            raise UnsupportedError(
+                f"forward reads an inner tensor of a tensor subclass named like an attribute of the traced "
+                f"tensor itself ({names}): the read returns the traced tensor's own; rename the inner "
+                "tensor (in __tensor_flatten__ and the attribute)",
+                kind=Refusal.TENSOR_SUBCLASS_IN_FORWARD, op=call.func, source=user_source_line())
 
     # reading ---------------------------------------------------------------------------------
 
@@ -142,6 +173,7 @@ class SubclassValues:
                                        [stand_in], keeps_inputs=False)
         set_requires_grad(stand_in, bool(t.requires_grad))
         self._stand_ins[id(t)] = (t, writes, stand_in)
+        self.note_values([stand_in])
         self._made[id(stand_in)] = stand_in
         return stand_in
 
