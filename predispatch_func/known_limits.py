@@ -213,9 +213,9 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                          '`__tensor_flatten__`/`__tensor_unflatten__`. Reading inner tensors and '
                                          "calling the subclass's methods (`t.a`, `t.get_elem_a()`) and building "
                                          'one (`TwoTensor(x, y)`) are exported, as torch.export writes them '
-                                         '(`export.access_subclass_inner_tensor`, `flat_apply`). Not caught: an '
-                                         'inner tensor named `elem` reads the tracing tensor\'s own attribute '
-                                         '(`pf.verify` reports the gradients that differ); rename it'),
+                                         '(`export.access_subclass_inner_tensor`, `flat_apply`). An inner tensor '
+                                         "named like the tracing tensor's own attribute (`elem`) is refused where "
+                                         'it is used: rename it'),
     Refusal.OUTPUT_NOT_A_PYTREE: ('an output of a type pytree does not know (transformers\' `DynamicCache`, '
                                   'returned by default by its decoder LMs): no program can return it, and '
                                   'torch.export refuses it too. The error names the type and where it sits in '
