@@ -208,7 +208,7 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                          '`forward`: a write in place to an inner tensor read from a subclass '
                                          '(`t.a.add_(1)`) or to a subclass built in `forward` (eager writes the '
                                          'tensors the subclass holds), a subclass built over a tensor made outside '
-                                         'the trace or with symbolic sizes, a tensor attribute its '
+                                         'the trace, a tensor attribute its '
                                          '`__tensor_flatten__` does not list, and the API of a subclass without '
                                          '`__tensor_flatten__`/`__tensor_unflatten__`. Reading inner tensors and '
                                          "calling the subclass's methods (`t.a`, `t.get_elem_a()`) and building "

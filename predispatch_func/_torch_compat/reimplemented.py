@@ -529,26 +529,25 @@ def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]],
     return out.node
 
 
-def record_flat_apply(func: Callable[..., Any], operands: list[torch.Tensor], result: torch.Tensor, *,
-                      spec_name: str) -> torch.fx.Node:
-    """Record ``func(*operands)`` as torch.export records a subclass constructor
+def record_flat_apply(func: Callable[..., Any], args: tuple, result: torch.Tensor, *, spec_name: str) -> torch.fx.Node:
+    """Record ``func(*args)`` as torch.export records a subclass constructor
     (``torch._export.wrappers._emit_flat_apply_call``): a ``flat_apply`` call whose first two
     arguments read the function and the arguments' structure from attributes of the graph module
-    (pytree specs), the operands' nodes after them; ``result`` becomes its tracked output.
-    ``operands`` are traced inner tensors (below functionalization). Replaying the node calls
-    ``func(*operands)``. The drift test compares the node with the one torch.export records."""
+    (pytree specs), the arguments' leaves after them; ``result`` becomes its tracked output.
+    ``args`` holds traced inner tensors (below functionalization), ints and SymInts. Replaying
+    the node calls ``func(*args)``. The drift test compares the node with the one torch.export records."""
     from torch._higher_order_ops.flat_apply import _ConstantFunction, flat_apply
     from torch.fx.experimental.proxy_tensor import track_tensor_tree
 
     tracer = current_proxy_tracer()
     _, func_spec = torch.utils._pytree.tree_flatten(_ConstantFunction(func))
-    flat, in_spec = torch.utils._pytree.tree_flatten((tuple(operands), {}))
+    flat, in_spec = torch.utils._pytree.tree_flatten((tuple(args), {}))
     refs = []
     for name, spec in ((f"{spec_name}_const_func_spec", func_spec), (spec_name, in_spec)):
         qualname = tracer.get_fresh_qualname(name)
         setattr(tracer.root, qualname, spec)
         refs.append(tracer.create_proxy("get_attr", qualname, (), {}))
-    out = tracer.create_proxy("call_function", flat_apply, (*refs, *(tracer.unwrap_proxy(t) for t in flat)), {})
+    out = tracer.create_proxy("call_function", flat_apply, (*refs, *(tracer.unwrap_proxy(a) for a in flat)), {})
     track_tensor_tree(result, out, constant=None, tracer=tracer)
     return out.node
 

@@ -365,3 +365,20 @@ def test_an_inner_tensor_named_like_the_traced_tensors_own_attribute_is_refused(
         pf.export(model, (x,))
     assert err.value.kind is pf.Refusal.TENSOR_SUBCLASS_IN_FORWARD
     assert ".elem" in str(err.value)
+
+
+class BuildsFromADynamicInput(torch.nn.Module):
+    def forward(self, x):
+        return (TwoTensor(x, x * 2) + 1).b
+
+
+def test_a_subclass_built_with_symbolic_sizes_is_rebuilt_with_the_sizes_of_each_call():
+    """The rebuild takes the outer sizes and strides as arguments when they are symbolic: the
+    program replays at other sizes (a static rebuild holds them as constants)."""
+    model, x = BuildsFromADynamicInput(), torch.randn(4)
+    ep = export_checked(model, (x,), dynamic_shapes={"x": {0: torch.export.Dim("n")}})
+    for n in (3, 7):
+        y = torch.randn(n)
+        torch.testing.assert_close(ep.module()(y), model(y))
+    [call] = [n for n in ep.graph.nodes if n.op == "call_function" and "flat_apply" in str(n.target)]
+    assert len(call.args) == 2 + 2 + 2  # the two specs, a and b, the size and the stride

@@ -23,8 +23,9 @@ the form torch.export's programs give them::
 
 What the program cannot say is refused (``Refusal.TENSOR_SUBCLASS_IN_FORWARD``): a write to an
 inner tensor read this way, or to a subclass built in forward (eager writes the tensors the
-subclass holds, the program's copies would not be them), and a built subclass whose sizes are
-symbolic or whose inner tensors are not values of the trace.
+subclass holds, the program's copies would not be them), a built subclass whose inner tensors
+are not values of the trace, and a read of an inner tensor named like an attribute the traced
+tensor has itself (``elem``).
 """
 
 from __future__ import annotations
@@ -44,17 +45,19 @@ _ABSENT = object()
 class SubclassRebuild:
     """What a ``flat_apply`` node calls to build a subclass from its inner tensors (in the order of
     ``names``): the subclass's ``__tensor_unflatten__``, with the metadata and the outer sizes and
-    strides the model's object had. Compared by identity (a pytree constant of the graph)."""
+    strides the model's object had, held when static, else the call's last two arguments (symbolic
+    sizes are values of the program). Compared by identity (a pytree constant of the graph)."""
 
     __slots__ = ("cls", "names", "meta", "size", "stride")
 
-    def __init__(self, cls: type, names: tuple[str, ...], meta: Any, size: tuple[int, ...],
-                 stride: tuple[int, ...]):
+    def __init__(self, cls: type, names: tuple[str, ...], meta: Any, size: tuple[int, ...] | None,
+                 stride: tuple[int, ...] | None):
         self.cls, self.names, self.meta, self.size, self.stride = cls, names, meta, size, stride
 
-    def __call__(self, *inner: torch.Tensor) -> torch.Tensor:
+    def __call__(self, *args: Any) -> torch.Tensor:
+        inner, size, stride = (args, self.size, self.stride) if self.size is not None else (args[:-2], *args[-2:])
         return self.cls.__tensor_unflatten__(dict(zip(self.names, inner)), self.meta,  # type: ignore[attr-defined]
-                                             self.size, self.stride)
+                                             size, stride)
 
     def __repr__(self) -> str:
         return f"{self.cls.__qualname__}.__tensor_unflatten__"
@@ -160,13 +163,13 @@ class SubclassValues:
         known = self._stand_ins.get(id(t))
         if known is not None and known[1] == writes:
             return known[2]
-        if not all(isinstance(n, int) for n in (*t.size(), *t.stride())):
-            raise self._refusal(t, "has symbolic sizes (dynamic shapes): its rebuild would fix them")
-        rebuild = SubclassRebuild(type(t), tuple(names), meta, tuple(t.size()), tuple(t.stride()))
-        values = [tc.inner_of_functional(i) for i in inner]
+        size, stride = tuple(t.size()), tuple(t.stride())
+        static = all(isinstance(n, int) for n in (*size, *stride))
+        rebuild = SubclassRebuild(type(t), tuple(names), meta, size if static else None, stride if static else None)
+        args = (*(tc.inner_of_functional(i) for i in inner), *(() if static else (size, stride)))
         with tc.disable_proxy_modes_tracing():
-            value = rebuild(*values)
-        tc.record_flat_apply(rebuild, values, value, spec_name=f"{type(t).__name__.lower()}_unflatten")
+            value = rebuild(*args)
+        tc.record_flat_apply(rebuild, args, value, spec_name=f"{type(t).__name__.lower()}_unflatten")
         with self._mode:
             stand_in = tc.to_functional(value)
         self._mode.observe_opaque_call(f"tensor subclass {type(t).__qualname__} built in forward", inner,
