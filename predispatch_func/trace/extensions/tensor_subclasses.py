@@ -63,12 +63,16 @@ class SubclassRebuild:
         return f"{self.cls.__qualname__}.__tensor_unflatten__"
 
 
-def _inner_names(value: Any) -> set[str]:
-    """The names of a subclass value's inner tensors, nested subclasses' included."""
+def _inner_names(value: Any) -> dict[str, type]:
+    """The names of a subclass value's inner tensors, nested subclasses' included -> the subclass
+    that holds each."""
     if not tc.is_traceable_wrapper_subclass(value):
-        return set()
+        return {}
     names = value.__tensor_flatten__()[0]
-    return set(names).union(*(_inner_names(getattr(value, n)) for n in names))
+    found = {name: type(value) for name in names}
+    for name in names:
+        found = {**_inner_names(getattr(value, name)), **found}
+    return found
 
 
 def is_built_subclass(t: Any) -> bool:
@@ -100,8 +104,9 @@ class SubclassValues:
         tensor's own, never this lookup, so an op given it is refused (:meth:`refuse_shadowed_reads`)."""
         for t in traced:
             if isinstance(t, tc.FunctionalTensor):
-                for name in _inner_names(tc.value_behind_functional(t)) & set(vars(t)):
-                    self._shadowed.setdefault(name, type(tc.value_behind_functional(t)))
+                for name, holder in _inner_names(tc.value_behind_functional(t)).items():
+                    if name in vars(t):
+                        self._shadowed.setdefault(name, holder)
 
     def refuse_shadowed_reads(self, call: OpCall, input_ids: set[int]) -> None:
         """A refusal check: an op given a traced tensor's own inner wrapper (read as ``t.elem`` where
