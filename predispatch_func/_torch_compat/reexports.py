@@ -104,6 +104,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "TorchDispatchMode",
     "is_traceable_wrapper_subclass",
     "ACCESS_SUBCLASS_INNER_TENSOR",
+    "is_flat_apply",
     "backend_has_kernel",
     "has_composite_explicit_kernel",
     "call_backend_kernel",
@@ -281,6 +282,13 @@ def value_behind_functional(t: Any) -> Any:
 # torch.export's op for an inner tensor of a traceable subclass (``t.a`` of a TwoTensor): its
 # Python and Autograd kernels return the attribute itself (torch/export/custom_ops.py)
 ACCESS_SUBCLASS_INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
+
+
+def is_flat_apply(target: Any) -> bool:
+    """``target`` is torch's ``flat_apply`` HOP (a subclass built in forward, rebuilt by the program)."""
+    from torch._higher_order_ops.flat_apply import flat_apply
+
+    return target is flat_apply
 
 
 def has_kernel(op: OpOverload) -> bool:
