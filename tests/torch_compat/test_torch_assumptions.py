@@ -589,6 +589,8 @@ def test_functional_tensor_has_no_getattr_of_its_own_and_holds_its_wrapper_as_el
     with tc.FunctionalTensorMode():
         t = tc.to_functional(torch.ones(2))
     assert isinstance(t.elem, torch.Tensor) and not isinstance(t.elem, tc.FunctionalTensor)
+    assert tc.is_bare_functional_wrapper(t.elem) and not tc.is_bare_functional_wrapper(t)
+    assert not tc.is_bare_functional_wrapper(torch.ones(2))
 
 
 def test_torch_exports_inner_tensor_op_returns_the_attribute_itself():
