@@ -185,7 +185,8 @@ class Refusal(enum.Enum):
     EAGER_OP_UNREACHABLE = ("an op run under pf.eager.on with no path into the target op set", False)
     EAGER_BACKEND_LACKS_FLOOR = ("pf.eager.register on a backend without kernels for the runtime floor", False)
     REGION_NOT_INLINABLE = ("inline_regions on an autocast region or a malformed region", False)
-    TENSOR_SUBCLASS_IN_FORWARD = ("a tensor subclass's own Python API used in forward, or one built there", False)
+    TENSOR_SUBCLASS_IN_FORWARD = ("a write through a tensor subclass's inner tensors, or a subclass use the "
+                                  "program cannot name", False)
     OUTPUT_NOT_A_PYTREE = ("an output of a type pytree does not know (not a registered pytree node)", False)
     AUTOGRAD_CALL_IN_FORWARD = ("torch.autograd.grad or backward() called inside forward, before autograd", False)
     DTENSOR_BOUNDARY_IN_FORWARD = ("DTensor.from_local, to_local or redistribute in forward (parallelize_module's "

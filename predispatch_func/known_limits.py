@@ -204,12 +204,18 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                         'allocation, views, random fills), named'),
     Refusal.REGION_NOT_INLINABLE: ('`interop.inline_regions` on an autocast region (use '
                                    '`ep.run_decompositions()`)'),
-    Refusal.TENSOR_SUBCLASS_IN_FORWARD: ("a tensor subclass's own Python API in `forward` (a method or attribute "
-                                         'the subclass adds, read from an input, parameter or result of that class) '
-                                         'or a subclass built in `forward`: the trace runs `forward` on functional '
-                                         "tensors that carry only `torch.Tensor`'s API. Ops on subclass inputs and "
-                                         'parameters are traced; call the subclass API outside the model, or '
-                                         'build the subclass outside and pass it in'),
+    Refusal.TENSOR_SUBCLASS_IN_FORWARD: ('what a functional program cannot say about a tensor subclass used in '
+                                         '`forward`: a write in place to an inner tensor read from a subclass '
+                                         '(`t.a.add_(1)`) or to a subclass built in `forward` (eager writes the '
+                                         'tensors the subclass holds), a subclass built over a tensor made outside '
+                                         'the trace, a tensor attribute its '
+                                         '`__tensor_flatten__` does not list, and the API of a subclass without '
+                                         '`__tensor_flatten__`/`__tensor_unflatten__`. Reading inner tensors and '
+                                         "calling the subclass's methods (`t.a`, `t.get_elem_a()`) and building "
+                                         'one (`TwoTensor(x, y)`) are exported, as torch.export writes them '
+                                         '(`export.access_subclass_inner_tensor`, `flat_apply`). An inner tensor '
+                                         "named like the tracing tensor's own attribute (`elem`) is refused where "
+                                         'it is used: rename it'),
     Refusal.DTENSOR_BOUNDARY_IN_FORWARD: ('a step between a DTensor and its local shard in `forward`: '
                                           '`DTensor.from_local`, `to_local` or `redistribute` (the input and '
                                           "output hooks `parallelize_module`'s Colwise/Rowwise/SequenceParallel "

@@ -63,11 +63,18 @@ DISPOSITIONS: dict[str, tuple[str, str]] = {
     "test_detect_leak_nonstrict": (DIFFERENCE, "a tensor the model keeps is our tracing tensor (a FunctionalTensor "
                                                "over a fake), not a FakeTensor; the leak warning itself is torch's"),
     "test_detect_leak_nonstrict_with_stacktrace": (DIFFERENCE, "as test_detect_leak_nonstrict"),
-    "test_capture_subclass_constructor": (REFUSAL, "TENSOR_SUBCLASS_IN_FORWARD: a tensor subclass built in forward "
-                                                   "(torch records it as a `flat_apply` node our functional trace "
-                                                   "cannot take)"),
-    "test_export_aten_to_unflatten_subclass": (REFUSAL, "TENSOR_SUBCLASS_IN_FORWARD: forward calls the subclass's own "
-                                                        "`get_elem_a`, which our functional tracing tensors lack "
-                                                        "(torch.export refuses the same model later, in "
-                                                        "run_decompositions)"),
+    "test_capture_subclass_constructor": (GRAPH_TEXT, "printed graph: ours records the TwoTensor built in forward "
+                                                      "as a `flat_apply` of its `__tensor_unflatten__` over the inner "
+                                                      "tensors where an op first reads it, torch's as one of its "
+                                                      "constructor; both replay equal to eager, and "
+                                                      "`run_decompositions` gives torch's graph "
+                                                      "(tests/program/test_tensor_subclasses_in_forward.py)"),
+    "test_export_aten_to_unflatten_subclass": (DIFFERENCE, "`run_decompositions` of a program whose preserved "
+                                                           "`bar` takes a subclass parameter: torch refuses it in "
+                                                           "both programs, for ours in its verifier "
+                                                           "(SpecViolationError naming p_param) instead of the "
+                                                           "ValueError, as ours has no no-op `to` node between the "
+                                                           "parameter and the call; the program itself equals "
+                                                           "eager, unflattened too "
+                                                           "(tests/program/test_tensor_subclasses_in_forward.py)"),
 }

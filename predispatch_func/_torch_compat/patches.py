@@ -870,6 +870,45 @@ def calls_kept_by_dead_code_elimination(keep: Callable[[torch.fx.Node], bool]) -
 
 
 @contextlib.contextmanager
+def functional_tensor_attributes(lookup: Callable[[Any, str], Any]) -> Iterator[None]:
+    """An attribute a FunctionalTensor lacks is ``lookup(tensor, name)`` for the block (which raises
+    AttributeError for what it does not know). FunctionalTensor defines no ``__getattr__``, so only
+    names the wrapper has not are asked: a tensor subclass's own API (``t.a``, ``t.get_elem_a()``)
+    on the traced value of a subclass (trace/extensions/tensor_subclasses.py)."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    def getattr_(self: Any, name: str) -> Any:
+        return lookup(self, name)
+    with _replaced(FunctionalTensor, "__getattr__", getattr_):
+        yield
+
+
+@contextlib.contextmanager
+def functional_mode_off() -> Iterator[None]:
+    """The active FunctionalTensorMode off for the block and back after: code of ours that runs
+    between the model's ops (outside the mode's dispatch) and calls ops on values below
+    functionalization, as the mode's own dispatch does (a subclass value's ``detach`` reaches the
+    subclass, which the mode would answer NotImplemented)."""
+    from torch.utils._python_dispatch import _disable_infra_mode
+
+    with contextlib.contextmanager(_disable_infra_mode)(torch._C._TorchDispatchModeKey.FUNCTIONAL):
+        yield
+
+
+@contextlib.contextmanager
+def subclass_constructors_unrecorded() -> Iterator[None]:
+    """torch's export wrapper of a subclass ``__init__`` (``mark_subclass_constructor_exportable_experimental``,
+    TwoTensor's and DTensor's) finds no torch.export tracer for the block, so it records nothing:
+    it would track the subclass built over our functional tensors, which fails ("Unable to cast
+    NotImplemented to Tensor"). Our trace records the subclass where an op first reads it
+    (trace/extensions/tensor_subclasses.py)."""
+    import torch._export.wrappers as wrappers
+
+    with _replaced(wrappers, "_maybe_find_pre_dispatch_tf_mode_for_export", lambda: None):  # type: ignore[arg-type]
+        yield
+
+
+@contextlib.contextmanager
 def _replaced(owner: type, name: str, value: Any) -> Iterator[None]:
     """``owner.name`` is ``value`` for the block, and what it was after, however the block ends
     (an attribute ``owner`` inherited is inherited again)."""
@@ -926,6 +965,9 @@ __all__ = [
     "dynamo_function_capture_refused",
     "below_autograd",
     "pipeline_traced_by",
+    "functional_tensor_attributes",
+    "functional_mode_off",
+    "subclass_constructors_unrecorded",
 ]
 
 

@@ -24,7 +24,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, make
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode, ShapeEnv
 from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [  # the private names the rest of the package uses as they are, then our wrappers
@@ -59,7 +59,6 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "to_functional",
     "inner_of_functional",
     "value_forced_by_guards",
-    "subclass_built_in",
     "has_kernel",
     "has_data_mutation",
     "fake_mode_of",
@@ -74,6 +73,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "module_inputs_flattened",
     "proxy_node_in",
     "value_behind_functional",
+    "is_bare_functional_wrapper",
     "rename_node",
     "value_range",
     "symbol_range",
@@ -107,6 +107,9 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "dynamo_is_capturing",
     "HopRules",
     "TorchDispatchMode",
+    "is_traceable_wrapper_subclass",
+    "ACCESS_SUBCLASS_INNER_TENSOR",
+    "is_flat_apply",
     "backend_has_kernel",
     "has_composite_explicit_kernel",
     "call_backend_kernel",
@@ -333,24 +336,26 @@ def inner_of_functional(t: Any) -> Any:
     return torch._from_functional_tensor(t.elem)
 
 
+def is_bare_functional_wrapper(t: Any) -> bool:
+    """``t`` is the C++ functional wrapper a FunctionalTensor holds (its ``elem``), met outside it."""
+    return isinstance(t, torch.Tensor) and not isinstance(t, FunctionalTensor) and torch._is_functional_tensor(t)
+
+
 def value_behind_functional(t: Any) -> Any:
     """The value a FunctionalTensor wraps, as it is (no sync: safe outside the trace)."""
     return torch._from_functional_tensor(t.elem) if isinstance(t, FunctionalTensor) else t
 
 
-def subclass_built_in(tb: Any) -> type | None:
-    """The tensor subclass whose constructor failed in ``tb``: torch's export wrapper of a subclass
-    ``__init__`` (``mark_subclass_constructor_exportable_experimental``) records the construction
-    as a ``flat_apply`` node, which our functional trace cannot take. None if ``tb`` holds none."""
-    import torch._export.wrappers as wrappers
+# torch.export's op for an inner tensor of a traceable subclass (``t.a`` of a TwoTensor): its
+# Python and Autograd kernels return the attribute itself (torch/export/custom_ops.py)
+ACCESS_SUBCLASS_INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
 
-    while tb is not None:
-        frame = tb.tb_frame
-        if frame.f_code.co_filename == wrappers.__file__ and "constructor_subclass" in frame.f_locals:
-            args = frame.f_locals.get("args") or ()
-            return type(args[0]) if args else None
-        tb = tb.tb_next
-    return None
+
+def is_flat_apply(target: Any) -> bool:
+    """``target`` is torch's ``flat_apply`` HOP (a subclass built in forward, rebuilt by the program)."""
+    from torch._higher_order_ops.flat_apply import flat_apply
+
+    return target is flat_apply
 
 
 def has_kernel(op: OpOverload) -> bool:

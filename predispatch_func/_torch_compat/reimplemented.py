@@ -542,6 +542,29 @@ def record_hop_call(hop: Any, subgraphs: list[tuple[str, torch.fx.GraphModule]],
     return out.node
 
 
+def record_flat_apply(func: Callable[..., Any], args: tuple, result: torch.Tensor, *, spec_name: str) -> torch.fx.Node:
+    """Record ``func(*args)`` as torch.export records a subclass constructor
+    (``torch._export.wrappers._emit_flat_apply_call``): a ``flat_apply`` call whose first two
+    arguments read the function and the arguments' structure from attributes of the graph module
+    (pytree specs), the arguments' leaves after them; ``result`` becomes its tracked output.
+    ``args`` holds traced inner tensors (below functionalization), ints and SymInts. Replaying
+    the node calls ``func(*args)``. The drift test compares the node with the one torch.export records."""
+    from torch._higher_order_ops.flat_apply import _ConstantFunction, flat_apply
+    from torch.fx.experimental.proxy_tensor import track_tensor_tree
+
+    tracer = current_proxy_tracer()
+    _, func_spec = torch.utils._pytree.tree_flatten(_ConstantFunction(func))
+    flat, in_spec = torch.utils._pytree.tree_flatten((tuple(args), {}))
+    refs = []
+    for name, spec in ((f"{spec_name}_const_func_spec", func_spec), (spec_name, in_spec)):
+        qualname = tracer.get_fresh_qualname(name)
+        setattr(tracer.root, qualname, spec)
+        refs.append(tracer.create_proxy("get_attr", qualname, (), {}))
+    out = tracer.create_proxy("call_function", flat_apply, (*refs, *(tracer.unwrap_proxy(a) for a in flat)), {})
+    track_tensor_tree(result, out, constant=None, tracer=tracer)
+    return out.node
+
+
 def redirect_traced_tensor(t: torch.Tensor, node: torch.fx.Node) -> None:
     """Later ops that read ``t`` (a traced inner tensor) record ``node`` instead."""
     from torch.fx.experimental.proxy_tensor import _ProxyTensor
@@ -585,5 +608,6 @@ __all__ = [
     "torch_would_decompose",
     "record_hop_call",
     "redirect_traced_tensor",
+    "record_flat_apply",
     "flex_attention_joint_graph",
 ]

@@ -1,13 +1,14 @@
-"""A tensor subclass's own Python API in ``forward``: a clear refusal instead of torch's error.
+"""A tensor subclass's own Python API in ``forward`` that the trace cannot carry: a clear refusal.
 
-The trace runs ``forward`` on functional tensors (``FunctionalTensor`` over a
-fake), whatever the class of the input, parameter or result they stand for:
-ops on a subclass value are traced through its ``__torch_dispatch__``, but a
-method or attribute the subclass adds (``TwoTensor.get_elem_a``) is not there,
-and a subclass built in ``forward`` cannot wrap them. Both fail deep in the
-trace (``'FunctionalTensor' object has no attribute ...``, torch's
-``flat_apply`` of the constructor); this names the subclass and what to do.
-Only a failed trace is examined: nothing runs on the way of a good one.
+The trace runs ``forward`` on functional tensors (``FunctionalTensor`` over a fake),
+whatever the class of the input, parameter or result they stand for. For a traceable
+wrapper subclass (``__tensor_flatten__``/``__tensor_unflatten__``: TwoTensor, torchao's
+quantized weights) the subclass's attributes and methods are read through the traced
+value and a subclass built in forward is recorded (trace/extensions/tensor_subclasses.py).
+A subclass without that protocol has no inner tensors the program could name: an
+attribute of its own read on the traced value fails deep in the trace (``'FunctionalTensor'
+object has no attribute ...``); this names the subclass and what to do. Only a failed
+trace is examined: nothing runs on the way of a good one.
 """
 
 from __future__ import annotations
@@ -25,13 +26,24 @@ def refusal_for(err: ExportError) -> UnsupportedError | None:
     cause = err.__cause__
     if cause is None:
         return None
-    what = _subclass_api_read(cause) or _subclass_built(cause)
+    if _read_through_the_traced_wrapper(cause):
+        return UnsupportedError(
+            f"forward reads {cause.name!r} of the traced tensor's own wrapper: FunctionalTensor.elem hides a "  # type: ignore[attr-defined]
+            "tensor subclass's inner tensor named 'elem'; rename the inner tensor (in __tensor_flatten__ and "
+            "the attribute)", kind=Refusal.TENSOR_SUBCLASS_IN_FORWARD, op=err.op, source=err.source)
+    what = _subclass_api_read(cause)
     if what is None:
         return None
     return UnsupportedError(f"{what}: the trace runs forward on functional tensors, which carry only torch.Tensor's "
-                            "API (ops on subclass values are traced); call the subclass API outside the model, or "
-                            "build the subclass outside and pass it in", kind=Refusal.TENSOR_SUBCLASS_IN_FORWARD,
-                            op=err.op, source=err.source)
+                            "API and, for a subclass with __tensor_flatten__/__tensor_unflatten__, the "
+                            "subclass's own; give the subclass that protocol, or call its API outside the model",
+                            kind=Refusal.TENSOR_SUBCLASS_IN_FORWARD, op=err.op, source=err.source)
+
+
+def _read_through_the_traced_wrapper(cause: BaseException) -> bool:
+    """``t.elem.elem``: the first read returned the FunctionalTensor's own C++ wrapper (not the
+    subclass's inner tensor ``elem``), which has no attribute of the subclass."""
+    return isinstance(cause, AttributeError) and tc.is_bare_functional_wrapper(getattr(cause, "obj", None))
 
 
 def _subclass_api_read(cause: BaseException) -> str | None:
@@ -44,8 +56,3 @@ def _subclass_api_read(cause: BaseException) -> str | None:
     if isinstance(inner, tc.FakeTensor) or cls is torch.Tensor or not name or not hasattr(inner, name):
         return None
     return f"forward uses {name!r} of tensor subclass {cls.__qualname__}"
-
-
-def _subclass_built(cause: BaseException) -> str | None:
-    cls = tc.subclass_built_in(cause.__traceback__)
-    return f"forward builds tensor subclass {cls.__qualname__}" if cls is not None else None

@@ -16,7 +16,8 @@ class JointProblem(enum.Enum):
     FOREIGN_OPTIMIZER_PARAMETERS = "the optimizer updates tensors that are not the model's parameters"
     UNSUPPORTED_OPTIMIZER = "an optimizer (or an option of it) the joint program cannot carry"
     SAVED_VALUE_NOT_RECOMPUTABLE = "the backward reads a value a kept op made that cannot be recomputed"
-    UNSUPPORTED_MODEL = "a model the joint export cannot take yet (an fx GraphModule)"
+    UNSUPPORTED_MODEL = ("a model the joint export cannot take yet (an fx GraphModule, a tensor subclass built or "
+                         "read apart in forward)")
     UNSUPPORTED_HOOK = "a hook on a parameter the joint program cannot run (post-accumulate-grad)"
 
 

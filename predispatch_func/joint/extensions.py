@@ -6,7 +6,8 @@ it would give the joint trace nothing to differentiate; replayed here, its forwa
 runs inline (recorded as forward ops) inside an autograd.Function whose backward runs the
 backward body when the engine reaches it (recorded as backward ops): the program's
 gradient is the user's backward, as in eager. ``pf_require_grad`` (``requires_grad_()``
-in forward) gives a new leaf that requires grad, as eager's flag.
+in forward) gives a new leaf that requires grad, as eager's flag. A tensor subclass built or read
+apart in forward (``flat_apply``, ``export.access_subclass_inner_tensor``) is refused for now.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any
 
 import torch
 
+from .. import _torch_compat as tc
 from ..trace.extensions.autograd_function import operand_grads, pf_autograd_function
 from ..trace.extensions.hooks import pf_require_grad
+from .errors import JointError, JointProblem
 
 
 class _ReplayedFunction(torch.autograd.Function):
@@ -44,6 +47,14 @@ def replay_extension(target: Any, args: tuple) -> tuple[bool, Any]:
     if target is pf_require_grad:
         (value,) = args
         return True, value if value.requires_grad else target(value).requires_grad_(True)
+    if tc.is_flat_apply(target) or target is tc.ACCESS_SUBCLASS_INNER_TENSOR:
+        what = "builds a tensor subclass" if tc.is_flat_apply(target) else "reads an inner tensor of a tensor subclass"
+        raise JointError(
+            f"export_joint: forward {what} ({getattr(target, '__name__', target)} in its program): the joint "
+            "trace replays the forward where these calls reach the subclass's own dispatch, which they were "
+            "not written for (torch.export desugars them first), and a joint program runs without autograd, "
+            "where TwoTensor's constructor refuses inner tensors that differ in requires_grad; do it outside "
+            "the model, or export the forward alone (pf.export)", kind=JointProblem.UNSUPPORTED_MODEL)
     return False, None
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .. import _torch_compat as tc
 from ..autograd_facts import nodes_that_may_carry_grad
 from ..errors import Refusal, UnsupportedError, user_line_of_recorded
 from .frames import Frame
@@ -58,6 +59,8 @@ class Outliner:
         runs: list[tuple[Frame, list[Node]]] = []
         previous = None
         for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                continue  # a subgraph or spec read by a call: it moves with that call's run
             frames = self._frames_of.get(self._flat(node), ())
             frame = frames[depth] if len(frames) > depth and node.op == "call_function" else None
             if frame is not None:
@@ -200,10 +203,12 @@ class Outliner:
 
 def _with_subgraph_refs(gm: torch.fx.GraphModule, nodes: list[Node]) -> list[Node]:
     """``nodes`` plus the ``get_attr`` nodes of the subgraphs (a torch HOP's branches, a
-    Function's forward and backward) that only they call: the subgraphs move into the body."""
+    Function's forward and backward) and of the pytree specs (a ``flat_apply``'s function and
+    arguments) that only they read: those attributes move into the body."""
     members = set(nodes)
     refs = [inp for node in nodes for inp in node.all_input_nodes
-            if inp.op == "get_attr" and isinstance(getattr(gm, str(inp.target), None), torch.fx.GraphModule)
+            if inp.op == "get_attr" and isinstance(getattr(gm, str(inp.target), None),
+                                                   (torch.fx.GraphModule, tc.pytree.TreeSpec))
             and all(u in members for u in inp.users)]
     if not refs:
         return nodes

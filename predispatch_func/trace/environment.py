@@ -158,6 +158,12 @@ def inside_the_traced_function(mode: Manager, *, autocast_cache: bool, trace_bod
               "functorch runs them (func_transforms.py)", func_transforms_traced_below_autograd),
         Entry("autograd calls refused", "torch.autograd.grad and backward() in forward are refused before "
               "autograd, with what to write instead (autograd_calls.py)", autograd_calls_refused),
+        Entry("tensor subclass API", "a subclass's own attributes and methods read on its traced value "
+              "(t.a becomes torch.export's access op, tensor_subclasses.py)",
+              lambda: tc.functional_tensor_attributes(mode.subclasses.attribute)),  # type: ignore[attr-defined]
+        Entry("subclass constructors unrecorded", "torch's export wrapper of a subclass __init__ records "
+              "nothing; an op's first read of the built subclass records it (tensor_subclasses.py)",
+              tc.subclass_constructors_unrecorded),
     ])
 
 

@@ -36,6 +36,7 @@ from .autocast_composites import AutocastComposites
 from .composite_policy import CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
 from .differentiable_scatter import scatter_decompositions
+from .extensions.tensor_subclasses import SubclassValues
 from .observers import (
     Bases,
     CopyTargetFlag,
@@ -99,8 +100,10 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         # a twin below autograd (``under``) watches draws against its PreDispatch mode's reseeds
         self.draws_after_reseed: refusals.DrawsAfterReseed = (
             under.draws_after_reseed if under is not None else refusals.DrawsAfterReseed())
-        self._refusals = refusals.checks(pre_dispatch, self.metadata_writes, self.draws_after_reseed,
-                                         under_pre_dispatch=under is not None)
+        self.subclasses = SubclassValues(self)  # a tensor subclass's API used, or one built, in forward
+        self._refusals = (*refusals.checks(pre_dispatch, self.metadata_writes, self.draws_after_reseed,
+                                           under_pre_dispatch=under is not None),
+                           self.subclasses.refuse_writes, self.subclasses.refuse_shadowed_reads)
         self._reroute = self._rerouted if pre_dispatch else policy.rerouted_after_autograd
         self.autocast_composites = AutocastComposites()
         # `.data` (tensor_data.py): `t.data = v` against live aliases; writes after a saved read
@@ -117,6 +120,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         self.bases.add_inputs(list(inputs))
         self.grad_reach.add_inputs(list(inputs))
         self.storage_aliases.add_inputs(list(inputs))
+        self.subclasses.note_values(list(inputs))
         if self.saved_reads is not None:
             self.saved_reads.add_inputs(list(inputs))
 
@@ -243,7 +247,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         return tc.functionalize_kept_op(self, func, args, kwargs)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        call = OpCall(func, args, kwargs or {}, written_tensors(func, args, kwargs or {}) if self._observers else [])
+        types, args, kwargs = self.subclasses.traced_arguments(types, args, kwargs or {})
+        call = OpCall(func, args, kwargs, written_tensors(func, args, kwargs) if self._observers else [])
         try:
             if self.saved_reads is not None:  # on the PreDispatch key: views keep eager's grad mode
                 self.view_modes.rebuild_read(call)
@@ -342,7 +347,7 @@ class _TracedFunction:
                                                     trace_body=self._trace_body, pre_dispatch=self._pre_dispatch):
             with environment.around_the_body(self._ambient, mode.storage_aliases, mode.hidden_writes,
                                              on_reseed=mode.draws_after_reseed.note):
-                outs = self._body(wrapped, mode)
+                outs = mode.subclasses.traced_outputs(self._body(wrapped, mode))
                 mode.metadata_writes.refuse_symbolic()
                 mode.draws_after_reseed.refuse_left_changed()
                 mode.view_modes.rebuild_stale(tc.pytree.tree_leaves(outs))

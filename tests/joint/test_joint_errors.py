@@ -90,3 +90,30 @@ def test_an_fx_graph_module_is_refused():
     with pytest.raises(JointError) as info:
         pf.export_joint(module, (torch.randn(2, 3),))
     assert info.value.kind is JointProblem.UNSUPPORTED_MODEL
+
+
+class _BuildsATwoTensor(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        self.param = torch.nn.Parameter(TwoTensor(torch.randn(2, 3), torch.randn(2, 3)))
+
+    def forward(self, x):
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        return (TwoTensor(x, x * 2) * self.param).sum()
+
+
+class _ReadsATwoTensorApart(_BuildsATwoTensor):
+    def forward(self, x):
+        return (x * self.param).sum().get_elem_a()
+
+
+@pytest.mark.parametrize("model, what", [(_BuildsATwoTensor(), "builds a tensor subclass"),
+                                         (_ReadsATwoTensorApart(), "reads an inner tensor")], ids=["built", "read"])
+def test_a_tensor_subclass_built_or_read_apart_in_forward_is_refused(model, what):
+    pf.export(model, (torch.randn(2, 3),))  # the forward program is exported (tests/program/...subclasses...)
+    with pytest.raises(JointError, match=what) as info:
+        pf.export_joint(model, (torch.randn(2, 3),))
+    assert info.value.kind is JointProblem.UNSUPPORTED_MODEL

@@ -241,6 +241,8 @@ def _state() -> dict:
         "autocast_init": torch.amp.autocast_mode.autocast.__dict__["__init__"],
         "functional_tensor_dispatch": tc.FunctionalTensor.__dict__["__torch_dispatch__"],
         "pipeline_exporter": _pipeline_exporter(),
+        "functional_tensor_getattr": tc.FunctionalTensor.__dict__.get("__getattr__"),
+        "export_wrapper_finder": _export_wrappers()._maybe_find_pre_dispatch_tf_mode_for_export,
     }
 
 
@@ -250,6 +252,12 @@ def _pipeline_exporter():
     from torch.distributed.pipelining._IR import Pipe
 
     return Pipe.__dict__["_trace_with_export"]
+
+
+def _export_wrappers():
+    import torch._export.wrappers as wrappers
+
+    return wrappers
 
 
 def _func_transform_names() -> tuple:
@@ -319,10 +327,13 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "calls_kept_by_dead_code_elimination": lambda: patches.calls_kept_by_dead_code_elimination(lambda node: False),
     "functional_tensor_detach_without_mode": lambda: patches.functional_tensor_detach_without_mode(),
     "pipeline_traced_by": lambda: patches.pipeline_traced_by(lambda mod, args, kwargs: None),
+    "functional_tensor_attributes": lambda: patches.functional_tensor_attributes(lambda t, name: None),
+    "subclass_constructors_unrecorded": lambda: patches.subclass_constructors_unrecorded(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}
-CHECKED_APART = {"callers_fake_mode_unset"}  # changes something only inside a fake mode: its own test
+# change something only inside a fake mode, or a functional one: their own tests
+CHECKED_APART = {"callers_fake_mode_unset", "functional_mode_off"}
 if torch.cuda.is_available():  # changes nothing where a GPU answers sdpa's kernel choice itself
     for name in ("cuda_sdpa_choice_without_gpu", "cuda_batch_norm_reserve_without_gpu",
                  "cuda_grid_sampler_faked_without_gpu"):
@@ -336,6 +347,16 @@ class _Boom(Exception):
 
 def test_every_patch_is_checked():
     assert sorted(PATCHES) == sorted(set(patches.__all__) - NOT_CONTEXT_MANAGERS - CHECKED_APART)
+
+
+def test_the_functional_mode_is_off_inside_and_back_after_a_raise():
+    with tc.FunctionalTensorMode() as mode:
+        assert tc.active_functional_mode() is mode
+        with pytest.raises(_Boom):
+            with patches.functional_mode_off():
+                assert tc.active_functional_mode() is None
+                raise _Boom
+        assert tc.active_functional_mode() is mode
 
 
 def test_callers_fake_mode_is_unset_inside_and_back_after_a_raise():
@@ -556,19 +577,61 @@ def test_functional_tensor_bool_skips_eager_s_numel_check():
     assert "item()" in source and "numel" not in source
 
 
-def test_a_subclass_built_in_forward_fails_inside_torch_s_constructor_wrapper():
-    """``subclass_built_in`` finds the subclass in the frame of torch's export wrapper of its
-    ``__init__`` (``constructor_subclass`` and ``args`` among its locals). When torch moves or
-    renames it, the refusal for a subclass built in forward stops firing: this fails first."""
+def test_torchs_subclass_constructor_wrapper_asks_the_finder_we_set_aside():
+    """torch's export wrapper of a subclass ``__init__`` records the construction only when
+    ``_maybe_find_pre_dispatch_tf_mode_for_export`` (read from its module at call time) finds a
+    tracer; ``subclass_constructors_unrecorded`` answers None there. Were the name moved, the
+    wrapper would record over our functional tensors again and fail ("Unable to cast NotImplemented")."""
+    import inspect
+
+    import torch._export.wrappers as wrappers
     from torch.testing._internal.two_tensor import TwoTensor
 
-    class Builds(torch.nn.Module):
-        def forward(self, x):
-            return TwoTensor(x, x).a
+    assert callable(wrappers._maybe_find_pre_dispatch_tf_mode_for_export)
+    assert "_maybe_find_pre_dispatch_tf_mode_for_export()" in inspect.getsource(
+        wrappers.mark_subclass_constructor_exportable_experimental)
+    assert TwoTensor.__init__.__qualname__.endswith("mark_subclass_constructor_exportable_experimental.<locals>.wrapper")
+    with tc.subclass_constructors_unrecorded():
+        assert wrappers._maybe_find_pre_dispatch_tf_mode_for_export() is None
 
-    with pytest.raises(pf.UnsupportedError) as err:
-        pf.export(Builds(), (torch.randn(2),))
-    assert tc.subclass_built_in(err.value.__cause__.__traceback__) is TwoTensor
+
+def test_functional_tensor_has_no_getattr_of_its_own_and_holds_its_wrapper_as_elem():
+    """``functional_tensor_attributes`` adds ``FunctionalTensor.__getattr__``: only names the
+    wrapper lacks reach it. Its own attributes shadow a subclass's: ``elem`` (the C++ wrapper) is
+    the one a subclass's inner tensor is often named (docs/limits.md, TENSOR_SUBCLASS_IN_FORWARD)."""
+    assert "__getattr__" not in vars(tc.FunctionalTensor)
+    with tc.functional_tensor_attributes(lambda t, name: name):
+        assert vars(tc.FunctionalTensor)["__getattr__"] is not None
+    assert "__getattr__" not in vars(tc.FunctionalTensor)
+    with tc.FunctionalTensorMode():
+        t = tc.to_functional(torch.ones(2))
+    assert isinstance(t.elem, torch.Tensor) and not isinstance(t.elem, tc.FunctionalTensor)
+    assert tc.is_bare_functional_wrapper(t.elem) and not tc.is_bare_functional_wrapper(t)
+    assert not tc.is_bare_functional_wrapper(torch.ones(2))
+
+
+def test_torch_exports_inner_tensor_op_returns_the_attribute_itself():
+    """``ACCESS_SUBCLASS_INNER_TENSOR`` (torch.export's op for ``t.a``) is functional by its schema and
+    its kernels return the subclass's inner tensor itself: replayed, the program's ``t.a`` is eager's."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    op = tc.ACCESS_SUBCLASS_INNER_TENSOR
+    assert str(op._schema) == "export::access_subclass_inner_tensor(Tensor src_subclass_tensor, str attr) -> Tensor"
+    t = TwoTensor(torch.randn(2), torch.randn(2))
+    assert op(t, "a") is t.a and op(t, "b") is t.b
+    p = torch.nn.Parameter(TwoTensor(torch.randn(2), torch.randn(2)))
+    assert op(p, "b") is p.b and not op(p, "b").requires_grad  # as eager's p.b
+
+
+def test_flat_apply_replays_a_constant_function_with_the_recorded_operands():
+    """A ``flat_apply`` node ``record_flat_apply`` writes calls the function its first argument's
+    spec holds on the operands its second describes: the rebuild of a subclass built in forward."""
+    from torch._higher_order_ops.flat_apply import _ConstantFunction, flat_apply
+
+    _, func_spec = torch.utils._pytree.tree_flatten(_ConstantFunction(torch.add))
+    x, y = torch.randn(3), torch.randn(3)
+    flat, in_spec = torch.utils._pytree.tree_flatten(((x, y), {}))
+    assert torch.equal(flat_apply(func_spec, in_spec, *flat), x + y)
 
 
 # --- the ExportedProgram's module, its code generated on first use ---------------------------

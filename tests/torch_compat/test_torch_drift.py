@@ -278,6 +278,56 @@ def test_hop_call_is_the_node_torchs_proxy_rule_records():
     assert getattr(got, attr.target) is not None
 
 
+# --- record_flat_apply -----------------------------------------------------------------------
+
+
+class _BuildsATwoTensor(torch.nn.Module):
+    """torch.export records the build only for a model that holds a TwoTensor (it patches the
+    attribute reads of the subclass types it finds in the state and inputs): the buffer."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        self.buf = torch.nn.Buffer(TwoTensor(torch.ones(3), torch.ones(3)))
+
+    def forward(self, x):
+        from torch.testing._internal.two_tensor import TwoTensor
+
+        return (TwoTensor(x, x * 2) + self.buf).b
+
+
+def _flat_apply_calls(gm: torch.fx.GraphModule) -> list[tuple]:
+    """Each flat_apply node of ``gm``: (its first two arguments' kinds and what they hold, the
+    number of operands, what its function builds from (x, 2 * x))."""
+    from torch._higher_order_ops.flat_apply import _ConstantFunction, flat_apply
+
+    found = []
+    for node in gm.graph.nodes:
+        if node.target is not flat_apply:
+            continue
+        func_ref, spec_ref, *operands = node.args
+        func_spec, in_spec = getattr(gm, func_ref.target), getattr(gm, spec_ref.target)
+        func = torch.utils._pytree._retrieve_constant(func_spec)
+        x = torch.randn(3)
+        built = flat_apply(func_spec, in_spec, x, x * 2)
+        found.append((func_ref.op, spec_ref.op, isinstance(func, _ConstantFunction),
+                      in_spec == torch.utils._pytree.tree_flatten(((x, x), {}))[1], len(operands),
+                      type(built).__name__, torch.equal(built.a, x) and torch.equal(built.b, x * 2)))
+    return found
+
+
+def test_flat_apply_is_the_node_torch_export_records_for_a_subclass_built_in_forward():
+    """``record_flat_apply`` restates ``torch._export.wrappers._emit_flat_apply_call``: a
+    ``flat_apply`` whose first two arguments are get_attr nodes of a ``_ConstantFunction`` spec and
+    of the arguments' spec ``((operands...), {})``, the operands after them. Ours calls the
+    subclass's ``__tensor_unflatten__``, torch's its constructor: both build the same TwoTensor."""
+    x = torch.randn(3)
+    theirs = _flat_apply_calls(torch.export.export(_BuildsATwoTensor(), (x,)).graph_module)
+    ours = _flat_apply_calls(pf.export(_BuildsATwoTensor(), (x,)).graph_module)
+    assert ours == theirs == [("get_attr", "get_attr", True, True, 2, "TwoTensor", True)]
+
+
 # --- fake_with_dynamic_dims -----------------------------------------------------------------
 
 

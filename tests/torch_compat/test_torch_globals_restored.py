@@ -16,10 +16,12 @@ import random
 import pytest
 import torch
 import torch._dynamo.config
+import torch._export.wrappers
 import torch._ops
 import torch.fx.traceback
 import torch.nn.modules.module
 import torch.utils._python_dispatch
+from torch.testing._internal.two_tensor import TwoTensor
 
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
@@ -35,6 +37,7 @@ OWNERS = {
     "torch.random": torch.random,
     "random": random,
     "FunctionalTensor": tc.FunctionalTensor,
+    "torch._export.wrappers": torch._export.wrappers,
 }
 
 
@@ -82,12 +85,13 @@ class Double(torch.autograd.Function):
 
 class Everything(torch.nn.Module):
     """Touches each replaced global: attribute writes, the encoder's fast path, a Function,
-    a torch HOP, a seed, a region."""
+    a torch HOP, a seed, a region, a tensor subclass built and read apart."""
 
     def __init__(self, fail: str | None = None):
         super().__init__()
         layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
         self.enc = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+        self.pair = torch.nn.Buffer(TwoTensor(torch.zeros(2, 3, 8), torch.ones(2, 3, 8)))
         self.fail = fail
         self.calls = 0
 
@@ -96,6 +100,7 @@ class Everything(torch.nn.Module):
         with torch.no_grad():
             y = self.enc(x)
         y = Double.apply(y) + torch.cond(x.sum() > 0, lambda a: a + 1, lambda a: a - 1, (x,))
+        y = y + (TwoTensor(x, x) + self.pair).b
         if self.fail == "python":
             raise ValueError("the model's own error")
         if self.fail == "refusal":

@@ -23,7 +23,7 @@ LAYERS = {
     "traced function": ["functional mode", "grad on", "caller's autocast cache", "torch HOP rules",
                         "autograd Functions traced", "inference mode as grad mode", "compiled modules run eagerly",
                         "torch HOP limits refused", "HOP capture static", "func transforms below autograd",
-                        "autograd calls refused"],
+                        "autograd calls refused", "tensor subclass API", "subclass constructors unrecorded"],
     "caller": ["caller's modes", "eager fast paths", ".data as functional ops", "reseeds routed",
                "CUDA autocast without a GPU", "CUDA sdpa choice without a GPU",
                "CUDA batch norm reserve without a GPU", "CUDA grid sampler without a GPU",

@@ -15,6 +15,9 @@ Each is entered around the user's code by the trace's environment
 * torch's HOPs find a rule for our mode (``torch_hops.py``), and where torch
   cannot trace one, a clear refusal (``torch_limits.py``);
 * ``torch.autograd.grad`` and ``backward()`` called by the model are refused
-  before autograd, with what to write instead (``autograd_calls.py``).
+  before autograd, with what to write instead (``autograd_calls.py``);
+* a tensor subclass's own attributes and methods read on its traced value, and a
+  subclass built in forward, become torch.export's nodes for them
+  (``tensor_subclasses.py``).
 """
 
