@@ -247,7 +247,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
         return tc.functionalize_kept_op(self, func, args, kwargs)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        types, args, kwargs = self.subclasses.traced_arguments(types, args, kwargs or {})
+        kwargs = kwargs or {}
+        if self.pre_dispatch:  # a subclass built in forward is recorded in a pre-dispatch program only
+            types, args, kwargs = self.subclasses.traced_arguments(types, args, kwargs)
         call = OpCall(func, args, kwargs, written_tensors(func, args, kwargs) if self._observers else [])
         try:
             if self.saved_reads is not None:  # on the PreDispatch key: views keep eager's grad mode
@@ -347,7 +349,9 @@ class _TracedFunction:
                                                     trace_body=self._trace_body, pre_dispatch=self._pre_dispatch):
             with environment.around_the_body(self._ambient, mode.storage_aliases, mode.hidden_writes,
                                              on_reseed=mode.draws_after_reseed.note):
-                outs = mode.subclasses.traced_outputs(self._body(wrapped, mode))
+                outs = self._body(wrapped, mode)
+                if mode.pre_dispatch:
+                    outs = mode.subclasses.traced_outputs(outs)
                 mode.metadata_writes.refuse_symbolic()
                 mode.draws_after_reseed.refuse_left_changed()
                 mode.view_modes.rebuild_stale(tc.pytree.tree_leaves(outs))
