@@ -35,6 +35,21 @@ def test_zoo_model_ours_is_right_wherever_torch_export_is(zm):
         assert result.ours.status == "ok", f"torch.export exports and is right; ours: {result.ours}"
 
 
+@pytest.mark.zoo_trained
+@pytest.mark.parametrize("zm", [m for m in zoo() if not m.heavy], ids=_ids([m for m in zoo() if not m.heavy]))
+def test_zoo_model_exported_after_a_training_call_is_right_wherever_it_is_cold(zm):
+    """Run, then export (the usual order): after one eager training step (forward, backward) the
+    model may keep tensors of that call with autograd history (raft's corr_pyramid,
+    recurrent_gemma's states); the export must be as right as a cold one, over three calls."""
+    trained = run_one(zm, exporters=("ours",), trained_first=True)
+    if not trained.built:
+        pytest.skip(f"not built on this install: {trained.build_error}")
+    assert trained.ours.status != "wrong", f"ours silently wrong after a training call: {trained.ours.error}"
+    if trained.ours.status != "ok":
+        cold = run_one(zm, exporters=("ours",))
+        assert cold.ours.status != "ok", f"right cold, not after a training call: {trained.ours}"
+
+
 def test_a_replay_that_runs_out_of_time_is_a_failure_not_a_wrong_program():
     """Regression: the timeout fired inside the replay was caught as a program that raises
     where eager runs, so a slow replay on a busy machine counted as silently wrong."""

@@ -121,14 +121,31 @@ def _placed(built: tuple, device: str, precision: str) -> tuple:
     return model, args, kwargs
 
 
+def _trained_once(model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    """The usual order before an export: one eager training step (forward in train mode, then
+    backward); what the model keeps of that call (caches, hidden states) stays, its gradients go."""
+    was_training = model.training
+    model.train()
+    outs = [t for t in torch.utils._pytree.tree_leaves(model(*args, **kwargs))
+            if isinstance(t, torch.Tensor) and t.requires_grad]
+    if outs:
+        sum(t.float().sum() for t in outs).backward()
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+
+
 def run_one(zm: ZooModel, *, exporters: tuple[str, ...] = ("ours", "torch"), timeout: int = 300,
-            device: str = "cpu", precision: str = "fp32", torch_only_where_ours_misses: bool = False) -> ZooResult:
+            device: str = "cpu", precision: str = "fp32", torch_only_where_ours_misses: bool = False,
+            trained_first: bool = False) -> ZooResult:
     """``device``/``precision``: where the model runs and whether under autocast (the CUDA zoo);
     ``torch_only_where_ours_misses``: torch.export is judged only where ours is not ok (enough to
-    tell an ours-only failure from one torch shares, at half the time)."""
+    tell an ours-only failure from one torch shares, at half the time); ``trained_first``: one
+    eager training step before the export (run, then export)."""
     result = ZooResult(zm.name, zm.library, zm.family, zm.train, built=False)
     try:
         model, args, kwargs = _placed(zm.build(), device, precision)
+        if trained_first:
+            _trained_once(model, args, kwargs)
         with torch.no_grad():  # eager runs on these inputs, or the model is not built (a copy: a first
             copy.deepcopy(model)(*args, **kwargs)  # call may fill caches the export must see written)
     except Exception as e:  # noqa: BLE001
