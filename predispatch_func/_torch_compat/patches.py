@@ -185,12 +185,13 @@ def cuda_batch_norm_reserve_without_gpu() -> Iterator[None]:
     if torch.cuda.is_available():
         yield
         return
-    original = torch._C._get_cudnn_batch_norm_reserve_space_size
-    torch._C._get_cudnn_batch_norm_reserve_space_size = lambda input, training: 0
+    name = "_get_cudnn_batch_norm_reserve_space_size"  # not in torch._C's stubs
+    original = getattr(torch._C, name)
+    setattr(torch._C, name, lambda input, training: 0)
     try:
         yield
     finally:
-        torch._C._get_cudnn_batch_norm_reserve_space_size = original
+        setattr(torch._C, name, original)
 
 
 @contextlib.contextmanager
