@@ -53,8 +53,19 @@ def test_zoo_model_exported_after_a_training_call_is_right_wherever_it_is_cold(z
         assert cold.ours.status != "ok", f"right cold, not after a training call: {trained.ours}"
 
 
+# not right, and verify says so: BigBird rebuilds its attention modules on its first call
+# ('block_sparse' -> 'original_full' for short inputs), drawing from the RNG to initialize
+# weights it then replaces; the program replays that call, so it draws on every call and eager
+# on the first only. torch.export's program draws on every call too.
+_FIRST_CALL_DRAWS = pytest.mark.xfail(strict=True, reason=(
+    "ours and torch.export's: the model's first call rebuilds modules and draws from the RNG; the "
+    "program draws on every call (RNG state after call 2 differs from eager's)"))
+_VERIFY_PARAMS = [pytest.param(m, marks=[_FIRST_CALL_DRAWS] if m.name in (
+    "transformers/big_bird", "transformers/bigbird_pegasus") else [], id=m.name) for m in _LIGHT]
+
+
 @pytest.mark.zoo_extra
-@pytest.mark.parametrize("zm", _LIGHT, ids=_ids(_LIGHT))
+@pytest.mark.parametrize("zm", _VERIFY_PARAMS)
 def test_verify_reports_nothing_on_a_right_zoo_program(zm):
     """pf.verify's own replay (three calls, gradients for the train models) on every light-zoo
     program the zoo's judge finds right: a verifier that cries wolf gets switched off (timm's
