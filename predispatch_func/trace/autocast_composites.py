@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from .composite_policy import _fresh_like
 
 _DEVICES = ("cuda", "cpu")
 _TO_COPY = torch.ops.aten._to_copy.default
@@ -111,7 +112,3 @@ def _run_as_eager_does(func: Any, device: str, casts: dict[int, torch.dtype], ar
     cast_args, cast_kwargs = tc.pytree.tree_unflatten(leaves, spec)
     with tc.autocast_recorded(device, False, torch.get_autocast_dtype(device)):
         return func(*cast_args, **cast_kwargs)
-
-
-def _fresh_like(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
