@@ -11,9 +11,24 @@ eager's: the written positions' to ``value``, the others' to ``base``.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 aten = torch.ops.aten
+_USERS_CALL: list[bool] = []  # a user's own as_strided_scatter call: recorded as eager runs it
+
+
+@contextlib.contextmanager
+def users_own_call() -> Iterator[None]:
+    """A model that calls ``as_strided_scatter`` itself gets eager's op and derivative (as
+    torch.export records it); only functionalization's write-backs take the stand-in."""
+    _USERS_CALL.append(True)
+    try:
+        yield
+    finally:
+        _USERS_CALL.pop()
 
 
 def scatter_decompositions() -> dict:
@@ -25,7 +40,7 @@ def as_strided_scatter_by_index(base: torch.Tensor, value: torch.Tensor, size: l
                                 storage_offset: int | None = None) -> torch.Tensor:
     """``value`` written over the elements of ``base`` that ``as_strided(size, stride, offset)``
     views; ``base`` contiguous (a functional base is), so its memory order is its element order."""
-    if not base.is_contiguous():
+    if _USERS_CALL or not base.is_contiguous():
         return NotImplemented
     positions = aten.as_strided.default(aten.arange.default(base.numel(), device=base.device),
                                         size, stride, storage_offset or 0)

@@ -35,7 +35,7 @@ from .ambient import AmbientModes
 from .autocast_composites import AutocastComposites
 from .composite_policy import CompositePolicy
 from .differentiable_copy import CopyTarget, copy_decompositions
-from .differentiable_scatter import scatter_decompositions
+from .differentiable_scatter import scatter_decompositions, users_own_call
 from .extensions.tensor_subclasses import SubclassValues
 from .observers import (
     Bases,
@@ -71,6 +71,8 @@ def _grows_storage(t: Any, size: Any) -> bool:
     held = tc.inner_of_functional(t).untyped_storage().nbytes()
     return needed > held and held == (t.storage_offset() + t.numel()) * t.element_size()
 
+
+_AS_STRIDED_SCATTER = torch.ops.aten.as_strided_scatter.default
 
 class PolicyFunctionalMode(tc.FunctionalTensorMode):
     """FunctionalTensorMode that asks our policy which composites to keep, and records
@@ -267,7 +269,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 observer.before(call)
             with tc.grad_mode_untraced(False) if call.without_autograd else contextlib.nullcontext():
                 seen, self.dispatched = self.dispatched, self.dispatched + 1
-                out = self._functionalized(func, types, args, call.kwargs)
+                with users_own_call() if func is _AS_STRIDED_SCATTER else contextlib.nullcontext():
+                    out = self._functionalized(func, types, args, call.kwargs)
                 call.decomposed = self.dispatched != seen + 1  # its ops came through this method
                 for observer in self._observers:
                     observer.after(call, out)
