@@ -29,6 +29,8 @@ from .autograd_facts import may_carry_grad
 from .errors import VerificationError
 from .graphs import all_graph_modules
 from .hidden_writes import inputs_the_graph_writes
+from .state.caller_tripwire import CallersTensorsTripwire, callers_tensors
+from .state.history_free_copy import rebind_closures
 
 _FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
 
@@ -412,7 +414,9 @@ def copy_without_history(obj: Any) -> tuple[Any, list[str]]:
     memo = {id(t): t.detach().clone() for _, t in found}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch's own deepcopy of TreeSpecs
-        return copy.deepcopy(obj, memo), [name for name, _ in found]
+        copied = copy.deepcopy(obj, memo)
+    rebind_closures(copied, memo)  # a forward closing over the model runs the copy, not the caller's
+    return copied, [name for name, _ in found]
 
 
 def _copy_program(ep: torch.export.ExportedProgram) -> tuple[torch.nn.Module, list[str]]:
@@ -443,7 +447,8 @@ def _replay(program, model, reference_model, attempt, args, kwargs, report, prob
         candidate = (copy_without_history(model)[0] if i else reference_model) if first else reference_model
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of, as_given, nonleaf=nonleaf)
         try:
-            e_out, e_grad_mode = _run(candidate, e_args, e_kwargs, seed, ambient)
+            with CallersTensorsTripwire(callers_tensors(model, (args, kwargs), tc.pytree.tree_leaves)):
+                e_out, e_grad_mode = _run(candidate, e_args, e_kwargs, seed, ambient)
             e_rng = torch.get_rng_state()
             reference_model = candidate
             break

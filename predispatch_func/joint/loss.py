@@ -9,7 +9,8 @@ differs; the model object itself is never touched.
 
 from __future__ import annotations
 
-import functools
+import inspect
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -26,18 +27,24 @@ def training_step(model: torch.nn.Module, loss_fn: Callable[..., Any] | None) ->
     # a new object whose attributes are the model's (shares _parameters, _buffers and _modules)
     step = type(model).__new__(type(model))
     step.__dict__.update(model.__dict__)
-    original = model.forward
+    if not _plain_forward(model):  # an instance-level forward: a deep copy of the step copies it too
+        step.__dict__["_pf_user_forward"] = model.forward
 
-    @functools.wraps(original)
-    def forward(*args: Any, **kwargs: Any) -> tuple:
-        out = type(model).forward(step, *args, **kwargs) if _plain_forward(model) else original(*args, **kwargs)
+    def forward(self: torch.nn.Module, *args: Any, **kwargs: Any) -> tuple:
+        # bound to the step, not closed over it: the state judge runs a deep copy of the step,
+        # whose forward must run on the copy's tensors, never on the caller's
+        user_forward = vars(self).get("_pf_user_forward")
+        out = type(model).forward(self, *args, **kwargs) if user_forward is None else user_forward(*args, **kwargs)
         if loss_fn is not None:
             return (loss_fn(out), out)
         if isinstance(out, (tuple, list)) and len(out) > 0:
             return tuple(out)
         return (out,)
 
-    step.forward = forward  # type: ignore[method-assign]
+    signature = inspect.signature(model.forward)  # the model's, for dynamic_shapes by name
+    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY), *signature.parameters.values()])
+    step.forward = types.MethodType(forward, step)  # type: ignore[method-assign]
     return step
 
 

@@ -20,6 +20,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import VerificationError
+from ..state.history_free_copy import rebind_closures
 from ..verify import VerifyReport, check_contract
 
 
@@ -82,7 +83,9 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
 def copy_with_gradient_hooks(model: torch.nn.Module) -> torch.nn.Module:
     """``copy.deepcopy(model)`` with the hooks its parameters carry (``register_hook``), which
     deepcopy drops: the eager twin must run them as the program does."""
-    twin = copy.deepcopy(model)
+    memo: dict[int, Any] = {}
+    twin = copy.deepcopy(model, memo)
+    rebind_closures(twin, memo)  # a forward closing over the model runs the twin, not the caller's
     for name, p in model.named_parameters():
         for hook in tc.leaf_gradient_hooks(p)[0]:
             twin.get_parameter(name).register_hook(hook)

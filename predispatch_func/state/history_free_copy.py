@@ -13,6 +13,11 @@ everything else is copied as ``deepcopy`` would::
 
     copy = deepcopy_without_history(model)    # model.corr_pyramid[0].grad_fn is set
     copy.corr_pyramid[0].grad_fn               # None; same values
+
+``deepcopy`` also shares functions: a ``forward`` (or a hook) set on the instance as a
+closure over the model (``m.forward = lambda x: M.forward(m, x)``) would run the
+caller's model from the copy, and write its tensors. The copy's closures over what was
+copied are rebuilt over the copies (:func:`rebind_closures`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,53 @@ def deepcopy_without_history(obj: Any, memo: dict[int, Any] | None = None) -> An
     memo = {} if memo is None else memo
     for t in tensors_with_history(obj):
         memo.setdefault(id(t), t.detach().clone())
-    return copy.deepcopy(obj, memo)
+    copied = copy.deepcopy(obj, memo)
+    rebind_closures(copied, memo)
+    return copied
+
+
+_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                "_state_dict_hooks", "_load_state_dict_pre_hooks")
+
+
+def rebind_closures(copied: Any, memo: dict[int, Any]) -> None:
+    """Point the closures that ``copied``'s modules hold as instance attributes (a ``forward``
+    set on the instance, hooks) at the copies ``memo`` records of the objects they captured."""
+    if not isinstance(copied, torch.nn.Module):
+        return
+    for module in copied.modules():
+        attrs = vars(module)
+        for name, value in list(attrs.items()):
+            if isinstance(value, types.FunctionType):
+                attrs[name] = _rebound(value, memo)
+        for table in _HOOK_TABLES:
+            hooks = attrs.get(table)
+            if not isinstance(hooks, dict):
+                continue
+            for key, hook in list(hooks.items()):
+                if isinstance(hook, types.FunctionType):
+                    hooks[key] = _rebound(hook, memo)
+
+
+def _rebound(fn: types.FunctionType, memo: dict[int, Any]) -> types.FunctionType:
+    """``fn`` with each captured object that ``memo`` copied replaced by its copy (``fn`` itself
+    when it captured none)."""
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            cells.append(cell)
+            continue
+        copied = memo.get(id(held), held)
+        cells.append(cell if copied is held else types.CellType(copied))
+    if all(new is old for new, old in zip(cells, fn.__closure__ or ())):
+        return fn
+    rebound = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells))
+    rebound.__kwdefaults__ = fn.__kwdefaults__
+    rebound.__qualname__, rebound.__doc__ = fn.__qualname__, fn.__doc__
+    rebound.__dict__.update(fn.__dict__)
+    return rebound
 
 
 def tensors_with_history(obj: Any) -> list[torch.Tensor]:

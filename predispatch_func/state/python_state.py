@@ -35,6 +35,7 @@ a call that raises), nothing is carried.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import enum
@@ -45,6 +46,7 @@ import torch
 
 from .. import _torch_compat as tc
 from .access_order import AccessOrder
+from .caller_tripwire import CallersTensorsTripwire, callers_tensors
 from .history_free_copy import deepcopy_without_history
 
 _CALLS = 3
@@ -86,8 +88,12 @@ def judge_over_calls(model: torch.nn.Module, inputs: tuple[tuple, dict],
     unjudged = _why_eager_cannot_run(model, inputs)
     if unjudged is None:
         try:
-            with torch.random.fork_rng(devices=_cuda_devices(model, inputs)):
-                return _judge(model, inputs, written)
+            token = _CALLERS.set(tuple(callers_tensors(model, inputs, tc.pytree.tree_leaves)))
+            try:
+                with torch.random.fork_rng(devices=_cuda_devices(model, inputs)):
+                    return _judge(model, inputs, written)
+            finally:
+                _CALLERS.reset(token)
         except Exception as e:  # noqa: BLE001 (any failure of the user's eager code leaves it unjudged)
             unjudged = f"{type(e).__name__}: {e}".splitlines()[0][:200]
     return dict.fromkeys(written, Judgement(Verdict.UNJUDGED, unjudged))
@@ -123,7 +129,7 @@ class _EagerCall:
         torch.manual_seed(seed)
         seeded = torch.get_rng_state()
         with order.recording() if order is not None else contextlib.nullcontext():
-            out = live(*fresh[0], **fresh[1])
+            out = _call(live, fresh)
         return _EagerCall(fresh, out, seeded)
 
 
@@ -141,14 +147,14 @@ def _judged_over_three_calls(model: torch.nn.Module, live: torch.nn.Module, inpu
         replica = _replica(model, live) if not (call == 1 and first is not None) else None
         live_in = _fresh(call_inputs)
         torch.manual_seed(call)
-        live_out = live(*live_in[0], **live_in[1])
+        live_out = _call(live, live_in)
         if replica is None:  # the replica would compute what call 0 did
             assert first is not None
             replica_in, replica_out, replica_tensors = first
         else:
             replica_in = _fresh(call_inputs)
             torch.manual_seed(call)
-            replica_out = replica(*replica_in[0], **replica_in[1])
+            replica_out = _call(replica, replica_in)
             replica_tensors = _tensors(replica)
         agree = agree and _alike(live_out, replica_out) and _alike(live_in, replica_in) \
             and _alike(_tensors(live), replica_tensors)
@@ -190,6 +196,14 @@ def _first_call_replays_itself(model: torch.nn.Module, live: torch.nn.Module, se
 
 
 # --- running eager on copies ------------------------------------------------------------
+
+_CALLERS: contextvars.ContextVar[tuple[torch.Tensor, ...]] = contextvars.ContextVar("callers_tensors", default=())
+
+
+def _call(copy_of_model: torch.nn.Module, inputs: tuple[tuple, dict]) -> Any:
+    """Call a copy, stopped if it reaches the caller's tensors (:mod:`.caller_tripwire`)."""
+    with CallersTensorsTripwire(_CALLERS.get()):
+        return copy_of_model(*inputs[0], **inputs[1])
 
 
 def _why_eager_cannot_run(model: torch.nn.Module, inputs: Any) -> str | None:
