@@ -29,6 +29,7 @@ import torch
 
 from .. import _torch_compat as tc
 from .errors import JointError, JointProblem
+from .recomputed_writes import functional_writes
 
 
 class ForwardCall:
@@ -55,9 +56,11 @@ class ForwardCall:
                 return t
 
             before = len(tracer.graph.nodes)
+            last = next(iter(reversed(tracer.graph.nodes)))
             with tc.grad_mode_untraced(True), tc.autocast_state_as(self.autocast), \
                     torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), tc.recorded_below_autograd(tracer):
                 self.run()
+            functional_writes(tracer.graph, last.next if last.next.op != "root" else None)
             drawn = [n for n in list(tracer.graph.nodes)[before:] if _draws_random_numbers(n)]
             if drawn:  # recomputing would draw new random numbers: not the values the forward saved
                 error = JointError(

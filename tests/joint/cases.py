@@ -373,3 +373,20 @@ class _DataWrite(nn.Module):
 @case("aten.linear.default")
 def data_write_to_buffer():
     return _DataWrite(), (_x(3, 4),), {}, None
+
+
+class _RmsNorm(nn.Module):
+    """transformers' diffllama shape: rms_norm's C++ decomposition, recomputed in the backward
+    for its saved rstd, writes a temporary in place (``mean(x.pow(2)).add_(eps)``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc = nn.RMSNorm(8, eps=1e-5), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(self.norm(x)).pow(2).mean()
+
+
+@case("aten.rms_norm.default")
+def rms_norm_recomputed_with_its_own_writes():
+    return _RmsNorm(), (_x(3, 8, grad=True),), {}, None
