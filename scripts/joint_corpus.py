@@ -6,8 +6,9 @@ the same with ``target=OpSet.core_aten()``; with ``AdamW`` and with ``SGD(moment
 3 steps (parameters and optimizer state compared). Prints one line per model and a
 summary, and writes JSON with ``--json``.
 
-``--zoo``: the models of tests/models/zoo.py instead (as built there: eval mode, or train mode
-where the zoo trains them), those not in the corpus, the plain joint program only.
+``--zoo``: the light models of tests/models/zoo.py instead (torchvision, timm, transformers; as
+built there: eval mode, or train mode where the zoo trains them), those not in the corpus: the
+plain joint program and, unless ``--skip-target``, the same with ``target=core_aten``.
 
 Run: python -m scripts.joint_corpus [--models gpt2,bert] [--json out.json] [--skip-target] [--skip-optim] [--zoo]
 """
@@ -74,7 +75,9 @@ def main() -> None:
         from tests.models.zoo import zoo
 
         ZOO.update({m.name: m for m in zoo() if not m.heavy and m.name.split("/")[-1] not in CASES})
-        opts.models, opts.skip_target, opts.skip_optim = ",".join(ZOO), True, True
+        if opts.models == ",".join(CASES):
+            opts.models = ",".join(ZOO)
+        opts.skip_optim = True
     runs: dict[str, Any] = {"plain": {}}
     if not opts.skip_target:
         runs["core_aten"] = {"target": pf.OpSet.core_aten()}
