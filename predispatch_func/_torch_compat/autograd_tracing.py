@@ -48,11 +48,17 @@ __all__ += ["detached_untraced"]
 
 
 @contextlib.contextmanager
-def recorded_below_autograd(tracer: Any) -> Iterator[None]:
+def recorded_below_autograd(tracer: Any, decomposing_as: Any = None) -> Iterator[None]:
     """Ops called inside are recorded into ``tracer``'s graph after autograd, autocast and
     composite decompositions ran (the PreDispatch modes skipped): what a kept composite
-    or an autocast cast computed internally becomes visible as plain ATen nodes."""
+    or an autocast cast computed internally becomes visible as plain ATen nodes.
+    ``decomposing_as``: a proxy mode whose decomposition table applies here too (a target's
+    lowering). From torch 2.13 on each proxy mode holds its own table; before, the table
+    is a global that make_fx sets for its whole trace, so it applies already."""
     lower = ProxyTorchDispatchMode(tracer, "real", pre_dispatch=False)
+    table = getattr(decomposing_as, "decomposition_table", None)
+    if table:
+        lower.decomposition_table = table
     with torch._C._ExcludeDispatchKeyGuard(_PRE_DISPATCH), lower:
         yield
 

@@ -124,7 +124,7 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     def joint(*everything: Any) -> tuple:
         flat, extras = everything[:len(inputs)], everything[len(inputs):]
         mode = tc.pre_dispatch_proxy_mode()
-        saved = SavedValues(mode.tracer)
+        saved = SavedValues(mode)
         with saved.hooks():
             outs = _ForwardReplay(forward, saved, mode.tracer).run(*flat)
         loss = outs[loss_index]

@@ -46,8 +46,10 @@ class ForwardCall:
         self.saved_count = 0
         self._recomputed: list[torch.Tensor] | None = None
 
-    def recomputed(self, tracer: Any) -> list[torch.Tensor]:
-        """Every tensor autograd saves when the call runs again, recorded below autograd."""
+    def recomputed(self, mode: Any) -> list[torch.Tensor]:
+        """Every tensor autograd saves when the call runs again, recorded below autograd by a
+        proxy mode with ``mode``'s tracer and decompositions (a target's lowering)."""
+        tracer = mode.tracer
         if self._recomputed is None:
             saved: list[torch.Tensor] = []
 
@@ -58,7 +60,7 @@ class ForwardCall:
             before = len(tracer.graph.nodes)
             last = next(iter(reversed(tracer.graph.nodes)))
             with tc.grad_mode_untraced(True), tc.autocast_state_as(self.autocast), \
-                    torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), tc.recorded_below_autograd(tracer):
+                    torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), tc.recorded_below_autograd(tracer, decomposing_as=mode):
                 self.run()
             functional_writes(tracer.graph, last.next if last.next.op != "root" else None)
             drawn = [n for n in list(tracer.graph.nodes)[before:] if _draws_random_numbers(n)]
@@ -86,8 +88,8 @@ class _Invisible:
 class SavedValues:
     """``saved_tensors_hooks`` mapping every saved tensor to a value of the joint graph."""
 
-    def __init__(self, tracer: Any):
-        self._tracer = tracer
+    def __init__(self, mode: Any):
+        self._mode, self._tracer = mode, mode.tracer
         self.call: ForwardCall | None = None  # the forward call in flight (set by the interpreter)
         self._by_layout: dict[tuple, torch.Tensor] = {}  # unpacked values, for the engine's re-wrapped copies
         self.recomputed_calls: list[str] = []
@@ -108,7 +110,7 @@ class SavedValues:
             if not tc.is_tracked(self._tracer, value):  # (a kept node's own result is tracked by now)
                 if packed.call.where not in self.recomputed_calls:
                     self.recomputed_calls.append(packed.call.where)
-                recomputed = packed.call.recomputed(self._tracer)
+                recomputed = packed.call.recomputed(self._mode)
                 if packed.index >= len(recomputed) or not tc.is_tracked(self._tracer, recomputed[packed.index]):
                     raise JointError(
                         f"the backward reads a value computed inside {packed.call.where} that the joint "

@@ -390,3 +390,20 @@ class _RmsNorm(nn.Module):
 @case("aten.rms_norm.default")
 def rms_norm_recomputed_with_its_own_writes():
     return _RmsNorm(), (_x(3, 8, grad=True),), {}, None
+
+
+class _Upsample(nn.Module):
+    """transformers' segformer shape: a kept ``upsample_bilinear2d`` recomputed in the backward;
+    under a target its decomposition's ``arange`` must be lowered there too."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 1)
+
+    def forward(self, x):
+        return F.interpolate(self.conv(x), scale_factor=2.0, mode="bilinear", align_corners=False).pow(2).mean()
+
+
+@case("aten.upsample_bilinear2d.vec")
+def bilinear_upsample_recomputed():
+    return _Upsample(), (_x(1, 2, 6, 6, grad=True),), {}, None
