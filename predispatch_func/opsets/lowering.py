@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import operator
 import warnings
 from collections.abc import Callable, Mapping
@@ -194,6 +195,10 @@ def _sdpa_lowered(query: Any, key: Any, value: Any, attn_mask: Any = None, dropo
     keep the composite's own choice."""
     if query.device.type == "cpu" or dropout_p:
         return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # sdpa turns a boolean mask into an additive one before it picks a kernel; the math kernel
+        # adds whatever mask it is given (a boolean one as 0/1: found on the GPU, gpt2 and llama)
+        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(attn_mask.logical_not(), -math.inf)
     return torch.ops.aten._scaled_dot_product_attention_math.default(
         query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
 
