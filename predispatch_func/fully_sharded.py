@@ -17,8 +17,9 @@ the form SimpleFSDP and torchtitan's graph-based FSDP use:
   reduce-scatter as a node.
 
 What changes the computation and is not modelled here is refused by kind
-(``FULLY_SHARDED_MODULE``): mixed precision policies, CPU offload, and shards placed other than
-``Shard(0)`` on a 1-D mesh (HSDP, ``shard_placement_fn``).
+(``FULLY_SHARDED_MODULE``): mixed precision policies, CPU offload, shards placed other than
+``Shard(0)`` on a 1-D mesh (HSDP, ``shard_placement_fn``), and settings that change the gradients
+(``set_requires_gradient_sync(False)``, ``set_gradient_divide_factor``, ``set_all_reduce_hook``).
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def sharded_parameters(model: torch.nn.Module) -> dict[tuple[int, str], Any]:
         if unit.offloads_to_cpu:
             _refuse(f"{name} is fully_shard'ed with CPUOffloadPolicy: the program does not move shards between "
                     "devices; export it with the default OffloadPolicy()")
+        if unit.gradient_settings:
+            _refuse(f"{name} has {', '.join(unit.gradient_settings)} in effect: the program's gradients are the "
+                    "local shards' reduce-scattered average over the ranks, FSDP2's default; export it with the "
+                    "defaults")
         for owner, leaf, param in unit.sharded:
             placements = tuple(param.placements)
             if param.device_mesh.ndim != 1 or len(placements) != 1 or not placements[0].is_shard(0):

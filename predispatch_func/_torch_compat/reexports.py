@@ -828,6 +828,7 @@ class FsdpUnit:
     sharded: tuple[tuple[torch.nn.Module, str, Any], ...]  # (owner, name, DTensor parameter)
     mixed_precision: Any  # a MixedPrecisionPolicy
     offloads_to_cpu: bool
+    gradient_settings: tuple[str, ...]  # the FSDPModule.set_* calls in effect that change its gradients
 
 
 def fsdp_units(model: torch.nn.Module) -> list[FsdpUnit]:
@@ -845,11 +846,16 @@ def fsdp_units(model: torch.nn.Module) -> list[FsdpUnit]:
             group = state._fsdp_param_group
             groups = [group] if group is not None else []
         params = [p for g in groups for p in g.fsdp_params]
+        settings = [f"set_requires_gradient_sync({g.reduce_grads})" for g in groups if not g.reduce_grads]
+        settings += [f"set_gradient_divide_factor({g.gradient_divide_factor})" for g in groups
+                     if g.gradient_divide_factor is not None]
+        settings += ["set_all_reduce_hook(...)" for g in groups if g._all_reduce_hook is not None]
         units.append(FsdpUnit(
             module=module,
             sharded=tuple((p._module_info.module, p._module_info.param_name, p.sharded_param) for p in params),
             mixed_precision=state._mp_policy,
-            offloads_to_cpu=any(p.offload_to_cpu for p in params)))
+            offloads_to_cpu=any(p.offload_to_cpu for p in params),
+            gradient_settings=tuple(settings)))
     return units
 
 

@@ -113,6 +113,21 @@ def test_fsdp_units_see_a_mixed_precision_policy(mesh):
     assert all(u.mixed_precision.param_dtype is torch.bfloat16 for u in tc.fsdp_units(model))
 
 
+def test_fsdp_units_see_the_settings_that_change_gradients(mesh):
+    import predispatch_func as pf
+
+    model = _fully_sharded_two_layers(mesh)
+    assert all(u.gradient_settings == () for u in tc.fsdp_units(model))
+    model.set_requires_gradient_sync(False)
+    model.up.set_gradient_divide_factor(3.0)
+    settings = {u.module: u.gradient_settings for u in tc.fsdp_units(model)}
+    assert settings == {model: ("set_requires_gradient_sync(False)",),
+                        model.up: ("set_requires_gradient_sync(False)", "set_gradient_divide_factor(3.0)")}
+    with pytest.raises(pf.UnsupportedError) as err:
+        pf.distributed.export_local(model, (torch.randn(2, 3),))
+    assert err.value.kind is pf.Refusal.FULLY_SHARDED_MODULE and "set_requires_gradient_sync(False)" in str(err.value)
+
+
 def test_fsdp_forward_hooks_suspended_skips_them_and_restores_them_in_order(mesh):
     """While suspended, a call runs the plain module on the weights given to it (FSDP2's pre-hook
     would all-gather and swap in its own); after, even when the body raised, every hook dict
