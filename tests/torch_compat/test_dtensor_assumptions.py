@@ -164,3 +164,5 @@ def test_export_local_of_a_fully_sharded_model_on_one_rank(mesh):
     with pytest.raises(pf.UnsupportedError) as err:
         pf.export(model, (x,))
     assert err.value.kind is pf.Refusal.FULLY_SHARDED_MODULE and "export_local" in str(err.value)
+    with pytest.raises(pf.InputError, match="fully_shard"):
+        pf.distributed.export_local_joint(TwoLayers(), (x,))
