@@ -97,7 +97,7 @@ def export_local(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | N
     or :func:`~predispatch_func.export_joint`, whose programs stay over DTensors.
 
     A ``fully_shard``'ed (FSDP2) model gives a pre-dispatch program instead (``fully_sharded.py``):
-    its parameters are the local shards, each all-gathered where the model reads it, and the
+    its parameters are the local shards, each unit's all-gathered as its forward starts, and the
     gather's backward reduce-scatters, so gradients through ``ep.module()`` are eager FSDP2's
     ``.grad`` shards; :func:`export_local_joint` gives its training step.
     """

@@ -8,9 +8,10 @@ and resize storages), so the program here does not trace them. It computes the s
 the form SimpleFSDP and torchtitan's graph-based FSDP use:
 
 * its parameters are the local shards, plain tensors under the model's parameter names;
-* each is all-gathered where the model needs the whole weight (``all_gather_into_tensor`` plus
-  ``wait_tensor``, the padding FSDP2 adds to uneven shards cut off), and the plain modules'
-  ``forward`` runs on the gathered weights, FSDP2's hooks suspended for the trace;
+* each unit's shards are all-gathered as the unit's forward starts, where FSDP2's pre-hook
+  unshards (``all_gather_into_tensor`` plus ``wait_tensor``, the padding FSDP2 adds to uneven
+  shards cut off), and the plain modules' ``forward`` runs on the gathered weights, FSDP2's
+  hooks suspended for the trace;
 * the gather is an autograd Function whose backward reduce-scatters the gradient (``avg``,
   as FSDP2's default), so the program keeps it as its own backward: gradients through
   ``ep.module()`` are eager FSDP2's ``.grad`` shards, and a joint program has the
@@ -24,7 +25,9 @@ What changes the computation and is not modelled here is refused by kind
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -104,7 +107,7 @@ def _refuse(message: str) -> None:
 class ShardsView(torch.nn.Module):
     """``model`` with its state as this rank's tensors under the same names: each FSDP2 shard's
     local tensor as a parameter (requiring grad as the shard does), the rest as they are.
-    ``forward`` gathers every shard and runs ``model`` on the whole weights, FSDP2's hooks off."""
+    ``forward`` runs ``model`` with FSDP2's hooks off and each unit's shards gathered as it starts."""
 
     model: torch.nn.Module
 
@@ -132,14 +135,50 @@ class ShardsView(torch.nn.Module):
         object.__setattr__(self, "model", model)  # not a submodule: its DTensors are no state of ours
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        state = {}
+        # FSDP2's own shards stay in place until their unit runs, as in eager: a read outside the unit's
+        # forward meets the DTensor shard and fails as eager's does, never a silently different weight
+        state = {name: self.layouts.get(name, value) for name, value in self._state()}
+        with tc.fsdp_forward_hooks_suspended(self.model), self._gathered_as_each_unit_runs():
+            return torch.func.functional_call(self.model, state, args, kwargs)
+
+    def _state(self) -> list[tuple[str, Any]]:
+        """Our tensors by name (while tracing, the lifted stand-ins)."""
+        state = []
         for name, _ in itertools.chain(self.named_parameters(), self.named_buffers()):
             owner, _, leaf = name.rpartition(".")
-            value = getattr(self.get_submodule(owner), leaf)
-            like = self.layouts.get(name)
-            if like is not None:
-                group = like.device_mesh.get_group()
-                value = _GatheredShards.apply(value, like.shape[0], group.size(), group.group_name)
-            state[name] = value
-        with tc.fsdp_forward_hooks_suspended(self.model):
-            return torch.func.functional_call(self.model, state, args, kwargs)
+            state.append((name, getattr(self.get_submodule(owner), leaf)))
+        return state
+
+    @contextlib.contextmanager
+    def _gathered_as_each_unit_runs(self) -> Iterator[None]:
+        """Before each ``fully_shard``'ed module's forward (where FSDP2's pre-hook unshards), its
+        parameters become the whole weights gathered from our shards, as FSDP2 swaps them in; the
+        call of ``functional_call`` gives the originals back after."""
+        ours = dict(self._state())
+        names = {(id(module), leaf): name for name, module, leaf in self._owners()}
+        handles = []
+
+        def gather(unit: tc.FsdpUnit) -> Callable[..., None]:
+            def pre_hook(module: torch.nn.Module, args: Any) -> None:
+                for owner, leaf, shard in unit.sharded:
+                    if tc.module_parameters(owner).get(leaf) is not shard:
+                        continue  # gathered already: a module called twice, or one of a group's modules
+                    group = shard.device_mesh.get_group()
+                    local = ours[names[(id(owner), leaf)]]
+                    tc.module_parameters(owner)[leaf] = _GatheredShards.apply(local, shard.shape[0], group.size(),
+                                                                    group.group_name)
+            return pre_hook
+
+        try:
+            for unit in tc.fsdp_units(self.model):
+                handles.append(unit.module.register_forward_pre_hook(gather(unit), prepend=True))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _owners(self) -> Iterator[tuple[str, torch.nn.Module, str]]:
+        """``(our name, the model's module owning it, its local name)`` for each FSDP2 shard."""
+        for name in self.layouts:
+            owner, _, leaf = name.rpartition(".")
+            yield name, self.model.get_submodule(owner), leaf

@@ -9,6 +9,7 @@ torch.distributed expects of replicated initialisation.
 from __future__ import annotations
 
 import copy
+import operator
 from typing import Any
 
 import torch
@@ -589,11 +590,26 @@ def _fully_sharded_program(rank: int, model_class: type, shape: tuple[int, ...],
         else:
             assert layout is None
     return {"output_error": (out - expected).abs().max().item(), "grad_errors": grad_errors,
+            "ops_before_gather": _ops_before_each_gather(ep),
             "joint_grad_errors": joint_grad_errors,
             "contract_problems": pf.check_contract(ep).problems + pf.check_contract(jep).problems,
             "n_parameters": len(grad_errors),
             "collectives": _collectives(ep.graph_module, nested=True),
             "joint_collectives": _collectives(jep.graph_module, nested=False)}
+
+
+def _ops_before_each_gather(ep: Any) -> dict[str, int]:
+    """Per parameter, how many ops (other than gathers) the forward program runs before gathering it."""
+    placeholder_targets = {s.arg.name: s.target for s in ep.graph_signature.input_specs}
+    ops, before = 0, {}
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if "_GatheredShards" in node.args:
+            before[placeholder_targets[node.args[-1].name]] = ops
+        else:
+            ops += 1
+    return before
 
 
 def fsdp2_mlp_local_ours(rank: int, world_size: int) -> dict:

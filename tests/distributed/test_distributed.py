@@ -215,6 +215,17 @@ def test_fully_sharded_programs_cover_both_models(results):
     assert blocks["n_parameters"] == 2 * 12 + 4  # two blocks of 2 norms and 4 linears (12 each), final norm, head
 
 
+def test_each_unit_gathers_its_shards_as_its_forward_starts(results):
+    """Where FSDP2's pre-hook unshards: the root's parameters (final norm, head) and block 0's before
+    any op, block 1's after block 0's ops."""
+    for value in _values(results, "fsdp2_two_blocks_local_ours"):
+        before = value["ops_before_gather"]
+        assert len(before) == 28
+        assert all(n == 0 for name, n in before.items() if not name.startswith("blocks.1."))
+        assert len({n for name, n in before.items() if name.startswith("blocks.1.")}) == 1
+        assert all(n > 0 for name, n in before.items() if name.startswith("blocks.1."))
+
+
 def test_pf_export_of_a_fully_sharded_model_points_to_export_local(results):
     """pf.export traces FSDP2's hooks (they read data pointers of fakes): refused, naming the way that
     works; torch.export fails too (a data pointer of a fake on torch 2.13-2.15, an assert of compiled
