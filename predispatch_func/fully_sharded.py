@@ -165,8 +165,8 @@ class ShardsView(torch.nn.Module):
                         continue  # gathered already: a module called twice, or one of a group's modules
                     group = shard.device_mesh.get_group()
                     local = ours[names[(id(owner), leaf)]]
-                    tc.module_parameters(owner)[leaf] = _GatheredShards.apply(local, shard.shape[0], group.size(),
-                                                                    group.group_name)
+                    whole = _GatheredShards.apply(local, shard.shape[0], group.size(), group.group_name)
+                    tc.module_parameters(owner)[leaf] = whole
             return pre_hook
 
         try:
