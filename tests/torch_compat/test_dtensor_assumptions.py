@@ -166,3 +166,40 @@ def test_export_local_of_a_fully_sharded_model_on_one_rank(mesh):
     assert err.value.kind is pf.Refusal.FULLY_SHARDED_MODULE and "export_local" in str(err.value)
     with pytest.raises(pf.InputError, match="fully_shard"):
         pf.distributed.export_local_joint(TwoLayers(), (x,))
+
+
+class SquareTwice(torch.nn.Module):
+    """``twice`` runs two times per forward (its unit is gathered once); ``a`` and ``b`` share
+    one ``fully_shard`` call (FSDP2 registers grouped hooks, one handle for all)."""
+
+    def __init__(self):
+        super().__init__()
+        self.twice, self.a, self.b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 5), torch.nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(self.twice(self.twice(x)))))
+
+
+def test_export_local_of_grouped_and_reused_fully_sharded_modules(mesh):
+    from torch.distributed.fsdp import fully_shard
+
+    import predispatch_func as pf
+
+    torch.manual_seed(0)
+    model = SquareTwice()
+    fully_shard(model.twice, mesh=mesh)
+    fully_shard([model.a, model.b], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    before = _forward_hook_dicts(model)
+    x = torch.randn(2, 3)
+    ep = pf.distributed.export_local(model, (x,))
+    assert _forward_hook_dicts(model) == before
+    gathers = [n for n in ep.graph.nodes if n.op == "call_function" and "_GatheredShards" in n.args]
+    assert len(gathers) == 6  # one per parameter, though twice runs twice
+    program = ep.module()
+    out, expected = program(x), model(x)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    for name, p in program.named_parameters():
+        torch.testing.assert_close(p.grad, model.get_parameter(name).grad.to_local())
