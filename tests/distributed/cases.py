@@ -591,6 +591,10 @@ def _fully_sharded_program(rank: int, model_class: type, shape: tuple[int, ...],
             assert layout is None
     return {"output_error": (out - expected).abs().max().item(), "grad_errors": grad_errors,
             "ops_before_gather": _ops_before_each_gather(ep),
+            # what the signature takes: the shards and the batch, no whole weight lifted as a constant
+            "input_kinds": sorted({s.kind.name for p in (ep, jep) for s in p.graph_signature.input_specs}),
+            "state_shapes": {name: tuple(t.shape) for name, t in ep.state_dict.items()},
+            "shard_shapes": {name: tuple(t.shape) for name, t in shards.items()},
             "joint_grad_errors": joint_grad_errors,
             "contract_problems": pf.check_contract(ep).problems + pf.check_contract(jep).problems,
             "n_parameters": len(grad_errors),

@@ -205,6 +205,8 @@ def test_a_fully_sharded_program_equals_eager_fsdp2(results, name):
         assert set(value["grad_errors"]) == set(value["joint_grad_errors"])
         assert all(e <= 1e-6 for e in [*value["grad_errors"].values(), *value["joint_grad_errors"].values()])
         assert value["contract_problems"] == []
+        assert value["input_kinds"] == ["PARAMETER", "USER_INPUT"]  # no unsharded weight leaks in as a constant
+        assert value["state_shapes"] == value["shard_shapes"]
         assert value["collectives"] == {_GATHER: n, _SCATTER: n, _WAIT: 2 * n}
         assert value["joint_collectives"] == {_GATHER: n, _SCATTER: n, _WAIT: 2 * n}
 
