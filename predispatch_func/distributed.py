@@ -25,6 +25,10 @@ We build no distributed runtime of our own. What exports today (docs/distributed
   below DTensor's dispatch, so the program takes plain tensors (each rank's shards)
   and its collectives are ``_c10d_functional`` nodes plus ``wait_tensor``; each
   placeholder's and output's :class:`ShardLayout` is in the node's metadata.
+* FSDP2 programs: :func:`export_local` of a ``fully_shard``'ed model takes each rank's local
+  shards as its parameters and all-gathers them in the graph (``fully_sharded.py``); the
+  gather's backward reduce-scatters, so ``ep.module()``'s gradients are FSDP2's, and
+  :func:`export_local_joint` gives the training step with the reduce-scatters as nodes.
 """
 
 from __future__ import annotations
@@ -40,11 +44,13 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
+from . import fully_sharded
 from .errors import Refusal, UnsupportedError
 from .export import export
 from .graphs import all_graph_modules
-from .inputs.input_check import refuse_fully_sharded
+from .inputs.input_check import InputError
 from .interop import inline_regions
+from .joint import export_joint
 from .regions.ops import pf_grad_region
 from .trace.extensions.function_trace import dtensor_steps_inline
 
@@ -72,7 +78,8 @@ def is_dtensor(t: Any) -> bool:
 
 
 def export_local(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | None = None) -> Any:
-    """This rank's program of ``model`` (DTensor parameters, buffers and inputs) over local shards.
+    """This rank's program of ``model`` (DTensor parameters, buffers and inputs, or a
+    ``fully_shard``'ed model) over local shards.
 
     The trace runs below autograd (``pre_dispatch=False``: plain ATen, as ``export``'s lower
     level) and below DTensor's dispatch, so what DTensor does on each op is in the graph: the
@@ -88,9 +95,18 @@ def export_local(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | N
     local ops is not DTensor's backward (where DTensor's backward of a redistribution is itself
     a collective, each rank would get only its part). Train through :func:`~predispatch_func.export`
     or :func:`~predispatch_func.export_joint`, whose programs stay over DTensors.
+
+    A ``fully_shard``'ed (FSDP2) model gives a pre-dispatch program instead (``fully_sharded.py``):
+    its parameters are the local shards, each unit's all-gathered as its forward starts, and the
+    gather's backward reduce-scatters, so gradients through ``ep.module()`` are eager FSDP2's
+    ``.grad`` shards; :func:`export_local_joint` gives its training step.
     """
     kwargs = kwargs or {}
-    refuse_fully_sharded(model)  # the view below is no FSDP module: export's own check would not see it
+    if fully_sharded.is_fully_sharded(model):
+        shards = _fully_sharded_view(model, args, kwargs)
+        ep = export(shards, args, kwargs)
+        _record_shard_layouts(ep, shards)
+        return ep
     output_layouts: list[ShardLayout | None] = []
     view = _LocalView(model, args, kwargs, output_layouts.extend)
     local_args, local_kwargs = tc.pytree.tree_map_only(torch.Tensor, _local, (args, kwargs))
@@ -99,6 +115,49 @@ def export_local(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | N
     last_call = output_layouts[len(output_layouts) - len(ep.graph_signature.user_outputs):]
     _record_layouts(ep, model, (args, kwargs), last_call)
     return ep
+
+
+def export_local_joint(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any] | None = None, *,
+                       loss_fn: Callable[..., Any] | None = None) -> Any:
+    """One training step of a ``fully_shard``'ed model on this rank, over its local shards:
+    :func:`~predispatch_func.export_joint` of :func:`export_local`'s program. Each gathered weight's
+    gradient is reduce-scattered (``avg``, as FSDP2) to this rank's shard in the graph, so the
+    ``GRADIENT_TO_PARAMETER`` outputs (and ``.grad`` after ``ep.module()``) are eager FSDP2's."""
+    kwargs = kwargs or {}
+    if not fully_sharded.is_fully_sharded(model):
+        raise InputError(f"export_local_joint takes a model sharded by FSDP2's fully_shard; {type(model).__name__} "
+                         "has no fully_shard'ed module: train a model over DTensors with pf.export_joint, whose "
+                         "program stays over DTensors (docs/distributed.md)")
+    view = _fully_sharded_view(model, args, kwargs)
+    jep = export_joint(view, args, kwargs, loss_fn=loss_fn)
+    _record_shard_layouts(jep, view)
+    return jep
+
+
+def _fully_sharded_view(model: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> fully_sharded.ShardsView:
+    sharded = fully_sharded.sharded_parameters(model)
+    shards = {id(t) for t in sharded.values()}
+    stray = next((name for name, t in itertools.chain(model.named_parameters(), model.named_buffers())
+                  if is_dtensor(t) and id(t) not in shards), None)
+    if stray is None:
+        stray = next(("an input" for t in tc.pytree.tree_leaves((args, kwargs)) if is_dtensor(t)), None)
+    if stray is not None:
+        raise UnsupportedError(
+            f"{stray} is a DTensor FSDP2 does not shard, in a fully_shard'ed model: the program models FSDP2 "
+            "alone (1-D data parallel over plain inputs), not FSDP2 mixed with tensor parallelism",
+            kind=Refusal.FULLY_SHARDED_MODULE)
+    return fully_sharded.ShardsView(model, sharded)
+
+
+def _record_shard_layouts(ep: Any, view: fully_sharded.ShardsView) -> None:
+    """Each placeholder's layout: the FSDP2 shards' (parameters by name), None for the rest; the
+    outputs are plain tensors (FSDP2 runs the modules on whole weights)."""
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for spec in ep.graph_signature.input_specs:
+        shard = view.layouts.get(spec.target) if spec.kind is InputKind.PARAMETER else None
+        placeholders[spec.arg.name].meta[SHARD_LAYOUT] = ShardLayout.of(shard) if shard is not None else None
+    n_outputs = sum(s.kind is OutputKind.USER_OUTPUT for s in ep.graph_signature.output_specs)
+    ep.graph.output_node().meta[SHARD_LAYOUTS] = (None,) * n_outputs
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

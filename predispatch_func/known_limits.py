@@ -226,11 +226,16 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                           'program over DTensors; `pf.distributed.export_local` gives each rank\'s '
                                           'inference program over local shards of either kind of model (see '
                                           '[distributed](distributed.md))'),
-    Refusal.FULLY_SHARDED_MODULE: ("a module sharded by FSDP2's `fully_shard`: its all-gather and "
-                                   'reduce-scatter run in module hooks that resize storages and read data '
-                                   'pointers, which no trace can record (torch.export fails too). Export the '
-                                   'model before `fully_shard`, or with its parameters as DTensors (see '
-                                   '[distributed](distributed.md))'),
+    Refusal.FULLY_SHARDED_MODULE: ("`pf.export` of a module sharded by FSDP2's `fully_shard`: its all-gather "
+                                   'and reduce-scatter run in module hooks that resize storages and read data '
+                                   'pointers, which no trace can record (torch.export fails too); '
+                                   '`pf.distributed.export_local` exports each rank\'s program over its shards '
+                                   'without tracing them. It refuses what it does not model: a mixed precision '
+                                   'policy, CPU offload, shards other than `Shard(0)` on a 1-D mesh (HSDP, '
+                                   '`shard_placement_fn`), settings that change the gradients (`set_requires_gradient_'
+                                   'sync(False)`, `set_gradient_divide_factor`, `set_all_reduce_hook`) and FSDP2 '
+                                   'mixed with DTensor (tensor-parallel) parameters '
+                                   '(see [distributed](distributed.md))'),
     Refusal.SUBGRAPH_IN_PIPELINE_STAGE: ('with `pf.distributed.pipeline`, a program with an autocast region or '
                                          'a torch HOP (`cond`, `scan`, ...): torch\'s split rebuilds each stage '
                                          'from its graph alone and loses the subgraphs these calls read '

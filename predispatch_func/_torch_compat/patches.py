@@ -20,6 +20,8 @@ from .reexports import (
     all_higher_order_ops,
     autocast_state,
     disable_proxy_modes_tracing,
+    fsdp_forward_hook_handles,
+    fsdp_units,
     written_arguments,
     written_values,
 )
@@ -969,6 +971,7 @@ __all__ = [
     "functional_tensor_attributes",
     "functional_mode_off",
     "subclass_constructors_unrecorded",
+    "fsdp_forward_hooks_suspended",
 ]
 
 
@@ -989,3 +992,27 @@ def pipeline_traced_by(export: Callable[..., Any]) -> Iterator[None]:
         yield
     finally:
         Pipe._trace_with_export = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def fsdp_forward_hooks_suspended(model: torch.nn.Module) -> Iterator[None]:
+    """Calls of ``model``'s ``fully_shard``'ed modules skip FSDP2's forward pre- and post-hooks
+    (the all-gather into resized storages, the parameter swaps, the reshard): each hook leaves
+    its module's hook dicts and comes back in its place on every path."""
+    removed = []  # (hook dict, its keys in order, the entries taken out)
+    for unit in fsdp_units(model):
+        for handle in fsdp_forward_hook_handles(unit.module):
+            refs = (handle.hooks_dict_ref, *(getattr(handle, "extra_dict_ref", ()) or ()))
+            for ref in refs:
+                hooks = ref()
+                if hooks is not None and handle.id in hooks:
+                    removed.append((hooks, list(hooks), {handle.id: hooks.pop(handle.id)}))
+    try:
+        yield
+    finally:
+        for hooks, order, taken in reversed(removed):
+            hooks.update(taken)
+            if not hasattr(hooks, "move_to_end"):
+                continue  # a plain dict: only membership is read
+            for key in [k for k in order if k in hooks] + [k for k in list(hooks) if k not in order]:
+                hooks.move_to_end(key)

@@ -9,6 +9,8 @@ resolves every private name this package reaches for.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +43,11 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "graph_module_flat_inputs",
     "dtensor_local_shard",
     "dtensor_around",
+    "FsdpUnit",
+    "fsdp_units",
+    "fsdp_forward_hook_handles",
+    "functional_all_gather",
+    "functional_reduce_scatter",
     "has_fbgemm",
     "has_sparse_kernel",
     "sparse_components",
@@ -809,3 +816,68 @@ def dtensor_around(local: torch.Tensor, like: Any) -> Any:
     from torch.distributed.tensor import DTensor
 
     return DTensor(local, like._spec, requires_grad=local.requires_grad)
+
+
+@dataclasses.dataclass(frozen=True)
+class FsdpUnit:
+    """One ``fully_shard``'ed module as FSDP2 keeps it: the parameters it shards (the
+    ``nn.Parameter`` DTensor FSDP2 registers between forwards, by owning module and name) and
+    the policies that change what its forward computes."""
+
+    module: torch.nn.Module
+    sharded: tuple[tuple[torch.nn.Module, str, Any], ...]  # (owner, name, DTensor parameter)
+    mixed_precision: Any  # a MixedPrecisionPolicy
+    offloads_to_cpu: bool
+    gradient_settings: tuple[str, ...]  # the FSDPModule.set_* calls in effect that change its gradients
+
+
+def fsdp_units(model: torch.nn.Module) -> list[FsdpUnit]:
+    """Every ``fully_shard``'ed module of ``model``, read from FSDP2's state: its parameter
+    groups (one attribute on torch 2.11, a list from 2.13) and their ``FSDPParam``s."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    kind = getattr(fsdp, "FSDPModule", None)
+    units = []
+    for module in model.modules():
+        if kind is None or not isinstance(module, kind):
+            continue
+        state: Any = module._get_fsdp_state()  # type: ignore[operator]
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:
+            group = state._fsdp_param_group
+            groups = [group] if group is not None else []
+        params = [p for g in groups for p in g.fsdp_params]
+        settings = [f"set_requires_gradient_sync({g.reduce_grads})" for g in groups if not g.reduce_grads]
+        settings += [f"set_gradient_divide_factor({g.gradient_divide_factor})" for g in groups
+                     if g.gradient_divide_factor is not None]
+        settings += ["set_all_reduce_hook(...)" for g in groups if g._all_reduce_hook is not None]
+        units.append(FsdpUnit(
+            module=module,
+            sharded=tuple((p._module_info.module, p._module_info.param_name, p.sharded_param) for p in params),
+            mixed_precision=state._mp_policy,
+            offloads_to_cpu=any(p.offload_to_cpu for p in params),
+            gradient_settings=tuple(settings)))
+    return units
+
+
+def fsdp_forward_hook_handles(module: torch.nn.Module) -> list[Any]:
+    """The ``RemovableHandle``s of the forward pre- and post-hooks FSDP2 registered on ``module``
+    (one each, or a ``_MultiHandle`` of several when modules share one ``fully_shard`` call)."""
+    state: Any = module._get_fsdp_state()  # type: ignore[operator]
+    handles: list[Any] = []
+    for handle in (state._pre_forward_hook_handle, state._post_forward_hook_handle):
+        for h in getattr(handle, "handles", (handle,)):
+            if h is not None and h not in handles:
+                handles.append(h)
+    return handles
+
+
+def functional_all_gather(t: torch.Tensor, world_size: int, group_name: str) -> torch.Tensor:
+    """``t`` of every rank concatenated along dim 0, as the functional collective and its wait."""
+    gathered = torch.ops._c10d_functional.all_gather_into_tensor(t, world_size, group_name)
+    return torch.ops._c10d_functional.wait_tensor(gathered)
+
+
+def functional_reduce_scatter(t: torch.Tensor, op: str, world_size: int, group_name: str) -> torch.Tensor:
+    """This rank's block (along dim 0) of ``t`` reduced over the ranks by ``op``, functional plus its wait."""
+    scattered = torch.ops._c10d_functional.reduce_scatter_tensor(t, op, world_size, group_name)
+    return torch.ops._c10d_functional.wait_tensor(scattered)

@@ -72,7 +72,8 @@ def checked_call(model: Any, args: Any, kwargs: Any) -> tuple[tuple, dict]:
 
 def refuse_fully_sharded(model: torch.nn.Module) -> None:
     """FSDP2's ``fully_shard`` all-gathers and reduce-scatters in module hooks that resize
-    storages and read data pointers: refused before a trace fails somewhere inside them."""
+    storages and read data pointers: refused before a trace fails somewhere inside them.
+    ``pf.distributed.export_local`` exports such a model without tracing the hooks."""
     fsdp = sys.modules.get("torch.distributed.fsdp")  # only a model built with it has it imported
     kind = getattr(fsdp, "FSDPModule", None)
     sharded = next((name or "the model" for name, m in model.named_modules() if kind and isinstance(m, kind)), None)
@@ -80,8 +81,9 @@ def refuse_fully_sharded(model: torch.nn.Module) -> None:
         raise UnsupportedError(
             f"{sharded} is sharded by FSDP2's fully_shard: its all-gather and reduce-scatter run in module hooks "
             "that resize parameter storages and read data pointers, which no trace can record (torch.export fails "
-            "on it too); export the model before fully_shard, or with its parameters as DTensors "
-            "(docs/distributed.md)", kind=Refusal.FULLY_SHARDED_MODULE)
+            "on it too); export each rank's program with pf.distributed.export_local (forward) or "
+            "pf.distributed.export_local_joint (training step), which take the local shards and all-gather them "
+            "in the graph (docs/distributed.md)", kind=Refusal.FULLY_SHARDED_MODULE)
 
 
 def _check_binds(model: torch.nn.Module, args: tuple, kwargs: dict) -> None:

@@ -9,6 +9,7 @@ torch.distributed expects of replicated initialisation.
 from __future__ import annotations
 
 import copy
+import operator
 from typing import Any
 
 import torch
@@ -468,14 +469,159 @@ def local_parallelize_module_sp_ours(rank: int, world_size: int) -> dict:
     return _local_parallelized(rank, world_size, True)
 
 
-def _fully_sharded() -> torch.nn.Module:
+# --- FSDP2 ----------------------------------------------------------------------------------------
+
+
+class Block(torch.nn.Module):
+    """A pre-norm transformer block: causal attention then an MLP, each with a residual."""
+
+    def __init__(self, dim: int = 6, hidden: int = 10):
+        super().__init__()
+        self.norm1, self.norm2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.up, self.down = torch.nn.Linear(dim, hidden), torch.nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        x = x + self.proj(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
+
+
+class TwoBlocks(torch.nn.Module):
+    """Two blocks, a final norm and a head of 3 rows (uneven shards on 2 ranks: 2 and 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(2))
+        self.norm = torch.nn.LayerNorm(6)
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+class FailsWhenAsked(MLP):
+    """An MLP whose forward raises while ``fail`` is set: an export that fails mid-trace."""
+
+    fail = False
+
+    def forward(self, x):
+        if self.fail:
+            raise RuntimeError("asked to fail")
+        return super().forward(x)
+
+
+def _fully_sharded(model_class: type = MLP, **policies: Any) -> torch.nn.Module:
+    """``model_class`` built the same on every rank, ``fully_shard``'ed per block (the MLP's ``up``)
+    and at the root."""
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
-    model = MLP()
-    fully_shard(model.up)
-    fully_shard(model)
+    model = model_class()
+    for unit in (model.blocks if isinstance(model, TwoBlocks) else [model.up]):
+        fully_shard(unit, **policies)
+    fully_shard(model, **policies)
     return model
+
+
+def _forward_hooks(model: torch.nn.Module) -> list:
+    """Every module's forward hook dicts, in order: what exporting must leave as it was."""
+    names = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+             "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+    return [(name, [(k, id(v)) for k, v in getattr(m, name).items()]) for m in model.modules() for name in names]
+
+
+def _collectives(gm: torch.fx.GraphModule, *, nested: bool) -> dict[str, int]:
+    from predispatch_func.graphs import all_graph_modules
+
+    graphs = [g for _, g in all_graph_modules(gm)] if nested else [gm]
+    counts: dict[str, int] = {}
+    for g in graphs:
+        for node in g.graph.nodes:
+            if node.op == "call_function" and "c10d" in str(node.target):
+                counts[str(node.target)] = counts.get(str(node.target), 0) + 1
+    return counts
+
+
+def _fully_sharded_program(rank: int, model_class: type, shape: tuple[int, ...], eager_first: bool) -> dict:
+    """FSDP2 through export_local and export_local_joint on this rank's own batch, against the same
+    eager FSDP2 model run after the exports (so its hooks must be back): output, the program's
+    parameters (this rank's shards), the gradients of the local shards (eager's ``.grad`` is the
+    reduce-scattered shard) through ``ep.module()`` with autograd and through the joint program.
+    With ``eager_first`` the model runs a forward first: FSDP2 keeps the root's weights unsharded
+    until the backward, and the export still reads the shards."""
+    model = _fully_sharded(model_class)
+    torch.manual_seed(1 + rank)  # data parallel: each rank its own batch
+    x = torch.randn(*shape)
+    hooks = _forward_hooks(model)
+    shards = {name: p.to_local().clone() for name, p in model.named_parameters()}
+    expected = model(x) if eager_first else None
+    ep = pf.distributed.export_local(model, (x,))
+    jep = pf.distributed.export_local_joint(model, (x,), loss_fn=lambda out: (out * out).sum())
+    assert _forward_hooks(model) == hooks, "exporting changed the model's forward hooks"
+    expected = model(x) if expected is None else expected
+    program = ep.module()
+    out = program(x)
+    torch.testing.assert_close(out, expected)
+    (out * out).sum().backward()
+    (expected * expected).sum().backward()
+    eager_grads = {name: p.grad.to_local() for name, p in model.named_parameters()}
+    assert [n for n, _ in program.named_parameters()] == list(eager_grads)
+    grad_errors = {}
+    for name, p in program.named_parameters():
+        assert p.shape == eager_grads[name].shape, (name, p.shape)  # a local shard, not the whole weight
+        assert torch.equal(p, shards[name]), name
+        torch.testing.assert_close(p.grad, eager_grads[name])
+        grad_errors[name] = (p.grad - eager_grads[name]).abs().max().item()
+    joint = jep.module()
+    loss = joint(x)[0]
+    torch.testing.assert_close(loss, (expected * expected).sum().detach())
+    joint_grad_errors = {}
+    for name, p in joint.named_parameters():
+        torch.testing.assert_close(p.grad, eager_grads[name])
+        joint_grad_errors[name] = (p.grad - eager_grads[name]).abs().max().item()
+    for spec in ep.graph_signature.input_specs:
+        layout = next(n for n in ep.graph.nodes if n.name == spec.arg.name).meta["shard_layout"]
+        if spec.target is not None:
+            assert layout.placements == tuple(model.get_parameter(spec.target).placements), spec
+            assert layout.global_shape == tuple(model.get_parameter(spec.target).shape), spec
+        else:
+            assert layout is None
+    return {"output_error": (out - expected).abs().max().item(), "grad_errors": grad_errors,
+            "ops_before_gather": _ops_before_each_gather(ep),
+            # what the signature takes: the shards and the batch, no whole weight lifted as a constant
+            "input_kinds": sorted({s.kind.name for p in (ep, jep) for s in p.graph_signature.input_specs}),
+            "state_shapes": {name: tuple(t.shape) for name, t in ep.state_dict.items()},
+            "shard_shapes": {name: tuple(t.shape) for name, t in shards.items()},
+            "joint_grad_errors": joint_grad_errors,
+            "contract_problems": pf.check_contract(ep).problems + pf.check_contract(jep).problems,
+            "n_parameters": len(grad_errors),
+            "collectives": _collectives(ep.graph_module, nested=True),
+            "joint_collectives": _collectives(jep.graph_module, nested=False)}
+
+
+def _ops_before_each_gather(ep: Any) -> dict[str, int]:
+    """Per parameter, how many ops (other than gathers) the forward program runs before gathering it."""
+    placeholder_targets = {s.arg.name: s.target for s in ep.graph_signature.input_specs}
+    ops, before = 0, {}
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if "_GatheredShards" in node.args:
+            before[placeholder_targets[node.args[-1].name]] = ops
+        else:
+            ops += 1
+    return before
+
+
+def fsdp2_mlp_local_ours(rank: int, world_size: int) -> dict:
+    return _fully_sharded_program(rank, MLP, (4, 8), eager_first=True)
+
+
+def fsdp2_two_blocks_local_ours(rank: int, world_size: int) -> dict:
+    return _fully_sharded_program(rank, TwoBlocks, (2, 4, 6), eager_first=False)
 
 
 def fsdp2_ours(rank: int, world_size: int) -> dict:
@@ -484,6 +630,30 @@ def fsdp2_ours(rank: int, world_size: int) -> dict:
 
 def fsdp2_torch_export(rank: int, world_size: int) -> dict:
     return _hooked_program(_fully_sharded, torch.randn(4, 8), "torch")
+
+
+def fsdp2_mixed_precision_local_ours(rank: int, world_size: int) -> dict:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    model = _fully_sharded(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+    return pf.distributed.export_local(model, (torch.randn(4, 8),))
+
+
+def fsdp2_failed_export_leaves_the_model(rank: int, world_size: int) -> dict:
+    """An export that fails inside forward gives FSDP2's hooks back: the eager model still runs
+    (its hooks all-gather the shards) and its hook dicts are as before."""
+    model = _fully_sharded(FailsWhenAsked)
+    hooks = _forward_hooks(model)
+    model.fail = True
+    try:
+        pf.distributed.export_local(model, (torch.randn(4, 8),))
+    except Exception as err:  # noqa: BLE001 -- the failure is the point
+        failure = f"{type(err).__name__}: {err}"
+    else:
+        failure = None
+    model.fail = False
+    out = model(torch.randn(4, 8))
+    return {"failure": failure, "hooks_as_before": _forward_hooks(model) == hooks, "eager_output_shape": tuple(out.shape)}
 
 
 DTENSOR_CASES = [name for name in list(globals())

@@ -333,7 +333,8 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}
 # change something only inside a fake mode, or a functional one: their own tests
-CHECKED_APART = {"callers_fake_mode_unset", "functional_mode_off"}
+# or a fully_shard'ed model's hook dicts (a process group: test_dtensor_assumptions.py)
+CHECKED_APART = {"callers_fake_mode_unset", "functional_mode_off", "fsdp_forward_hooks_suspended"}
 if torch.cuda.is_available():  # changes nothing where a GPU answers sdpa's kernel choice itself
     for name in ("cuda_sdpa_choice_without_gpu", "cuda_batch_norm_reserve_without_gpu",
                  "cuda_grid_sampler_faked_without_gpu"):
