@@ -34,6 +34,7 @@ from .loss import training_step
 from .optimizer import OptimizerInTrace, OptimizerPlan, plan_for
 from .program import JointExportedProgram
 from .signature import joint_signature
+from .temporary_writes import functional_writes
 
 
 def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
@@ -107,6 +108,7 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     if optimizer is not None:
         _place_state_inputs(gm, traced[len(placeholders):], list(optimizer.initial), sig)
     outline_regions(gm, grad_enabled=True, grad_sources=grad_sources)
+    functional_writes(gm.graph)  # what the backward wrote of its own temporaries
     eliminate_dead_code(gm)
     if lowering is not None:
         lowering.check(gm)

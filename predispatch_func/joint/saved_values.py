@@ -29,7 +29,7 @@ import torch
 
 from .. import _torch_compat as tc
 from .errors import JointError, JointProblem
-from .recomputed_writes import functional_writes
+from .temporary_writes import functional_writes
 
 
 class ForwardCall:
@@ -62,7 +62,8 @@ class ForwardCall:
             with tc.grad_mode_untraced(True), tc.autocast_state_as(self.autocast), \
                     torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), tc.recorded_below_autograd(tracer, decomposing_as=mode):
                 self.run()
-            functional_writes(tracer.graph, last.next if last.next.op != "root" else None)
+            if last.next.op != "root":  # the recomputation recorded something
+                functional_writes(tracer.graph, last.next)
             drawn = [n for n in list(tracer.graph.nodes)[before:] if _draws_random_numbers(n)]
             if drawn:  # recomputing would draw new random numbers: not the values the forward saved
                 error = JointError(

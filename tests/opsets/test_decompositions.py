@@ -104,6 +104,7 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.bincount.default": [("bincount", "")],
     "aten._trilinear.default": [("nn.functional.bilinear", "")],
     "aten.addbmm.default": [("addbmm", "")],
+    "aten.var_mean.correction": [("var_mean", ""), ("var_mean", "unbiased")],
     "aten.adaptive_max_pool3d.default": [("nn.functional.adaptive_max_pool3d", "")],
     "aten.linalg_vector_norm.default": [("linalg.vector_norm", ""), ("nn.functional.normalize", ""),
                                         ("linalg.norm", "subgradients_at_zero")],

@@ -179,3 +179,13 @@ def addbmm(x: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta:
 
 
 DECOMPOSITIONS[aten.addbmm.default] = addbmm
+
+
+def var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> tuple:
+    """Variance and mean; torch decomposes it only into prims. CUDA's training batch norm
+    (``_batch_norm_with_update``) reaches it, so every ``target=core_aten`` training program
+    of a model with ``BatchNorm`` on the GPU did."""
+    return aten.var.correction(x, dim, correction=correction, keepdim=keepdim), aten.mean.dim(x, dim, keepdim)
+
+
+DECOMPOSITIONS[aten.var_mean.correction] = var_mean

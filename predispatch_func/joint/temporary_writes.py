@@ -1,0 +1,120 @@
+"""In-place writes to the backward's own temporaries, made functional.
+
+The backward is recorded as the ops autograd's engine and C++ kernels run, and those
+write their own temporaries in place: ``rms_norm``'s decomposition, recomputed for
+its saved rstd, computes ``mean(x.pow(2)).add_(eps)`` (transformers' diffllama); a
+CUDA backward formula masks a gradient it just made with ``masked_fill_`` (xglm);
+the engine lays a gradient out in a fresh buffer through ``new_zeros`` +
+``as_strided`` + ``copy_`` (timm's convnext on the GPU). A write that touches only
+a value the backward made, which nothing else views, is its functional twin
+(``add``, ``masked_fill``; ``as_strided_scatter`` for a copy into a strided window
+of the buffer), with the later readers of the temporary reading the result. A
+write that could reach anything else (an input, a forward value, a temporary a
+view was taken of) is left for the contract check, which refuses the program.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from .. import _torch_compat as tc
+from ..op_schema import Match, functional_twin
+
+aten = torch.ops.aten
+
+
+def functional_writes(graph: torch.fx.Graph, first: torch.fx.Node | None = None) -> None:
+    """Rewrite, from ``first`` on (the whole graph when None), each in-place op on a temporary
+    made in that stretch that nothing aliases, and each ``copy_`` into an ``as_strided``
+    window of one."""
+    nodes = list(graph.nodes)
+    stretch = nodes[nodes.index(first):] if first is not None else nodes
+    made_here = {n for n in stretch if n.op == "call_function"}
+    position = {n: i for i, n in enumerate(nodes)}
+    for node in stretch:
+        twin = _writes_a_temporary(node, made_here, position)
+        if twin is not None:
+            temporary = node.args[0]
+            assert isinstance(temporary, torch.fx.Node)
+            node.target = twin
+            _read_after(temporary, node, node, position)
+        elif _copies_into_a_window_of_a_temporary(node, made_here, position):
+            _as_strided_scatter(graph, node, position)
+
+
+def _writes_a_temporary(node: torch.fx.Node, made_here: set[torch.fx.Node], position: dict) -> tc.OpOverload | None:
+    """The functional twin of ``node``'s op when it writes only its first argument, a value
+    ``made_here`` that aliases nothing and that nothing views."""
+    if node.op != "call_function" or not isinstance(node.target, tc.OpOverload):
+        return None
+    if [i for i, _ in tc.written_arguments(node.target)] != [0] or not node.args:
+        return None
+    temporary = node.args[0]
+    if not _unaliased_temporary(temporary, made_here, writer=node, position=position):
+        return None
+    return functional_twin(node.target, Match.IN_ORDER)
+
+
+def _copies_into_a_window_of_a_temporary(node: torch.fx.Node, made_here: set[torch.fx.Node], position: dict) -> bool:
+    """``copy_(as_strided(base, ...), src)``: base an unaliased temporary, src of the window's shape
+    and dtype (no broadcast or cast to restate)."""
+    if node.target is not aten.copy_.default or len(node.args) != 2:
+        return False
+    window, src = node.args
+    if not isinstance(window, torch.fx.Node) or window.target is not aten.as_strided.default:
+        return False
+    base = window.args[0]
+    if not _unaliased_temporary(base, made_here, writer=window, position=position) or len(window.users) != 1:
+        return False
+    have, want = getattr(src, "meta", {}).get("val"), window.meta.get("val")
+    return (isinstance(have, torch.Tensor) and isinstance(want, torch.Tensor)
+            and have.shape == want.shape and have.dtype == want.dtype)
+
+
+def _as_strided_scatter(graph: torch.fx.Graph, node: torch.fx.Node, position: dict) -> None:
+    window, src = node.args
+    assert isinstance(window, torch.fx.Node)
+    base, size, stride, *offset = window.args
+    assert isinstance(base, torch.fx.Node)
+    with graph.inserting_before(node):
+        scattered = graph.call_function(aten.as_strided_scatter.default, (base, src, size, stride, *offset))
+        scattered.meta.update({k: v for k, v in base.meta.items() if k != "val"})
+        scattered.meta["val"] = base.meta.get("val")
+        view = graph.call_function(aten.as_strided.default, (scattered, size, stride, *offset))
+        view.meta.update(window.meta)
+    position[scattered] = position[view] = position[node]
+    node.replace_all_uses_with(view)  # copy_ returns the window, now a window of the result
+    graph.erase_node(node)
+    _read_after(base, scattered, scattered, position)
+
+
+def _read_after(temporary: torch.fx.Node, written: torch.fx.Node, result: torch.fx.Node, position: dict) -> None:
+    """Readers of ``temporary`` after ``written`` read ``result``."""
+    for reader in list(temporary.users):
+        if reader is not written and reader is not result and position.get(reader, -1) > position[written]:
+            reader.replace_input_with(temporary, result)
+
+
+def _unaliased_temporary(value: object, made_here: set[torch.fx.Node], *, writer: torch.fx.Node,
+                         position: dict) -> bool:
+    """A value made here by an op that returns a fresh tensor, with no view of it taken before
+    ``writer`` but ``writer`` itself (views taken after read the written value: redirected)."""
+    if not isinstance(value, torch.fx.Node) or value not in made_here or _returns_a_view(value):
+        return False
+    return not any(_returns_a_view(u) for u in value.users
+                   if u is not writer and position.get(u, -1) < position[writer])
+
+
+def _returns_a_view(node: torch.fx.Node) -> bool:
+    if node.target is operator.getitem:  # one result of a multi-output op: a view if the op's are (split)
+        return isinstance(node.args[0], torch.fx.Node) and _returns_a_view(node.args[0])
+    target = node.target
+    if not isinstance(target, tc.OpOverload):  # a region call: functional, its results fresh
+        return False
+    schema = tc.schema_of(target)
+    return not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
+
+
+__all__ = ["functional_writes"]
