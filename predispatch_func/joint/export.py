@@ -108,7 +108,7 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     if optimizer is not None:
         _place_state_inputs(gm, traced[len(placeholders):], list(optimizer.initial), sig)
     outline_regions(gm, grad_enabled=True, grad_sources=grad_sources)
-    functional_writes(gm.graph)  # what the backward wrote of its own temporaries
+    functional_writes(gm.graph, allows=lowering.allows if lowering is not None else None)  # the backward's temporaries
     eliminate_dead_code(gm)
     if lowering is not None:
         lowering.check(gm)

@@ -15,7 +15,10 @@ view was taken of) is left for the contract check, which refuses the program.
 
 from __future__ import annotations
 
+import contextlib
 import operator
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -25,10 +28,12 @@ from ..op_schema import Match, functional_twin
 aten = torch.ops.aten
 
 
-def functional_writes(graph: torch.fx.Graph, first: torch.fx.Node | None = None) -> None:
+def functional_writes(graph: torch.fx.Graph, first: torch.fx.Node | None = None, *,
+                      allows: Callable[[Any], bool] | None = None) -> None:
     """Rewrite, from ``first`` on (the whole graph when None), each in-place op on a temporary
     made in that stretch that nothing aliases, and each ``copy_`` into an ``as_strided``
-    window of one."""
+    window of one. ``allows``: a target's test for an op; where it refuses
+    ``as_strided_scatter``, the window is written by ``index_put`` at its flat positions."""
     nodes = list(graph.nodes)
     stretch = nodes[nodes.index(first):] if first is not None else nodes
     made_here = {n for n in stretch if n.op == "call_function"}
@@ -41,7 +46,8 @@ def functional_writes(graph: torch.fx.Graph, first: torch.fx.Node | None = None)
             node.target = twin
             _read_after(temporary, node, node, position)
         elif _copies_into_a_window_of_a_temporary(node, made_here, position):
-            _as_strided_scatter(graph, node, position)
+            by_index = allows is not None and not allows(aten.as_strided_scatter.default)
+            _as_strided_scatter(graph, node, position, by_index=by_index)
 
 
 def _writes_a_temporary(node: torch.fx.Node, made_here: set[torch.fx.Node], position: dict) -> tc.OpOverload | None:
@@ -68,18 +74,22 @@ def _copies_into_a_window_of_a_temporary(node: torch.fx.Node, made_here: set[tor
     base = window.args[0]
     if not _unaliased_temporary(base, made_here, writer=window, position=position) or len(window.users) != 1:
         return False
-    have, want = getattr(src, "meta", {}).get("val"), window.meta.get("val")
-    return (isinstance(have, torch.Tensor) and isinstance(want, torch.Tensor)
-            and have.shape == want.shape and have.dtype == want.dtype)
+    have, want, fresh = getattr(src, "meta", {}).get("val"), window.meta.get("val"), base.meta.get("val")
+    return bool(isinstance(have, torch.Tensor) and isinstance(want, torch.Tensor) and isinstance(fresh, torch.Tensor)
+                and have.shape == want.shape and have.dtype == want.dtype and len(want.shape) > 0
+                and fresh.is_contiguous() and fresh.storage_offset() == 0)
 
 
-def _as_strided_scatter(graph: torch.fx.Graph, node: torch.fx.Node, position: dict) -> None:
+def _as_strided_scatter(graph: torch.fx.Graph, node: torch.fx.Node, position: dict, *, by_index: bool) -> None:
     window, src = node.args
     assert isinstance(window, torch.fx.Node)
     base, size, stride, *offset = window.args
     assert isinstance(base, torch.fx.Node)
     with graph.inserting_before(node):
-        scattered = graph.call_function(aten.as_strided_scatter.default, (base, src, size, stride, *offset))
+        if by_index:
+            scattered = _written_by_index(graph, base, src, size, stride, offset[0] if offset else 0)
+        else:
+            scattered = graph.call_function(aten.as_strided_scatter.default, (base, src, size, stride, *offset))
         scattered.meta.update({k: v for k, v in base.meta.items() if k != "val"})
         scattered.meta["val"] = base.meta.get("val")
         view = graph.call_function(aten.as_strided.default, (scattered, size, stride, *offset))
@@ -88,6 +98,33 @@ def _as_strided_scatter(graph: torch.fx.Graph, node: torch.fx.Node, position: di
     node.replace_all_uses_with(view)  # copy_ returns the window, now a window of the result
     graph.erase_node(node)
     _read_after(base, scattered, scattered, position)
+
+
+def _written_by_index(graph: torch.fx.Graph, base: torch.fx.Node, src: Any, size: Any, stride: Any,
+                      offset: Any) -> torch.fx.Node:
+    """``base`` (contiguous: a fresh buffer) with the window's flat positions set to ``src``, in ops
+    of Core ATen: the positions ``offset + sum(arange(size[d]) * stride[d])``, built in the graph."""
+    fake_mode = tc.fake_mode_of([base.meta["val"]])
+
+    def call(op: Any, args: tuple, kwargs: dict | None = None) -> torch.fx.Node:
+        node = graph.call_function(op, args, kwargs or {})
+        value_of = lambda a: a.meta["val"] if isinstance(a, torch.fx.Node) else a  # noqa: E731
+        with fake_mode if fake_mode is not None else contextlib.nullcontext():
+            node.meta["val"] = op(*tc.pytree.tree_map(value_of, args), **tc.pytree.tree_map(value_of, kwargs or {}))
+        return node
+
+    device = base.meta["val"].device
+    flat: Any = None
+    for d, (n, step) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        along = call(aten.view.default, (call(aten.mul.Scalar, (
+            call(aten.arange.start_step, (0, n), {"dtype": torch.int64, "device": device}), step)), shape))
+        flat = along if flat is None else call(aten.add.Tensor, (flat, along))
+    positions = call(aten.view.default, (call(aten.add.Scalar, (flat, offset)), [-1]))  # a window has a dim
+    values = call(aten.view.default, (call(aten.clone.default, (src,), {"memory_format": torch.contiguous_format}), [-1]))
+    written = call(aten.index_put.default, (call(aten.view.default, (base, [-1])), [positions], values))
+    return call(aten.view.default, (written, list(base.meta["val"].shape)))
 
 
 def _read_after(temporary: torch.fx.Node, written: torch.fx.Node, result: torch.fx.Node, position: dict) -> None:

@@ -7,10 +7,12 @@ were met on the H200: xglm's ``masked_fill_``, convnext's ``new_zeros`` + ``as_s
 
 import operator
 
+import pytest
 import torch
 from torch.fx import Graph, GraphModule
 from torch.fx.passes.shape_prop import ShapeProp
 
+import predispatch_func as pf
 from predispatch_func.joint.temporary_writes import functional_writes
 
 aten = torch.ops.aten
@@ -48,7 +50,10 @@ def test_masked_fill_of_a_fresh_gradient():
     assert _mutable(graph) == []
 
 
-def test_copy_into_a_strided_window_of_a_fresh_buffer():
+@pytest.mark.parametrize("target", [None, "core_aten"])
+def test_copy_into_a_strided_window_of_a_fresh_buffer(target):
+    """Under a target without ``as_strided_scatter`` (Core ATen), an ``index_put`` at the window's
+    flat positions."""
     def build():
         g = Graph()
         src = g.placeholder("src")
@@ -60,8 +65,14 @@ def test_copy_into_a_strided_window_of_a_fresh_buffer():
         return g
     src = torch.randn(2, 3)
     graph = _with_values(build, src)  # the rewrite reads shapes from the values a trace records
-    functional_writes(graph)
+    allows = pf.OpSet.core_aten().__contains__ if target else None
+    functional_writes(graph, allows=allows)
     assert _mutable(graph) == []
+    ops = {n.target for n in graph.nodes if n.op == "call_function"}
+    assert (aten.as_strided_scatter.default in ops) == (target is None)
+    if target:  # what the rewrite added
+        added = ops - {n.target for n in build().nodes}
+        assert added <= set(pf.OpSet.core_aten()), added - set(pf.OpSet.core_aten())
     got, read_back = _run(graph, src)
     expected = torch.zeros(12)
     expected.as_strided([2, 3], [3, 1], 2).copy_(src)
