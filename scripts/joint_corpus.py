@@ -2,7 +2,8 @@
 
 For every corpus model in train mode (dropout 0): ``export_joint`` with a loss over the
 model's first floating output (``mean(x.float() ** 2)``), ``verify_joint`` over 2 steps;
-the same with ``target=OpSet.core_aten()``; with ``AdamW`` and with ``SGD(momentum=0.9)``,
+the same with ``target=OpSet.core_aten()`` (where float32 differs, judged again in float64:
+equal there means summation order, not a wrong lowering); with ``AdamW`` and with ``SGD(momentum=0.9)``,
 3 steps (parameters and optimizer state compared). Prints one line per model and a
 summary, and writes JSON with ``--json``.
 
@@ -73,8 +74,30 @@ def one(name: str, *, target: Any = None, optimizer: Any = None, calls: int = 2)
                                  **({"rtol": 1e-3, "atol": 1e-4} if DEVICE != "cpu" else {}))
     except RuntimeError as exc:  # eager's own step failed (a model that cannot train twice in a row)
         return {"ok": False, "stage": "eager", "error": f"eager failed: {str(exc)[:200]}"}
-    return {"ok": report.ok, "stage": "verify", "seconds": round(seconds, 2), "problems": report.problems[:5],
-            "recomputed": len(getattr(ep, "recomputed_in_backward", ()))}
+    result = {"ok": report.ok, "stage": "verify", "seconds": round(seconds, 2), "problems": report.problems[:5],
+              "recomputed": len(getattr(ep, "recomputed_in_backward", ()))}
+    if not report.ok and target is not None and optimizer is None and DEVICE == "cpu":
+        result["float64_ok"] = _equal_in_float64(name, target)
+    return result
+
+
+def _equal_in_float64(name: str, target: Any) -> bool | str:
+    """Whether the lowered joint program equals eager when both run in float64: then a float32
+    difference is summation order (a decomposed reduction, amplified where the model is
+    ill-conditioned: batch-norm bias gradients summing to nearly zero, a layer norm over
+    rows that start constant), not a wrong lowering."""
+    model, args, kwargs = ZOO[name].build() if name in ZOO else build(name, train=True)
+    model = model.double()
+    args, kwargs = tc.pytree.tree_map_only(
+        torch.Tensor, lambda t: t.double() if t.is_floating_point() else t, (args, kwargs))
+    reference = copy.deepcopy(model)
+    try:
+        ep = pf.export_joint(model, args, kwargs, loss_fn=first_float_loss, target=target)
+        report = pf.verify_joint(ep, reference, args, kwargs, loss_fn=first_float_loss, calls=2, target=target,
+                                 rtol=1e-9, atol=1e-10)
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return report.ok
 
 
 def _eager_steps(model: torch.nn.Module, args: tuple, kwargs: dict) -> bool:
@@ -120,15 +143,18 @@ def main() -> None:
         for run, settings in runs.items():
             results[name][run] = one(name, **settings)
             r = results[name][run]
+            f64 = f" [float64: {'equal' if r['float64_ok'] is True else r['float64_ok']}]" if "float64_ok" in r else ""
             print(f"{name:12s} {run:12s} {'OK' if r['ok'] else 'FAIL'} {r.get('seconds', '')} "
-                  f"{'' if r['ok'] else (r.get('error') or r.get('problems'))}", flush=True)
+                  f"{'' if r['ok'] else (r.get('error') or r.get('problems'))}{f64}", flush=True)
     for run in runs:
         ok = sum(results[n][run]["ok"] for n in results)
         eager = sum(results[n][run]["stage"] == "eager" for n in results)
         refused = sum(results[n][run]["stage"] == "export" for n in results)
         unbuilt = sum(results[n][run]["stage"] == "build" for n in results)
+        rounding = sum(results[n][run].get("float64_ok") is True for n in results)
         print(f"{run}: {ok}/{len(results)} right, {refused} refused, {eager} eager itself failed, "
-              f"{unbuilt} not built here, {len(results) - ok - refused - eager - unbuilt} wrong")
+              f"{unbuilt} not built here, {len(results) - ok - refused - eager - unbuilt} differ "
+              f"({rounding} of them equal in float64: summation order)")
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(results, f, indent=1, default=str)
