@@ -127,6 +127,10 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.nanmedian.default": [("nanmedian", "")],
     "aten.nonzero_static.default": [("nonzero_static", "")],
     "aten._fft_c2c.default": [("fft.fft2", ""), ("fft.ifftn", "")],
+    "aten.frexp.Tensor": [("frexp", "")],
+    "aten.complex.default": [("complex", "")],
+    "aten.polar.default": [("polar", "")],
+    "aten._conj_physical.default": [("fft.ihfft2", ""), ("fft.ihfftn", "")],
 }
 # float32 gradients of logcumsumexp on the sample of 1e4-sized values: one ulp of the forward at 1e4 is
 # 1e-3, which the backward's exp(x - out) turns into a relative 1e-3 (eager's own error is as large)
@@ -180,7 +184,8 @@ def _run(opinfo, sample, grad: bool):
         t.requires_grad_(True)
     torch.manual_seed(0)
     out = opinfo.op(inp, *args, **kwargs)
-    outs = [o for o in tc.pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+    outs = [torch.view_as_real(o) if o.is_complex() else o  # a real loss, as a training loop's is
+            for o in tc.pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
     if not (grad and outs):
         return out, None
     weights = [torch.linspace(-1, 1, o.numel(), dtype=o.dtype).reshape(o.shape) for o in outs]

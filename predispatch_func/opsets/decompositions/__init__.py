@@ -14,7 +14,8 @@ of that signature: no ``.item()`` unless the op returns a Python value. Each is
 checked against eager on the op's OpInfo samples, forward and backward, float64
 and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 
-* ``elementwise``: pointwise math, shifts, gcd, rounding to decimals;
+* ``elementwise``: pointwise math, shifts, gcd, rounding to decimals, frexp;
+* ``complex_parts``: complex numbers from their parts (``complex``, ``polar``), conjugation;
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
 * ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
@@ -30,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import backward, elementwise, linalg, losses, pooling, products, scans, searching, structure
+from . import backward, complex_parts, elementwise, linalg, losses, pooling, products, scans, searching, structure
 
 TABLE: dict[Any, Callable] = {
     **elementwise.DECOMPOSITIONS,
+    **complex_parts.DECOMPOSITIONS,
     **scans.DECOMPOSITIONS,
     **structure.DECOMPOSITIONS,
     **searching.DECOMPOSITIONS,

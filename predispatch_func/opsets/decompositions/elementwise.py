@@ -141,6 +141,27 @@ def lcm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(zero, torch.zeros_like(divisor), (quotient * b).abs())
 
 
+def frexp(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x = mantissa * 2**exponent`` with ``0.5 <= |mantissa| < 1``: the exponent from ``log2``,
+    corrected by one where its rounding crossed a power of two, the scaling by ``2**-exponent``
+    done in two halves so neither overflows (a subnormal ``x`` needs ``2**1074``); zero, an
+    infinity and NaN keep their value with exponent 0, as C's frexp."""
+    finite = torch.isfinite(x) & (x != 0)
+    magnitude = torch.where(finite, x.abs(), torch.ones_like(x))
+    exponent = torch.floor(torch.log2(magnitude)) + 1
+    mantissa = _scaled_by_power_of_two(magnitude, -exponent)
+    exponent = exponent + (mantissa >= 1).to(x.dtype) - (mantissa < 0.5).to(x.dtype)
+    mantissa = _scaled_by_power_of_two(torch.where(finite, x, torch.ones_like(x)), -exponent)
+    return (torch.where(finite, mantissa, x),
+            torch.where(finite, exponent, torch.zeros_like(exponent)).to(torch.int32))
+
+
+def _scaled_by_power_of_two(x: torch.Tensor, power: torch.Tensor) -> torch.Tensor:
+    """``x * 2**power``, exact, for powers whose halves are representable."""
+    half = torch.trunc(power / 2)
+    return x * torch.pow(2.0, half).to(x.dtype) * torch.pow(2.0, power - half).to(x.dtype)
+
+
 def hardshrink_backward(grad_out: torch.Tensor, x: torch.Tensor, lambd: Any) -> torch.Tensor:
     """The gradient passes where the input is outside [-lambd, lambd] (both shrinks alike)."""
     inside = (x >= -lambd) & (x <= lambd)
@@ -160,6 +181,7 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     aten.bitwise_right_shift.Tensor: bitwise_right_shift,
     aten.gcd.default: gcd,
     aten.lcm.default: lcm,
+    aten.frexp.Tensor: frexp,
     aten.hardshrink_backward.default: hardshrink_backward,
     aten.softshrink_backward.default: hardshrink_backward,
 }
