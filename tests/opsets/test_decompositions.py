@@ -131,6 +131,9 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.complex.default": [("complex", "")],
     "aten.polar.default": [("polar", "")],
     "aten._conj_physical.default": [("fft.ihfft2", ""), ("fft.ihfftn", "")],
+    **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
+        *(f"{shifted}chebyshev_polynomial_{kind}" for shifted in ("", "shifted_") for kind in "tuvw"),
+        "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p")},
 }
 # float32 gradients of logcumsumexp on the sample of 1e4-sized values: one ulp of the forward at 1e4 is
 # 1e-3, which the backward's exp(x - out) turns into a relative 1e-3 (eager's own error is as large)
@@ -358,6 +361,31 @@ def test_the_decompositions_that_read_data_are_kept_from_export():
 
     assert {str(op) for op in READS_DATA} == {
         "aten.equal.default", "aten.bincount.default", "aten._unique2.default", "aten._unique.default",
-        "aten.unique_consecutive.default"}
+        "aten.unique_consecutive.default",
+        *(f"aten.special_{name}.default" for name in (
+            *(f"{shifted}chebyshev_polynomial_{kind}" for shifted in ("", "shifted_") for kind in "tuvw"),
+            "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"))}
     lowering = pf.opsets.Lowering(CORE)
     assert all(lowering.functional_decomposition(op) is None and op not in lowering.proxy_table() for op in READS_DATA)
+
+
+POLYNOMIALS = [op for op in TABLE if "polynomial" in str(op)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
+@pytest.mark.parametrize("op", POLYNOMIALS, ids=str)
+def test_orthogonal_polynomial_equals_eager_on_a_grid(op, dtype):
+    """The OpInfo samples' degrees are mostly negative: here every branch of the kernels (ends
+    of the interval, closed forms, recurrences, NaN and infinite inputs and degrees, the Hermite
+    limit, a fractional degree) against eager, under pf.eager.on(core_aten)."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.tensor([0.0, 1, -1, 0.5, -0.5, 1 + 1e-7, -1 - 1e-7, 2, -3, float("nan"), float("inf")]),
+                   torch.randn(12) * 2, torch.rand(12) * 2 - 1]).to(dtype)
+    n = torch.tensor([-2.0, -0.5, *range(0, 13), 20, 2.7, 600, float("nan"), float("inf")], dtype=dtype)
+    x, n = torch.meshgrid(x, n, indexing="ij")
+    expected = op(x, n)
+    with pf.eager.on(CORE) as session:
+        got = op(x, n)
+    assert op in session.stats.decomposed
+    torch.testing.assert_close(got, expected, equal_nan=True, rtol=1e-10 if dtype == torch.float64 else None,
+                               atol=1e-10 if dtype == torch.float64 else None)

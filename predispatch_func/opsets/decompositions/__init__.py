@@ -16,6 +16,8 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 
 * ``elementwise``: pointwise math, shifts, gcd, rounding to decimals, frexp;
 * ``complex_parts``: complex numbers from their parts (``complex``, ``polar``), conjugation;
+* ``polynomials``: the orthogonal polynomials of a per-element degree (Chebyshev, Hermite, Laguerre,
+  Legendre), by eager's recurrences and closed forms;
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
 * ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
@@ -31,11 +33,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import backward, complex_parts, elementwise, linalg, losses, pooling, products, scans, searching, structure
+from . import (
+               backward,
+               complex_parts,
+               elementwise,
+               linalg,
+               losses,
+               polynomials,
+               pooling,
+               products,
+               scans,
+               searching,
+               structure,
+)
 
 TABLE: dict[Any, Callable] = {
     **elementwise.DECOMPOSITIONS,
     **complex_parts.DECOMPOSITIONS,
+    **polynomials.DECOMPOSITIONS,
     **scans.DECOMPOSITIONS,
     **structure.DECOMPOSITIONS,
     **searching.DECOMPOSITIONS,
