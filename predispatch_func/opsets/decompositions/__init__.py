@@ -18,6 +18,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``complex_parts``: complex numbers from their parts (``complex``, ``polar``), conjugation;
 * ``polynomials``: the orthogonal polynomials of a per-element degree (Chebyshev, Hermite, Laguerre,
   Legendre), by eager's recurrences and closed forms;
+* ``gamma``: ``lgamma``, ``digamma``, ``polygamma``, Hurwitz's ``zeta``, from the textbook series;
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
 * ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
@@ -37,6 +38,7 @@ from . import (
                backward,
                complex_parts,
                elementwise,
+    gamma,
                linalg,
                losses,
                polynomials,
@@ -51,6 +53,7 @@ TABLE: dict[Any, Callable] = {
     **elementwise.DECOMPOSITIONS,
     **complex_parts.DECOMPOSITIONS,
     **polynomials.DECOMPOSITIONS,
+    **gamma.DECOMPOSITIONS,
     **scans.DECOMPOSITIONS,
     **structure.DECOMPOSITIONS,
     **searching.DECOMPOSITIONS,
