@@ -137,6 +137,10 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.digamma.default": [("digamma", ""), ("mvlgamma", "mvlgamma_p_1")],
     "aten.polygamma.default": [("polygamma", f"polygamma_n_{n}") for n in range(5)],
     "aten.special_zeta.default": [("special.zeta", "")],
+    "aten.erfc.default": [("erfc", "")],
+    "aten.special_erfcx.default": [("special.erfcx", "")],
+    "aten.erfinv.default": [("erfinv", "")],
+    "aten.special_ndtri.default": [("special.ndtri", "")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
         *(f"{shifted}chebyshev_polynomial_{kind}" for shifted in ("", "shifted_") for kind in "tuvw"),
         "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p")},
@@ -434,3 +438,25 @@ def test_zeta_equals_eager_at_edges():
                 got = torch.special.zeta(x.to(dtype), y.to(dtype))
             assert torch.ops.aten.special_zeta.default in session.stats.decomposed
             torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
+@pytest.mark.parametrize("name", ["erfc", "special.erfcx", "special.log_ndtr", "erfinv", "special.ndtri"])
+def test_error_function_family_equals_eager_at_edges(name, dtype):
+    """Tails (erfc's underflow, erfcx's overflow below -26.6, quantiles of 1e-300), both sides of
+    the switch to the continued fraction at 3, signed zeros, infinities, NaN and a spread."""
+    torch.manual_seed(0)
+    if name in ("erfinv", "special.ndtri"):
+        edges = [0.0, -0.0, 1, -1, 0.5, -0.5, 0.4999, 0.50001, 1 - 1e-16, -1 + 1e-16, 1e-300, 1e-20, 1.1, float("nan")]
+        spread = torch.rand(200, dtype=torch.float64) * (2 if name == "erfinv" else 1) - (1 if name == "erfinv" else 0)
+    else:
+        edges = [0.0, -0.0, 0.5, -0.5, 2.9999, 3, 3.0001, 5, 10, 26, 27, -26, -27, 1e300, -1e300, float("inf"),
+                 -float("inf"), float("nan"), 1e-300]
+        spread = torch.randn(200, dtype=torch.float64) * 6
+    x = torch.cat([torch.tensor(edges, dtype=torch.float64), spread]).to(dtype)
+    function = getattr(torch.special, name.removeprefix("special.")) if "." in name else getattr(torch, name)
+    expected = function(x)
+    with pf.eager.on(CORE) as session:
+        got = function(x)
+    assert session.stats.decomposed
+    torch.testing.assert_close(got, expected, equal_nan=True)

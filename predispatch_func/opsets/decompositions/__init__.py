@@ -19,6 +19,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``polynomials``: the orthogonal polynomials of a per-element degree (Chebyshev, Hermite, Laguerre,
   Legendre), by eager's recurrences and closed forms;
 * ``gamma``: ``lgamma``, ``digamma``, ``polygamma``, Hurwitz's ``zeta``, from the textbook series;
+* ``error_function``: ``erfc``, ``erfcx`` and the inverses ``erfinv``, ``ndtri``;
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
 * ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
@@ -38,6 +39,7 @@ from . import (
                backward,
                complex_parts,
                elementwise,
+    error_function,
     gamma,
                linalg,
                losses,
@@ -54,6 +56,7 @@ TABLE: dict[Any, Callable] = {
     **complex_parts.DECOMPOSITIONS,
     **polynomials.DECOMPOSITIONS,
     **gamma.DECOMPOSITIONS,
+    **error_function.DECOMPOSITIONS,
     **scans.DECOMPOSITIONS,
     **structure.DECOMPOSITIONS,
     **searching.DECOMPOSITIONS,
