@@ -141,6 +141,10 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.special_erfcx.default": [("special.erfcx", "")],
     "aten.erfinv.default": [("erfinv", "")],
     "aten.special_ndtri.default": [("special.ndtri", "")],
+    "aten.i0.default": [("i0", "")],
+    **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
+        "i0e", "i1", "i1e", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
+        "scaled_modified_bessel_k0", "scaled_modified_bessel_k1")},
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
         *(f"{shifted}chebyshev_polynomial_{kind}" for shifted in ("", "shifted_") for kind in "tuvw"),
         "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p")},
@@ -454,6 +458,29 @@ def test_error_function_family_equals_eager_at_edges(name, dtype):
                  -float("inf"), float("nan"), 1e-300]
         spread = torch.randn(200, dtype=torch.float64) * 6
     x = torch.cat([torch.tensor(edges, dtype=torch.float64), spread]).to(dtype)
+    function = getattr(torch.special, name.removeprefix("special.")) if "." in name else getattr(torch, name)
+    expected = function(x)
+    with pf.eager.on(CORE) as session:
+        got = function(x)
+    assert session.stats.decomposed
+    torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+_BESSEL_EDGES = [0.0, -0.0, -1, 1e-300, -2, float("inf"), -float("inf"), float("nan"), 800, 1e10, 2, 2.0001, 1.9999,
+                 40, 40.001, 50, 50.01, 700, 713, 720, -713, -720, 1e-5, 0.5, 5, 30, 100, 300]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
+@pytest.mark.parametrize("name", ["i0", "special.i0e", "special.i1", "special.i1e", "special.modified_bessel_i0",
+                                  "special.modified_bessel_i1", "special.modified_bessel_k0",
+                                  "special.modified_bessel_k1", "special.scaled_modified_bessel_k0",
+                                  "special.scaled_modified_bessel_k1"])
+def test_modified_bessel_equals_eager_at_edges(name, dtype):
+    """Both sides of each switch (series, quadrature, expansion), overflow of I and underflow of
+    K, zeros, infinities, NaN and a spread, under pf.eager.on(core_aten)."""
+    torch.manual_seed(0)
+    x = torch.cat([torch.tensor(_BESSEL_EDGES, dtype=torch.float64), torch.randn(100, dtype=torch.float64) * 10,
+                   torch.rand(100, dtype=torch.float64) * 60]).to(dtype)
     function = getattr(torch.special, name.removeprefix("special.")) if "." in name else getattr(torch, name)
     expected = function(x)
     with pf.eager.on(CORE) as session:

@@ -20,6 +20,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
   Legendre), by eager's recurrences and closed forms;
 * ``gamma``: ``lgamma``, ``digamma``, ``polygamma``, Hurwitz's ``zeta``, from the textbook series;
 * ``error_function``: ``erfc``, ``erfcx`` and the inverses ``erfinv``, ``ndtri``;
+* ``bessel``: the modified Bessel functions I0, I1, K0, K1 and their scaled forms;
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
 * ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
@@ -37,6 +38,7 @@ from typing import Any
 
 from . import (
                backward,
+    bessel,
                complex_parts,
                elementwise,
     error_function,
@@ -57,6 +59,7 @@ TABLE: dict[Any, Callable] = {
     **polynomials.DECOMPOSITIONS,
     **gamma.DECOMPOSITIONS,
     **error_function.DECOMPOSITIONS,
+    **bessel.DECOMPOSITIONS,
     **scans.DECOMPOSITIONS,
     **structure.DECOMPOSITIONS,
     **searching.DECOMPOSITIONS,
