@@ -20,7 +20,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
   Legendre), by eager's recurrences and closed forms;
 * ``gamma``: ``lgamma``, ``digamma``, ``polygamma``, Hurwitz's ``zeta``, from the textbook series;
 * ``error_function``: ``erfc``, ``erfcx`` and the inverses ``erfinv``, ``ndtri``;
-* ``bessel``: the modified Bessel functions I0, I1, K0, K1 and their scaled forms;
+* ``bessel``: Bessel functions J0, J1, Y0, Y1, spherical j0, the modified I0, I1, K0, K1 and scaled forms;
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
 * ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;

@@ -1,5 +1,7 @@
-"""Modified Bessel functions ``I0``, ``I1``, ``K0``, ``K1`` and their exponentially scaled forms.
+"""Bessel functions: ``J0``, ``J1``, ``Y0``, ``Y1``, spherical ``j0``, and the modified ``I0``,
+``I1``, ``K0``, ``K1`` with their exponentially scaled forms.
 
+(``J`` and ``Y``: below.) The modified ones:
 Written from Abramowitz and Stegun 9.6 and 9.7: ``I`` by its power series
 (every term positive, so no digits cancel) up to ``_SERIES_TO``, and beyond by
 the asymptotic expansion ``e^x / sqrt(2 pi x) sum_k (-1)^k a_k(nu) / x^k``;
@@ -158,3 +160,121 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     aten.special_scaled_modified_bessel_k0.default: _k(0, scaled=True),
     aten.special_scaled_modified_bessel_k1.default: _k(1, scaled=True),
 }
+
+
+# --- Bessel functions of the first and second kind, orders 0 and 1 ----------------------------------
+#
+# Near the origin (|x| <= _NEAR) from Bessel's integral ``J_m(x) = (1/pi) int_0^pi cos(m t - x sin t) dt``:
+# the integrand is periodic and even, so the trapezoidal rule on ``_INTERVALS`` steps is exact for every
+# Fourier mode below twice that, and ``J_0 ... J_M`` come out of one matrix product; ``Y`` from Neumann's
+# series (A&S 9.1.88) ``Y0 = (2/pi)(log(x/2) + gamma) J0 - (4/pi) sum_k (-1)^k J_2k / k``, and ``Y1 = -Y0'``.
+# Far out, Hankel's expansion (A&S 9.2.5-10) with the phase ``x - (2m + 1) pi / 4`` taken as the kernel's.
+
+_NEAR = 25.0
+_INTERVALS = 128
+_NEUMANN_TERMS = 40
+
+
+def _bessel_j_orders(x: torch.Tensor, orders: int) -> torch.Tensor:
+    """``J_0(x) ... J_{orders-1}(x)`` along a new last dimension, for moderate |x|."""
+    step = math.pi / _INTERVALS
+    nodes = torch.arange(_INTERVALS + 1, dtype=x.dtype, device=x.device) * step
+    weights = torch.full((_INTERVALS + 1,), 1.0, dtype=x.dtype, device=x.device)
+    weights[0] = weights[-1] = 0.5
+    phase = x.unsqueeze(-1) * torch.sin(nodes)  # (..., nodes)
+    order = torch.arange(orders, dtype=x.dtype, device=x.device)
+    angle = nodes.unsqueeze(-1) * order  # (nodes, orders)
+    weighted = weights.unsqueeze(-1) * (step / math.pi)
+    return torch.cos(phase) @ (torch.cos(angle) * weighted) + torch.sin(phase) @ (torch.sin(angle) * weighted)
+
+
+def _hankel(x: torch.Tensor, order: int, second_kind: bool, dtype: torch.dtype) -> torch.Tensor:
+    """Hankel's expansion for x > 0 large: ``sqrt(2 / (pi x)) (P cos(chi) - Q sin(chi))`` (J),
+    ``(P sin(chi) + Q cos(chi))`` (Y); the phase ``chi`` rounded to the input's ``dtype``, as the
+    kernel computes it (a float32 argument of 1e5 moves it by up to 4e-3)."""
+    mu = 4 * order * order
+    p, q = torch.ones_like(x), torch.zeros_like(x)
+    term = torch.ones_like(x)
+    for k in range(1, _ASYMPTOTIC_TERMS + 1):
+        term = term * ((mu - (2 * k - 1) ** 2) / (k * 8)) / x
+        sign = -1.0 if (k // 2) % 2 else 1.0  # a_k: Q takes k = 1, 3, 5... alternating; P takes k = 2, 4...
+        if k % 2:
+            q = q + sign * term
+        else:
+            p = p + sign * term
+    chi = (x.to(dtype) - (2 * order + 1) * (math.pi / 4)).to(x.dtype)
+    amplitude = torch.sqrt(2 / (math.pi * x))
+    if second_kind:
+        return amplitude * (p * torch.sin(chi) + q * torch.cos(chi))
+    return amplitude * (p * torch.cos(chi) - q * torch.sin(chi))
+
+
+def _bessel_near_and_far(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    near = x.abs() <= _NEAR
+    return near, torch.where(near, x, torch.zeros_like(x)), torch.where(near, _full(x, _NEAR * 2), x.abs())
+
+
+def _in_float64_with_dtype(function: Callable[[torch.Tensor, torch.dtype], torch.Tensor]) -> Callable:
+    """As ``in_float64``, telling ``function`` the dtype its result is rounded to."""
+    def evaluated(x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+        return function(x.to(torch.float64), dtype).to(dtype)
+    evaluated.__name__ = evaluated.__qualname__ = function.__name__
+    evaluated.__doc__ = function.__doc__
+    return evaluated
+
+
+def _j(order: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def bessel(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        near, close, far = _bessel_near_and_far(torch.where(torch.isfinite(x), x, torch.zeros_like(x)))
+        direct = _bessel_j_orders(close, order + 1)[..., order]
+        expansion = _hankel(far, order, second_kind=False, dtype=dtype)
+        if order:
+            expansion = torch.where(x < 0, -expansion, expansion)
+        result = torch.where(near, direct, expansion)
+        return torch.where(torch.isfinite(x), result, _full(x, math.nan))
+    bessel.__name__ = f"bessel_j{order}"
+    bessel.__doc__ = f"J{order}: Bessel's integral near 0, Hankel's expansion far out; NaN at ±inf, as the kernel."
+    return _in_float64_with_dtype(bessel)
+
+
+def _y(order: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def bessel(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        usable = (x > 0) & torch.isfinite(x)
+        safe = torch.where(usable, x, torch.ones_like(x))
+        near, close, far = _bessel_near_and_far(safe)
+        close = torch.where(near, close, torch.ones_like(x))
+        j = _bessel_j_orders(close, 2 * _NEUMANN_TERMS + 2)
+        k = torch.arange(1, _NEUMANN_TERMS + 1, dtype=x.dtype, device=x.device)
+        alternating = torch.where(k % 2 == 0, 1.0, -1.0).to(x.dtype) / k
+        logarithm = torch.log(close / 2) + _EULER_GAMMA
+        if order == 0:
+            direct = (2 / math.pi) * logarithm * j[..., 0] - (4 / math.pi) * (j[..., 2::2][..., :_NEUMANN_TERMS]
+                                                                            * alternating).sum(-1)
+        else:
+            odd_below, odd_above = j[..., 1:2 * _NEUMANN_TERMS:2], j[..., 3:2 * _NEUMANN_TERMS + 2:2]
+            direct = (2 / math.pi) * (logarithm * j[..., 1] - j[..., 0] / close) + (2 / math.pi) * (
+                (odd_below - odd_above) * alternating).sum(-1)
+        result = torch.where(near, direct, _hankel(far, order, second_kind=True, dtype=dtype))
+        result = torch.where(usable, result, torch.where(x == 0, _full(x, -math.inf), _full(x, math.nan)))
+        return result
+    bessel.__name__ = f"bessel_y{order}"
+    bessel.__doc__ = f"Y{order}: Neumann's series near 0, Hankel's expansion far out; -inf at 0, NaN below and at inf."
+    return _in_float64_with_dtype(bessel)
+
+
+@in_float64
+def spherical_bessel_j0(x: torch.Tensor) -> torch.Tensor:
+    """``sin(x) / x``: 1 at 0, 0 at ±inf, as the kernel."""
+    safe = torch.where((x == 0) | torch.isinf(x), torch.ones_like(x), x)
+    result = torch.sin(safe) / safe
+    return torch.where(x == 0, torch.ones_like(x), torch.where(torch.isinf(x), torch.zeros_like(x), result))
+
+
+DECOMPOSITIONS.update({
+    aten.special_bessel_j0.default: _j(0),
+    aten.special_bessel_j1.default: _j(1),
+    aten.special_bessel_y0.default: _y(0),
+    aten.special_bessel_y1.default: _y(1),
+    aten.special_spherical_bessel_j0.default: spherical_bessel_j0,
+})
