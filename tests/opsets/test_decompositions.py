@@ -143,6 +143,7 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.erfinv.default": [("erfinv", "")],
     "aten.special_ndtri.default": [("special.ndtri", "")],
     "aten.i0.default": [("i0", "")],
+    "aten.histc.default": [("histc", "")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
         "i0e", "i1", "i1e", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
         "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
@@ -505,3 +506,25 @@ def test_bessel_first_and_second_kind_keep_the_wronskian():
     j0, j1, y0, y1 = (TABLE[getattr(torch.ops.aten, f"special_bessel_{kind}").default](x)
                       for kind in ("j0", "j1", "y0", "y1"))
     torch.testing.assert_close((j1 * y0 - j0 * y1) * (math.pi * x / 2), torch.ones_like(x), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
+def test_histc_equals_eager_on_edges_and_ranges(dtype):
+    """Elements on bin edges (quarters), outside the range, NaN; the data's range (min == max),
+    a single value widened by one each side, an empty input: counts equal eager's exactly."""
+    torch.manual_seed(0)
+    ranges = [(0, 0), (-1, 1), (-2.5, 2.5), (1, 1), (0.3, 0.7), (-3, 0)]
+    for trial in range(36):
+        x = (torch.randn(int(torch.randint(0, 40, ()))) * 3).to(dtype)
+        if trial % 3 == 0:
+            x = torch.round(x * 4) / 4
+        if trial % 7 == 0 and x.numel() and ranges[trial % 6][0] != ranges[trial % 6][1]:
+            x[0] = float("nan")
+        bins, (low, high) = int(torch.randint(1, 12, ())), ranges[trial % 6]
+        expected = torch.histc(x, bins, low, high)
+        with pf.eager.on(CORE) as session:
+            got = torch.histc(x, bins, low, high)
+        assert torch.ops.aten.histc.default in session.stats.decomposed
+        assert torch.equal(got, expected), (trial, x, bins, low, high)
+    assert torch.equal(torch.histc(torch.tensor([2.0, 2.0]), 4), TABLE[torch.ops.aten.histc.default](
+        torch.tensor([2.0, 2.0]), 4))

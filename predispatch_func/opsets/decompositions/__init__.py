@@ -21,6 +21,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``gamma``: ``lgamma``, ``digamma``, ``polygamma``, Hurwitz's ``zeta``, from the textbook series;
 * ``error_function``: ``erfc``, ``erfcx`` and the inverses ``erfinv``, ``ndtri``;
 * ``bessel``: Bessel functions J0, J1, Y0, Y1, spherical j0, the modified I0, I1, K0, K1 and scaled forms;
+* ``histograms``: ``histc`` with the kernel's bin edges;
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
 * ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
@@ -43,6 +44,7 @@ from . import (
                elementwise,
     error_function,
     gamma,
+    histograms,
                linalg,
                losses,
                polynomials,
@@ -60,6 +62,7 @@ TABLE: dict[Any, Callable] = {
     **gamma.DECOMPOSITIONS,
     **error_function.DECOMPOSITIONS,
     **bessel.DECOMPOSITIONS,
+    **histograms.DECOMPOSITIONS,
     **scans.DECOMPOSITIONS,
     **structure.DECOMPOSITIONS,
     **searching.DECOMPOSITIONS,
