@@ -144,6 +144,7 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.special_ndtri.default": [("special.ndtri", "")],
     "aten.i0.default": [("i0", "")],
     "aten.histc.default": [("histc", "")],
+    "aten.mode.default": [("mode", "")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
         "i0e", "i1", "i1e", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
         "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
@@ -528,3 +529,20 @@ def test_histc_equals_eager_on_edges_and_ranges(dtype):
         assert torch.equal(got, expected), (trial, x, bins, low, high)
     assert torch.equal(torch.histc(torch.tensor([2.0, 2.0]), 4), TABLE[torch.ops.aten.histc.default](
         torch.tensor([2.0, 2.0]), 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.int64, torch.bool], ids=str)
+def test_mode_equals_eager_on_ties(dtype):
+    """Repeated values (ties between counts: the smallest value; its last index), signed zeros,
+    every dim, with and without keepdim."""
+    torch.manual_seed(0)
+    for trial in range(30):
+        shape = [int(s) for s in torch.randint(1, 6, (int(torch.randint(1, 4, ())),))]
+        x = (torch.randint(-3, 4, shape) if trial % 2 else torch.randn(shape) * 0.0 - torch.randint(0, 2, shape)
+             ).to(dtype)
+        dim, keepdim = int(torch.randint(-len(shape), len(shape), ())), bool(trial % 3)
+        expected = torch.mode(x, dim, keepdim)
+        with pf.eager.on(CORE) as session:
+            got = torch.mode(x, dim, keepdim)
+        assert torch.ops.aten.mode.default in session.stats.decomposed
+        assert torch.equal(got.values, expected.values) and torch.equal(got.indices, expected.indices), (x, dim)
