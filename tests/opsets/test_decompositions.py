@@ -145,6 +145,7 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.i0.default": [("i0", "")],
     "aten.histc.default": [("histc", "")],
     "aten.mode.default": [("mode", "")],
+    "aten.nextafter.default": [("nextafter", "")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
         "i0e", "i1", "i1e", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
         "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
@@ -546,3 +547,23 @@ def test_mode_equals_eager_on_ties(dtype):
             got = torch.mode(x, dim, keepdim)
         assert torch.ops.aten.mode.default in session.stats.decomposed
         assert torch.equal(got.values, expected.values) and torch.equal(got.indices, expected.indices), (x, dim)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_nextafter_equals_eager_bit_for_bit(dtype):
+    """Zeros of both signs, powers of two (a half step down), the largest finite numbers and
+    infinities, NaN, subnormals, and numbers of every magnitude: every neighbour is eager's."""
+    torch.manual_seed(0)
+    info = torch.finfo(dtype)
+    subnormal = info.smallest_normal * info.eps
+    edges = torch.tensor([0.0, -0.0, 1, -1, 0.5, 2, 3, info.max, -info.max, float("inf"), -float("inf"), float("nan"),
+                          info.smallest_normal, -info.smallest_normal, subnormal, -subnormal, 3 * subnormal, info.eps],
+                         dtype=torch.float64).to(dtype)
+    a = torch.cat([edges, (torch.randn(200, dtype=torch.float64) * 10.0 ** torch.randint(-30, 30, (200,))).to(dtype)])
+    a, b = torch.meshgrid(a, torch.cat([edges, torch.randn(5).to(dtype)]), indexing="ij")
+    expected = torch.nextafter(a, b)
+    with pf.eager.on(CORE) as session:
+        got = torch.nextafter(a, b)
+    assert torch.ops.aten.nextafter.default in session.stats.decomposed
+    same = ((got == expected) & (got.signbit() == expected.signbit())) | (got.isnan() & expected.isnan())
+    assert same.all(), (a[~same], b[~same], got[~same], expected[~same])
