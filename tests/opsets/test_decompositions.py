@@ -146,6 +146,8 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.histc.default": [("histc", "")],
     "aten.mode.default": [("mode", "")],
     "aten.nextafter.default": [("nextafter", "")],
+    "aten.segment_reduce.default": [("_segment_reduce", "lengths"), ("_segment_reduce", "offsets")],
+    "aten._segment_reduce_backward.default": [("_segment_reduce", "lengths"), ("_segment_reduce", "offsets")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
         "i0e", "i1", "i1e", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
         "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
@@ -567,3 +569,29 @@ def test_nextafter_equals_eager_bit_for_bit(dtype):
     assert torch.ops.aten.nextafter.default in session.stats.decomposed
     same = ((got == expected) & (got.signbit() == expected.signbit())) | (got.isnan() & expected.isnan())
     assert same.all(), (a[~same], b[~same], got[~same], expected[~same])
+
+
+def test_segment_reduce_equals_eager_with_ties_empty_runs_and_initial():
+    """Every reduction, with and without ``initial``, runs empty (at the start, the middle, the
+    end, all of them), equal elements (max and min share a positive gradient among them and give
+    a negative one whole, as the kernel), zeros in prod, lengths and offsets; values and gradients."""
+    torch.manual_seed(0)
+    for trial in range(100):
+        lengths = torch.randint(0, 4, (int(torch.randint(1, 5, ())),))
+        shape = [int(lengths.sum()), *[int(v) for v in torch.randint(1, 3, (int(torch.randint(0, 2, ())),))]]
+        x = torch.randint(-2, 3, shape).double() if trial % 3 == 0 else torch.randn(shape, dtype=torch.float64)
+        reduce, initial = ["max", "min", "mean", "sum", "prod"][trial % 5], [None, 1.0, 2.0][trial % 3]
+        runs = ({"offsets": torch.cat([torch.zeros(1, dtype=lengths.dtype), lengths.cumsum(0)])} if trial % 4 == 0
+                else {"lengths": lengths})
+        weight = torch.randn(len(lengths), *shape[1:], dtype=torch.float64)
+
+        def run(x=x, reduce=reduce, initial=initial, runs=runs, weight=weight):
+            leaf = x.clone().requires_grad_()
+            out = torch.segment_reduce(leaf, reduce, axis=0, initial=initial, **runs)
+            return out, torch.autograd.grad((out * weight).sum(), leaf)[0]
+
+        expected = run()
+        with pf.eager.on(CORE) as session:
+            got = run()
+        assert tc.resolve_overload("aten", "_segment_reduce_backward.default") in session.stats.decomposed
+        torch.testing.assert_close(got, expected, equal_nan=True, msg=lambda m, t=trial: f"trial {t}: {m}")

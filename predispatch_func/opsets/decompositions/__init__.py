@@ -25,6 +25,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
 * ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
+* ``segments``: ``segment_reduce`` and its backward;
 * ``pooling``: adaptive and fractional max pooling, with the kernels' indices;
 * ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
@@ -52,6 +53,7 @@ from . import (
                products,
                scans,
                searching,
+    segments,
                structure,
 )
 
@@ -66,6 +68,7 @@ TABLE: dict[Any, Callable] = {
     **scans.DECOMPOSITIONS,
     **structure.DECOMPOSITIONS,
     **searching.DECOMPOSITIONS,
+    **segments.DECOMPOSITIONS,
     **pooling.DECOMPOSITIONS,
     **backward.DECOMPOSITIONS,
     **linalg.DECOMPOSITIONS,
