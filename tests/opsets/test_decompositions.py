@@ -510,6 +510,10 @@ def test_bessel_first_and_second_kind_keep_the_wronskian():
     j0, j1, y0, y1 = (TABLE[getattr(torch.ops.aten, f"special_bessel_{kind}").default](x)
                       for kind in ("j0", "j1", "y0", "y1"))
     torch.testing.assert_close((j1 * y0 - j0 * y1) * (math.pi * x / 2), torch.ones_like(x), rtol=0, atol=1e-13)
+    tiny = torch.tensor([1e-300, -1e-300, 0.0, -0.0], dtype=torch.float64)  # relative accuracy near 0, signs of zero
+    j1 = TABLE[torch.ops.aten.special_bessel_j1.default](tiny)
+    assert torch.equal(j1, tiny / 2) and torch.equal(j1.signbit(), tiny.signbit())
+    assert torch.equal(TABLE[torch.ops.aten.special_bessel_j0.default](tiny), torch.ones_like(tiny))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
@@ -518,7 +522,7 @@ def test_histc_equals_eager_on_edges_and_ranges(dtype):
     a single value widened by one each side, an empty input: counts equal eager's exactly."""
     torch.manual_seed(0)
     ranges = [(0, 0), (-1, 1), (-2.5, 2.5), (1, 1), (0.3, 0.7), (-3, 0)]
-    for trial in range(36):
+    for trial in range(12):
         x = (torch.randn(int(torch.randint(0, 40, ()))) * 3).to(dtype)
         if trial % 3 == 0:
             x = torch.round(x * 4) / 4
@@ -539,7 +543,7 @@ def test_mode_equals_eager_on_ties(dtype):
     """Repeated values (ties between counts: the smallest value; its last index), signed zeros,
     every dim, with and without keepdim."""
     torch.manual_seed(0)
-    for trial in range(30):
+    for trial in range(10):
         shape = [int(s) for s in torch.randint(1, 6, (int(torch.randint(1, 4, ())),))]
         x = (torch.randint(-3, 4, shape) if trial % 2 else torch.randn(shape) * 0.0 - torch.randint(0, 2, shape)
              ).to(dtype)
@@ -576,7 +580,7 @@ def test_segment_reduce_equals_eager_with_ties_empty_runs_and_initial():
     end, all of them), equal elements (max and min share a positive gradient among them and give
     a negative one whole, as the kernel), zeros in prod, lengths and offsets; values and gradients."""
     torch.manual_seed(0)
-    for trial in range(100):
+    for trial in range(30):
         lengths = torch.randint(0, 4, (int(torch.randint(1, 5, ())),))
         shape = [int(lengths.sum()), *[int(v) for v in torch.randint(1, 3, (int(torch.randint(0, 2, ())),))]]
         x = torch.randint(-2, 3, shape).double() if trial % 3 == 0 else torch.randn(shape, dtype=torch.float64)
