@@ -146,6 +146,8 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.histc.default": [("histc", "")],
     "aten.mode.default": [("mode", "")],
     "aten.nextafter.default": [("nextafter", "")],
+    "aten.linalg_householder_product.default": [("linalg.householder_product", "")],
+    "aten.ormqr.default": [("ormqr", "")],
     "aten.segment_reduce.default": [("_segment_reduce", "lengths"), ("_segment_reduce", "offsets")],
     "aten._segment_reduce_backward.default": [("_segment_reduce", "lengths"), ("_segment_reduce", "offsets")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (

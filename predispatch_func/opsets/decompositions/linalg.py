@@ -1,5 +1,7 @@
 """Linear algebra with unique answers: triangular solves, LU with partial pivoting and what
-is built on it (solve, inverse, determinant), Cholesky and its solves.
+is built on it (solve, inverse, determinant), Cholesky and its solves, and products of the
+Householder reflectors a QR factorization stores (``householder_product``, ``ormqr``: given
+the reflectors, the product is unique; making them, ``geqrf``, is LAPACK's choice of form).
 
 Each is the textbook algorithm written as one whole-tensor step per row or
 column, so the number of steps depends only on the matrix size and a trace holds
@@ -315,7 +317,46 @@ def cholesky_solve_helper(b: torch.Tensor, factor: torch.Tensor, upper: bool) ->
     return _solve_lower_left(lower.mT, y, unit=False, reverse=True)
 
 
+def _reflector(a: torch.Tensor, i: int) -> torch.Tensor:
+    """The i-th Householder vector LAPACK stores below the diagonal of column i: zeros above,
+    an implicit 1 on the diagonal, ``a[i+1:, i]`` below; shape (..., rows, 1)."""
+    column = a[..., :, i:i + 1]
+    rows = torch.arange(a.size(-2), device=a.device).unsqueeze(-1)
+    return torch.where(rows > i, column, torch.where(rows == i, torch.ones_like(column), torch.zeros_like(column)))
+
+
+def _reflect(x: torch.Tensor, v: torch.Tensor, tau: torch.Tensor, left: bool) -> torch.Tensor:
+    """``(I - tau v v^T) x`` (left) or ``x (I - tau v v^T)``."""
+    if left:
+        return x - tau * (v @ (v.mT @ x))
+    return x - tau * ((x @ v) @ v.mT)
+
+
+def householder_product(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """The first n columns of ``H_1 ... H_k``, accumulated from the last reflector back (as orgqr)."""
+    if not _real(a, tau):
+        return NotImplemented
+    rows, columns = a.shape[-2:]
+    x = torch.eye(rows, columns, dtype=a.dtype, device=a.device).expand(*a.shape[:-2], rows, columns)
+    for i in range(tau.size(-1) - 1, -1, -1):
+        x = _reflect(x, _reflector(a, i), tau[..., i:i + 1].unsqueeze(-1), left=True)
+    return x.clone() if tau.size(-1) == 0 else x
+
+
+def ormqr(a: torch.Tensor, tau: torch.Tensor, c: torch.Tensor, left: bool = True, transpose: bool = False) -> Any:
+    """``Q c``, ``Q^T c``, ``c Q`` or ``c Q^T`` with ``Q = H_1 ... H_k``, one reflector at a time."""
+    if not _real(a, tau, c):
+        return NotImplemented
+    count = tau.size(-1)
+    forward = left == transpose  # Q^T c and c Q apply H_1 first
+    for i in (range(count) if forward else range(count - 1, -1, -1)):
+        c = _reflect(c, _reflector(a, i), tau[..., i:i + 1].unsqueeze(-1), left)
+    return c.clone() if count == 0 else c
+
+
 DECOMPOSITIONS: dict[Any, Callable] = {
+    aten.linalg_householder_product.default: householder_product,
+    aten.ormqr.default: ormqr,
     aten.linalg_solve_triangular.default: solve_triangular,
     aten.triangular_solve.default: triangular_solve,
     aten.linalg_lu_factor_ex.default: lu_factor_ex,
