@@ -148,6 +148,8 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.nextafter.default": [("nextafter", "")],
     "aten.linalg_householder_product.default": [("linalg.householder_product", "")],
     "aten.ormqr.default": [("ormqr", "")],
+    "aten.geqrf.default": [("geqrf", "")],
+    "aten.linalg_qr.default": [("linalg.qr", "")],
     "aten.segment_reduce.default": [("_segment_reduce", "lengths"), ("_segment_reduce", "offsets")],
     "aten._segment_reduce_backward.default": [("_segment_reduce", "lengths"), ("_segment_reduce", "offsets")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (

@@ -30,8 +30,8 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
 * ``losses``: backward kernels of margin losses and pairwise distances;
-* ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, products of
-  Householder reflectors (``householder_product``, ``ormqr``).
+* ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
+  in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Linear algebra with unique answers: triangular solves, LU with partial pivoting and what
-is built on it (solve, inverse, determinant), Cholesky and its solves, and products of the
-Householder reflectors a QR factorization stores (``householder_product``, ``ormqr``: given
-the reflectors, the product is unique; making them, ``geqrf``, is LAPACK's choice of form).
+is built on it (solve, inverse, determinant), Cholesky and its solves, and Householder QR:
+``geqrf`` in the form LAPACK documents for its reflectors (dlarfg: the sign of R's diagonal
+opposite to the column's first entry), so Q and R are LAPACK's, ``linalg_qr`` from it, and
+the products of reflectors (``householder_product``, ``ormqr``).
 
 Each is the textbook algorithm written as one whole-tensor step per row or
 column, so the number of steps depends only on the matrix size and a trace holds
@@ -12,10 +13,10 @@ LAPACK's and a backward reading them (``linalg_solve``'s reads ``LU`` and
 ``pivots``) gets what eager's would. Rounding differs from LAPACK's blocked
 kernels within a few ulps.
 
-Not here: factorizations whose result is a choice of the library's algorithm
-(signs and phases of SVD, eigenvectors and QR, the order of eigenvalues), and
-complex inputs (LAPACK pivots complex matrices by ``|re| + |im|``, which needs
-``view_as_real``, outside Core ATen): those decline (``NotImplemented``) and
+Not here: factorizations whose result is a choice of the library's iterative algorithm
+(signs and phases of SVD's and eigenvectors, the order of eigenvalues), and
+complex inputs (not written yet: LAPACK pivots complex matrices by ``|re| + |im|``, and QR's
+reflectors of complex columns take a complex ``beta``): those decline (``NotImplemented``) and
 stay unreachable; ``docs/eager.md`` lists them.
 """
 
@@ -354,7 +355,56 @@ def ormqr(a: torch.Tensor, tau: torch.Tensor, c: torch.Tensor, left: bool = True
     return c.clone() if count == 0 else c
 
 
+def geqrf(a: torch.Tensor) -> Any:
+    """Householder QR in LAPACK's documented form (dlarfg): for each column's ``x = (alpha, rest)``,
+    ``beta = -sign(alpha) ||x||`` (sign(0) = +), ``tau = (beta - alpha) / beta``, the stored vector
+    ``rest / (alpha - beta)`` and ``beta`` on R's diagonal; ``tau = 0`` where ``rest`` is zero.
+    Each reflector then updates the columns to its right. (dlarfg's rescaling of tiny norms is not
+    done: it changes nothing unless ``||x||`` is below 1e-292.)"""
+    if not _real(a):
+        return NotImplemented
+    rows, columns = a.shape[-2:]
+    taus = []
+    for i in range(min(rows, columns)):
+        alpha, rest = a[..., i:i + 1, i:i + 1], a[..., i + 1:, i:i + 1]
+        rest_norm = torch.sqrt((rest * rest).sum(-2, keepdim=True))
+        norm = torch.sqrt(alpha * alpha + rest_norm * rest_norm)
+        beta = torch.where(alpha < 0, norm, -norm)
+        reflects = rest_norm != 0
+        safe_beta = torch.where(reflects, beta, torch.ones_like(beta))
+        tau = torch.where(reflects, (beta - alpha) / safe_beta, torch.zeros_like(beta))
+        scale = torch.where(reflects, 1 / torch.where(reflects, alpha - beta, torch.ones_like(beta)), torch.ones_like(beta))
+        v_rest = rest * scale
+        diagonal = torch.where(reflects, beta, alpha)
+        column = torch.cat([a[..., :i, i:i + 1], diagonal, v_rest], -2)
+        trailing = a[..., i:, i + 1:]
+        v = torch.cat([torch.ones_like(alpha), v_rest], -2)
+        trailing = trailing - tau * (v @ (v.mT @ trailing))
+        a = torch.cat([a[..., :, :i], column, torch.cat([a[..., :i, i + 1:], trailing], -2)], -1)
+        taus.append(tau.squeeze(-1))
+    tau = torch.cat(taus, -1) if taus else a.new_zeros((*a.shape[:-2], 0))
+    return a.clone() if not taus else a, tau
+
+
+def linalg_qr(a: torch.Tensor, mode: str = "reduced") -> Any:
+    """``geqrf``, then Q from its reflectors (all m columns for ``complete``) and R its upper triangle."""
+    if not _real(a):
+        return NotImplemented
+    rows, columns = a.shape[-2:]
+    k = min(rows, columns)
+    factored, tau = geqrf(a)
+    if mode == "r":
+        return a.new_zeros((0,)), torch.triu(factored[..., :k, :])
+    if mode == "complete" and rows > columns:
+        padding = factored.new_zeros((*factored.shape[:-2], rows, rows - columns))
+        q = householder_product(torch.cat([factored, padding], -1), tau)
+        return q, torch.triu(factored)
+    return householder_product(factored[..., :, :k], tau), torch.triu(factored[..., :k, :])
+
+
 DECOMPOSITIONS: dict[Any, Callable] = {
+    aten.geqrf.default: geqrf,
+    aten.linalg_qr.default: linalg_qr,
     aten.linalg_householder_product.default: householder_product,
     aten.ormqr.default: ormqr,
     aten.linalg_solve_triangular.default: solve_triangular,
