@@ -144,6 +144,8 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.special_ndtri.default": [("special.ndtri", "")],
     "aten.i0.default": [("i0", "")],
     "aten.histc.default": [("histc", "")],
+    "aten.histogram.bin_ct": [("histogram", "")],
+    "aten.histogram.bins_tensor": [("histogram", "")],
     "aten.mode.default": [("mode", "")],
     "aten.nextafter.default": [("nextafter", "")],
     "aten.linalg_householder_product.default": [("linalg.householder_product", "")],
@@ -608,3 +610,34 @@ def test_segment_reduce_equals_eager_with_ties_empty_runs_and_initial():
             got = run()
         assert tc.resolve_overload("aten", "_segment_reduce_backward.default") in session.stats.decomposed
         torch.testing.assert_close(got, expected, equal_nan=True, msg=lambda m, t=trial: f"trial {t}: {m}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
+def test_histogram_bin_edges_are_linspaces_bit_for_bit(dtype):
+    """The edges (histogram returns them; histc bins by them) equal the CPU linspace kernel's,
+    whose fused multiply-adds ours reproduce, over some thousand ranges and counts."""
+    from predispatch_func.opsets.decompositions.histograms import _linspace
+
+    for steps in range(2, 120):
+        for start, end in ((-2.5, 2.5), (0.3, 0.7), (1e-3, 7.1), (-1e5, 3.3)):
+            got = _linspace(torch.tensor(start, dtype=dtype), torch.tensor(end, dtype=dtype), steps)
+            assert torch.equal(got, torch.linspace(start, end, steps, dtype=dtype)), (start, end, steps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
+def test_histogram_equals_eager_with_weights_density_and_edges(dtype):
+    torch.manual_seed(0)
+    for trial in range(12):
+        x = (torch.randn(int(torch.randint(0, 30, ()))) * 3).to(dtype)
+        if trial % 3 == 0:
+            x = torch.round(x * 4) / 4
+        bins, weight = int(torch.randint(1, 8, ())), (torch.rand(x.numel()).to(dtype) if trial % 2 else None)
+        density, value_range = trial % 4 == 1, [None, (-1.0, 1.0), (-2.5, 2.5), (0.3, 0.7)][trial % 4]
+        edges = torch.sort(torch.randn(bins + 1) * 2)[0].to(dtype)
+        for how in ((bins,), {"range": value_range}), ((edges,), {}):
+            expected = torch.histogram(x, *how[0], weight=weight, density=density, **how[1])
+            with pf.eager.on(CORE) as session:
+                got = torch.histogram(x, *how[0], weight=weight, density=density, **how[1])
+            assert session.stats.decomposed
+            torch.testing.assert_close(tuple(got), tuple(expected), equal_nan=True)
+            assert torch.equal(got[1], expected[1])

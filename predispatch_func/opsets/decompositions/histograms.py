@@ -1,4 +1,4 @@
-"""``histc``: counts in equal-width bins, with the kernel's bin edges.
+"""``histc`` and ``histogram``: counts in bins, with the kernels' bin edges.
 
 The CPU kernel finds each element's bin by interpolation and then corrects it
 against the edges ``linspace(min, max, bins + 1)`` it computed, so an element
@@ -9,7 +9,9 @@ the bin as the number of inner edges at or below the element: the rounding of
 an element near an edge is the kernel's. Elements outside ``[min, max]`` and
 NaN are not counted. ``min == max`` takes the data's range, widened by one
 each side if that is a single value, as the kernel (which raises where it is
-not finite; this cannot, and counts nothing there).
+not finite; this cannot, and counts nothing there). ``histogram`` bins the same
+way, by its own edges where it is given them, widens a single value by a half
+each side, weighs, and divides by the total and the bin widths for ``density``.
 """
 
 from __future__ import annotations
@@ -22,13 +24,37 @@ import torch
 aten = torch.ops.aten
 
 
+def _fused_multiply_add(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``a * b + c`` rounded once, as the vectorized kernels' fused multiply-add: narrower dtypes
+    exactly through float64; float64 by Dekker's exact product (Veltkamp's split) and Knuth's
+    exact sum, the two error terms added last."""
+    if a.dtype != torch.float64:
+        return (a.to(torch.float64) * b.to(torch.float64) + c.to(torch.float64)).to(a.dtype)
+
+    def halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scaled = 134217729.0 * x  # 2^27 + 1
+        high = scaled - (scaled - x)
+        return high, x - high
+
+    product = a * b
+    (a_high, a_low), (b_high, b_low) = halves(a), halves(b)
+    product_error = ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
+    total = product + c
+    virtual = total - product
+    sum_error = (product - (total - virtual)) + (c - virtual)
+    return total + (sum_error + product_error)
+
+
 def _linspace(start: torch.Tensor, end: torch.Tensor, steps: int) -> torch.Tensor:
-    """``linspace`` from tensor ends, rounded as its CPU kernel: ``start + i * step`` for the
-    first half, ``end - (steps - 1 - i) * step`` for the rest."""
+    """``linspace`` from tensor ends, rounded as its vectorized CPU kernel: ``start + i * step``
+    for the first half, ``end - (steps - 1 - i) * step`` for the rest, each a fused multiply-add
+    (bit for bit: tests/opsets/test_decompositions.py compares some thousands)."""
     step = (end - start) / (steps - 1)
     index = torch.arange(steps, device=start.device).to(start.dtype)
-    return torch.where(torch.arange(steps, device=start.device) < steps // 2, start + index * step,
-                       end - (steps - 1 - index) * step)
+    first_half = torch.arange(steps, device=start.device) < steps // 2
+    steps_tensor = step.expand(steps)
+    return torch.where(first_half, _fused_multiply_add(steps_tensor, index, start.expand(steps)),
+                       _fused_multiply_add(steps_tensor, -(steps - 1 - index), end.expand(steps)))
 
 
 def histc(x: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:  # noqa: A002 (schema names)
@@ -47,11 +73,50 @@ def histc(x: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> Any: 
     if min == max:
         same = low == high
         low, high = torch.where(same, low - 1, low), torch.where(same, high + 1, high)
-    edges = _linspace(low, high, bins + 1)
-    inside = (flat >= low) & (flat <= high)
+    return _counts(flat, _linspace(low, high, bins + 1), None)
+
+
+def _counts(flat: torch.Tensor, edges: torch.Tensor, weight: Any) -> torch.Tensor:
+    """Per bin, the (weighted) count of elements with ``edges[i] <= x < edges[i + 1]``, the last
+    bin closed on the right; outside the edges and NaN: not counted."""
+    bins = edges.size(0) - 1
+    inside = (flat >= edges[0]) & (flat <= edges[-1])
     position = (flat.unsqueeze(-1) >= edges[1:bins].unsqueeze(0)).sum(-1)
-    counts = torch.zeros(bins, dtype=x.dtype, device=x.device)
-    return counts.scatter_add(0, torch.where(inside, position, torch.zeros_like(position)), inside.to(x.dtype))
+    amount = inside.to(flat.dtype) if weight is None else torch.where(inside, weight.reshape(-1).to(flat.dtype),
+                                                                       torch.zeros_like(flat))
+    counts = torch.zeros(bins, dtype=flat.dtype, device=flat.device)
+    return counts.scatter_add(0, torch.where(inside, position, torch.zeros_like(position)), amount)
 
 
-DECOMPOSITIONS: dict[Any, Callable] = {aten.histc.default: histc}
+def _density(counts: torch.Tensor, edges: torch.Tensor, density: bool) -> torch.Tensor:
+    return counts / (counts.sum() * (edges[1:] - edges[:-1])) if density else counts
+
+
+def histogram_bin_count(x: torch.Tensor, bins: int = 100, *, range: Any = None,  # noqa: A002 (schema names)
+                        weight: Any = None, density: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``bins`` equal bins over ``range``, else over the data's range (``[0, 1]`` for no data)."""
+    flat = x.reshape(-1)
+    if range is not None:
+        low = torch.full((), range[0], dtype=x.dtype, device=x.device)
+        high = torch.full((), range[1], dtype=x.dtype, device=x.device)
+    elif flat.numel():
+        low, high = flat.min(), flat.max()
+    else:
+        low, high = torch.zeros((), dtype=x.dtype, device=x.device), torch.ones((), dtype=x.dtype, device=x.device)
+    same = low == high
+    low, high = torch.where(same, low - 0.5, low), torch.where(same, high + 0.5, high)
+    edges = _linspace(low, high, bins + 1)
+    return _density(_counts(flat, edges, weight), edges, density), edges
+
+
+def histogram_bin_edges(x: torch.Tensor, bins: torch.Tensor, *, weight: Any = None,
+                        density: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    edges = bins.to(x.dtype)
+    return _density(_counts(x.reshape(-1), edges, weight), edges, density), edges.clone()
+
+
+DECOMPOSITIONS: dict[Any, Callable] = {
+    aten.histc.default: histc,
+    aten.histogram.bin_ct: histogram_bin_count,
+    aten.histogram.bins_tensor: histogram_bin_edges,
+}
