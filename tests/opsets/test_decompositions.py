@@ -146,6 +146,9 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.histc.default": [("histc", "")],
     "aten.histogram.bin_ct": [("histogram", "")],
     "aten.histogram.bins_tensor": [("histogram", "")],
+    "aten._histogramdd_bin_edges.default": [("histogramdd", "")],
+    "aten._histogramdd_from_bin_cts.default": [("histogramdd", "")],
+    "aten._histogramdd_from_bin_tensors.default": [("histogramdd", "")],
     "aten.mode.default": [("mode", "")],
     "aten.nextafter.default": [("nextafter", "")],
     "aten.linalg_householder_product.default": [("linalg.householder_product", "")],
@@ -641,3 +644,24 @@ def test_histogram_equals_eager_with_weights_density_and_edges(dtype):
             assert session.stats.decomposed
             torch.testing.assert_close(tuple(got), tuple(expected), equal_nan=True)
             assert torch.equal(got[1], expected[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
+def test_histogramdd_equals_eager_in_one_to_three_dimensions(dtype):
+    torch.manual_seed(0)
+    for trial in range(10):
+        dimensions = int(torch.randint(1, 4, ()))
+        x = (torch.randn(int(torch.randint(0, 20, ())), dimensions) * 2).to(dtype)
+        if trial % 3 == 0:
+            x = torch.round(x * 2) / 2
+        bins = [int(b) for b in torch.randint(1, 5, (dimensions,))]
+        weight = torch.rand(x.size(0)).to(dtype) if trial % 2 else None
+        value_range = None if trial % 2 else [-1.0, 1.0] * dimensions
+        given = [torch.sort(torch.randn(b + 1))[0].to(dtype) for b in bins]
+        for how in ((bins,), {"range": value_range}), ((given,), {}):
+            expected = torch.histogramdd(x, *how[0], weight=weight, density=trial % 4 == 1, **how[1])
+            with pf.eager.on(CORE) as session:
+                got = torch.histogramdd(x, *how[0], weight=weight, density=trial % 4 == 1, **how[1])
+            assert session.stats.decomposed
+            torch.testing.assert_close(got.hist, expected.hist, equal_nan=True)
+            assert all(torch.equal(a, b) for a, b in zip(got.bin_edges, expected.bin_edges))

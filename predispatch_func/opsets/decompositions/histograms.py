@@ -1,4 +1,4 @@
-"""``histc`` and ``histogram``: counts in bins, with the kernels' bin edges.
+"""``histc``, ``histogram`` and ``histogramdd``: counts in bins, with the kernels' bin edges.
 
 The CPU kernel finds each element's bin by interpolation and then corrects it
 against the edges ``linspace(min, max, bins + 1)`` it computed, so an element
@@ -20,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from ... import _torch_compat as tc
 
 aten = torch.ops.aten
 
@@ -115,7 +117,66 @@ def histogram_bin_edges(x: torch.Tensor, bins: torch.Tensor, *, weight: Any = No
     return _density(_counts(x.reshape(-1), edges, weight), edges, density), edges.clone()
 
 
+def _range_edges(x: torch.Tensor, dimension: int, bins: int, value_range: Any) -> torch.Tensor:
+    """One dimension's equal bins over ``value_range[2d:2d+2]`` or the data's range, a single
+    value widened by a half each side, no data as ``[0, 1]``."""
+    column = x[..., dimension].reshape(-1)
+    if value_range is not None:
+        low = torch.full((), value_range[2 * dimension], dtype=x.dtype, device=x.device)
+        high = torch.full((), value_range[2 * dimension + 1], dtype=x.dtype, device=x.device)
+    elif column.numel():
+        low, high = column.min(), column.max()
+    else:
+        low, high = torch.zeros((), dtype=x.dtype, device=x.device), torch.ones((), dtype=x.dtype, device=x.device)
+    same = low == high
+    return _linspace(torch.where(same, low - 0.5, low), torch.where(same, high + 0.5, high), bins + 1)
+
+
+def histogramdd_bin_edges(x: torch.Tensor, bins: Any, *, range: Any = None, weight: Any = None,  # noqa: A002
+                          density: bool = False) -> list[torch.Tensor]:
+    return [_range_edges(x, d, count, range) for d, count in enumerate(bins)]
+
+
+def histogramdd_from_bin_tensors(x: torch.Tensor, bins: Any, *, weight: Any = None,
+                                 density: bool = False) -> torch.Tensor:
+    """Each point's bin in every dimension as in ``histogram``; a point outside any dimension's
+    edges (or NaN there) is not counted; ``density`` divides by the total and each bin's volume."""
+    points = x.reshape(-1, x.size(-1))
+    edges = [b.to(x.dtype) for b in bins]
+    inside = torch.ones(points.size(0), dtype=torch.bool, device=x.device)
+    flat_index = torch.zeros(points.size(0), dtype=torch.int64, device=x.device)
+    for d, edge in enumerate(edges):
+        column, count = points[:, d], edge.size(0) - 1
+        inside = inside & (column >= edge[0]) & (column <= edge[-1])
+        position = (column.unsqueeze(-1) >= edge[1:count].unsqueeze(0)).sum(-1)
+        flat_index = flat_index * count + position
+    sizes = [edge.size(0) - 1 for edge in edges]
+    amount = inside.to(x.dtype) if weight is None else torch.where(inside, weight.reshape(-1).to(x.dtype),
+                                                                    torch.zeros_like(inside, dtype=x.dtype))
+    total = 1
+    for size in sizes:
+        total *= size
+    counts = torch.zeros(total, dtype=x.dtype, device=x.device).scatter_add(
+        0, torch.where(inside, flat_index, torch.zeros_like(flat_index)), amount).reshape(sizes)
+    if not density:
+        return counts
+    volume = torch.ones((), dtype=x.dtype, device=x.device)
+    for d, edge in enumerate(edges):
+        width = edge[1:] - edge[:-1]
+        volume = volume.unsqueeze(-1) * width.reshape(*([1] * d), -1) if d else width
+    return counts / (counts.sum() * volume)
+
+
+def histogramdd_from_bin_counts(x: torch.Tensor, bins: Any, *, range: Any = None, weight: Any = None,  # noqa: A002
+                                density: bool = False) -> torch.Tensor:
+    return histogramdd_from_bin_tensors(x, histogramdd_bin_edges(x, bins, range=range), weight=weight,
+                                        density=density)
+
+
 DECOMPOSITIONS: dict[Any, Callable] = {
+    tc.resolve_overload("aten", "_histogramdd_bin_edges.default"): histogramdd_bin_edges,
+    tc.resolve_overload("aten", "_histogramdd_from_bin_cts.default"): histogramdd_from_bin_counts,
+    tc.resolve_overload("aten", "_histogramdd_from_bin_tensors.default"): histogramdd_from_bin_tensors,
     aten.histc.default: histc,
     aten.histogram.bin_ct: histogram_bin_count,
     aten.histogram.bins_tensor: histogram_bin_edges,
