@@ -145,6 +145,8 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.i0.default": [("i0", "")],
     "aten.histc.default": [("histc", "")],
     "aten.histogram.bin_ct": [("histogram", "")],
+    "aten._upsample_bilinear2d_aa.default": [("_upsample_bilinear2d_aa", "")],
+    "aten._upsample_bilinear2d_aa_backward.default": [("_upsample_bilinear2d_aa", "")],
     "aten.histogram.bins_tensor": [("histogram", "")],
     "aten._histogramdd_bin_edges.default": [("histogramdd", "")],
     "aten._histogramdd_from_bin_cts.default": [("histogramdd", "")],
@@ -665,3 +667,27 @@ def test_histogramdd_equals_eager_in_one_to_three_dimensions(dtype):
             assert session.stats.decomposed
             torch.testing.assert_close(got.hist, expected.hist, equal_nan=True)
             assert all(torch.equal(a, b) for a, b in zip(got.bin_edges, expected.bin_edges))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
+def test_antialiased_bilinear_resize_equals_eager(dtype):
+    """Shrinking and growing, unequal axes, one pixel, align_corners, given scales (and an axis of
+    unchanged size, which the kernel copies whatever the scale): values and gradients."""
+    torch.manual_seed(0)
+    for in_h, in_w, out_h, out_w in ((8, 8, 4, 4), (8, 8, 16, 16), (7, 5, 3, 9), (5, 7, 5, 7), (4, 6, 1, 1),
+                                     (9, 4, 2, 5)):
+        for align_corners in (False, True):
+            for scales in ((None, None), (0.5, 1.7)):
+                weight = torch.randn(2, 3, out_h, out_w, dtype=dtype)
+
+                def run(x, size=(out_h, out_w), align_corners=align_corners, scales=scales, weight=weight):
+                    leaf = x.clone().requires_grad_()
+                    out = torch.ops.aten._upsample_bilinear2d_aa(leaf, list(size), align_corners, *scales)
+                    return out, torch.autograd.grad((out * weight).sum(), leaf)[0]
+
+                x = torch.randn(2, 3, in_h, in_w, dtype=dtype)
+                expected = run(x)
+                with pf.eager.on(CORE) as session:
+                    got = run(x)
+                assert session.stats.decomposed
+                torch.testing.assert_close(got, expected)

@@ -28,6 +28,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``segments``: ``segment_reduce`` and its backward;
 * ``pooling``: adaptive and fractional max pooling, with the kernels' indices;
 * ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
+* ``antialias``: antialiased bilinear resizing and its backward, as fixed linear maps;
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
 * ``losses``: backward kernels of margin losses and pairwise distances;
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
@@ -40,22 +41,23 @@ from collections.abc import Callable
 from typing import Any
 
 from . import (
-               backward,
+    antialias,
+    backward,
     bessel,
-               complex_parts,
-               elementwise,
+    complex_parts,
+    elementwise,
     error_function,
     gamma,
     histograms,
-               linalg,
-               losses,
-               polynomials,
-               pooling,
-               products,
-               scans,
-               searching,
+    linalg,
+    losses,
+    polynomials,
+    pooling,
+    products,
+    scans,
+    searching,
     segments,
-               structure,
+    structure,
 )
 
 TABLE: dict[Any, Callable] = {
@@ -72,6 +74,7 @@ TABLE: dict[Any, Callable] = {
     **segments.DECOMPOSITIONS,
     **pooling.DECOMPOSITIONS,
     **backward.DECOMPOSITIONS,
+    **antialias.DECOMPOSITIONS,
     **linalg.DECOMPOSITIONS,
     **losses.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,
