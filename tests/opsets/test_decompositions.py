@@ -138,6 +138,8 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.digamma.default": [("digamma", ""), ("mvlgamma", "mvlgamma_p_1")],
     "aten.polygamma.default": [("polygamma", f"polygamma_n_{n}") for n in range(5)],
     "aten.special_zeta.default": [("special.zeta", "")],
+    "aten.igamma.default": [("igamma", "")],
+    "aten.igammac.default": [("igammac", "")],
     "aten.erfc.default": [("erfc", "")],
     "aten.special_erfcx.default": [("special.erfcx", "")],
     "aten.erfinv.default": [("erfinv", "")],
@@ -408,7 +410,7 @@ def test_the_decompositions_that_read_data_are_kept_from_export():
     assert {str(op) for op in READS_DATA} == {
         "aten.equal.default", "aten.bincount.default", "aten._unique2.default", "aten._unique.default",
         "aten.unique_consecutive.default", "aten.special_zeta.default", "aten.polygamma.default",
-        "aten.linalg_matrix_exp.default",
+        "aten.linalg_matrix_exp.default", "aten.igamma.default", "aten.igammac.default",
         *(f"aten.special_{name}.default" for name in (
             *(f"{shifted}chebyshev_polynomial_{kind}" for shifted in ("", "shifted_") for kind in "tuvw"),
             "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"))}
@@ -691,3 +693,24 @@ def test_antialiased_bilinear_resize_equals_eager(dtype):
                     got = run(x)
                 assert session.stats.decomposed
                 torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["64", "32"])
+@pytest.mark.parametrize("upper", [False, True], ids=["igamma", "igammac"])
+def test_incomplete_gamma_equals_eager(upper, dtype):
+    """The OpInfo's samples are mostly negative (NaN): here a spread of shapes and points on both
+    sides of x = a + 1, up to a = 1e3 near its median, and every edge (zeros, infinities, NaN).
+    (Larger shapes need some 9 sqrt(a) terms, each an op under the uncached mode: slow here.)"""
+    torch.manual_seed(0)
+    inf, nan = float("inf"), float("nan")
+    a = torch.cat([torch.tensor([0.0, 0, 1, 1, -1, 1, inf, inf, 2, nan, 1, 0, 3]), torch.rand(200) * 50,
+                   torch.rand(20, dtype=torch.float64) * 1e3]).to(torch.float64)
+    x = torch.cat([torch.tensor([1.0, 0, 0, inf, 1, -1, 1, inf, inf, 1, nan, inf, 1e-300]), torch.rand(200) * 100,
+                   a[-20:] * (1 + torch.randn(20, dtype=torch.float64) * 1e-3)]).to(torch.float64)
+    function = torch.special.gammaincc if upper else torch.special.gammainc
+    a, x = a.to(dtype), x.to(dtype)
+    expected = function(a, x)
+    with pf.eager.on(CORE) as session:
+        got = function(a, x)
+    assert session.stats.decomposed
+    torch.testing.assert_close(got, expected, equal_nan=True)
