@@ -9,7 +9,9 @@ else its first CPU dtype), up to ``--samples`` sample inputs each:
 * backward, where the OpInfo supports autograd and the dtype is floating: the
   gradient of a weighted sum of the floating outputs, compared.
 
-Each op is then ``equal`` (every sample equal), ``unreachable`` (the mode
+Each op is then ``equal`` (every sample equal), ``sparse`` (it met ops with no
+path into Core ATen, on sparse tensors: never lowered, named separately, not
+hidden among the strided ones), ``unreachable`` (the mode
 named an op with no path into Core ATen: the op it named is recorded; this
 list answers "which ops must my backend register beyond Core ATen"), ``wrong``
 (a value or gradient differs: must never happen silently) or ``error`` (the
@@ -150,6 +152,7 @@ def check_op(opinfo, n_samples: int) -> dict:
         result.update(status="skipped", detail=f"samples: {type(e).__name__}")
         return result
     unreachable: set[str] = set()
+    sparse = False
     for sample in samples:
         passes: list = [False, True] if grad else [False]
         if opinfo.inplace_variant is not None:
@@ -171,6 +174,7 @@ def check_op(opinfo, n_samples: int) -> dict:
                               f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
                 return result
             unreachable.update(str(op) for op in session.stats.unreachable)
+            sparse = sparse or any(t.layout != torch.strided for t in _tensors(got[:2]))
             what = ["output", "inputs after the call", "gradients"]
             same = _layout_equal if _uninitialised(opinfo) else _equal
             for name, a, b in zip(what, got, expected):
@@ -179,7 +183,7 @@ def check_op(opinfo, n_samples: int) -> dict:
                     return result
             result["samples"] += 1
     if unreachable:
-        result.update(status="unreachable", detail=", ".join(sorted(unreachable)))
+        result.update(status="sparse" if sparse else "unreachable", detail=", ".join(sorted(unreachable)))
     elif result["samples"] == 0:
         result.update(status="skipped", detail="plain eager refused every sample")
     return result
@@ -220,10 +224,12 @@ def write(results: list[dict], ns: argparse.Namespace, seconds: float) -> None:
     totals = collections.Counter(r["status"] for r in results)
     unreachable = collections.Counter(op for r in results if r["status"] == "unreachable"
                                       for op in r["detail"].split(", "))
+    sparse = collections.Counter(op for r in results if r["status"] == "sparse" for op in r["detail"].split(", "))
     os.makedirs(ns.out, exist_ok=True)
     with open(os.path.join(ns.out, f"torch-{version}.json"), "w") as f:
         json.dump({"torch": version, "samples_per_op": ns.samples, "totals": totals,
-                   "unreachable_ops": sorted(unreachable), "results": results}, f, indent=1)
+                   "unreachable_ops": sorted(unreachable), "sparse_ops": sorted(sparse), "results": results}, f,
+                  indent=1)
     lines = [
         f"# `pf.eager.on(core_aten)` against plain eager: op_db, torch {version}",
         "",
@@ -231,10 +237,11 @@ def write(results: list[dict], ns: argparse.Namespace, seconds: float) -> None:
         f"float64 where supported; at most {ns.samples} samples per OpInfo, forward and, where the OpInfo "
         "supports autograd, backward, and the in-place variant where there is one). Samples plain eager "
         "refuses are skipped. `unreachable`: the OpInfo met an op with no path into Core ATen (listed "
-        "below); the values were still compared, with that op run as it is.",
+        "below); the values were still compared, with that op run as it is. `sparse`: the same, on sparse "
+        "tensors (never lowered: torch's decompositions are written for strided ones), listed separately.",
         "",
         "| status | OpInfos |", "|---|---|",
-        *[f"| {k} | {totals.get(k, 0)} |" for k in ("equal", "unreachable", "wrong", "error", "skipped")],
+        *[f"| {k} | {totals.get(k, 0)} |" for k in ("equal", "unreachable", "sparse", "wrong", "error", "skipped")],
         "",
         f"## Unreachable: {len(unreachable)} ops with no path into Core ATen",
         "",
@@ -242,6 +249,11 @@ def write(results: list[dict], ns: argparse.Namespace, seconds: float) -> None:
         "with how many OpInfos met it):",
         "",
         *[f"- `{op}` ({n})" for op, n in sorted(unreachable.items())],
+        "",
+        f"## Sparse: {len(sparse)} ops met on sparse tensors, not lowered",
+        "",
+        *[f"- `{op}` ({n}): " + ", ".join(f"`{r['op']}`" for r in results if r["status"] == "sparse" and op in r["detail"])
+          for op, n in sorted(sparse.items())],
         "",
         "## Wrong and error",
         "",

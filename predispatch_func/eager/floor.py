@@ -34,13 +34,18 @@ WHY: dict[str, str] = {
     "aten.empty_strided.default": "allocation with a given layout (empty_like of a strided tensor, "
                                   "autograd's gradient buffers)",
     "aten.as_strided.default": "the universal view: decompositions of view ops (unfold, diagonal, "
-                               "view_as_real...) land on it, and its result must share memory",
+                               "narrow...) land on it, and its result must share memory",
     "aten.view.default": "reshaping views (reshape, flatten, _unsafe_view land on it); a copy would break "
                          "eager's aliasing of later writes",
     "aten.set_.source_Storage": "a tensor given existing memory (deepcopy, torch.load, Tensor.set_): "
                                 "sharing memory is what it does, a copy would not",
     "aten.set_.source_Storage_storage_offset": "the same with an offset, sizes and strides "
                                               "(deepcopy of a view, Tensor.set_(storage, offset, size))",
+    "aten.view_as_real.default": "a complex tensor's memory read as pairs of reals: a view that changes the dtype "
+                                 "(as_strided keeps it), and writes through it must reach the complex tensor "
+                                 "(fft's real transforms, stft, .imag and our complex decompositions use it)",
+    "aten.view_as_complex.default": "pairs of reals read as one complex tensor, the same memory: the other direction "
+                                    "of view_as_real (complex(), polar() and complex conjugation are built on it)",
     "aten._local_scalar_dense.default": "Python reading a value (.item(), if x: ...): the value leaves the "
                                         "device, no tensor op can return it",
 }

@@ -151,9 +151,9 @@ def _not_lowerable(names: list[str]) -> pf.OpSet:
                                name="not lowerable")
 
 
-# ops the corpus models call that cannot be lowered into Core ATen on this release (mixtral's
-# histc; linalg_vector_norm too wherever neither torch nor opsets/decompositions lowers it): a backend must have them itself, as the
-# mode says (EagerUnreachableError, Registration.unreachable); this one does
+# ops the corpus models call that cannot be lowered into Core ATen on this release (histc and
+# linalg_vector_norm wherever neither torch nor opsets/decompositions lowers them: none left on the supported
+# torches): a backend must have them itself, as the mode says (EagerUnreachableError, Registration.unreachable)
 EXTRA = _not_lowerable(["aten.histc.default", "aten.linalg_vector_norm.default"])
 TARGET = pf.OpSet.core_aten() | EXTRA  # what the backend implements, the floor aside
 

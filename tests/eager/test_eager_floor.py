@@ -13,6 +13,18 @@ from predispatch_func.eager.floor import WHY
 
 CORE = pf.OpSet.core_aten()
 
+def _write_through_view_as_real():
+    c = torch.zeros(2, dtype=torch.complex64)
+    torch.view_as_real(c)[:, 1].add_(1)  # eager: the write reaches c's imaginary parts
+    return c
+
+
+def _write_through_view_as_complex():
+    pairs = torch.zeros(2, 2)
+    torch.view_as_complex(pairs).mul_(1j).add_(1j)  # eager: the writes reach the real pairs
+    return pairs
+
+
 NEEDS = {
     "aten.copy_.default": lambda: torch.zeros(3).add_(1),
     "aten.resize_.default": lambda: torch.mul(torch.ones(2), 2, out=torch.empty(0)),
@@ -21,6 +33,8 @@ NEEDS = {
     "aten.empty_strided.default": lambda: torch.empty_strided((2, 2), (1, 2)),
     "aten.as_strided.default": lambda: torch.zeros(6).as_strided((2,), (2,)),
     "aten.view.default": lambda: torch.zeros(2, 3).view(6),
+    "aten.view_as_real.default": _write_through_view_as_real,
+    "aten.view_as_complex.default": _write_through_view_as_complex,
     "aten._local_scalar_dense.default": lambda: torch.ones(1).item(),
     "aten.set_.source_Storage": lambda: torch.zeros(0).set_(torch.ones(3).untyped_storage()),
     "aten.set_.source_Storage_storage_offset":

@@ -14,15 +14,25 @@ of that signature: no ``.item()`` unless the op returns a Python value. Each is
 checked against eager on the op's OpInfo samples, forward and backward, float64
 and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 
-* ``elementwise``: pointwise math, shifts, gcd, rounding to decimals;
+* ``elementwise``: pointwise math, shifts, gcd, rounding to decimals, frexp;
+* ``complex_parts``: complex numbers from their parts (``complex``, ``polar``), conjugation;
+* ``polynomials``: the orthogonal polynomials of a per-element degree (Chebyshev, Hermite, Laguerre,
+  Legendre), by eager's recurrences and closed forms;
+* ``gamma``: ``lgamma``, ``digamma``, ``polygamma``, Hurwitz's ``zeta``, from the textbook series;
+* ``error_function``: ``erfc``, ``erfcx`` and the inverses ``erfinv``, ``ndtri``;
+* ``bessel``: Bessel functions J0, J1, Y0, Y1, spherical j0, the modified I0, I1, K0, K1 and scaled forms;
+* ``histograms``: ``histc`` with the kernel's bin edges;
 * ``scans``: cumulative products, maxima and logsumexp, as log-step scans;
 * ``structure``: copies of views, views, scatters (diagonal, strided, index_reduce, put, bincount), factories;
 * ``searching``: equal, full max/min, masked_select, searchsorted, scatter with reduce;
+* ``segments``: ``segment_reduce`` and its backward;
 * ``pooling``: adaptive and fractional max pooling, with the kernels' indices;
 * ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
+* ``antialias``: antialiased bilinear resizing and its backward, as fixed linear maps;
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
 * ``losses``: backward kernels of margin losses and pairwise distances;
-* ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky.
+* ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
+  in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``).
 """
 
 from __future__ import annotations
@@ -30,15 +40,41 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import backward, elementwise, linalg, losses, pooling, products, scans, searching, structure
+from . import (
+    antialias,
+    backward,
+    bessel,
+    complex_parts,
+    elementwise,
+    error_function,
+    gamma,
+    histograms,
+    linalg,
+    losses,
+    polynomials,
+    pooling,
+    products,
+    scans,
+    searching,
+    segments,
+    structure,
+)
 
 TABLE: dict[Any, Callable] = {
     **elementwise.DECOMPOSITIONS,
+    **complex_parts.DECOMPOSITIONS,
+    **polynomials.DECOMPOSITIONS,
+    **gamma.DECOMPOSITIONS,
+    **error_function.DECOMPOSITIONS,
+    **bessel.DECOMPOSITIONS,
+    **histograms.DECOMPOSITIONS,
     **scans.DECOMPOSITIONS,
     **structure.DECOMPOSITIONS,
     **searching.DECOMPOSITIONS,
+    **segments.DECOMPOSITIONS,
     **pooling.DECOMPOSITIONS,
     **backward.DECOMPOSITIONS,
+    **antialias.DECOMPOSITIONS,
     **linalg.DECOMPOSITIONS,
     **losses.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,

@@ -141,6 +141,55 @@ def lcm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(zero, torch.zeros_like(divisor), (quotient * b).abs())
 
 
+def frexp(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x = mantissa * 2**exponent`` with ``0.5 <= |mantissa| < 1``: the exponent from ``log2``,
+    corrected by one where its rounding crossed a power of two, the scaling by ``2**-exponent``
+    done in two halves so neither overflows (a subnormal ``x`` needs ``2**1074``); zero, an
+    infinity and NaN keep their value with exponent 0, as C's frexp."""
+    finite = torch.isfinite(x) & (x != 0)
+    magnitude = torch.where(finite, x.abs(), torch.ones_like(x))
+    exponent = torch.floor(torch.log2(magnitude)) + 1
+    mantissa = _scaled_by_power_of_two(magnitude, -exponent)
+    exponent = exponent + (mantissa >= 1).to(x.dtype) - (mantissa < 0.5).to(x.dtype)
+    mantissa = _scaled_by_power_of_two(torch.where(finite, x, torch.ones_like(x)), -exponent)
+    return (torch.where(finite, mantissa, x),
+            torch.where(finite, exponent, torch.zeros_like(exponent)).to(torch.int32))
+
+
+def _scaled_by_power_of_two(x: torch.Tensor, power: torch.Tensor) -> torch.Tensor:
+    """``x * 2**power``, exact, for powers whose halves are representable."""
+    half = torch.trunc(power / 2)
+    return x * torch.pow(2.0, half).to(x.dtype) * torch.pow(2.0, power - half).to(x.dtype)
+
+
+def nextafter(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The neighbour of ``a`` towards ``b``: ``a`` plus or minus one unit in its last place, taken
+    from ``frexp``'s exponent (half as much stepping down from a power of two, never less than the
+    smallest subnormal); ``b`` where they are equal, NaN with a NaN, the largest finite number
+    stepping in from an infinity, a zero signed as ``a`` stepping down to it, as C's nextafter."""
+    dtype = torch.result_type(a, b)
+    a, b = torch.broadcast_tensors(a.to(dtype), b.to(dtype))
+    info = torch.finfo(dtype)
+    stored_bits = round(-math.log2(info.eps))  # of the mantissa, the leading one aside
+    digits = stored_bits + 1
+    finite = torch.isfinite(a) & (a != 0)
+    mantissa, exponent = frexp(torch.where(finite, a, torch.ones_like(a)))
+    exponent = exponent.to(dtype)
+    away = (b > a) == (a > 0)  # the step grows |a|
+    down_from_power = ~away & (mantissa.abs() == 0.5)
+    step = torch.pow(2.0, exponent - digits - down_from_power.to(dtype)).to(dtype)
+    smallest = info.smallest_normal * 2.0 ** -stored_bits
+    step = torch.clamp(step, min=smallest)
+    result = torch.where(b > a, a + step, a - step)
+    result = torch.where(result == 0, a * 0, result)  # keeps a's sign of zero
+    from_zero = torch.where(b > a, torch.full_like(a, smallest), torch.full_like(a, -smallest))
+    result = torch.where(a == 0, from_zero, result)
+    result = torch.where(torch.isinf(a), torch.where(a > 0, torch.full_like(a, info.max), torch.full_like(a, -info.max)),
+                         result)
+    result = torch.where(a == b, b, result)
+    return torch.where(torch.isnan(a) | torch.isnan(b), torch.full_like(a, math.nan), result)
+
+
 def hardshrink_backward(grad_out: torch.Tensor, x: torch.Tensor, lambd: Any) -> torch.Tensor:
     """The gradient passes where the input is outside [-lambd, lambd] (both shrinks alike)."""
     inside = (x >= -lambd) & (x <= lambd)
@@ -160,6 +209,8 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     aten.bitwise_right_shift.Tensor: bitwise_right_shift,
     aten.gcd.default: gcd,
     aten.lcm.default: lcm,
+    aten.frexp.Tensor: frexp,
+    aten.nextafter.default: nextafter,
     aten.hardshrink_backward.default: hardshrink_backward,
     aten.softshrink_backward.default: hardshrink_backward,
 }

@@ -1,5 +1,8 @@
 """Linear algebra with unique answers: triangular solves, LU with partial pivoting and what
-is built on it (solve, inverse, determinant), Cholesky and its solves.
+is built on it (solve, inverse, determinant), Cholesky and its solves, and Householder QR:
+``geqrf`` in the form LAPACK documents for its reflectors (dlarfg: the sign of R's diagonal
+opposite to the column's first entry), so Q and R are LAPACK's, ``linalg_qr`` from it, and
+the products of reflectors (``householder_product``, ``ormqr``).
 
 Each is the textbook algorithm written as one whole-tensor step per row or
 column, so the number of steps depends only on the matrix size and a trace holds
@@ -10,10 +13,10 @@ LAPACK's and a backward reading them (``linalg_solve``'s reads ``LU`` and
 ``pivots``) gets what eager's would. Rounding differs from LAPACK's blocked
 kernels within a few ulps.
 
-Not here: factorizations whose result is a choice of the library's algorithm
-(signs and phases of SVD, eigenvectors and QR, the order of eigenvalues), and
-complex inputs (LAPACK pivots complex matrices by ``|re| + |im|``, which needs
-``view_as_real``, outside Core ATen): those decline (``NotImplemented``) and
+Not here: factorizations whose result is a choice of the library's iterative algorithm
+(signs and phases of SVD's and eigenvectors, the order of eigenvalues), and
+complex inputs (not written yet: LAPACK pivots complex matrices by ``|re| + |im|``, and QR's
+reflectors of complex columns take a complex ``beta``): those decline (``NotImplemented``) and
 stay unreachable; ``docs/eager.md`` lists them.
 """
 
@@ -315,7 +318,128 @@ def cholesky_solve_helper(b: torch.Tensor, factor: torch.Tensor, upper: bool) ->
     return _solve_lower_left(lower.mT, y, unit=False, reverse=True)
 
 
+def _reflector(a: torch.Tensor, i: int) -> torch.Tensor:
+    """The i-th Householder vector LAPACK stores below the diagonal of column i: zeros above,
+    an implicit 1 on the diagonal, ``a[i+1:, i]`` below; shape (..., rows, 1)."""
+    column = a[..., :, i:i + 1]
+    rows = torch.arange(a.size(-2), device=a.device).unsqueeze(-1)
+    return torch.where(rows > i, column, torch.where(rows == i, torch.ones_like(column), torch.zeros_like(column)))
+
+
+def _reflect(x: torch.Tensor, v: torch.Tensor, tau: torch.Tensor, left: bool) -> torch.Tensor:
+    """``(I - tau v v^T) x`` (left) or ``x (I - tau v v^T)``."""
+    if left:
+        return x - tau * (v @ (v.mT @ x))
+    return x - tau * ((x @ v) @ v.mT)
+
+
+def householder_product(a: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """The first n columns of ``H_1 ... H_k``, accumulated from the last reflector back (as orgqr)."""
+    if not _real(a, tau):
+        return NotImplemented
+    rows, columns = a.shape[-2:]
+    x = torch.eye(rows, columns, dtype=a.dtype, device=a.device).expand(*a.shape[:-2], rows, columns)
+    for i in range(tau.size(-1) - 1, -1, -1):
+        x = _reflect(x, _reflector(a, i), tau[..., i:i + 1].unsqueeze(-1), left=True)
+    return x.clone() if tau.size(-1) == 0 else x
+
+
+def ormqr(a: torch.Tensor, tau: torch.Tensor, c: torch.Tensor, left: bool = True, transpose: bool = False) -> Any:
+    """``Q c``, ``Q^T c``, ``c Q`` or ``c Q^T`` with ``Q = H_1 ... H_k``, one reflector at a time."""
+    if not _real(a, tau, c):
+        return NotImplemented
+    count = tau.size(-1)
+    forward = left == transpose  # Q^T c and c Q apply H_1 first
+    for i in (range(count) if forward else range(count - 1, -1, -1)):
+        c = _reflect(c, _reflector(a, i), tau[..., i:i + 1].unsqueeze(-1), left)
+    return c.clone() if count == 0 else c
+
+
+def geqrf(a: torch.Tensor) -> Any:
+    """Householder QR in LAPACK's documented form (dlarfg): for each column's ``x = (alpha, rest)``,
+    ``beta = -sign(alpha) ||x||`` (sign(0) = +), ``tau = (beta - alpha) / beta``, the stored vector
+    ``rest / (alpha - beta)`` and ``beta`` on R's diagonal; ``tau = 0`` where ``rest`` is zero.
+    Each reflector then updates the columns to its right. (dlarfg's rescaling of tiny norms is not
+    done: it changes nothing unless ``||x||`` is below 1e-292.)"""
+    if not _real(a):
+        return NotImplemented
+    rows, columns = a.shape[-2:]
+    taus = []
+    for i in range(min(rows, columns)):
+        alpha, rest = a[..., i:i + 1, i:i + 1], a[..., i + 1:, i:i + 1]
+        rest_norm = torch.sqrt((rest * rest).sum(-2, keepdim=True))
+        norm = torch.sqrt(alpha * alpha + rest_norm * rest_norm)
+        beta = torch.where(alpha < 0, norm, -norm)
+        reflects = rest_norm != 0
+        safe_beta = torch.where(reflects, beta, torch.ones_like(beta))
+        tau = torch.where(reflects, (beta - alpha) / safe_beta, torch.zeros_like(beta))
+        scale = torch.where(reflects, 1 / torch.where(reflects, alpha - beta, torch.ones_like(beta)), torch.ones_like(beta))
+        v_rest = rest * scale
+        diagonal = torch.where(reflects, beta, alpha)
+        column = torch.cat([a[..., :i, i:i + 1], diagonal, v_rest], -2)
+        trailing = a[..., i:, i + 1:]
+        v = torch.cat([torch.ones_like(alpha), v_rest], -2)
+        trailing = trailing - tau * (v @ (v.mT @ trailing))
+        a = torch.cat([a[..., :, :i], column, torch.cat([a[..., :i, i + 1:], trailing], -2)], -1)
+        taus.append(tau.squeeze(-1))
+    tau = torch.cat(taus, -1) if taus else a.new_zeros((*a.shape[:-2], 0))
+    return a.clone() if not taus else a, tau
+
+
+def linalg_qr(a: torch.Tensor, mode: str = "reduced") -> Any:
+    """``geqrf``, then Q from its reflectors (all m columns for ``complete``) and R its upper triangle."""
+    if not _real(a):
+        return NotImplemented
+    rows, columns = a.shape[-2:]
+    k = min(rows, columns)
+    factored, tau = geqrf(a)
+    if mode == "r":
+        return a.new_zeros((0,)), torch.triu(factored[..., :k, :])
+    if mode == "complete" and rows > columns:
+        padding = factored.new_zeros((*factored.shape[:-2], rows, rows - columns))
+        q = householder_product(torch.cat([factored, padding], -1), tau)
+        return q, torch.triu(factored)
+    return householder_product(factored[..., :, :k], tau), torch.triu(factored[..., :k, :])
+
+
+_TAYLOR_DEGREE = 18  # below norm 1 the remainder is under 1 / 19!, 8e-18
+
+
+def matrix_exp(a: torch.Tensor) -> torch.Tensor:
+    """Scaling and squaring: each matrix divided by ``2^s`` so its 1-norm is at most 1, the Taylor
+    polynomial of degree 18 by Horner's rule, then squared ``s`` times; ``s`` is each matrix's own
+    (a masked squaring), the largest read from the data (the loop's length), so this is a
+    ``reads_data`` decomposition, as the kernel's choice of degree by norm is data-dependent.
+    float32 and narrower are computed in float64 (eager's own float32 result is 2e-3 off the
+    float64 one, elementwise, on the OpInfo's batched sample; this is an ulp off)."""
+    if a.numel() == 0:
+        return a.clone()
+    if a.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return matrix_exp(a.to(torch.float64)).to(a.dtype)
+    if a.dtype == torch.complex64:
+        return matrix_exp(a.to(torch.complex128)).to(a.dtype)
+    norm = a.abs().sum(-2).amax(-1)
+    exponent = torch.ceil(torch.log2(torch.where(torch.isfinite(norm) & (norm > 1), norm, torch.ones_like(norm))))
+    squarings = int(exponent.max())
+    scaled = a / torch.pow(2.0, exponent).to(a.dtype)[..., None, None]
+    identity = torch.eye(a.size(-1), dtype=a.dtype, device=a.device).expand_as(a)
+    result = identity
+    for k in range(_TAYLOR_DEGREE, 0, -1):
+        result = identity + (scaled @ result) / k
+    for step in range(squarings):
+        result = torch.where((exponent > step)[..., None, None], result @ result, result)
+    return result
+
+
+matrix_exp.reads_data = True  # type: ignore[attr-defined]
+
+
 DECOMPOSITIONS: dict[Any, Callable] = {
+    aten.linalg_matrix_exp.default: matrix_exp,
+    aten.geqrf.default: geqrf,
+    aten.linalg_qr.default: linalg_qr,
+    aten.linalg_householder_product.default: householder_product,
+    aten.ormqr.default: ormqr,
     aten.linalg_solve_triangular.default: solve_triangular,
     aten.triangular_solve.default: triangular_solve,
     aten.linalg_lu_factor_ex.default: lu_factor_ex,

@@ -182,7 +182,39 @@ def nonzero_static(x: torch.Tensor, *, size: int, fill_value: int = -1) -> torch
     return torch.where(found.unsqueeze(-1), rows, torch.full_like(rows, fill_value))
 
 
+def mode(x: torch.Tensor, dim: int = -1, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The most frequent value of each slice, the smallest on a tie, and the last index holding
+    it: what the kernel's sort of (value, index) pairs and scan of its runs give. Each element's
+    count compares it with every other of its slice (memory: the slice's length squared). A NaN
+    counts once, as its own run; where the kernel's sort meets NaNs its order is undefined."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros_like(x, dtype=torch.int64)
+    dim = dim % x.dim()
+    moved = x.movedim(dim, -1)
+    length = moved.size(-1)
+    same = moved.unsqueeze(-1) == moved.unsqueeze(-2)
+    itself = torch.eye(length, dtype=torch.bool, device=x.device)
+    counts = (same | itself).sum(-1)
+    candidate = counts == counts.amax(-1, keepdim=True)
+    numbers = candidate & ~torch.isnan(moved) if x.is_floating_point() else candidate
+    largest = (torch.finfo(x.dtype).max if x.is_floating_point() else True if x.dtype == torch.bool
+               else torch.iinfo(x.dtype).max)
+    value = torch.where(numbers, moved, torch.full_like(moved, largest)).amin(-1, keepdim=True)
+    if x.is_floating_point():
+        value = torch.where(numbers.any(-1, keepdim=True), value, torch.full_like(value, float("nan")))
+        holds = (moved == value) | (torch.isnan(moved) & torch.isnan(value))
+    else:
+        holds = moved == value
+    # eager's value is the slice's own element (a -0.0 stays -0.0): read it back from the last index
+    positions = torch.arange(length, device=x.device).expand_as(moved)
+    index = torch.where(holds, positions, torch.full_like(positions, -1)).amax(-1, keepdim=True)
+    value = moved.gather(-1, index)
+    value, index = value.movedim(-1, dim), index.movedim(-1, dim)
+    return (value, index) if keepdim else (value.squeeze(dim), index.squeeze(dim))
+
+
 DECOMPOSITIONS.update({
+    aten.mode.default: mode,
     aten.kthvalue.default: kthvalue,
     aten.median.dim: median_dim,
     aten.median.default: median,
