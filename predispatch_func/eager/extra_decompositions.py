@@ -1,8 +1,7 @@
 """ATen decompositions torch lacks, or gets wrong for eager, for ops eager kernels call.
 
 torch decomposes these only into prims (``torch._refs``), which no ATen op set
-holds, and export never meets them (its functional batch norm takes another
-path), but eager's CPU ``native_batch_norm`` decomposition calls ``var_mean``, and autograd
+holds, and export never meets them: autograd
 allocates gradient buffers with ``new_empty_strided``; ``_index_put_impl``
 (the functional twin of what autograd's index backward writes with) has only
 a kernel that calls its in-place form back.
@@ -29,13 +28,6 @@ from . import random_decompositions
 aten = torch.ops.aten
 
 
-def _var_mean_correction(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
-                         keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    return (aten.var.correction(x, dim, correction=correction, keepdim=keepdim),
-            aten.mean.dim(x, dim, keepdim=keepdim) if dim is not None else
-            aten.mean.dim(x, list(range(x.dim())), keepdim=keepdim))
-
-
 def _new_empty_strided(x: torch.Tensor, size: Any, stride: Any, *, dtype: Any = None, layout: Any = None,
                        device: Any = None, pin_memory: Any = None) -> torch.Tensor:
     return aten.empty_strided.default(size, stride, dtype=dtype or x.dtype, layout=layout or x.layout,
@@ -48,7 +40,6 @@ def _index_put_impl(x: torch.Tensor, indices: Any, values: torch.Tensor, accumul
 
 
 TABLE: dict[Any, Callable] = {
-    aten.var_mean.correction: _var_mean_correction,
     aten.new_empty_strided.default: _new_empty_strided,  # autograd allocates gradients with it
     # autograd's index backward writes with _index_put_impl_ when no Python mode is active; the only
     # kernel of its functional twin clones and calls the in-place op back, a cycle

@@ -233,10 +233,12 @@ DECOMPOSITIONS[aten.addbmm.default] = addbmm
 
 
 def var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> tuple:
-    """Variance and mean; torch decomposes it only into prims. CUDA's training batch norm
-    (``_batch_norm_with_update``) reaches it, so every ``target=core_aten`` training program
-    of a model with ``BatchNorm`` on the GPU did."""
-    return aten.var.correction(x, dim, correction=correction, keepdim=keepdim), aten.mean.dim(x, dim, keepdim)
+    """Variance and mean; torch decomposes it only into prims. Batch norm's decompositions call
+    it: eager's CPU ``native_batch_norm`` (``pf.eager``) and CUDA's training batch norm
+    (``_batch_norm_with_update``), so every ``target=core_aten`` training program of a model
+    with ``BatchNorm`` on the GPU was refused."""
+    every = dim if dim is not None else list(range(x.dim()))
+    return aten.var.correction(x, dim, correction=correction, keepdim=keepdim), aten.mean.dim(x, every, keepdim)
 
 
 DECOMPOSITIONS[aten.var_mean.correction] = var_mean
