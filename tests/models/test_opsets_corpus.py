@@ -20,10 +20,10 @@ BACKEND = pf.OpSet.core_aten() | pf.OpSet.from_names(
     ["aten.linear.default", "aten.layer_norm.default", "aten.softmax.int", "aten.gelu.default",
      "aten.scaled_dot_product_attention.default"], name="backend")
 
-# Ops torch cannot decompose into ATen (run_decompositions() keeps them too); torch 2.15
+# Ops torch cannot decompose into ATen (run_decompositions() keeps them too; histc: ours); torch 2.15
 # added an ATen decomposition of linalg_vector_norm.
 TORCH_CANNOT_LOWER = {
-    "mixtral": {"aten.histc.default", "aten.empty_permuted.default",
+    "mixtral": {"aten.empty_permuted.default",
                 "transformers.grouped_mm_fallback.default"},
     **({} if torch_release() >= (2, 15) else {"wav2vec2": {"aten.linalg_vector_norm.default"}}),
 }
