@@ -154,6 +154,16 @@ def test_export_local_of_a_fully_sharded_model_on_one_rank(mesh):
     x = torch.randn(2, 3)
     ep = pf.distributed.export_local(model, (x,))
     assert pf.check_contract(ep).ok
+    _equals_fully_sharded_model(ep, model, x)
+    with pytest.raises(pf.UnsupportedError) as err:
+        pf.export(model, (x,))
+    assert err.value.kind is pf.Refusal.FULLY_SHARDED_MODULE and "export_local" in str(err.value)
+    with pytest.raises(pf.InputError, match="fully_shard"):
+        pf.distributed.export_local_joint(TwoLayers(), (x,))
+
+
+def _equals_fully_sharded_model(ep, model, x):
+    """The program's output and shard gradients equal the FSDP2 model's, on this rank."""
     program = ep.module()
     out, expected = program(x), model(x)
     torch.testing.assert_close(out, expected)
@@ -161,11 +171,6 @@ def test_export_local_of_a_fully_sharded_model_on_one_rank(mesh):
     expected.sum().backward()
     for name, p in program.named_parameters():
         torch.testing.assert_close(p.grad, model.get_parameter(name).grad.to_local())
-    with pytest.raises(pf.UnsupportedError) as err:
-        pf.export(model, (x,))
-    assert err.value.kind is pf.Refusal.FULLY_SHARDED_MODULE and "export_local" in str(err.value)
-    with pytest.raises(pf.InputError, match="fully_shard"):
-        pf.distributed.export_local_joint(TwoLayers(), (x,))
 
 
 class SquareTwice(torch.nn.Module):
@@ -196,10 +201,4 @@ def test_export_local_of_grouped_and_reused_fully_sharded_modules(mesh):
     assert _forward_hook_dicts(model) == before
     gathers = [n for n in ep.graph.nodes if n.op == "call_function" and "_GatheredShards" in n.args]
     assert len(gathers) == 6  # one per parameter, though twice runs twice
-    program = ep.module()
-    out, expected = program(x), model(x)
-    torch.testing.assert_close(out, expected)
-    out.sum().backward()
-    expected.sum().backward()
-    for name, p in program.named_parameters():
-        torch.testing.assert_close(p.grad, model.get_parameter(name).grad.to_local())
+    _equals_fully_sharded_model(ep, model, x)
