@@ -29,6 +29,11 @@ class CallersTensorsTripwire(TorchFunctionMode):
         self._ids = {id(t) for t in tensors}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        # torch.compile traces active modes (torch 2.11/2.12 run flex_attention and cond in
+        # eager that way) and cannot trace id(); the compiled region only sees tensors already
+        # checked on their way in, so the check is skipped there.
+        if torch.compiler.is_compiling():
+            return func(*args, **(kwargs or {}))
         if any(self._caller_s(a) for a in args) or (kwargs and any(self._caller_s(v) for v in kwargs.values())):
             raise ReachedTheCallersModel(
                 "a copy of the model reached the caller's tensors: forward or a hook refers to the model "
