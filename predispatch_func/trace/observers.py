@@ -390,7 +390,7 @@ def grad_value_through_detach(op: Any, line: str | None, where: str = "", *,
 
 def _placeholders_behind(tensors: list[Any]) -> tuple[torch.fx.Node, ...]:
     """The graph placeholders whose values ``tensors`` were computed from with autograd, as
-    traced so far."""
+    traced so far: through float values only."""
     todo = [node for node in (tc.proxy_node_of(tc.inner_of_functional(t)) for t in tensors) if node is not None]
     seen: set[torch.fx.Node] = set()
     found: dict[torch.fx.Node, None] = {}
@@ -399,9 +399,20 @@ def _placeholders_behind(tensors: list[Any]) -> tuple[torch.fx.Node, ...]:
         if node in seen:
             continue
         seen.add(node)
+        if not _may_hold_a_gradient(node):  # a mask, an index: no gradient flows through it
+            continue
         if node.op == "placeholder":
             found[node] = None
         if node.target is not _DETACH:  # no gradient reaches anything behind a detach
             todo.extend(node.all_input_nodes)
     return tuple(found)
+
+
+def _may_hold_a_gradient(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s value can be on an autograd path: eager gives no boolean or integer
+    tensor a history (``w > 0`` used as ``masked_fill_``'s mask leaves the result free of ``w``)."""
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point() or value.is_complex()
+    return True
 

@@ -186,3 +186,42 @@ class TestDetachCutsGradReach(TestCase):
         ep = export_checked(DetachedValueWrittenThroughData(), (torch.randn(3, requires_grad=True),))
         x = torch.randn(3, requires_grad=True)
         ep.module()(x)  # no refusal
+
+
+class WritesThroughDataAValueMaskedByAParameter(torch.nn.Module):
+    """From fuzz_long: the value written through ``.data`` reaches the parameter only through
+    a boolean mask (``w > 0``), an index (``argmax``) or a condition (``where``), none of which
+    carries a gradient."""
+
+    def __init__(self, through):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(2, 1))
+        self.through = through
+
+    def forward(self, x0):
+        if self.through == "mask":
+            x0.masked_fill_(self.w > 0, 0.5)
+        elif self.through == "index":
+            x0[self.w.argmax()] = 0.5
+        else:
+            x0.copy_(torch.where(self.w.isnan() | (self.w > 0), x0, x0 * 3))
+        v0 = x0 + 0.5
+        with torch.enable_grad():
+            x0.add_(0.5)
+        x0.data.copy_(v0)
+        return (x0 * 2,)
+
+
+class TestGradReachFollowsFloatValuesOnly(TestCase):
+    def test_a_value_reaching_a_parameter_through_a_mask_or_index_runs_with_it_requiring_grad(self):
+        # the program refused to run with w requiring grad, though it was exported that way and
+        # eager runs it: "exported with w not requiring grad", naming x0.data.copy_(v0)
+        for through in ("mask", "index", "where"):
+            model = WritesThroughDataAValueMaskedByAParameter(through)
+            ep = export_checked(model, (torch.randn(2, 1),))
+            replay_calls(ep, model, (torch.randn(2, 1),), calls=2)
+
+    def test_the_float_input_it_came_from_is_still_checked(self):
+        ep = pf.export(WritesThroughDataAValueMaskedByAParameter("mask"), (torch.randn(2, 1),))
+        with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"exported with x0 not requiring grad"):
+            ep.module()(torch.randn(2, 1, requires_grad=True))
