@@ -158,10 +158,13 @@ class GradReach:
     behave differently for such tensors.
     """
 
-    __slots__ = ("_reached",)
+    __slots__ = ("_reached", "nodes_without_grad")
 
     def __init__(self) -> None:
         self._reached: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        # graph nodes of values made with grad off (under no_grad, detach): no gradient
+        # flows back through them, whatever they were computed from
+        self.nodes_without_grad: set[torch.fx.Node] = set()
 
     def add_inputs(self, inputs: list[Any]) -> None:
         for t in inputs:
@@ -176,6 +179,7 @@ class GradReach:
 
     def after(self, call: OpCall, out: Any) -> None:
         if not call.grad or call.without_autograd or has(call.func, Fact.NEVER_DIFFERENTIABLE):
+            self._note_made_without_grad(call, out)
             return
         if call.func is _DETACH:  # eager's result is a new leaf that does not require grad
             return
@@ -186,6 +190,17 @@ class GradReach:
             for t in [*call.results(out), *call.written]:
                 if may_carry_grad(t):
                     self._reached[id(t)] = t
+
+
+    def _note_made_without_grad(self, call: OpCall, out: Any) -> None:
+        """Only new values: a tensor written in place with grad off keeps its history in eager
+        (a parameter clamped under no_grad still requires grad), so its new node stays walkable."""
+        if call.written:
+            return
+        for t in call.results(out):
+            node = tc.proxy_node_of(tc.inner_of_functional(t)) if isinstance(t, torch.Tensor) else None
+            if node is not None:
+                self.nodes_without_grad.add(node)
 
 
 class RequiresGradFlags:
@@ -374,7 +389,8 @@ class IdentityEdges:
         line = user_source_line()
         if any(t.requires_grad for t in may_need):
             raise grad_value_through_detach(call.func, line)
-        self.grad_free_writes.append(GradFreeWrite(_placeholders_behind(may_need), str(call.func), line))
+        self.grad_free_writes.append(GradFreeWrite(_placeholders_behind(may_need, self._reach.nodes_without_grad),
+                                                   str(call.func), line))
 
 
 def grad_value_through_detach(op: Any, line: str | None, where: str = "", *,
@@ -388,9 +404,9 @@ def grad_value_through_detach(op: Any, line: str | None, where: str = "", *,
         op=op, source=line)
 
 
-def _placeholders_behind(tensors: list[Any]) -> tuple[torch.fx.Node, ...]:
+def _placeholders_behind(tensors: list[Any], without_grad: set[torch.fx.Node]) -> tuple[torch.fx.Node, ...]:
     """The graph placeholders whose values ``tensors`` were computed from with autograd, as
-    traced so far: through float values only."""
+    traced so far: through float values made with grad on only."""
     todo = [node for node in (tc.proxy_node_of(tc.inner_of_functional(t)) for t in tensors) if node is not None]
     seen: set[torch.fx.Node] = set()
     found: dict[torch.fx.Node, None] = {}
@@ -399,7 +415,7 @@ def _placeholders_behind(tensors: list[Any]) -> tuple[torch.fx.Node, ...]:
         if node in seen:
             continue
         seen.add(node)
-        if not _may_hold_a_gradient(node):  # a mask, an index: no gradient flows through it
+        if node in without_grad or not _may_hold_a_gradient(node):  # made under no_grad; a mask, an index
             continue
         if node.op == "placeholder":
             found[node] = None

@@ -225,3 +225,39 @@ class TestGradReachFollowsFloatValuesOnly(TestCase):
         ep = pf.export(WritesThroughDataAValueMaskedByAParameter("mask"), (torch.randn(2, 1),))
         with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"exported with x0 not requiring grad"):
             ep.module()(torch.randn(2, 1, requires_grad=True))
+
+
+class WritesThroughDataAValueScaledUnderNoGrad(torch.nn.Module):
+    """The scale is made from the parameter under no_grad: eager's value carries no gradient to it."""
+
+    def __init__(self, clamp_first=False):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3))
+        self.clamp_first = clamp_first
+
+    def forward(self, x0):
+        with torch.no_grad():
+            if self.clamp_first:  # written in place under no_grad: w keeps requiring grad
+                self.w.clamp_(-0.5, 0.5)
+                s = self.w
+            else:
+                s = self.w * 2
+        v0 = x0 * s
+        x0.data.copy_(v0)
+        return x0 * 3
+
+
+class TestGradReachSkipsValuesMadeUnderNoGrad(TestCase):
+    def test_a_value_made_from_a_parameter_under_no_grad_runs_with_it_requiring_grad(self):
+        model = WritesThroughDataAValueScaledUnderNoGrad()
+        ep = export_checked(model, (torch.randn(3),))
+        replay_calls(ep, model, (torch.randn(3),), calls=2)
+        with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"exported with x0 not requiring grad"):
+            ep.module()(torch.randn(3, requires_grad=True))
+
+    def test_a_parameter_written_under_no_grad_is_still_checked(self):
+        model = WritesThroughDataAValueScaledUnderNoGrad(clamp_first=True).requires_grad_(False)
+        program = pf.export(model, (torch.randn(3),)).module()
+        program.w.requires_grad_(True)
+        with refused(pf.Refusal.GRAD_VALUE_THROUGH_DETACH, r"exported with w not requiring grad"):
+            program(torch.randn(3))
