@@ -18,7 +18,7 @@ from tests.models.corpus import CASES, build
 
 pytestmark = pytest.mark.models
 
-# the forward program itself is refused under core_aten: empty_permuted has no decomposition
+# the forward program itself is refused under core_aten: transformers' grouped_mm custom op has none
 FORWARD_NOT_LOWERABLE = {"mixtral"}
 
 

@@ -20,11 +20,10 @@ BACKEND = pf.OpSet.core_aten() | pf.OpSet.from_names(
     ["aten.linear.default", "aten.layer_norm.default", "aten.softmax.int", "aten.gelu.default",
      "aten.scaled_dot_product_attention.default"], name="backend")
 
-# Ops torch cannot decompose into ATen (run_decompositions() keeps them too; histc: ours); torch 2.15
-# added an ATen decomposition of linalg_vector_norm.
+# Ops torch cannot decompose into ATen (run_decompositions() keeps them too; histc and
+# empty_permuted: ours); torch 2.15 added an ATen decomposition of linalg_vector_norm.
 TORCH_CANNOT_LOWER = {
-    "mixtral": {"aten.empty_permuted.default",
-                "transformers.grouped_mm_fallback.default"},
+    "mixtral": {"transformers.grouped_mm_fallback.default"},
     **({} if torch_release() >= (2, 15) else {"wav2vec2": {"aten.linalg_vector_norm.default"}}),
 }
 

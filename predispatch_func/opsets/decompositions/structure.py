@@ -119,6 +119,20 @@ def efficient_zero_tensor(size: Any, *, dtype: Any = None, layout: Any = None, d
     return torch.zeros(size, dtype=dtype, device=device)
 
 
+def empty_permuted(size: Any, physical_layout: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                   pin_memory: Any = None) -> torch.Tensor:
+    """Uninitialised memory laid out in ``physical_layout``'s order (outermost first): the
+    strides of that order, given to ``empty_strided``. torch's ``empty_like`` reaches it for
+    a tensor that is not contiguous (channels-last activations, a transposed weight)."""
+    strides = [0] * len(size)
+    step = 1
+    for dim in reversed(list(physical_layout)):
+        strides[dim] = step
+        step = step * torch.sym_max(size[dim], 1)  # as contiguous strides: a 0 counts as 1
+    return aten.empty_strided.default(size, strides, dtype=dtype, layout=layout, device=device,
+                                      pin_memory=pin_memory)
+
+
 def index_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, reduce: str, *,
                  include_self: bool = True) -> torch.Tensor:
     """``scatter_reduce`` with ``index`` spread along ``dim`` over ``source``'s shape."""
@@ -153,6 +167,7 @@ bincount.reads_data = True  # type: ignore[attr-defined]
 
 DECOMPOSITIONS.update({
     tc.resolve_overload("aten", "_efficientzerotensor.default"): efficient_zero_tensor,
+    aten.empty_permuted.default: empty_permuted,
     aten.index_reduce.default: index_reduce,
     aten.put.default: put,
     aten.bincount.default: bincount,
