@@ -6,6 +6,11 @@ Prints the time, counts per kind of program (and failures per kind), and each
 distinct failure with the source of a program that shows it; ``--shrink``
 then asks hypothesis for the smallest program with the first failure.
 
+``--joint`` exports each program's training step instead (``export_joint`` with the loss
+``tests.fuzz.harness.fuzz_loss``: every float output, float inputs requiring grad where
+eager can train so) and replays two steps against eager's: loss, gradients, writes.
+Programs eager itself cannot train are counted apart.
+
 ``--against torch`` runs the same programs through torch 2.13's own
 functional paths instead (``export().run_decompositions({})`` and
 ``aot_export_module(pre_dispatch=True)``) and prints how often each raises
@@ -24,7 +29,7 @@ import warnings
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
-from tests.fuzz.harness import KnownRefusal, check_program  # noqa: E402
+from tests.fuzz.harness import EagerCannotTrain, KnownRefusal, check_joint_program, check_program  # noqa: E402
 from tests.fuzz.strategies import FuzzConfig, programs  # noqa: E402
 
 
@@ -35,9 +40,14 @@ def _signature(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail}"[:160]
 
 
-def run_ours(program) -> tuple[str, str]:
+CHECK = {"export": check_program, "export_joint": check_joint_program}
+
+
+def run_ours(program, entry: str = "export") -> tuple[str, str]:
     try:
-        check_program(program)
+        CHECK[entry](program)
+    except EagerCannotTrain as exc:  # nothing for a training program to equal
+        return "eager cannot train", str(exc)[:160]
     except KnownRefusal as exc:  # a clear error on purpose (torch blocks the case)
         return "refused (known)", str(exc)[:160]
     except Exception as exc:  # every failure is reported, none stops the run
@@ -56,7 +66,7 @@ def _as_pair(outcome) -> tuple[str, str]:
     return outcome.status, outcome.detail
 
 
-def fuzz(budget: int, seed_value: int, config: FuzzConfig, against: str):
+def fuzz(budget: int, seed_value: int, config: FuzzConfig, against: str, entry: str = "export"):
     results = []
 
     @seed(seed_value)
@@ -65,7 +75,7 @@ def fuzz(budget: int, seed_value: int, config: FuzzConfig, against: str):
     @given(programs(config))
     def one(program):
         if against == "ours":
-            results.append((program, {"ours": run_ours(program)}))
+            results.append((program, {"ours": run_ours(program, entry)}))
         else:
             results.append((program, run_torch(program)))
 
@@ -73,7 +83,7 @@ def fuzz(budget: int, seed_value: int, config: FuzzConfig, against: str):
     return results
 
 
-def shrink_first_failure(signature: str, budget: int, seed_value: int, config: FuzzConfig):
+def shrink_first_failure(signature: str, budget: int, seed_value: int, config: FuzzConfig, entry: str = "export"):
     """Search again, failing only on ``signature``, and let hypothesis shrink it."""
     found = []
 
@@ -82,7 +92,7 @@ def shrink_first_failure(signature: str, budget: int, seed_value: int, config: F
               phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
     @given(programs(config))
     def one(program):
-        status, sig = run_ours(program)
+        status, sig = run_ours(program, entry)
         if status == "fail" and sig == signature:
             found.append(program)
             raise AssertionError(sig)
@@ -138,20 +148,25 @@ def main(argv=None) -> int:
     parser.add_argument("--max-statements", type=int, default=FuzzConfig.max_statements)
     parser.add_argument("--no-source", action="store_true", help="do not print failing programs")
     parser.add_argument("--shrink", action="store_true", help="shrink the first failure (ours only)")
+    parser.add_argument("--joint", action="store_true", help="training steps through export_joint (ours only)")
     ns = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     config = FuzzConfig(regions=ns.regions, hops=ns.hops, max_statements=ns.max_statements)
-    print(f"fuzz: budget={ns.budget} seed={ns.seed} regions={ns.regions} hops={ns.hops} against={ns.against}")
+    entry = "export_joint" if ns.joint else "export"
+    if ns.joint and ns.against != "ours":
+        parser.error("--joint runs our export_joint only")
+    print(f"fuzz: budget={ns.budget} seed={ns.seed} regions={ns.regions} hops={ns.hops} against={ns.against} "
+          f"entry={entry}")
     start = time.time()
-    results = fuzz(ns.budget, ns.seed, config, ns.against)
+    results = fuzz(ns.budget, ns.seed, config, ns.against, entry)
     failed = summarize(results, time.time() - start, show=not ns.no_source)
     if failed and ns.shrink and ns.against == "ours" and any(o["ours"][0] == "fail" for _, o in results):
         first = next(o["ours"][1] for _, o in results if o["ours"][0] == "fail")
-        small = shrink_first_failure(first, ns.budget, ns.seed, config)
+        small = shrink_first_failure(first, ns.budget, ns.seed, config, entry)
         if small is not None:
             print(f"\n== shrunk program for: {first}\n{small.source()}")
             try:
-                check_program(small)
+                CHECK[entry](small)
             except Exception:
                 traceback.print_exc()
     real_failures = sum(o["ours"][0] == "fail" for _, o in results) if ns.against == "ours" else 0

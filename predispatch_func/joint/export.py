@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import _torch_compat as tc
 from ..artifacts import ProgramFacts, program_facts, with_program_facts
@@ -96,7 +96,9 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
                         loss_index=n_mutations + (loss_index or 0), wants_grad=wants_grad,
                         decompositions=lowering.proxy_table() if lowering is not None else None,
                         n_mutations=n_mutations, extra_inputs=list(optimizer.initial.values()) if optimizer else (),
-                        after_backward=update, gradient_hooks={i: h for i, h in hooks.items() if h})
+                        after_backward=update, gradient_hooks={i: h for i, h in hooks.items() if h},
+                        buffer_writes={i: s.target for i, s in enumerate(sig.output_specs[:n_mutations])
+                                       if s.kind is OutputKind.BUFFER_MUTATION})
     gm = joint.graph_module
     traced = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, named in zip(traced, placeholders):

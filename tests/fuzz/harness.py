@@ -48,6 +48,10 @@ KNOWN_REFUSALS = frozenset({
 })
 
 
+# export_joint's, each pinned by tests/joint/test_joint_errors.py
+KNOWN_JOINT_REFUSALS = frozenset({pf.JointProblem.STATE_WRITTEN_WITH_HISTORY})
+
+
 class KnownRefusal(Exception):
     """The exporter refused the program with one of :data:`KNOWN_REFUSALS`."""
 
@@ -88,3 +92,65 @@ def check_program(program: Program) -> torch.export.ExportedProgram:
         assert torch.equal(state_before[k], v), f"export changed {k}"
     pf.verify(ep, model, args, raise_on_failure=True, check_grads=check_grads)
     return ep
+
+
+class EagerCannotTrain(Exception):
+    """Eager's own training step raises on this program, or its loss carries no gradient:
+    nothing for a training program to equal."""
+
+
+def fuzz_loss(out) -> torch.Tensor:
+    """Every floating output counts: the mean of its square, summed (in float64, so the
+    loss's own rounding hides nothing)."""
+    leaves = [o for o in torch.utils._pytree.tree_leaves(out)
+              if isinstance(o, torch.Tensor) and o.is_floating_point()]
+    return sum((o.double().pow(2).mean() for o in leaves), torch.zeros((), dtype=torch.float64))
+
+
+def check_joint_program(program: Program, *, calls: int = 2) -> torch.export.ExportedProgram:
+    """``export_joint`` ``program`` with :func:`fuzz_loss` and replay ``calls`` training steps
+    against eager's (loss, every gradient, written buffers and inputs); raise on any difference.
+    Float inputs require grad where eager can train so (the program then returns their
+    gradients too), else none does."""
+    model, args = program.build()
+    with_grads = tuple(a.detach().clone().requires_grad_(a.is_floating_point()) for a in args)
+    problems = []
+    for candidate in ((with_grads, args) if any(a.requires_grad for a in with_grads) else (args,)):
+        problem = _why_eager_cannot_train(model, candidate, calls)
+        if problem is None:
+            args = candidate
+            break
+        problems.append(problem)
+    else:
+        raise EagerCannotTrain("; ".join(problems))
+    reference = copy.deepcopy(model)
+    args_before = copy.deepcopy(args)
+    state_before = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+    try:
+        ep = pf.export_joint(model, args, loss_fn=fuzz_loss)
+    except (pf.UnsupportedError, pf.JointError) as exc:
+        if exc.kind in KNOWN_REFUSALS or exc.kind in KNOWN_JOINT_REFUSALS:
+            raise KnownRefusal(f"{exc.kind.name}: {str(exc).splitlines()[0]}") from exc
+        raise
+    for i, (a, b) in enumerate(zip(args_before, args)):
+        assert torch.equal(a, b), f"export_joint changed input {i}"
+    for k, v in model.state_dict(keep_vars=True).items():
+        assert torch.equal(state_before[k], v), f"export_joint changed {k}"
+    pf.verify_joint(ep, reference, args, loss_fn=fuzz_loss, calls=calls, raise_on_failure=True)
+    return ep
+
+
+def _why_eager_cannot_train(model: torch.nn.Module, args: tuple, calls: int) -> str | None:
+    """Eager's own steps on copies, as many as the replay takes (a step may change what the
+    next one meets): why they fail, or None."""
+    trial = copy.deepcopy(model)
+    try:
+        for _ in range(calls):
+            with torch.enable_grad():
+                loss = fuzz_loss(trial(*(a.detach().clone().requires_grad_(a.requires_grad) for a in args)))
+                if not loss.requires_grad:
+                    return "the loss requires no grad"
+                loss.backward()
+    except RuntimeError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None

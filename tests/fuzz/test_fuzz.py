@@ -9,7 +9,7 @@ pins (tests/trace/test_copy_writes.py, tests/program/test_write_back.py, ...: do
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 
-from tests.fuzz.harness import KnownRefusal, check_program
+from tests.fuzz.harness import EagerCannotTrain, KnownRefusal, check_joint_program, check_program
 from tests.fuzz.strategies import FuzzConfig, programs
 
 REGIONS = True  # grad-mode / autocast regions (landed on main)
@@ -51,3 +51,26 @@ def test_generated_programs_with_hops_match_eager(program):
 @given(programs(FuzzConfig(regions=REGIONS, hops=True, max_statements=16)))
 def test_generated_programs_with_hops_match_eager_long(program):
     _check(program)
+
+
+def _check_joint(program):
+    try:
+        check_joint_program(program)
+    except (KnownRefusal, EagerCannotTrain):  # a deliberate clear error; nothing to train
+        assume(False)
+    except Exception as exc:
+        raise AssertionError(f"{type(exc).__name__}: {exc}\n\nprogram:\n{program.source()}") from exc
+
+
+@settings(max_examples=40, derandomize=True, **_SETTINGS)
+@given(programs(FuzzConfig(regions=REGIONS, max_statements=10)))
+def test_generated_programs_train_as_eager(program):
+    """export_joint: two training steps (loss, every gradient, writes) equal eager's."""
+    _check_joint(program)
+
+
+@pytest.mark.fuzz_long
+@settings(max_examples=500, derandomize=True, **_SETTINGS)
+@given(programs(FuzzConfig(regions=REGIONS, max_statements=16)))
+def test_generated_programs_train_as_eager_long(program):
+    _check_joint(program)

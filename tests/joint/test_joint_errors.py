@@ -117,3 +117,42 @@ def test_a_tensor_subclass_built_or_read_apart_in_forward_is_refused(model, what
     with pytest.raises(JointError, match=what) as info:
         pf.export_joint(model, (torch.randn(2, 3),))
     assert info.value.kind is JointProblem.UNSUPPORTED_MODEL
+
+
+class _RunningMean(torch.nn.Module):
+    """A running offset updated in forward; with grad on (a common slip), eager's buffer keeps
+    the step's autograd history (here through ops that save nothing, so eager's next backward
+    runs through it without an error)."""
+
+    def __init__(self, under_no_grad: bool):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+        self.register_buffer("mean", torch.zeros(3))
+        self.under_no_grad = under_no_grad
+
+    def forward(self, x):
+        y = self.fc(x)
+        with torch.set_grad_enabled(not self.under_no_grad):
+            self.mean.sub_(self.fc.bias)
+        return ((y - self.mean) ** 2).mean()
+
+
+def test_a_buffer_written_with_a_value_that_requires_grad_is_refused_naming_its_line():
+    """Was silently wrong from the second step on (found by the joint fuzz run): eager's second
+    backward runs through the buffer into the first step's graph and adds to fc's gradients
+    again; a program's step starts from the buffer's plain value."""
+    x = torch.randn(4, 3)
+    eager = _RunningMean(under_no_grad=False)
+    for _ in range(2):  # eager itself trains: two steps, no error
+        eager(x).backward()
+    with pytest.raises(JointError) as info:
+        pf.export_joint(_RunningMean(under_no_grad=False), (x,))
+    assert info.value.kind is JointProblem.STATE_WRITTEN_WITH_HISTORY
+    message = str(info.value)
+    assert "'mean'" in message and "test_joint_errors.py" in message and "torch.no_grad()" in message
+
+
+def test_the_same_buffer_written_under_no_grad_trains_as_eager():
+    model, x = _RunningMean(under_no_grad=True), torch.randn(4, 3)
+    ep = pf.export_joint(model, (x,))
+    assert pf.verify_joint(ep, model, (x,), calls=3).ok
