@@ -46,7 +46,8 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                       'view](state.md))'),
     Refusal.WRITE_TO_TENSOR_ATTRIBUTE: 'a write to a plain tensor attribute (register it as a buffer)',
     Refusal.STATE_REPLACED: ('a parameter, or a buffer by one of another dtype, replaced by assignment '
-                             '(another shape is carried)'),
+                             '(another shape is carried; `ep.module()` then refuses to run on the new shape, '
+                             'which a second call meets: the program is traced for the exported one)'),
     Refusal.PYTHON_STATE_CHANGED: ('a Python attribute, container, buffer, parameter or submodule set '
                                    "in `forward` that eager's later calls keep changing (a counter, a log) "
                                    'or read back differently (a stale cache); judged by eager over three '

@@ -65,6 +65,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "opinfo_db",
     "to_functional",
     "inner_of_functional",
+    "fresh_inner_of_functional",
     "value_forced_by_guards",
     "has_kernel",
     "has_data_mutation",
@@ -340,6 +341,14 @@ def inner_of_functional(t: Any) -> Any:
     if not isinstance(t, FunctionalTensor):
         return t
     torch._sync(t)
+    return torch._from_functional_tensor(t.elem)
+
+
+def fresh_inner_of_functional(t: Any) -> Any:
+    """The value behind a FunctionalTensor just made by an op, without syncing: nothing is
+    pending on it yet, and a sync would replay a view (new nodes) where the trace did not."""
+    if not isinstance(t, FunctionalTensor):
+        return t
     return torch._from_functional_tensor(t.elem)
 
 

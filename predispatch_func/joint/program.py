@@ -16,7 +16,7 @@ from torch.export.exported_program import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import _torch_compat as tc
-from ..program.runtime import write_back
+from ..program.runtime import expect_state_shape, state_reshaped, write_back
 
 
 class JointExportedProgram(ExportedProgram):
@@ -38,6 +38,7 @@ class TrainingStepModule(torch.nn.Module):
         entry = ep.module_call_graph[0].signature
         self._in_spec, self._out_spec = entry.in_spec, entry.out_spec
         self._constants = dict(ep.constants)
+        self._reshaped = state_reshaped(ep)  # checked each step: the next one meets the new shape
         # with the optimizer step in the program, each step's gradient replaces .grad (eager's
         # zero_grad(); backward(); step()); without it gradients accumulate as eager's backward
         self._steps_optimizer = any(kind is InputKind.BUFFER and str(target).startswith("optim.group")
@@ -65,6 +66,8 @@ class TrainingStepModule(torch.nn.Module):
             else:
                 state.append(next(user))
             by_name[name] = state[-1]
+        for target, shape in self._reshaped.items():
+            expect_state_shape(by_name[target], target, shape)
         with torch.no_grad():
             outs = self.graph_module(*state)
         results = []

@@ -6,11 +6,12 @@ torch keeps the same apart from export (``torch/export/_unlift.py``)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection
 from typing import Any
 
 import torch
 from torch.export.exported_program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import _torch_compat as tc
 from ..artifacts import AotSignature, ProgramFacts, program_facts, with_program_facts
@@ -54,6 +55,13 @@ class FunctionalExportedProgram(ExportedProgram):
                                    "and its module reads no input or attribute of that name")
             with mod.graph.inserting_before(_first_call(mod.graph)):
                 mod.graph.call_function(expect_no_grad, (read, name, line))
+        for name, shape in state_reshaped(self, relaid=set(layouts)).items():
+            read = next((n for n in mod.graph.nodes if n.op == "get_attr" and n.target == name), None)
+            if read is None:  # never silently unchecked
+                raise RuntimeError(f"internal error: the program checks the shape of {name}, and its module "
+                                   "reads no attribute of that name")
+            with mod.graph.inserting_before(_first_call(mod.graph)):
+                mod.graph.call_function(expect_state_shape, (read, name, shape))
         for group in facts.input_aliasing:
             names = tuple(name for name, _, _ in group)
             reads = tuple(next(n for n in mod.graph.nodes if n.op == "placeholder" and n.name == name) for name in names)
@@ -192,6 +200,43 @@ def expect_layout(destination: torch.Tensor, before: Layout, after: Layout) -> N
 
 
 tc.keep_calls_in_torch_dead_code_elimination(expect_layout)
+
+
+def state_reshaped(ep: ExportedProgram, relaid: Collection[str] = ()) -> dict[str, tuple[int, ...]]:
+    """Buffers and parameters the program writes with another shape (``self.buf =
+    torch.cat([self.buf, x])``) -> their exported shape: the next call meets the new shape,
+    which the program, traced for the old one, may compute wrongly with (a slice's bounds,
+    a reduction's size are baked), so each call checks it (:func:`expect_state_shape`). A buffer
+    the model relays in place (``relaid``: ``x.t_()``) is checked by :func:`expect_layout`."""
+    sig = ep.graph_signature
+    read = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+    placeholder_of = {s.target: s.arg.name for s in sig.input_specs
+                      if s.kind in (InputKind.PARAMETER, InputKind.BUFFER) and hasattr(s.arg, "name")}
+    outputs = ep.graph.output_node().args[0]
+    found: dict[str, tuple[int, ...]] = {}
+    for spec, node in zip(sig.output_specs, outputs):
+        if spec.kind not in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION) or spec.target in relaid:
+            continue
+        before = read.get(placeholder_of.get(spec.target, ""))
+        after = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor) and before.shape != after.shape:
+            found[spec.target] = tuple(int(d) for d in before.shape)
+    return found
+
+
+def expect_state_shape(value: torch.Tensor, name: str, shape: tuple[int, ...]) -> None:
+    """Refuse to run on a buffer or parameter whose shape is not the exported one (see
+    :func:`state_reshaped`)."""
+    if tuple(value.shape) != shape:
+        raise UnsupportedError(
+            f"this program was exported with {name} of shape {shape} and writes it with another shape; it is "
+            f"called with {name} of shape {tuple(value.shape)} (a second call meets the shape the first one left), "
+            "and a program traced for one shape can compute wrongly with another (slice bounds and sizes are "
+            "baked in). Export again for the new shape, or keep the buffer's shape (write into it in place)",
+            kind=Refusal.STATE_REPLACED, op=name)
+
+
+tc.keep_calls_in_torch_dead_code_elimination(expect_state_shape)
 
 
 def expect_no_grad(value: torch.Tensor, name: str, line: str) -> None:

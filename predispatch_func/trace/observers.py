@@ -198,7 +198,7 @@ class GradReach:
         if call.written:
             return
         for t in call.results(out):
-            node = tc.proxy_node_of(tc.inner_of_functional(t)) if isinstance(t, torch.Tensor) else None
+            node = tc.proxy_node_of(tc.fresh_inner_of_functional(t)) if isinstance(t, torch.Tensor) else None
             if node is not None:
                 self.nodes_without_grad.add(node)
 

@@ -509,10 +509,12 @@ class GrowsBuffer(nn.Module):
 
 
 def test_buffer_reassigned_with_another_shape_is_a_buffer_mutation():
+    # one call: the next meets the new shape, which the program refuses (it is traced for the
+    # exported one: tests/state/test_state_replaced_by_assignment.py)
     model, args = GrowsBuffer(), (torch.randn(3),)
     ep = export_checked(model, args)
     assert [(s.kind.name, s.target) for s in ep.graph_signature.output_specs][0] == ("BUFFER_MUTATION", "seen")
-    replay_calls(ep, model, args, calls=3)
+    replay_calls(ep, model, args, calls=1)
 
 
 class ReturnsTheBufferItReplaces(nn.Module):
@@ -529,8 +531,9 @@ class ReturnsTheBufferItReplaces(nn.Module):
 
 
 def test_returning_a_buffer_then_replacing_it_returns_the_old_tensor():
+    # one call: the next meets the buffer's new shape, which the program refuses (STATE_REPLACED)
     model, args = ReturnsTheBufferItReplaces(), (torch.randn(1),)
-    replay_calls(export_checked(model, args), model, args, calls=3)
+    replay_calls(export_checked(model, args), model, args, calls=1)
 
 
 class ReturnsASplitPieceOfTheBufferItReplaces(nn.Module):
@@ -1055,5 +1058,7 @@ class _RebindsABufferAnOpSaved(nn.Module):
 
 @pytest.mark.parametrize("new_shape", [False, True])
 def test_a_buffer_rebound_after_an_op_saved_it_keeps_eagers_gradient(new_shape):
+    # a second call meets the new shape, which the program refuses (STATE_REPLACED:
+    # tests/state/test_state_replaced_by_assignment.py)
     model, args = _RebindsABufferAnOpSaved(new_shape), (torch.tensor([[1.0, 1.0, -2.0, -2.0]], requires_grad=True),)
-    replay_calls(export_checked(model, args), model, args, calls=2)
+    replay_calls(export_checked(model, args), model, args, calls=1 if new_shape else 2)

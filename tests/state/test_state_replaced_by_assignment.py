@@ -36,3 +36,42 @@ class TestStateReplacedByAssignment(TestCase):
 
         with refused(pf.Refusal.STATE_REPLACED, r"replaces buffer 'seen' by assignment with a value of another dtype"):
             pf.export(M(), (torch.randn(3),))
+
+
+class GrowsABufferItSlices(nn.Module):
+    """Reads half of its buffer, then doubles it: the program bakes the first call's slice
+    bound (2) where eager's second call takes 4 elements."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1))
+        self.register_buffer("buf", torch.arange(4.0))
+
+    def forward(self, x):
+        half = self.buf[: self.buf.shape[0] // 2].sum()
+        self.buf = torch.cat([self.buf, self.buf + 1])
+        return ((x + half) * self.w).sum()
+
+
+class TestBufferOfANewShapeMetAgain(TestCase):
+    def test_the_second_call_on_the_new_shape_is_refused_not_silently_wrong(self):
+        """Was silently wrong: the second call of ep.module() gave 1.0 where eager gives 6.0
+        (torch.export's module raises a size mismatch). The first call is eager's."""
+        model, x = GrowsABufferItSlices(), torch.zeros(1)
+        program = pf.export(GrowsABufferItSlices(), (x,)).module()
+        torch.testing.assert_close(program(x), model(x))
+        torch.testing.assert_close(program.buf, model.buf)
+        with refused(pf.Refusal.STATE_REPLACED, r"exported with buf of shape \(4,\)[\s\S]*called with buf of "
+                     r"shape \(8,\)"):
+            program(x)
+
+    def test_the_training_step_refuses_the_same(self):
+        model, x = GrowsABufferItSlices(), torch.zeros(1)
+        step = pf.export_joint(GrowsABufferItSlices(), (x,)).module()
+        loss, = step(x)
+        eager_loss = model(x)
+        eager_loss.backward()
+        torch.testing.assert_close(loss, eager_loss.detach())
+        torch.testing.assert_close(step.w.grad, model.w.grad)
+        with refused(pf.Refusal.STATE_REPLACED, r"exported with buf of shape \(4,\)"):
+            step(x)
