@@ -100,7 +100,7 @@ def _kernel(op: tc.OpOverload, decomposition: Callable,
                 graph = graphs[key] = cache.trace(lambda a, k: decomposition(*a, **k), args, kwargs)
         if graph is cache.UNCACHEABLE:
             return decomposition(*args, **kwargs)
-        return graph.forward(*tensors)
+        return graph.run(*tensors)
     return run
 
 

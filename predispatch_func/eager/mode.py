@@ -147,7 +147,7 @@ class EagerMode(tc.TorchDispatchMode):
             signature, tensors = cache.signature(args, kwargs)
             graph = by_signature.get(signature)
             if graph is not None and graph is not cache.UNCACHEABLE:
-                self._count_hit(op)
+                self.count_hit(op)
                 return self._replay(graph, tensors)
         plan = self.kernels.plan(op)
         if plan is None:  # the target names aten ops; others (profiler, custom) are the caller's
@@ -220,7 +220,7 @@ class EagerMode(tc.TorchDispatchMode):
             return out
         return self._replay(graph, tensors)
 
-    def _count_hit(self, op: Any) -> None:
+    def count_hit(self, op: Any) -> None:
         """``stats.decomposed.add(op); stats.cache_hits.add(op)``, inlined: once per replay."""
         key = id(op)
         for counter in (self._decomposed, self._hits):
@@ -232,9 +232,9 @@ class EagerMode(tc.TorchDispatchMode):
 
     def _replay(self, graph: Any, tensors: list) -> Any:
         if not self.keyed:
-            return graph.forward(*tensors)
+            return graph.run(*tensors)
         with tc.excluding_spare_key():  # target ops only: the backend's, inside and out
-            return graph.forward(*tensors)
+            return graph.run(*tensors)
 
     def _tracing_call(self, decomposition: Callable) -> Callable[[tuple, dict], Any]:
         """The decomposition run under a fresh, uncached mode of the same target, so the

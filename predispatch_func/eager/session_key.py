@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from .keyed_kernels import kernel_for
 from .mode import EagerMode, Kernels
 from .plans import How, Plan
 
@@ -56,39 +57,15 @@ class _Registered:
             warnings.simplefilter("ignore", UserWarning)
             for op, plan in kernels.governed_outside():
                 if not _composite_serves(op, plan):
-                    self._libraries[1].impl(op, self._kernel(op), tc.SPARE_KEY)
+                    self._libraries[1].impl(op, kernel_for(op, plan, kernels, self.modes, self.idle), tc.SPARE_KEY)
             for op in kernels.direct:
                 if _composite_inside_target(op):
                     self._libraries[1].impl(op, _as_backend_kernel(op), tc.SPARE_KEY)
-
-    def _kernel(self, op: tc.OpOverload) -> Callable:
-        modes, idle = self.modes, self.idle
-        positions = tuple(i for i, a in enumerate(tc.schema_of(op).arguments)
-                          if str(a.type) == "Tensor" and not a.kwarg_only)
-
-        def kernel(*args: Any, **kwargs: Any) -> Any:
-            for i in positions:
-                if i < len(args) and type(args[i]) in _NUMBERS:
-                    args = _numbers_as_tensors(args, positions)
-                    break
-            return (modes[-1] if modes else idle).run(op, args, kwargs)
-        return kernel
 
     def remove(self) -> None:
         for library in self._libraries:
             library._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
         self._libraries = []
-
-
-_NUMBERS = frozenset({int, float, bool, complex})
-
-
-def _numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
-    """A C++ caller's wrapped number (``pow(2, x)`` in a derivative) reaches a Python kernel as a
-    Python number, which the op itself refuses where its schema says Tensor: a 0-dim tensor of the
-    default dtype for its kind promotes as the number did."""
-    return tuple(torch.tensor(value) if i in positions and type(value) in _NUMBERS else value
-                 for i, value in enumerate(args))
 
 
 def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:
@@ -97,7 +74,13 @@ def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:
     and views, whose composite kernel makes the view in metadata. Falling through costs no
     Python, and a view made in C++ has no Python object yet, as ``nn.Parameter`` (which detaches
     its data in C++ and wraps the result) requires."""
-    return plan.how is How.COMPOSITE_KERNEL or (op.is_view and tc.has_composite_explicit_kernel(op))
+    return plan.how is How.COMPOSITE_KERNEL or (
+        (op.is_view or op.name() in _VIEWS_BY_ANOTHER_NAME) and tc.has_composite_explicit_kernel(op))
+
+
+# not views by their schemas, made as views by their CompositeExplicitAutograd kernels (in
+# metadata, no op dispatched): matmul's result reshaped, some twenty calls a transformer step
+_VIEWS_BY_ANOTHER_NAME = frozenset({"aten::_unsafe_view"})
 
 
 def _composite_inside_target(op: tc.OpOverload) -> bool:
