@@ -103,9 +103,8 @@ def trace(call: Callable[[tuple, dict], Any], args: tuple, kwargs: dict) -> Any:
         graph = tc.make_fx(on_tensors, tracing_mode="fake")(*tensors)
     except Exception:  # noqa: BLE001  (any failure to trace only costs speed: run uncached)
         return UNCACHEABLE
-    return TracedKernel(graph)
+    return TracedKernel.of_graph(graph)
 
 
-def ops_of(graph: TracedKernel | torch.fx.GraphModule) -> list[Any]:
-    return [node.target for node in graph.graph.nodes
-            if node.op == "call_function" and isinstance(node.target, tc.OpOverload)]
+def ops_of(kernel: TracedKernel) -> list[Any]:
+    return kernel.ops

@@ -36,13 +36,16 @@ _NUMBERS = frozenset({int, float, bool, complex})
 _COPY = tc.entry_point(torch.ops.aten.copy_.default)
 
 
-def kernel_for(op: tc.OpOverload, plan: Plan, kernels: Kernels, modes: list[EagerMode],
+def kernel_for(op: tc.OpOverload, how: How, kernels: Kernels, modes: list[EagerMode],
                idle: EagerMode) -> Callable[..., Any]:
-    """The kernel registered for ``op`` (outside the target); ``modes[-1]`` (else ``idle``) is
-    the innermost active session's mode, whose stats count the call."""
+    """The kernel registered for ``op`` (outside the target, run by its plan, which says ``how``);
+    ``modes[-1]`` (else ``idle``) is the innermost active session's mode, whose stats count the
+    call. A ``DECOMPOSE`` kernel asks for the plan only on a signature not traced yet, so a
+    process whose kernels came from disk decides none for a replay."""
     positions = tuple(i for i, a in enumerate(tc.schema_of(op).arguments)
                       if str(a.type) == "Tensor" and not a.kwarg_only)
-    if plan.how is How.DECOMPOSE:
+    plan = None if how is How.DECOMPOSE else kernels.plan(op)
+    if plan is None:
         fast = _replaying(op, kernels, modes, idle)
     elif _in_place_with_same_arguments(plan) and id(torch.ops.aten.copy_.default) in kernels.direct_ids:
         fast = _through_twin_in_place(op, plan, kernels, modes, idle)
@@ -68,7 +71,7 @@ def _numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
 
 
 def _replaying(op: tc.OpOverload, kernels: Kernels, modes: list[EagerMode], idle: EagerMode) -> Callable[..., Any]:
-    traced_by_signature = kernels.graphs.setdefault(id(op), {})  # the dict EagerMode.run fills
+    traced_by_signature = kernels.kernels_of(op)  # the dict EagerMode.run fills
     uncacheable, signature, excluding = cache.UNCACHEABLE, cache.signature, tc.excluding_spare_key
 
     def replaying(*args: Any, **kwargs: Any) -> Any:

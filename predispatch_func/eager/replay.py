@@ -1,19 +1,20 @@
-"""A traced kernel compiled once into a plain function: what a cache hit runs.
+"""A traced kernel written out once as a plain function: what a cache hit runs.
 
 fx's generated ``forward`` calls each op through ``OpOverload.__call__``, one
 Python frame around the op's C++ entry point, and clears each dead value with
 an assignment: on a decomposition of some fifty small ops (CPU attention and
-its backward) that is a quarter of the replay. The same graph written out
-with each op bound to its entry point (``tc.entry_point``) runs the same
-dispatcher calls with the same arguments, in the same order::
+its backward) that is a tenth to a quarter of the replay. The same graph
+written out with each op bound to its entry point (``tc.entry_point``) runs
+the same dispatcher calls with the same arguments, in the same order::
 
     def kernel(v0, v1):
         v2 = c0(v0, c1)          # c0: aten.mul.Tensor's entry point, c1: the traced scalar
         return v2
 
-Every argument that is not a value of the graph is a constant of the compiled
-function's namespace, bound once, so its repr never matters (``inf``,
-devices, dtypes).
+Every argument that is not a value of the graph is a constant (``c<i>``),
+bound when the source is compiled, so its repr never matters (``inf``,
+devices, dtypes). Source and constants are all a kernel is: a later process
+restores it from disk (``persisted_kernels``) and compiles it on its first call.
 """
 
 from __future__ import annotations
@@ -28,37 +29,43 @@ from .. import _torch_compat as tc
 
 
 class TracedKernel:
-    """One traced decomposition: its graph (for reading: ``code``, ``graph``) and the compiled replay."""
+    """One traced decomposition: ``code`` (its source), ``ops`` (what it calls) and ``run``."""
 
-    __slots__ = ("graph_module", "run")
+    __slots__ = ("code", "constants", "run")
 
-    def __init__(self, graph_module: torch.fx.GraphModule):
-        self.graph_module = graph_module
-        self.run = compile_graph(graph_module)
+    def __init__(self, code: str, constants: list[Any]):
+        self.code, self.constants = code, constants
+        self.run: Callable[..., Any] = self._compile_then_run  # replaced by the compiled function on first call
+
+    @classmethod
+    def of_graph(cls, graph_module: torch.fx.GraphModule) -> TracedKernel:
+        return cls(*write_out(graph_module))
 
     @property
-    def graph(self) -> torch.fx.Graph:
-        return self.graph_module.graph
-
-    @property
-    def code(self) -> str:
-        return self.graph_module.code
+    def ops(self) -> list[tc.OpOverload]:
+        return [value for value in self.constants if isinstance(value, tc.OpOverload)]
 
     def __call__(self, *tensors: torch.Tensor) -> Any:
         return self.run(*tensors)
 
+    def _compile_then_run(self, *tensors: torch.Tensor) -> Any:
+        namespace = {f"c{i}": tc.entry_point(value) if isinstance(value, tc.OpOverload) else value
+                     for i, value in enumerate(self.constants)}
+        exec(compile(self.code, "<pf.eager traced kernel>", "exec"), namespace)  # noqa: S102  (our own codegen)
+        self.run = namespace["kernel"]
+        return self.run(*tensors)
 
-def compile_graph(graph_module: torch.fx.GraphModule) -> Callable[..., Any]:
-    """``graph_module``'s graph as a function of its placeholders, each op called at its entry point."""
-    namespace: dict[str, Any] = {}
+
+def write_out(graph_module: torch.fx.GraphModule) -> tuple[str, list[Any]]:
+    """``graph_module``'s graph as the source of ``kernel(<placeholders>)`` and its constants."""
+    constants: list[Any] = []
     names: dict[torch.fx.Node, str] = {}
     parameters: list[str] = []
     lines: list[str] = []
 
     def constant(value: Any) -> str:
-        name = f"c{len(namespace)}"
-        namespace[name] = value
-        return name
+        constants.append(value)
+        return f"c{len(constants) - 1}"
 
     def render(value: Any) -> str:
         if isinstance(value, torch.fx.Node):
@@ -78,13 +85,10 @@ def compile_graph(graph_module: torch.fx.GraphModule) -> Callable[..., Any]:
         elif node.op == "get_attr":
             names[node] = constant(functools.reduce(getattr, node.target.split("."), graph_module))
         elif node.op == "call_function":
-            target = tc.entry_point(node.target) if isinstance(node.target, tc.OpOverload) else node.target
             arguments = [render(a) for a in node.args] + [f"{k}={render(v)}" for k, v in node.kwargs.items()]
-            lines.append(f"    {name} = {constant(target)}({', '.join(arguments)})")
+            lines.append(f"    {name} = {constant(node.target)}({', '.join(arguments)})")
         elif node.op == "output":
             lines.append(f"    return {render(node.args[0])}")
         else:
             raise ValueError(f"a traced kernel holds only ops, not {node.op} ({node.format_node()})")
-    source = f"def kernel({', '.join(parameters)}):\n" + "\n".join(lines) + "\n"
-    exec(compile(source, "<pf.eager traced kernel>", "exec"), namespace)  # noqa: S102  (our own codegen)
-    return namespace["kernel"]
+    return f"def kernel({', '.join(parameters)}):\n" + "\n".join(lines) + "\n", constants

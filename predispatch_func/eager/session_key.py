@@ -55,17 +55,42 @@ class _Registered:
         self._libraries[0].fallback(torch.library.fallthrough_kernel, tc.SPARE_KEY)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            for op, plan in kernels.governed_outside():
-                if not _composite_serves(op, plan):
-                    self._libraries[1].impl(op, kernel_for(op, plan, kernels, self.modes, self.idle), tc.SPARE_KEY)
-            for op in kernels.direct:
-                if _composite_inside_target(op):
-                    self._libraries[1].impl(op, _as_backend_kernel(op), tc.SPARE_KEY)
+            for name, how in _registrations(kernels):
+                self._libraries[1].impl(name.removeprefix("aten::"), self._on_first_call(name, how), tc.SPARE_KEY)
+
+    def _on_first_call(self, name: str, how: str) -> Callable:
+        """The op's kernel, built on its first call: a process whose registrations came from
+        disk resolves and plans only the ops it meets."""
+        built: Callable | None = None
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            nonlocal built
+            if built is None:
+                op = tc.resolve_overload(*name.split("::", 1))
+                assert op is not None, name
+                built = (_as_backend_kernel(op) if how == _BACKEND
+                         else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
+            return built(*args, **kwargs)
+        return kernel
 
     def remove(self) -> None:
         for library in self._libraries:
             library._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
         self._libraries = []
+
+
+_BACKEND = "BACKEND"  # an op of the target run by torch's composite kernel with the key off
+
+
+def _registrations(kernels: Kernels) -> list[tuple[str, str]]:
+    """(op name, how) of each kernel on the key: a plan's ``How`` by name, or ``_BACKEND``;
+    decided once per target and torch build (``persisted_kernels`` keeps it)."""
+    if kernels.persisted.registrations is None:
+        found = [(op.name(), plan.how.name) for op, plan in kernels.governed_outside()
+                 if not _composite_serves(op, plan)]
+        found += [(op.name(), _BACKEND) for op in kernels.direct if _composite_inside_target(op)]
+        kernels.persisted.registrations = found
+    return kernels.persisted.registrations
 
 
 def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:

@@ -121,3 +121,12 @@ def test_spare_dispatch_key_sits_between_the_python_key_and_the_backends_and_is_
     code = "import torch; print(len(torch._C._dispatch_get_registrations_for_dispatch_key('Fake')))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "0"
+
+
+def test_an_ops_entry_point_is_what_calling_the_op_runs():
+    # the compiled replay (eager/replay.py) calls tc.entry_point(op) where fx's code calls op
+    x, y = torch.randn(3), torch.randn(3)
+    add = torch.ops.aten.add.Tensor
+    assert torch.equal(tc.entry_point(add)(x, y, alpha=2), add(x, y, alpha=2))
+    values, indices = tc.entry_point(torch.ops.aten.max.dim)(x.reshape(1, 3), 1)
+    assert torch.equal(values, x.max().reshape(1)) and indices.dtype == torch.int64
