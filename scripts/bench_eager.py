@@ -24,7 +24,9 @@ For every corpus model (train mode, a loss over the floating outputs):
 * ``grads``: the largest difference between a plain step's gradients and a
   warm session step's (same inputs, same weights): the mode must equal eager.
 
-Rounds alternate plain, keyed, observed and pass-through so drift hits all
+Steps are timed in this process's CPU time (``--clock wall`` for wall time): on a
+machine shared with other jobs, their load moves wall time by 2x between rounds
+and CPU time hardly at all. Rounds alternate plain, keyed, observed and pass-through so drift hits all
 alike (``--quick``: plain and keyed only). ``--zoo N`` adds N light models of the
 zoo (``tests/models/zoo.py``: torchvision, timm, transformers families beyond the
 corpus, round robin over the libraries; a model whose step fails is reported and
@@ -105,12 +107,15 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+CLOCK = time.process_time  # --clock: this process's CPU time (others' load on a shared machine is not ours)
+
+
 def _timed(fn) -> float:
     _sync()
-    start = time.perf_counter()
+    start = CLOCK()
     fn()
     _sync()
-    return time.perf_counter() - start
+    return CLOCK() - start
 
 
 def _grads(model) -> dict:
@@ -182,17 +187,18 @@ def cold_child(name: str) -> None:
     plain = [_timed(step) for _ in range(5)]
     target = _target(name)
     gc.collect()
-    start = time.perf_counter()
+    start = CLOCK()
     session = pf.eager.on(target)
     with session:
         step()
-    cold = time.perf_counter() - start
+    cold = CLOCK() - start
     misses = sum(n for _, n in session.stats.cache_misses.items())
     print(json.dumps({"plain": statistics.median(plain), "cold": cold, "misses": misses}))
 
 
 def _cold_in_fresh_process(name: str, threads: int) -> dict:
-    command = [sys.executable, "-m", "scripts.bench_eager", "--cold-child", name, "--threads", str(threads)]
+    command = [sys.executable, "-m", "scripts.bench_eager", "--cold-child", name, "--threads", str(threads),
+               "--clock", "cpu" if CLOCK is time.process_time else "wall"]
     done = subprocess.run(command, capture_output=True, text=True, check=False,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -286,10 +292,13 @@ def main() -> None:
     parser.add_argument("--json", default="")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steadier on a shared machine)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--clock", default="cpu", choices=["cpu", "wall"],
+                        help="cpu: this process's CPU time (steady on a shared machine; --device cuda takes wall)")
     parser.add_argument("--cold-child", default="", help=argparse.SUPPRESS)
     ns = parser.parse_args()
-    global DEVICE
+    global DEVICE, CLOCK
     DEVICE = ns.device
+    CLOCK = time.process_time if ns.clock == "cpu" and DEVICE == "cpu" else time.perf_counter
     torch.set_num_threads(ns.threads)
     if ns.cold_child:
         cold_child(ns.cold_child)
@@ -339,8 +348,9 @@ def main() -> None:
             for row in cells:
                 f.write("| " + " | ".join(row) + " |\n")
             where = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU"
-            f.write(f"\nmedians of {ns.rounds} rounds, torch {torch.__version__}, commit {_commit()}, {where}, "
-                    f"{torch.get_num_threads()} CPU threads\n\n")
+            clock = "process CPU time" if CLOCK is time.process_time else "wall time"
+            f.write(f"\nmedians of {ns.rounds} rounds ({clock}), torch {torch.__version__}, commit {_commit()}, "
+                    f"{where}, {torch.get_num_threads()} CPU threads\n\n")
             for line in summaries:
                 f.write(f"- {line}\n")
             for line in failed:
