@@ -101,12 +101,12 @@ def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:
     Python, and a view made in C++ has no Python object yet, as ``nn.Parameter`` (which detaches
     its data in C++ and wraps the result) requires."""
     return plan.how is How.COMPOSITE_KERNEL or (
-        (op.is_view or op.name() in _VIEWS_BY_ANOTHER_NAME) and tc.has_composite_explicit_kernel(op))
+        (op.is_view or op.name() in VIEWS_BY_ANOTHER_NAME) and tc.has_composite_explicit_kernel(op))
 
 
 # not views by their schemas, made as views by their CompositeExplicitAutograd kernels (in
 # metadata, no op dispatched): matmul's result reshaped, some twenty calls a transformer step
-_VIEWS_BY_ANOTHER_NAME = frozenset({"aten::_unsafe_view"})
+VIEWS_BY_ANOTHER_NAME = frozenset({"aten::_unsafe_view"})
 
 
 def _composite_inside_target(op: tc.OpOverload) -> bool:
