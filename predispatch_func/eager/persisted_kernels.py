@@ -5,8 +5,9 @@ plan for some two thousand aten ops (which of them get a kernel on the key)
 and traces every decomposition it meets with fake tensors: over a second
 before its first step ends, for work whose result depends only on the torch
 build, the target and floor, and this package's lowering code. So what one
-process learned (the registrations, each kernel traced per signature, and
-the signatures that cannot be traced) is written at its exit to one file,
+process learned (the registrations and each kernel traced per signature; not
+a signature that could not be traced, tried again by the next process) is
+written at its exit to one file,
 ``eager-kernels-<torch build>-<fingerprint>.pkl`` under the package's cache
 directory (``disk_cache``), and a later process starts from it: no plans are
 decided for registering, and a call whose signature is on file replays the
@@ -96,7 +97,7 @@ class PersistedKernels:
             self._ops[id(op)] = op
             by_signature = self._graphs.setdefault(id(op), {})
             for signature, saved in entries:
-                kernel = cache.UNCACHEABLE if saved is None else _restored(saved)
+                kernel = _restored(saved)
                 if kernel is not None:
                     by_signature.setdefault(signature, kernel)
         self._saved_count = self._count()
@@ -151,10 +152,12 @@ def _plain(value: Any) -> bool:
 
 
 def _written(kernel: Any) -> Any:
-    """What the file holds for a kernel: None for an uncacheable signature, else its code and
-    constants (ops by name); False where a constant would not survive another process."""
+    """What the file holds for a kernel: its code and constants (ops by name); False where it
+    is not kept: a signature that could not be traced (the failure may have been this process's
+    own, a mode active around the session: the next process tries once more), or a constant
+    that would not survive another process."""
     if kernel is cache.UNCACHEABLE:
-        return None
+        return False
     constants: list[tuple[str, Any]] = []
     for value in kernel.constants:
         if isinstance(value, tc.OpOverload):
