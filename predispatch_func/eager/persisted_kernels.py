@@ -58,14 +58,14 @@ class PersistedKernels:
     """What one (target, floor) learned, read from disk once and written back at exit.
 
     ``registrations``: (op name, how) of each kernel on the key, and ``lifted``: the ops
-    decomposed above autograd, each None until known.
+    decomposed above autograd, each None until known. ``save`` keeps what the file holds
+    besides (another process's kernels, written since this one read it).
     ``restore(graphs)`` fills ``Kernels.graphs`` from the file; ``save`` writes what
     the process holds (the file's entries and every kernel traced since)."""
 
     def __init__(self, names: list[str], graphs: dict[int, dict[tuple, Any]], ops: dict[int, tc.OpOverload]):
         self._names, self._graphs, self._ops = names, graphs, ops  # Kernels' graphs, and the op of each id
         self._path: Path | None = None
-        self._found: dict[str, Any] = {}
         self.registrations: list[tuple[str, str]] | None = None
         self.lifted: list[str] | None = None  # names of the ops decomposed above autograd
         self._saved_count = -1
@@ -80,14 +80,9 @@ class PersistedKernels:
         return self._path
 
     def restore(self) -> None:
-        path = self.path()
-        try:
-            found = _unpickled(path.read_bytes()) if path is not None and path.exists() else None
-        except Exception:  # noqa: BLE001  (an unreadable file only costs the time it was to save)
-            found = None
-        if not isinstance(found, dict) or found.get("format") != _FORMAT:
+        found = _read(self.path())
+        if found is None:
             return
-        self._found = found
         self.registrations = found.get("registrations")
         self.lifted = found.get("lifted")
         for name, entries in found.get("kernels", {}).items():
@@ -106,6 +101,10 @@ class PersistedKernels:
         return (sum(len(entries) for entries in self._graphs.values()) + (self.registrations is not None)
                 + (self.lifted is not None))
 
+    def _on_disk(self) -> dict[str, Any]:
+        found = _read(self.path())
+        return found.get("kernels", {}) if found is not None else {}
+
     def save(self) -> None:
         path = self.path()
         if path is None or self._count() == self._saved_count:
@@ -118,6 +117,9 @@ class PersistedKernels:
                     written = _written(kernel)
                     if written is not False:
                         kernels.setdefault(op.name(), []).append((signature, written))
+        for name, entries in self._on_disk().items():  # another process's, written since this one read
+            known = {signature for signature, _ in kernels.get(name, [])}
+            kernels.setdefault(name, []).extend(entry for entry in entries if entry[0] not in known)
         value = {"format": _FORMAT, "registrations": self.registrations, "lifted": self.lifted, "kernels": kernels}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,6 +153,14 @@ def _plain(value: Any) -> bool:
     return isinstance(value, _PLAIN_LEAVES)
 
 
+def _read(path: Path | None) -> dict[str, Any] | None:
+    try:
+        found = _unpickled(path.read_bytes()) if path is not None and path.exists() else None
+    except Exception:  # noqa: BLE001  (an unreadable file only costs the time it was to save)
+        return None
+    return found if isinstance(found, dict) and found.get("format") == _FORMAT else None
+
+
 def _written(kernel: Any) -> Any:
     """What the file holds for a kernel: its code and constants (ops by name); False where it
     is not kept: a signature that could not be traced (the failure may have been this process's
@@ -174,6 +184,8 @@ def _written(kernel: Any) -> Any:
 
 
 def _restored(saved: Any) -> TracedKernel | None:
+    if not isinstance(saved, tuple):
+        return None
     code, constants = saved
     values = []
     for kind, value in constants:

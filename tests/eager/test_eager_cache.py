@@ -144,3 +144,27 @@ def test_compiled_replay_calls_what_the_graph_calls():
         graph_ops = [line.split(" = ")[1].split("(")[0] for line in kernel.code.splitlines()[1:-1]]
         assert len(graph_ops) == len(kernel.ops)
         assert all(op in CORE for op in kernel.ops)
+
+
+def test_a_process_writing_keeps_what_another_wrote_since_it_read(tmp_path, monkeypatch):
+    x = torch.randn(3, 4)
+    _fresh_process_state()
+    try:
+        monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", "")  # the first "process" finds nothing at its start
+        with pf.eager.on(CORE):
+            torch.rot90(x, 1)
+        first = kernels_for(CORE)
+        monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", str(tmp_path))
+        _fresh_process_state()  # meanwhile a second one traces logit and writes
+        with pf.eager.on(CORE):
+            torch.logit(x.sigmoid(), 1e-3)
+        kernels_for(CORE).persisted.save()
+        first.persisted.save()  # the first writes at its exit, after the second
+        _fresh_process_state()
+        with pf.eager.on(CORE) as later:
+            torch.rot90(x, 1)
+            torch.logit(x.sigmoid(), 1e-3)
+        assert later.stats.cache_hits[aten.rot90.default] == 1 and later.stats.cache_hits[aten.logit.default] == 1
+        assert len(later.stats.cache_misses) == 0, later.stats.cache_misses
+    finally:
+        _fresh_process_state()
