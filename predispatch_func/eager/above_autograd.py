@@ -53,6 +53,18 @@ def ops_to_lift(lowering: Lowering) -> list[tuple[tc.OpOverload, Callable]]:
     return found
 
 
+def lazily(op: tc.OpOverload, lowering: Lowering) -> Callable:
+    """``op``'s decomposition, looked up on its first call (a table of a second's imports that a
+    process whose list of lifted ops came from disk may never need)."""
+    found: list[Callable] = []
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        if not found:
+            found.append(extra_decompositions.for_op(op) or lowering.decomposition(op))  # type: ignore[arg-type]
+        return found[0](*args, **kwargs)
+    return decomposition
+
+
 class AutogradKernels:
     """Registers the kernels on ``key`` ("Autograd" for every device) while entered;
     shared by nested and concurrent sessions (registration is process-wide)."""
@@ -100,7 +112,7 @@ def _kernel(op: tc.OpOverload, decomposition: Callable,
                 graph = graphs[key] = cache.trace(lambda a, k: decomposition(*a, **k), args, kwargs)
         if graph is cache.UNCACHEABLE:
             return decomposition(*args, **kwargs)
-        return graph.forward(*tensors)
+        return graph.run(*tensors)
     return run
 
 

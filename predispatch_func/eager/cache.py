@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from .replay import TracedKernel
 
 UNCACHEABLE = object()
 
@@ -90,19 +91,20 @@ def _rebuild(value: Any, tensors: list, position: list[int]) -> Any:
 
 
 def trace(call: Callable[[tuple, dict], Any], args: tuple, kwargs: dict) -> Any:
-    """An fx graph of ``call(args, kwargs)`` taking the call's tensors as inputs, or
-    ``UNCACHEABLE`` when fake tensors cannot run it (data-dependent, no fake kernel)."""
+    """A kernel traced from ``call(args, kwargs)`` taking the call's tensors as inputs (its fx
+    graph, replayed compiled: ``replay``), or ``UNCACHEABLE`` when fake tensors cannot run it
+    (data-dependent, no fake kernel)."""
     def on_tensors(*tensors: torch.Tensor) -> Any:
         position = [0]
         return call(_rebuild(args, list(tensors), position), _rebuild(kwargs, list(tensors), position))
 
     _, tensors = signature(args, kwargs)
     try:
-        return tc.make_fx(on_tensors, tracing_mode="fake")(*tensors)
+        graph = tc.make_fx(on_tensors, tracing_mode="fake")(*tensors)
     except Exception:  # noqa: BLE001  (any failure to trace only costs speed: run uncached)
         return UNCACHEABLE
+    return TracedKernel.of_graph(graph)
 
 
-def ops_of(graph: torch.fx.GraphModule) -> list[Any]:
-    return [node.target for node in graph.graph.nodes
-            if node.op == "call_function" and isinstance(node.target, tc.OpOverload)]
+def ops_of(kernel: TracedKernel) -> list[Any]:
+    return kernel.ops

@@ -38,6 +38,7 @@ from ..errors import Refusal, UnsupportedError, user_source_line
 from ..opsets import Lowering, OpSet, is_infrastructure
 from . import above_autograd, cache
 from .floor import RUNTIME_FLOOR
+from .persisted_kernels import PersistedKernels
 from .plans import How, Plan, plan_for
 from .stats import EagerStats
 
@@ -72,7 +73,27 @@ class Kernels:
         self.direct_ids = frozenset(id(op) for op in self.direct)  # OpOverload hashes in Python: ids do not
         self.plans: dict[int, Plan | None] = {}
         self.graphs: dict[int, dict[tuple, Any]] = {}  # op's id -> signature -> traced kernel
-        self.lifted = above_autograd.ops_to_lift(self.lowering)
+        self.graph_ops: dict[int, tc.OpOverload] = {}  # op's id -> op, for each key of ``graphs``
+        self.persisted = PersistedKernels(sorted((target | floor).names()), self.graphs, self.graph_ops)
+        self.persisted.restore()
+        self.lifted = self._lifted()
+
+    def _lifted(self) -> list[tuple[tc.OpOverload, Callable]]:
+        """The ops decomposed above autograd (``above_autograd``), from disk where known."""
+        if self.persisted.lifted is None:
+            found = above_autograd.ops_to_lift(self.lowering)
+            self.persisted.lifted = [op.name() for op, _ in found]
+            return found
+        ops = [tc.resolve_overload(*name.split("::", 1)) for name in self.persisted.lifted]
+        return [(op, above_autograd.lazily(op, self.lowering)) for op in ops if op is not None]
+
+    def kernels_of(self, op: Any) -> dict[tuple, Any]:
+        """The op's traced kernels by signature (the dict the keyed kernels read)."""
+        found = self.graphs.get(id(op))
+        if found is None:
+            found = self.graphs[id(op)] = {}
+            self.graph_ops[id(op)] = op
+        return found
 
     def plan(self, op: Any) -> Plan | None:
         """The op's plan; None for what the target does not govern (non-aten ops, bookkeeping)."""
@@ -147,7 +168,7 @@ class EagerMode(tc.TorchDispatchMode):
             signature, tensors = cache.signature(args, kwargs)
             graph = by_signature.get(signature)
             if graph is not None and graph is not cache.UNCACHEABLE:
-                self._count_hit(op)
+                self.count_hit(op)
                 return self._replay(graph, tensors)
         plan = self.kernels.plan(op)
         if plan is None:  # the target names aten ops; others (profiler, custom) are the caller's
@@ -200,7 +221,7 @@ class EagerMode(tc.TorchDispatchMode):
                 return self._unreachable(Plan(How.UNREACHABLE, plan.op, why=_DECLINED), args, kwargs)
             return out
         key, tensors = cache.signature(args, kwargs)
-        graphs = self._graphs.setdefault(id(plan.op), {})
+        graphs = self.kernels.kernels_of(plan.op)
         graph = graphs.get(key)
         if graph is None:
             self.stats.cache_misses.add(plan.op)
@@ -220,7 +241,7 @@ class EagerMode(tc.TorchDispatchMode):
             return out
         return self._replay(graph, tensors)
 
-    def _count_hit(self, op: Any) -> None:
+    def count_hit(self, op: Any) -> None:
         """``stats.decomposed.add(op); stats.cache_hits.add(op)``, inlined: once per replay."""
         key = id(op)
         for counter in (self._decomposed, self._hits):
@@ -232,9 +253,9 @@ class EagerMode(tc.TorchDispatchMode):
 
     def _replay(self, graph: Any, tensors: list) -> Any:
         if not self.keyed:
-            return graph.forward(*tensors)
+            return graph.run(*tensors)
         with tc.excluding_spare_key():  # target ops only: the backend's, inside and out
-            return graph.forward(*tensors)
+            return graph.run(*tensors)
 
     def _tracing_call(self, decomposition: Callable) -> Callable[[tuple, dict], Any]:
         """The decomposition run under a fresh, uncached mode of the same target, so the
@@ -269,7 +290,8 @@ class EagerMode(tc.TorchDispatchMode):
     def _unreachable(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
         source = user_source_line()
         if self.on_unreachable == "raise":
-            raise EagerUnreachableError(plan.op, self.kernels.target, plan.why, source)
+            why = plan.why or self.kernels.lowering.why_missing(str(plan.op))
+            raise EagerUnreachableError(plan.op, self.kernels.target, why, source)
         lines = self.stats.unreachable.setdefault(plan.op, [])
         if source and source not in lines:
             lines.append(source)

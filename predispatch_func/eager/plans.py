@@ -49,7 +49,7 @@ class Plan:
     twin: tc.OpOverload | None = None
     decomposition: Callable | None = None
     written: tuple[str, ...] = ()  # argument names the op writes (THROUGH_TWIN)
-    why: str = ""
+    why: str = ""  # UNREACHABLE; empty: the lowering's ``why_missing``
     # THROUGH_TWIN, read once here (a schema's arguments are rebuilt as Python objects on each read):
     arguments: tuple[str, ...] = ()  # the op's argument names, in order
     twin_positional: tuple[str, ...] = ()  # the twin's positional argument names, in order
@@ -67,7 +67,7 @@ def plan_for(op: tc.OpOverload, lowering: Lowering) -> Plan:
             return Plan(How.DECOMPOSE, op, decomposition=decomposition)
         if composite:
             return Plan(How.COMPOSITE_KERNEL, op)
-        return Plan(How.UNREACHABLE, op, why=lowering.why_missing(str(op)))
+        return Plan(How.UNREACHABLE, op)  # why: asked of the lowering when the op is met (``why_missing``)
     if torch.Tag.inplace_view in op.tags:
         twin = functional_twin(op, Match.BY_NAME)
         if twin is not None:

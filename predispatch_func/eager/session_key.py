@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from .keyed_kernels import kernel_for
 from .mode import EagerMode, Kernels
 from .plans import How, Plan
 
@@ -54,24 +55,22 @@ class _Registered:
         self._libraries[0].fallback(torch.library.fallthrough_kernel, tc.SPARE_KEY)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            for op, plan in kernels.governed_outside():
-                if not _composite_serves(op, plan):
-                    self._libraries[1].impl(op, self._kernel(op), tc.SPARE_KEY)
-            for op in kernels.direct:
-                if _composite_inside_target(op):
-                    self._libraries[1].impl(op, _as_backend_kernel(op), tc.SPARE_KEY)
+            for name, how in _registrations(kernels):
+                self._libraries[1].impl(name.removeprefix("aten::"), self._on_first_call(name, how), tc.SPARE_KEY)
 
-    def _kernel(self, op: tc.OpOverload) -> Callable:
-        modes, idle = self.modes, self.idle
-        positions = tuple(i for i, a in enumerate(tc.schema_of(op).arguments)
-                          if str(a.type) == "Tensor" and not a.kwarg_only)
+    def _on_first_call(self, name: str, how: str) -> Callable:
+        """The op's kernel, built on its first call: a process whose registrations came from
+        disk resolves and plans only the ops it meets."""
+        built: Callable | None = None
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
-            for i in positions:
-                if i < len(args) and type(args[i]) in _NUMBERS:
-                    args = _numbers_as_tensors(args, positions)
-                    break
-            return (modes[-1] if modes else idle).run(op, args, kwargs)
+            nonlocal built
+            if built is None:
+                op = tc.resolve_overload(*name.split("::", 1))
+                assert op is not None, name
+                built = (_as_backend_kernel(op) if how == _BACKEND
+                         else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
+            return built(*args, **kwargs)
         return kernel
 
     def remove(self) -> None:
@@ -80,15 +79,19 @@ class _Registered:
         self._libraries = []
 
 
-_NUMBERS = frozenset({int, float, bool, complex})
+_BACKEND = "BACKEND"  # an op of the target run with the key off (composite kernel, or NATIVE_KERNEL_CALLS)
 
 
-def _numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
-    """A C++ caller's wrapped number (``pow(2, x)`` in a derivative) reaches a Python kernel as a
-    Python number, which the op itself refuses where its schema says Tensor: a 0-dim tensor of the
-    default dtype for its kind promotes as the number did."""
-    return tuple(torch.tensor(value) if i in positions and type(value) in _NUMBERS else value
-                 for i, value in enumerate(args))
+def _registrations(kernels: Kernels) -> list[tuple[str, str]]:
+    """(op name, how) of each kernel on the key: a plan's ``How`` by name, or ``_BACKEND``;
+    decided once per target and torch build (``persisted_kernels`` keeps it)."""
+    if kernels.persisted.registrations is None:
+        found = [(op.name(), plan.how.name) for op, plan in kernels.governed_outside()
+                 if not _composite_serves(op, plan)]
+        found += [(op.name(), _BACKEND) for op in kernels.direct
+                  if _composite_inside_target(op) or _native_kernel_calls_outside(op, kernels)]
+        kernels.persisted.registrations = found
+    return kernels.persisted.registrations
 
 
 def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:
@@ -97,7 +100,13 @@ def _composite_serves(op: tc.OpOverload, plan: Plan) -> bool:
     and views, whose composite kernel makes the view in metadata. Falling through costs no
     Python, and a view made in C++ has no Python object yet, as ``nn.Parameter`` (which detaches
     its data in C++ and wraps the result) requires."""
-    return plan.how is How.COMPOSITE_KERNEL or (op.is_view and tc.has_composite_explicit_kernel(op))
+    return plan.how is How.COMPOSITE_KERNEL or (
+        (op.is_view or op.name() in VIEWS_BY_ANOTHER_NAME) and tc.has_composite_explicit_kernel(op))
+
+
+# not views by their schemas, made as views by their CompositeExplicitAutograd kernels (in
+# metadata, no op dispatched): matmul's result reshaped, some twenty calls a transformer step
+VIEWS_BY_ANOTHER_NAME = frozenset({"aten::_unsafe_view"})
 
 
 def _composite_inside_target(op: tc.OpOverload) -> bool:
@@ -108,6 +117,31 @@ def _composite_inside_target(op: tc.OpOverload) -> bool:
     return (not op.is_view and not tc.backend_has_kernel(op, "CPU")
             and (tc.backend_has_kernel(op, "CompositeExplicitAutograd")
                  or tc.backend_has_kernel(op, "CompositeExplicitAutogradNonFunctional")))
+
+
+# Ops of Core ATen whose CPU kernel calls ops outside Core ATen through the dispatcher on every
+# call (found with torch's profiler over the corpus's and the light zoo's train steps; pinned by
+# tests/eager/test_eager_assumptions.py). Under the key each inner call was a trip into a Python
+# kernel of ours (sum's fill_: 14 a bert step, mean's sum.IntList_out and div_: 90 us a call); they
+# are the backend's business, so where one of them is outside the target the op runs with the key
+# off, one cheaper trip, as under the observed mode.
+NATIVE_KERNEL_CALLS: dict[str, tuple[str, ...]] = {
+    "aten::sum.dim_IntList": ("aten::fill_.Scalar",),
+    "aten::mean.dim": ("aten::sum.IntList_out", "aten::div_.Scalar"),
+    "aten::amax": ("aten::fill_.Scalar",),
+    "aten::amin": ("aten::fill_.Scalar",),
+    "aten::native_layer_norm_backward": ("aten::zero_",),
+    "aten::embedding_dense_backward": ("aten::zeros",),
+    "aten::max_pool2d_with_indices_backward": ("aten::zero_",),
+    "aten::avg_pool2d_backward": ("aten::zero_",),
+    "aten::relu": ("aten::clamp_min",),
+}
+
+
+def _native_kernel_calls_outside(op: tc.OpOverload, kernels: Kernels) -> bool:
+    inner = NATIVE_KERNEL_CALLS.get(op.name(), ())
+    names = {direct.name() for direct in kernels.direct} if inner else set()
+    return any(name not in names for name in inner)
 
 
 def _as_backend_kernel(op: tc.OpOverload) -> Callable:

@@ -82,8 +82,13 @@ class Lowering:
     def __init__(self, target: OpSet, *, above_autograd: bool = True):
         self.target = target
         self.above_autograd = above_autograd
-        self._core = core_decompositions()
+        self._core: dict[tc.OpOverload, Callable] | None = None  # built on first use: a second's imports
         self._functional_cache: dict[tc.OpOverload, Callable | None] = {}
+
+    def _table(self) -> dict[tc.OpOverload, Callable]:
+        if self._core is None:
+            self._core = core_decompositions()
+        return self._core
 
     def allows(self, op: Any) -> bool:
         return op in self.target or is_infrastructure(op) or (self.above_autograd and op in AUTOGRAD_BOUNDARIES)
@@ -92,8 +97,9 @@ class Lowering:
         """The decomposition lowering uses for ``op`` (None: in the target, or none exists)."""
         if self.allows(op) or op in _NEVER_DECOMPOSED_BY_US:
             return None
-        if op in self._core:
-            return self._core[op]
+        core = self._table()
+        if op in core:
+            return core[op]
         if tc.has_composite_implicit_kernel(op):
             return functools.partial(_decompose_composite, op)
         return None
@@ -121,7 +127,7 @@ class Lowering:
             plain = not (schema.is_mutable or op.is_view or tc.torch_tags_unsafe(op)
                          or any(a.alias_info for a in (*schema.arguments, *schema.returns)))
             self._functional_cache[op] = (
-                self._core.get(op) if plain and not self.allows(op) and op not in READS_DATA else None)
+                self._table().get(op) if plain and not self.allows(op) and op not in READS_DATA else None)
             if op is _SDPA and not self.allows(op):
                 self._functional_cache[op] = _sdpa_lowered
         return self._functional_cache[op]

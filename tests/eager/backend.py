@@ -23,6 +23,7 @@ from torch.utils.backend_registration import _DummyBackendModule, _setup_private
 
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
+from predispatch_func.eager import session_key
 from predispatch_func.opsets import Lowering
 
 DEVICE = "pfdev"
@@ -81,8 +82,8 @@ class OnDevice(torch.Tensor):
         session = tc.spare_key_active()
         if session and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), tc.SPARE_KEY):
             return func.redispatch(_BACKEND_KEYS | _SESSION_KEYS, *args, **(kwargs or {}))
-        if session and func.is_view and torch._C._dispatch_has_kernel_for_dispatch_key(
-                func.name(), "CompositeExplicitAutograd"):
+        if session and (func.is_view or func.name() in session_key.VIEWS_BY_ANOTHER_NAME) and \
+                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd"):
             # the session leaves these views to torch's composite kernel, which a C++ backend runs in
             # metadata; a wrapper tensor cannot, so the view is made here, on the CPU value
             return _kernel(func)(*args, **(kwargs or {}))

@@ -121,3 +121,49 @@ def test_spare_dispatch_key_sits_between_the_python_key_and_the_backends_and_is_
     code = "import torch; print(len(torch._C._dispatch_get_registrations_for_dispatch_key('Fake')))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "0"
+
+
+def test_an_ops_entry_point_is_what_calling_the_op_runs():
+    # the compiled replay (eager/replay.py) calls tc.entry_point(op) where fx's code calls op
+    x, y = torch.randn(3), torch.randn(3)
+    add = torch.ops.aten.add.Tensor
+    assert torch.equal(tc.entry_point(add)(x, y, alpha=2), add(x, y, alpha=2))
+    values, indices = tc.entry_point(torch.ops.aten.max.dim)(x.reshape(1, 3), 1)
+    assert torch.equal(values, x.max().reshape(1)) and indices.dtype == torch.int64
+
+
+def _native_kernel_samples():
+    x, w, b = torch.randn(3, 4), torch.randn(4), torch.randn(4)
+    out, mean, rstd = aten.native_layer_norm.default(x, [4], w, b, 1e-5)
+    image = torch.randn(1, 2, 4, 4)
+    pooled, indices = aten.max_pool2d_with_indices.default(image, [2, 2])
+    return {
+        "aten::sum.dim_IntList": lambda: aten.sum.dim_IntList(x, [0]),
+        "aten::mean.dim": lambda: aten.mean.dim(x, [0]),
+        "aten::amax": lambda: aten.amax.default(x, [0]),
+        "aten::amin": lambda: aten.amin.default(x, [0]),
+        "aten::native_layer_norm_backward": lambda: aten.native_layer_norm_backward.default(
+            torch.ones_like(out), x, [4], mean, rstd, w, b, [True, True, True]),
+        "aten::embedding_dense_backward": lambda: aten.embedding_dense_backward.default(
+            torch.randn(3, 5), torch.tensor([0, 2, 2]), 10, -1, False),
+        "aten::max_pool2d_with_indices_backward": lambda: aten.max_pool2d_with_indices_backward.default(
+            torch.ones_like(pooled), image, [2, 2], [2, 2], [0, 0], [1, 1], False, indices),
+        "aten::avg_pool2d_backward": lambda: aten.avg_pool2d_backward.default(
+            torch.ones(1, 2, 2, 2), image, [2, 2], [2, 2], [0, 0], False, True, None),
+        "aten::relu": lambda: aten.relu.default(x),
+    }
+
+
+def test_native_kernels_that_call_outside_core_aten_still_do():
+    # session_key.NATIVE_KERNEL_CALLS: these run with the key off because their CPU kernels
+    # call these ops; a torch whose kernel stops calling one fails here (drop it from the table)
+    from predispatch_func.eager.session_key import NATIVE_KERNEL_CALLS
+
+    samples = _native_kernel_samples()
+    assert samples.keys() == NATIVE_KERNEL_CALLS.keys()
+    for name, inner in NATIVE_KERNEL_CALLS.items():
+        with torch.profiler.profile() as profile:
+            samples[name]()
+        called = {event.name for event in profile.events()}
+        for op in inner:
+            assert op.split(".")[0] in called, (name, op, sorted(called))

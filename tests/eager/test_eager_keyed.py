@@ -83,14 +83,17 @@ def test_only_ops_outside_the_target_have_a_kernel_on_the_key():
         assert tc.spare_key_active()
         registered = set(session_key.registered_ops())
     assert not tc.spare_key_active()
-    assert "aten::logit" in registered and "aten::_unsafe_view" in registered
-    # views torch's composite kernel makes in metadata on any backend fall through to it
+    assert "aten::logit" in registered
+    # views torch's composite kernel makes in metadata on any backend fall through to it, and
+    # _unsafe_view, a view by its kernel though not by its schema
     assert "aten::transpose.int" not in registered and "aten::detach" not in registered
+    assert "aten::_unsafe_view" not in registered
     inside = {op.name() if op._overloadname == "default" else f"{op.name()}.{op._overloadname}": op
               for op in CORE | pf.eager.RUNTIME_FLOOR}
     # ops of the target have a kernel there only to run torch's composite kernel with the key off
     assert {"aten::sort", "aten::convolution"} <= registered
-    assert all(session_key._composite_inside_target(inside[name]) for name in registered & inside.keys())
+    assert all(session_key._composite_inside_target(inside[name]) or inside[name].name() in session_key.NATIVE_KERNEL_CALLS
+               for name in registered & inside.keys())
     assert "aten::mm" not in registered and "aten::add.Tensor" not in registered
 
 

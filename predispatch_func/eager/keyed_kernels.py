@@ -1,0 +1,129 @@
+"""The Python kernels on the session's key: for each plan, the shortest path to its result.
+
+A keyed session meets an op outside the target as a call from C++ into one of
+these kernels, on every step of a model: autograd's and the optimizer's writes
+(``add_``, ``fill_``, ``zero_``), the backward ops of activations, attention.
+The trip itself costs about a microsecond; what follows it is the cost
+(``docs/eager_bench.md``), so each kernel goes straight to what its plan does
+in the steady state and leaves everything else to :meth:`EagerMode.run`
+(tracing, uncached and unreachable ops, cycles, sparse inputs, and the one
+argument shape the short path does not cover):
+
+* ``DECOMPOSE``: the signature, its traced kernel (``cache``), replayed
+  compiled (``replay``) with the key off;
+* ``THROUGH_TWIN``, in-place with a twin taking the same arguments
+  (``add_`` -> ``add``): the twin (its C++ kernel when in the target, else its
+  own plan) and the floor's ``copy_`` into ``self``, which the caller gets back;
+* anything else: ``run``.
+
+Each counts in the session's stats what ``run`` would count, so ``stats`` reads
+the same on either path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from . import cache
+from .mode import EagerMode, Kernels
+from .plans import How, Plan
+
+_NUMBERS = frozenset({int, float, bool, complex})
+_COPY = tc.entry_point(torch.ops.aten.copy_.default)
+
+
+def kernel_for(op: tc.OpOverload, how: How, kernels: Kernels, modes: list[EagerMode],
+               idle: EagerMode) -> Callable[..., Any]:
+    """The kernel registered for ``op`` (outside the target, run by its plan, which says ``how``);
+    ``modes[-1]`` (else ``idle``) is the innermost active session's mode, whose stats count the
+    call. A ``DECOMPOSE`` kernel asks for the plan only on a signature not traced yet, so a
+    process whose kernels came from disk decides none for a replay."""
+    positions = tuple(i for i, a in enumerate(tc.schema_of(op).arguments)
+                      if str(a.type) == "Tensor" and not a.kwarg_only)
+    plan = None if how is How.DECOMPOSE else kernels.plan(op)
+    if plan is None:
+        fast = _replaying(op, kernels, modes, idle)
+    elif _in_place_with_same_arguments(plan) and id(torch.ops.aten.copy_.default) in kernels.direct_ids:
+        fast = _through_twin_in_place(op, plan, kernels, modes, idle)
+    else:
+        def fast(*args: Any, **kwargs: Any) -> Any:
+            return (modes[-1] if modes else idle).run(op, args, kwargs)
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        for i in positions:
+            if i < len(args) and type(args[i]) in _NUMBERS:
+                args = _numbers_as_tensors(args, positions)
+                break
+        return fast(*args, **kwargs)
+    return kernel
+
+
+def _numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
+    """A C++ caller's wrapped number (``pow(2, x)`` in a derivative) reaches a Python kernel as a
+    Python number, which the op itself refuses where its schema says Tensor: a 0-dim tensor of the
+    default dtype for its kind promotes as the number did."""
+    return tuple(torch.tensor(value) if i in positions and type(value) in _NUMBERS else value
+                 for i, value in enumerate(args))
+
+
+def _replaying(op: tc.OpOverload, kernels: Kernels, modes: list[EagerMode], idle: EagerMode) -> Callable[..., Any]:
+    traced_by_signature = kernels.kernels_of(op)  # the dict EagerMode.run fills
+    uncacheable, signature, excluding = cache.UNCACHEABLE, cache.signature, tc.excluding_spare_key
+
+    def replaying(*args: Any, **kwargs: Any) -> Any:
+        mode = modes[-1] if modes else idle
+        if mode.use_cache:
+            key, tensors = signature(args, kwargs)
+            traced = traced_by_signature.get(key)
+            if traced is not None and traced is not uncacheable:
+                mode.count_hit(op)
+                with excluding():  # target ops only: the backend's, inside and out
+                    return traced.run(*tensors)
+        return mode.run(op, args, kwargs)
+    return replaying
+
+
+def _in_place_with_same_arguments(plan: Plan) -> bool:
+    """``self`` written, and the twin takes the op's arguments as they come (``add_.Tensor`` and
+    ``add.Tensor``); a random op is left to ``run``, which draws once."""
+    if plan.how is not How.THROUGH_TWIN or plan.written != plan.arguments[:1] or plan.twin is None:
+        return False
+    if torch.Tag.nondeterministic_seeded in plan.op.tags:
+        return False
+    return [(a.name, a.kwarg_only) for a in tc.schema_of(plan.op).arguments] == \
+        [(a.name, a.kwarg_only) for a in tc.schema_of(plan.twin).arguments]
+
+
+def _through_twin_in_place(op: tc.OpOverload, plan: Plan, kernels: Kernels, modes: list[EagerMode],
+                           idle: EagerMode) -> Callable[..., Any]:
+    twin: tc.OpOverload = plan.twin  # type: ignore[assignment]
+    twin_in_target = id(twin) in kernels.direct_ids
+    twin_entry, excluding, strided = tc.entry_point(twin), tc.excluding_spare_key, torch.strided
+    copy = torch.ops.aten.copy_.default
+
+    def through_twin(*args: Any, **kwargs: Any) -> Any:
+        mode = modes[-1] if modes else idle
+        destination = args[0]
+        for value in args:  # a sparse argument is run's to refuse
+            if isinstance(value, torch.Tensor) and value.layout is not strided:
+                return mode.run(op, args, kwargs)
+        if twin_in_target:
+            with excluding():
+                result = twin_entry(*args, **kwargs)
+        else:
+            result = mode.run(twin, args, kwargs)
+        if not isinstance(result, torch.Tensor) or result.shape != destination.shape:  # run's to resize
+            return mode.run(op, args, kwargs)
+        with excluding():
+            _COPY(destination, result)
+        stats = mode.stats
+        stats.decomposed.add(op)
+        if twin_in_target:
+            stats.reached.add(twin)
+        stats.reached.add(copy)
+        return destination
+    return through_twin

@@ -1,0 +1,197 @@
+"""A target's traced kernels and its key's registrations, kept on disk between processes.
+
+A new process entering ``pf.eager.on(target)`` for the first time decides a
+plan for some two thousand aten ops (which of them get a kernel on the key)
+and traces every decomposition it meets with fake tensors: over a second
+before its first step ends, for work whose result depends only on the torch
+build, the target and floor, and this package's lowering code. So what one
+process learned (the registrations and each kernel traced per signature; not
+a signature that could not be traced, tried again by the next process) is
+written at its exit to one file,
+``eager-kernels-<torch build>-<fingerprint>.pkl`` under the package's cache
+directory (``disk_cache``), and a later process starts from it: no plans are
+decided for registering, and a call whose signature is on file replays the
+kernel (compiled on its first call) without tracing or deciding anything.
+
+The fingerprint covers the target and floor by name and the code that
+decides plans and decompositions (``eager/``, ``opsets/``, ``op_schema.py``,
+``_torch_compat/``): a change to any starts a new file. A signature is kept
+only when it is made of plain values (tensor metadata, numbers, strings,
+dtypes...), which compare equal in another process; one that holds an
+object (a generator) stays in memory only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import os
+import pickle
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from ..disk_cache import cache_root, torch_build
+from . import cache
+from .replay import TracedKernel
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+_FORMAT = 1
+
+
+def _code() -> list[Path]:
+    return sorted([*(_PACKAGE / "eager").glob("*.py"), *(_PACKAGE / "opsets").rglob("*.py"),
+                   _PACKAGE / "op_schema.py", *(_PACKAGE / "_torch_compat").glob("*.py")])
+
+
+def fingerprint(names: list[str]) -> str:
+    crc = zlib.crc32("\n".join(sorted(names)).encode())
+    for path in _code():
+        crc = zlib.crc32(path.read_bytes(), crc)
+    return f"{crc:08x}"
+
+
+class PersistedKernels:
+    """What one (target, floor) learned, read from disk once and written back at exit.
+
+    ``registrations``: (op name, how) of each kernel on the key, and ``lifted``: the ops
+    decomposed above autograd, each None until known. ``save`` keeps what the file holds
+    besides (another process's kernels, written since this one read it).
+    ``restore(graphs)`` fills ``Kernels.graphs`` from the file; ``save`` writes what
+    the process holds (the file's entries and every kernel traced since)."""
+
+    def __init__(self, names: list[str], graphs: dict[int, dict[tuple, Any]], ops: dict[int, tc.OpOverload]):
+        self._names, self._graphs, self._ops = names, graphs, ops  # Kernels' graphs, and the op of each id
+        self._path: Path | None = None
+        self.registrations: list[tuple[str, str]] | None = None
+        self.lifted: list[str] | None = None  # names of the ops decomposed above autograd
+        self._saved_count = -1
+        atexit.register(self.save)
+
+    def path(self) -> Path | None:
+        if self._path is None:
+            root = cache_root()
+            if root is None:
+                return None
+            self._path = root / f"eager-kernels-{torch_build()}-{fingerprint(self._names)}.pkl"
+        return self._path
+
+    def restore(self) -> None:
+        found = _read(self.path())
+        if found is None:
+            return
+        self.registrations = found.get("registrations")
+        self.lifted = found.get("lifted")
+        for name, entries in found.get("kernels", {}).items():
+            op = tc.resolve_overload(*name.split("::", 1))
+            if op is None:
+                continue
+            self._ops[id(op)] = op
+            by_signature = self._graphs.setdefault(id(op), {})
+            for signature, saved in entries:
+                kernel = _restored(saved)
+                if kernel is not None:
+                    by_signature.setdefault(signature, kernel)
+        self._saved_count = self._count()
+
+    def _count(self) -> int:
+        return (sum(len(entries) for entries in self._graphs.values()) + (self.registrations is not None)
+                + (self.lifted is not None))
+
+    def _on_disk(self) -> dict[str, Any]:
+        found = _read(self.path())
+        return found.get("kernels", {}) if found is not None else {}
+
+    def save(self) -> None:
+        path = self.path()
+        if path is None or self._count() == self._saved_count:
+            return
+        kernels: dict[str, list[tuple[tuple, Any]]] = {}
+        for key, entries in self._graphs.items():
+            op = self._ops.get(key)
+            for signature, kernel in entries.items():
+                if op is not None and _plain(signature):
+                    written = _written(kernel)
+                    if written is not False:
+                        kernels.setdefault(op.name(), []).append((signature, written))
+        for name, entries in self._on_disk().items():  # another process's, written since this one read
+            known = {signature for signature, _ in kernels.get(name, [])}
+            kernels.setdefault(name, []).extend(entry for entry in entries if entry[0] not in known)
+        value = {"format": _FORMAT, "registrations": self.registrations, "lifted": self.lifted, "kernels": kernels}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+            tmp.replace(path)
+        except (OSError, pickle.PicklingError, TypeError, AttributeError):
+            return
+        self._saved_count = self._count()
+
+
+def _unpickled(data: bytes) -> Any:
+    """``pickle.loads`` without the garbage collector: the thousands of small objects it makes
+    would set off a full collection of a process holding a model and its libraries (a third of
+    a second, measured with transformers loaded), and none of them is garbage."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return pickle.loads(data)  # noqa: S301  (our own file, in our own cache directory)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+_PLAIN_LEAVES = (bool, int, str, type(None), type, torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, tuple):  # torch.Size too
+        return all(_plain(item) for item in value)
+    return isinstance(value, _PLAIN_LEAVES)
+
+
+def _read(path: Path | None) -> dict[str, Any] | None:
+    try:
+        found = _unpickled(path.read_bytes()) if path is not None and path.exists() else None
+    except Exception:  # noqa: BLE001  (an unreadable file only costs the time it was to save)
+        return None
+    return found if isinstance(found, dict) and found.get("format") == _FORMAT else None
+
+
+def _written(kernel: Any) -> Any:
+    """What the file holds for a kernel: its code and constants (ops by name); False where it
+    is not kept: a signature that could not be traced (the failure may have been this process's
+    own, a mode active around the session: the next process tries once more), or a constant
+    that would not survive another process."""
+    if kernel is cache.UNCACHEABLE:
+        return False
+    constants: list[tuple[str, Any]] = []
+    for value in kernel.constants:
+        if isinstance(value, tc.OpOverload):
+            constants.append(("op", value.name()))
+        elif isinstance(value, torch.Tensor) or _plain(value) or isinstance(value, (float, complex)):
+            constants.append(("value", value))
+        else:
+            try:
+                pickle.dumps(value)
+            except Exception:  # noqa: BLE001  (kept in memory only)
+                return False
+            constants.append(("value", value))
+    return kernel.code, constants
+
+
+def _restored(saved: Any) -> TracedKernel | None:
+    if not isinstance(saved, tuple):
+        return None
+    code, constants = saved
+    values = []
+    for kind, value in constants:
+        if kind == "op":
+            value = tc.resolve_overload(*value.split("::", 1))
+            if value is None:
+                return None
+        values.append(value)
+    return TracedKernel(code, values)
