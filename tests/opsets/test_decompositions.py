@@ -163,6 +163,13 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.linalg_qr.default": [("linalg.qr", "")],
     "aten.segment_reduce.default": [("_segment_reduce", "lengths"), ("_segment_reduce", "offsets")],
     "aten._segment_reduce_backward.default": [("_segment_reduce", "lengths"), ("_segment_reduce", "offsets")],
+    "aten._linalg_eigh.default": [("linalg.eigh", ""), ("linalg.eigvalsh", "")],
+    "aten._linalg_svd.default": [("linalg.svdvals", ""), ("linalg.svd", ""), ("svd", "")],
+    "aten.linalg_pinv.atol_rtol_tensor": [("linalg.pinv", ""), ("linalg.pinv", "hermitian"),
+                                          ("linalg.pinv", "singular")],
+    "aten.linalg_lstsq.default": [("linalg.lstsq", "")],
+    "aten.linalg_polar.default": [("linalg.polar", "")],
+    "aten.linalg_matrix_sqrth.default": [("linalg.matrix_sqrth", "")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
         "i0e", "i1", "i1e", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
         "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
@@ -195,7 +202,14 @@ LOOSER = {("aten._logcumsumexp.default", False): {"rtol": 1e-2, "atol": 1e-3},
 # compared with the gradient of its definition instead
 # cholesky's decomposition differentiates as eager's symmetric formula through a detach, which the
 # harness's traced Autograd kernel replays as an alias: checked untraced in test_cholesky_gradient_*
-ABOVE_AUTOGRAD_REFERENCE = {"aten.as_strided_scatter.default", "aten.linalg_cholesky_ex.default"}
+# so do the spectral decompositions (their first-order terms ride on ``x - x.detach()``): checked
+# untraced in test_spectral_gradients_above_autograd_equal_eagers
+SPECTRAL = {"aten._linalg_eigh.default", "aten._linalg_svd.default", "aten.linalg_pinv.atol_rtol_tensor",
+            "aten.linalg_lstsq.default", "aten.linalg_polar.default", "aten.linalg_matrix_sqrth.default"}
+ABOVE_AUTOGRAD_REFERENCE = {"aten.as_strided_scatter.default", "aten.linalg_cholesky_ex.default", *SPECTRAL}
+# OpInfos returning singular or eigenvectors, unique only up to each one's sign: compared, and
+# differentiated, through the OpInfo's own output_process_fn_grad (|U|, U @ Vh, |V|, the values)
+GAUGE = {"svd", "linalg.svd", "linalg.eigh"}
 # reached only when nothing needs a gradient
 WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
 # ops with no OpInfo of their own, checked by hand below
@@ -236,6 +250,8 @@ def _run(opinfo, sample, grad: bool):
         t.requires_grad_(True)
     torch.manual_seed(0)
     out = opinfo.op(inp, *args, **kwargs)
+    if opinfo.name in GAUGE:
+        out = sample.output_process_fn_grad(out)
     outs = [torch.view_as_real(o) if o.is_complex() else o  # a real loss, as a training loop's is
             for o in tc.pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
     if not (grad and outs):
@@ -404,6 +420,68 @@ def test_cholesky_gradient_above_autograd_is_eagers_symmetric_one(upper):
     torch.testing.assert_close(TABLE[op](skewed, upper=upper)[0], torch.linalg.cholesky(skewed, upper=upper))
 
 
+_SPECTRAL_FUNCTIONS = {
+    # name: (eager, ours, a gauge-invariant view of the outputs, input: general, symmetric or tall)
+    "eigh_L": (lambda a: torch.linalg.eigh(a), lambda a: TABLE[torch.ops.aten._linalg_eigh.default](a, "L"),
+               lambda o: (o[0], o[1].abs()), "general"),
+    "eigh_U": (lambda a: torch.linalg.eigh(a, UPLO="U"), lambda a: TABLE[torch.ops.aten._linalg_eigh.default](a, "U"),
+               lambda o: (o[0], o[1].abs()), "general"),
+    "svd_U_Vh": (lambda a: torch.linalg.svd(a), lambda a: TABLE[torch.ops.aten._linalg_svd.default](a, True),
+                 lambda o: (o[0][..., :, :3].abs(), o[1], o[2][..., :3, :].abs()), "tall"),
+    "svd_wide": (lambda a: torch.linalg.svd(a.mT, full_matrices=False),
+                 lambda a: TABLE[torch.ops.aten._linalg_svd.default](a.mT, False),
+                 lambda o: (o[0] @ o[2], o[1], o[0].abs()), "tall"),
+    "pinv": (torch.linalg.pinv, lambda a: TABLE[torch.ops.aten.linalg_pinv.atol_rtol_tensor](a), lambda o: o, "tall"),
+    "pinv_hermitian": (lambda a: torch.linalg.pinv(a, hermitian=True),
+                       lambda a: TABLE[torch.ops.aten.linalg_pinv.atol_rtol_tensor](a, hermitian=True),
+                       lambda o: o, "symmetric"),
+}
+if tc.resolve_overload("aten", "linalg_polar.default") is not None:
+    _SPECTRAL_FUNCTIONS["polar"] = (torch.linalg.polar, lambda a: TABLE[torch.ops.aten.linalg_polar.default](a),
+                                    lambda o: o, "tall")
+    _SPECTRAL_FUNCTIONS["matrix_sqrth"] = (torch.linalg.matrix_sqrth,
+                                           lambda a: TABLE[torch.ops.aten.linalg_matrix_sqrth.default](a),
+                                           lambda o: o, "symmetric")
+
+
+@pytest.mark.parametrize("name", sorted(_SPECTRAL_FUNCTIONS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_spectral_gradients_above_autograd_equal_eagers(name, dtype):
+    """Differentiated as export differentiates them (untraced: the first-order terms ride on
+    ``x - x.detach()``), the spectral decompositions give eager's gradients, on a batch, for
+    every output a sign does not change; and their values: symmetric inputs read from one
+    triangle, a non-symmetric one for eigh (eager's gradient of it is the symmetric one)."""
+    eager, ours, invariant, kind = _SPECTRAL_FUNCTIONS[name]
+    torch.manual_seed(0)
+    b = torch.randn(2, 5, 5 if kind != "tall" else 3, dtype=torch.float64)
+    a = {"general": b, "symmetric": b @ b.mT + torch.eye(5, dtype=torch.float64), "tall": b}[kind].to(dtype)
+
+    def run(function):
+        x = a.clone().requires_grad_()
+        outputs = tc.pytree.tree_leaves(invariant(function(x)))
+        total = sum((o * torch.linspace(-1, 1, o.numel(), dtype=dtype).reshape(o.shape)).sum() for o in outputs)
+        return [o.detach() for o in outputs], torch.autograd.grad(total, x)[0]
+
+    tolerance = {} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-4}
+    expected, got = run(eager), run(ours)
+    torch.testing.assert_close(got, expected, **tolerance)
+
+
+def test_spectral_vectors_are_orthonormal_and_reconstruct_with_zero_singular_values():
+    """Rank-deficient, full_matrices: U is completed to an orthonormal basis, U S Vh is A, and
+    the singular values (zeros included) are eager's; eigh of the Gram matrix likewise."""
+    torch.manual_seed(0)
+    a = torch.randn(3, 6, 2, dtype=torch.float64) @ torch.randn(3, 2, 4, dtype=torch.float64)
+    u, s, vh = TABLE[torch.ops.aten._linalg_svd.default](a, True)
+    eye = torch.eye(6, dtype=torch.float64)
+    torch.testing.assert_close(u.mT @ u, eye.expand(3, 6, 6))
+    torch.testing.assert_close(vh @ vh.mT, torch.eye(4, dtype=torch.float64).expand(3, 4, 4))
+    torch.testing.assert_close((u[..., :4] * s.unsqueeze(-2)) @ vh, a)
+    torch.testing.assert_close(s, torch.linalg.svdvals(a))
+    values, vectors = TABLE[torch.ops.aten._linalg_eigh.default](a @ a.mT)
+    torch.testing.assert_close(values, torch.linalg.eigvalsh(a @ a.mT))
+    torch.testing.assert_close(vectors @ torch.diag_embed(values) @ vectors.mT, a @ a.mT)
+
 
 def test_the_decompositions_that_read_data_are_kept_from_export():
     from predispatch_func.opsets.decompositions import READS_DATA
@@ -412,6 +490,7 @@ def test_the_decompositions_that_read_data_are_kept_from_export():
         "aten.equal.default", "aten.bincount.default", "aten._unique2.default", "aten._unique.default",
         "aten.unique_consecutive.default", "aten.special_zeta.default", "aten.polygamma.default",
         "aten.linalg_matrix_exp.default", "aten.igamma.default", "aten.igammac.default",
+        "aten.linalg_lstsq.default",
         *(f"aten.special_{name}.default" for name in (
             *(f"{shifted}chebyshev_polynomial_{kind}" for shifted in ("", "shifted_") for kind in "tuvw"),
             "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"))}

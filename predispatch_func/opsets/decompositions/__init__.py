@@ -32,7 +32,9 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
 * ``losses``: backward kernels of margin losses and pairwise distances;
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
-  in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``).
+  in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``);
+* ``spectral``: symmetric eigendecomposition and SVD by Jacobi rotations, and from them ``pinv``, ``polar``,
+  ``matrix_sqrth``, ``lstsq``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from . import (
     scans,
     searching,
     segments,
+    spectral,
     structure,
 )
 
@@ -76,6 +79,7 @@ TABLE: dict[Any, Callable] = {
     **backward.DECOMPOSITIONS,
     **antialias.DECOMPOSITIONS,
     **linalg.DECOMPOSITIONS,
+    **spectral.DECOMPOSITIONS,
     **losses.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,
 }
