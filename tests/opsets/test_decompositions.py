@@ -170,6 +170,9 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.linalg_lstsq.default": [("linalg.lstsq", "")],
     "aten.linalg_polar.default": [("linalg.polar", "")],
     "aten.linalg_matrix_sqrth.default": [("linalg.matrix_sqrth", "")],
+    "aten.grid_sampler_3d.default": [("grid_sampler_3d", "")],
+    "aten.grid_sampler_3d_backward.default": [("grid_sampler_3d", "")],
+    "aten.grid_sampler_2d_backward.default": [("grid_sampler_2d", ""), ("nn.functional.grid_sample", "")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
         "i0e", "i1", "i1e", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
         "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
@@ -481,6 +484,31 @@ def test_spectral_vectors_are_orthonormal_and_reconstruct_with_zero_singular_val
     values, vectors = TABLE[torch.ops.aten._linalg_eigh.default](a @ a.mT)
     torch.testing.assert_close(values, torch.linalg.eigvalsh(a @ a.mT))
     torch.testing.assert_close(vectors @ torch.diag_embed(values) @ vectors.mT, a @ a.mT)
+
+
+_GRID_MODES = [(dims, mode, padding, align) for dims in (2, 3) for mode in (0, 1, 2) for padding in (0, 1, 2)
+               for align in (False, True) if not (dims == 3 and mode == 2)]
+
+
+@pytest.mark.parametrize(("dims", "mode", "padding", "align"), _GRID_MODES)
+def test_grid_sampler_and_its_backward_equal_eager_in_every_mode(dims, mode, padding, align):
+    """Every interpolation (bilinear, nearest, bicubic in 2-d), padding (zeros, border,
+    reflection) and corner alignment, on a grid reaching past the input, with an axis of size 1
+    (reflection about a single pixel); the forward (3-d: ours; 2-d: torch's) and both gradients."""
+    torch.manual_seed(0)
+    spatial = (1, 6) if dims == 2 else (4, 1, 6)
+    x = torch.randn(2, 3, *spatial, dtype=torch.float64)
+    grid = torch.rand(2, *(3,) * dims, dims, dtype=torch.float64) * 4 - 2
+    grad = torch.randn(2, 3, *(3,) * dims, dtype=torch.float64)
+    forward = torch.ops.aten.grid_sampler_2d if dims == 2 else torch.ops.aten.grid_sampler_3d
+    backward = torch.ops.aten.grid_sampler_2d_backward if dims == 2 else torch.ops.aten.grid_sampler_3d_backward
+    for mask in ([True, True], [False, True]):
+        expected = backward.default(grad, x, grid, mode, padding, align, mask)
+        got = TABLE[backward.default](grad, x, grid, mode, padding, align, mask)
+        _assert_same(got, expected, f"backward, mask {mask}")
+    if dims == 3:
+        torch.testing.assert_close(TABLE[forward.default](x, grid, mode, padding, align),
+                                   forward.default(x, grid, mode, padding, align))
 
 
 def test_the_decompositions_that_read_data_are_kept_from_export():

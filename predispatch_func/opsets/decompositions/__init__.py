@@ -30,6 +30,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
 * ``antialias``: antialiased bilinear resizing and its backward, as fixed linear maps;
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
+* ``sampling``: ``grid_sampler_3d`` and the 2-d and 3-d samplers' backward kernels, by their taps;
 * ``losses``: backward kernels of margin losses and pairwise distances;
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
   in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``);
@@ -56,6 +57,7 @@ from . import (
     polynomials,
     pooling,
     products,
+    sampling,
     scans,
     searching,
     segments,
@@ -82,6 +84,7 @@ TABLE: dict[Any, Callable] = {
     **spectral.DECOMPOSITIONS,
     **losses.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,
+    **sampling.DECOMPOSITIONS,
 }
 
 # ops whose decomposition reads tensor data for a size or a Python value (``.item()``): pf.eager runs
