@@ -171,6 +171,7 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.linalg_polar.default": [("linalg.polar", "")],
     "aten.linalg_matrix_sqrth.default": [("linalg.matrix_sqrth", "")],
     "aten.grid_sampler_3d.default": [("grid_sampler_3d", "")],
+    "aten.special_airy_ai.default": [("special.airy_ai", "")],
     "aten.grid_sampler_3d_backward.default": [("grid_sampler_3d", "")],
     "aten.grid_sampler_2d_backward.default": [("grid_sampler_2d", ""), ("nn.functional.grid_sample", "")],
     **{f"aten.special_{name}.default": [(f"special.{name}", "")] for name in (
@@ -829,3 +830,31 @@ def test_incomplete_gamma_equals_eager(upper, dtype):
         got = function(a, x)
     assert session.stats.decomposed
     torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+_AIRY_POINTS = [-50.0, -20.0, -9.0, -7.0, -5.5, -4.0, -3.0, -2.7, -2.5, -2.1, -2.091, 0.5, 3.0, 9.0, 20.0]
+
+
+@pytest.mark.parametrize("dtype", _wide_then(torch.float32))
+def test_airy_ai_equals_eager_and_is_right_where_eager_is_off(dtype):
+    """On a dense grid over [-60, 110] (oscillating expansion, series, integral, decaying expansion,
+    both sides of each switch; underflow past 104) and at the edges (NaN at both infinities, as the
+    kernel), equal to eager; below -2.09 only to eager's own error there (its expansion starts too
+    close to 0: 1.8e-5 relative at -2.091, 2e-7 at -2.7, 4e-10 at -4), where ours is checked against
+    mpmath's Ai to 1e-12 instead. Past some 1e5 below 0 neither is right (the phase's rounding)."""
+    mpmath = pytest.importorskip("mpmath")
+    op = torch.ops.aten.special_airy_ai.default
+    x = torch.cat([torch.linspace(-60, 110, 34001, dtype=torch.float64),
+                   torch.tensor([-8.0, 2.0, 8.0, 0.0, -0.0, 1e-300, float("inf"), -float("inf"), float("nan")],
+                                dtype=torch.float64)]).to(dtype)
+    near = (x >= -2.09) | torch.isnan(x)
+    tolerance = {"rtol": 1e-12, "atol": 1e-15} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(TABLE[op](x[near]), op(x[near]), equal_nan=True, **tolerance)
+    # float32: eager's phase 2/3 |x|^1.5 rounded to float32 (an ulp is 3e-5 at |x| = 60)
+    far = 4e-6 if dtype == torch.float64 else 2e-5
+    torch.testing.assert_close(TABLE[op](x[~near]), op(x[~near]), rtol=0, atol=far, equal_nan=True)
+    if dtype == torch.float64:
+        points = torch.tensor(_AIRY_POINTS, dtype=torch.float64)
+        truth = torch.tensor([float(mpmath.airyai(p)) for p in _AIRY_POINTS], dtype=torch.float64)
+        torch.testing.assert_close(TABLE[op](points), truth, rtol=1e-12, atol=1e-16)
+        assert (op(points) - truth).abs().max() > 1e-6, "torch's Ai got accurate near -2.1: compare there too"
