@@ -31,6 +31,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``antialias``: antialiased bilinear resizing and its backward, as fixed linear maps;
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
 * ``sampling``: ``grid_sampler_3d`` and the 2-d and 3-d samplers' backward kernels, by their taps;
+* ``ctc``: the CTC loss and its backward kernel, by the forward and backward recursions over time;
 * ``losses``: backward kernels of margin losses and pairwise distances;
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
   in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``);
@@ -48,6 +49,7 @@ from . import (
     backward,
     bessel,
     complex_parts,
+    ctc,
     elementwise,
     error_function,
     gamma,
@@ -83,6 +85,7 @@ TABLE: dict[Any, Callable] = {
     **linalg.DECOMPOSITIONS,
     **spectral.DECOMPOSITIONS,
     **losses.DECOMPOSITIONS,
+    **ctc.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,
     **sampling.DECOMPOSITIONS,
 }
