@@ -172,6 +172,8 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.linalg_matrix_sqrth.default": [("linalg.matrix_sqrth", "")],
     "aten.grid_sampler_3d.default": [("grid_sampler_3d", "")],
     "aten.special_airy_ai.default": [("special.airy_ai", "")],
+    "aten.linalg_ldl_factor_ex.default": [("linalg.ldl_factor", ""), ("linalg.ldl_factor_ex", "")],
+    "aten.linalg_ldl_solve.default": [("linalg.ldl_solve", "")],
     "aten._ctc_loss.default": [("nn.functional.ctc_loss", "")],
     "aten._ctc_loss_backward.default": [("nn.functional.ctc_loss", "")],
     "aten.grid_sampler_3d_backward.default": [("grid_sampler_3d", "")],
@@ -527,7 +529,7 @@ def test_the_decompositions_that_read_data_are_kept_from_export():
         "aten.equal.default", "aten.bincount.default", "aten._unique2.default", "aten._unique.default",
         "aten.unique_consecutive.default", "aten.special_zeta.default", "aten.polygamma.default",
         "aten.linalg_matrix_exp.default", "aten.igamma.default", "aten.igammac.default",
-        "aten.linalg_lstsq.default",
+        "aten.linalg_lstsq.default", "aten.linalg_ldl_factor_ex.default", "aten.linalg_ldl_solve.default",
         *(f"aten.special_{name}.default" for name in (
             *(f"{shifted}chebyshev_polynomial_{kind}" for shifted in ("", "shifted_") for kind in "tuvw"),
             "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"))}
@@ -901,3 +903,29 @@ def test_ctc_gradient_above_autograd_is_eagers(zero_infinity, concatenated):
         TABLE[backward](weight, log_probs, targets, input_lengths, target_lengths, our_nll, our_alpha, 0, zero_infinity),
         backward(weight, log_probs, targets, input_lengths, target_lengths, nll, alpha, 0, zero_infinity),
         equal_nan=True)
+
+
+def test_ldl_factor_takes_lapacks_pivots_and_solves():
+    """Bunch-Kaufman's choices are data: on symmetric indefinite matrices of sizes 1 to 8 (with
+    a zero column, and sparse ones with a tiny diagonal, which force 2 x 2 blocks and
+    interchanges), the factor, the pivots and info are LAPACK's, and the solve is eager's."""
+    factor, solve = torch.ops.aten.linalg_ldl_factor_ex.default, torch.ops.aten.linalg_ldl_solve.default
+    torch.manual_seed(0)
+    blocks = 0
+    for trial in range(36):
+        n = (1, 2, 3, 5, 6, 8)[trial % 6]
+        a = torch.randn(2, n, n, dtype=torch.float64)
+        if trial % 5 == 0:
+            a[..., :, 0] = 0
+            a[..., 0, :] = 0
+        if trial % 3 == 0:
+            a = torch.diag_embed(torch.randn(2, n, dtype=torch.float64)) * 1e-3 + a * (torch.rand(2, n, n) > 0.5)
+        ld, pivots, info = torch.linalg.ldl_factor_ex(a)
+        got = TABLE[factor](a)
+        assert torch.equal(got[1], pivots) and torch.equal(got[2], info), (trial, pivots, got[1])
+        torch.testing.assert_close(got[0], ld)
+        blocks += int((pivots < 0).sum())
+        if bool((info == 0).all()):
+            b = torch.randn(2, n, 3, dtype=torch.float64)
+            torch.testing.assert_close(TABLE[solve](ld, pivots, b), torch.linalg.ldl_solve(ld, pivots, b))
+    assert blocks, "no 2 x 2 block met: the case tests less than it says"

@@ -35,6 +35,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``losses``: backward kernels of margin losses and pairwise distances;
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
   in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``);
+* ``ldl``: LAPACK's symmetric indefinite factorization (Bunch-Kaufman pivoting) and its solve;
 * ``spectral``: symmetric eigendecomposition and SVD by Jacobi rotations, and from them ``pinv``, ``polar``,
   ``matrix_sqrth``, ``lstsq``.
 """
@@ -54,6 +55,7 @@ from . import (
     error_function,
     gamma,
     histograms,
+    ldl,
     linalg,
     losses,
     polynomials,
@@ -84,6 +86,7 @@ TABLE: dict[Any, Callable] = {
     **antialias.DECOMPOSITIONS,
     **linalg.DECOMPOSITIONS,
     **spectral.DECOMPOSITIONS,
+    **ldl.DECOMPOSITIONS,
     **losses.DECOMPOSITIONS,
     **ctc.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,
