@@ -174,6 +174,8 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.special_airy_ai.default": [("special.airy_ai", "")],
     "aten.linalg_ldl_factor_ex.default": [("linalg.ldl_factor", ""), ("linalg.ldl_factor_ex", "")],
     "aten.linalg_ldl_solve.default": [("linalg.ldl_solve", "")],
+    "aten.multinomial.default": [("multinomial", "")],
+    "aten.rrelu_with_noise.default": [("nn.functional.rrelu", "")],
     "aten._ctc_loss.default": [("nn.functional.ctc_loss", "")],
     "aten._ctc_loss_backward.default": [("nn.functional.ctc_loss", "")],
     "aten.grid_sampler_3d_backward.default": [("grid_sampler_3d", "")],
@@ -227,7 +229,7 @@ GAUGE = {"svd", "linalg.svd", "linalg.eigh"}
 # reached only when nothing needs a gradient
 WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
 # ops with no OpInfo of their own, checked by hand below
-BY_HAND = {"aten.scatter.value_reduce"}
+BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default"}
 # torch registers a decomposition for it, which declines windows of uneven sizes (returns NotImplemented)
 REPLACED = {"aten.adaptive_max_pool2d.default"}
 
@@ -530,6 +532,8 @@ def test_the_decompositions_that_read_data_are_kept_from_export():
         "aten.unique_consecutive.default", "aten.special_zeta.default", "aten.polygamma.default",
         "aten.linalg_matrix_exp.default", "aten.igamma.default", "aten.igammac.default",
         "aten.linalg_lstsq.default", "aten.linalg_ldl_factor_ex.default", "aten.linalg_ldl_solve.default",
+        "aten.multinomial.default", "aten.rrelu_with_noise.default", "aten.rrelu_with_noise_.default",
+        "aten.rrelu_with_noise_functional.default",
         *(f"aten.special_{name}.default" for name in (
             *(f"{shifted}chebyshev_polynomial_{kind}" for shifted in ("", "shifted_") for kind in "tuvw"),
             "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"))}
@@ -929,3 +933,36 @@ def test_ldl_factor_takes_lapacks_pivots_and_solves():
             b = torch.randn(2, n, 3, dtype=torch.float64)
             torch.testing.assert_close(TABLE[solve](ld, pivots, b), torch.linalg.ldl_solve(ld, pivots, b))
     assert blocks, "no 2 x 2 block met: the case tests less than it says"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_random_draws_take_the_kernels_numbers(dtype):
+    """multinomial (one sample, several without replacement, batched) and rrelu in training (its
+    out-of-place, in-place and functional forms) draw what eager draws from the same seed, and
+    leave the generator where eager leaves it; a passed generator is the one drawn from."""
+    torch.manual_seed(0)
+    p = torch.rand(3, 7, dtype=dtype)
+    x = torch.randn(4, 5, dtype=dtype)
+    aten = torch.ops.aten
+    calls = {
+        "multinomial_1": (lambda: aten.multinomial.default(p, 1), lambda: TABLE[aten.multinomial.default](p, 1)),
+        "multinomial_4": (lambda: aten.multinomial.default(p[0], 4), lambda: TABLE[aten.multinomial.default](p[0], 4)),
+    }
+    for name, (eager, ours) in calls.items():
+        torch.manual_seed(1)
+        expected, after = eager(), torch.rand(2)
+        torch.manual_seed(1)
+        assert torch.equal(ours(), expected) and torch.equal(torch.rand(2), after), name
+    for form in ("rrelu_with_noise", "rrelu_with_noise_", "rrelu_with_noise_functional"):
+        op = tc.resolve_overload("aten", f"{form}.default")
+        if op is None:
+            continue
+        results = []
+        for function in (op, TABLE[op]):
+            inp, noise = x.clone(), torch.full_like(x, 7.0)
+            generator = torch.Generator().manual_seed(2)
+            out = function(inp, noise, 0.1, 0.9, True, generator)
+            results.append((out, inp, noise, torch.rand(2, generator=generator)))
+        _assert_same(results[1], results[0], form)
+    with pytest.raises(RuntimeError, match="probability tensor contains"):
+        TABLE[aten.multinomial.default](torch.tensor([0.5, -1.0], dtype=dtype), 1)

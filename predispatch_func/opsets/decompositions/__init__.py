@@ -31,6 +31,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``antialias``: antialiased bilinear resizing and its backward, as fixed linear maps;
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
 * ``sampling``: ``grid_sampler_3d`` and the 2-d and 3-d samplers' backward kernels, by their taps;
+* ``draws``: random ops drawing what their CPU kernels draw (``multinomial`` without replacement, ``rrelu``);
 * ``ctc``: the CTC loss and its backward kernel, by the forward and backward recursions over time;
 * ``losses``: backward kernels of margin losses and pairwise distances;
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
@@ -51,6 +52,7 @@ from . import (
     bessel,
     complex_parts,
     ctc,
+    draws,
     elementwise,
     error_function,
     gamma,
@@ -89,6 +91,7 @@ TABLE: dict[Any, Callable] = {
     **ldl.DECOMPOSITIONS,
     **losses.DECOMPOSITIONS,
     **ctc.DECOMPOSITIONS,
+    **draws.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,
     **sampling.DECOMPOSITIONS,
 }
