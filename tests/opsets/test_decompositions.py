@@ -205,6 +205,13 @@ LOOSER = {("aten._logcumsumexp.default", False): {"rtol": 1e-2, "atol": 1e-3},
           # eager's float32 matrix_exp (and its backward's, of a doubled matrix) is some 1e-5 off the float64
           # value on these samples, ours (computed in float64) an ulp
           ("aten.linalg_matrix_exp.default", False): {"rtol": 2e-5, "atol": 1e-5},
+          # float32 eigenvectors of a sample whose eigenvalues lie 0.07 apart: eager's are 1.5e-6 off the
+          # float64 ones (ours 3e-8), which eager's gradient formula's 1 / (l_j - l_i) spreads to 2e-5
+          ("aten._linalg_eigh.default", False): {"rtol": 1e-4, "atol": 5e-5},
+          # float32 grid gradients, sums over 21 channels and 8 taps: eager's is up to 9e-5 off the float64 one
+          # on the OpInfo's largest sample, ours as far, summed in another order (2.7e-5 apart)
+          **{(f"aten.grid_sampler_{name}.default", False): {"rtol": 1e-4, "atol": 1e-4}
+             for name in ("3d", "3d_backward", "2d_backward")},
           # float32 CTC over 50 steps: eager's gradient is 2.7e-5 off the float64 one, ours as far, rounded
           # differently (1.3e-5 apart)
           ("aten._ctc_loss.default", False): {"rtol": 1e-4, "atol": 5e-5},
@@ -937,7 +944,7 @@ def test_ldl_factor_takes_lapacks_pivots_and_solves():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_random_draws_take_the_kernels_numbers(dtype):
-    """multinomial (one sample, several without replacement, batched) and rrelu in training (its
+    """multinomial (one sample, several without replacement, many with, batched) and rrelu in training (its
     out-of-place, in-place and functional forms) draw what eager draws from the same seed, and
     leave the generator where eager leaves it; a passed generator is the one drawn from."""
     torch.manual_seed(0)
@@ -947,6 +954,8 @@ def test_random_draws_take_the_kernels_numbers(dtype):
     calls = {
         "multinomial_1": (lambda: aten.multinomial.default(p, 1), lambda: TABLE[aten.multinomial.default](p, 1)),
         "multinomial_4": (lambda: aten.multinomial.default(p[0], 4), lambda: TABLE[aten.multinomial.default](p[0], 4)),
+        "replacement": (lambda: aten.multinomial.default(p, 50, True),
+                        lambda: TABLE[aten.multinomial.default](p, 50, True)),
     }
     for name, (eager, ours) in calls.items():
         torch.manual_seed(1)

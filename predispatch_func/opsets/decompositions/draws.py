@@ -4,7 +4,9 @@
   trick with ``exp`` applied): ``argmax`` or ``topk`` of ``p / q``, ``q`` filled by
   ``exponential_(1)`` over a tensor like ``p``, which is the kernel's own method, so the same
   numbers are drawn in the same order and the same categories come out. With replacement and
-  more than one sample the kernel searches a cumulative sum per draw: not written (declined).
+  more than one sample, the kernel's search: each row's running sum accumulated in the
+  input's dtype, divided by the total (the last set to 1), then per draw one float64
+  ``uniform(0, 1)``, row by row, and the first category whose sum reaches it.
 * ``rrelu_with_noise`` in training: one ``uniform(lower, upper)`` in float64 for each
   non-positive element, in order (positives draw nothing, their noise is 1), which is what
   ``uniform_`` over a float64 tensor of that many elements draws; the products round within
@@ -26,8 +28,7 @@ from ... import _torch_compat as tc
 
 def multinomial(probabilities: torch.Tensor, num_samples: int, replacement: bool = False, *,
                 generator: torch.Generator | None = None) -> Any:
-    if (replacement and num_samples > 1) or probabilities.dim() not in (1, 2) \
-            or not probabilities.is_floating_point():
+    if probabilities.dim() not in (1, 2) or not probabilities.is_floating_point():
         return NotImplemented
     if not bool(((probabilities.max() < float("inf")) & (probabilities.min() >= 0)).item()):
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
@@ -35,10 +36,27 @@ def multinomial(probabilities: torch.Tensor, num_samples: int, replacement: bool
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
     if not replacement and num_samples > probabilities.size(-1):
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if replacement and num_samples > 1:
+        return _with_replacement(probabilities, num_samples, generator)
     race = probabilities / torch.empty_like(probabilities).exponential_(1, generator=generator)
     if num_samples == 1:
         return race.argmax(-1, keepdim=True)
     return race.topk(num_samples).indices
+
+
+def _with_replacement(probabilities: torch.Tensor, num_samples: int, generator: torch.Generator | None) -> torch.Tensor:
+    rows = probabilities.reshape(-1, probabilities.size(-1))
+    total = torch.zeros_like(rows[:, 0])
+    running = []
+    for j in range(rows.size(1)):  # one add at a time, in the input's dtype, as the kernel sums
+        total = total + rows[:, j]
+        running.append(total)
+    cumulative = torch.stack(running, -1) / total.unsqueeze(-1)
+    cumulative = torch.cat([cumulative[:, :-1], torch.ones_like(cumulative[:, -1:])], -1)
+    draws = torch.empty((rows.size(0), num_samples), dtype=torch.float64, device=rows.device).uniform_(
+        0, 1, generator=generator)
+    chosen = (cumulative.to(torch.float64).unsqueeze(1) < draws.unsqueeze(-1)).sum(-1)
+    return chosen.reshape(*probabilities.shape[:-1], num_samples)
 
 
 def _rrelu(x: torch.Tensor, lower: float, upper: float, training: bool,

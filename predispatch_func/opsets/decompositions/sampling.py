@@ -113,16 +113,16 @@ def _axis_taps(g: torch.Tensor, size: int, mode: int, padding_mode: int, align_c
     if mode == NEAREST:
         return [_Axis(torch.round(x), torch.ones_like(x), torch.zeros_like(x))]
     low = torch.floor(x)
-    fraction = x - low
     slope = pad_slope * unnormalize_slope
-    return [_Axis(low, 1 - fraction, -slope), _Axis(low + 1, fraction, slope)]
+    return [_Axis(low, (low + 1) - x, -slope), _Axis(low + 1, x - low, slope)]
 
 
 @dataclasses.dataclass
 class _Tap:
     index: torch.Tensor  # (N, P) flat spatial index, clamped into the input
-    weight: torch.Tensor  # (N, P), zero where the tap lies outside
-    slopes: list[torch.Tensor]  # per grid coordinate (x, y[, z]): d weight / d g, zero outside
+    inside: torch.Tensor  # (N, P) whether the tap lies inside (outside: it reads zero)
+    weight: torch.Tensor  # (N, P)
+    slopes: list[torch.Tensor]  # per grid coordinate (x, y[, z]): d weight / d g
 
 
 def _taps(sizes: list[int], grid: torch.Tensor, mode: int, padding_mode: int, align_corners: bool) -> list[_Tap]:
@@ -133,7 +133,8 @@ def _taps(sizes: list[int], grid: torch.Tensor, mode: int, padding_mode: int, al
     per_axis = [_axis_taps(flat_grid[..., i], sizes[dims - 1 - i], mode, padding_mode, align_corners)
                 for i in range(dims)]  # per grid coordinate i (x, y, z), its axis size counted from the last
     taps = []
-    for choice in itertools.product(*per_axis):
+    for reversed_choice in itertools.product(*reversed(per_axis)):  # x varies fastest: the kernel's order
+        choice = reversed_choice[::-1]
         inside = torch.ones_like(flat_grid[..., 0], dtype=torch.bool)
         index = torch.zeros_like(flat_grid[..., 0], dtype=torch.int64)
         for i in range(dims - 1, -1, -1):  # from the outermost spatial axis (z) in
@@ -141,11 +142,9 @@ def _taps(sizes: list[int], grid: torch.Tensor, mode: int, padding_mode: int, al
             position = choice[i].position
             inside = inside & (position >= 0) & (position <= size - 1)
             index = index * size + position.clamp(0, size - 1).to(torch.int64)
-        mask = inside.to(grid.dtype)
-        weight = math.prod((axis.weight for axis in choice), start=mask)
-        slopes = [math.prod((axis.slope if j == i else axis.weight for j, axis in enumerate(choice)), start=mask)
-                  for i in range(dims)]
-        taps.append(_Tap(index, weight, slopes))
+        weight = math.prod(axis.weight for axis in choice)
+        slopes = [math.prod(axis.slope if j == i else axis.weight for j, axis in enumerate(choice)) for i in range(dims)]
+        taps.append(_Tap(index, inside, weight, slopes))
     return taps
 
 
@@ -167,7 +166,8 @@ def grid_sampler(input: torch.Tensor, grid: torch.Tensor, interpolation_mode: in
     flat = input.reshape(n, channels, -1)
     out = input.new_zeros((n, channels, grid[..., 0].numel() // max(n, 1)))
     for tap in _taps(list(input.shape[2:]), grid, interpolation_mode, padding_mode, align_corners):
-        out = out + _gather(flat, tap.index) * tap.weight.unsqueeze(1)
+        value = _gather(flat, tap.index) * tap.weight.unsqueeze(1)
+        out = out + torch.where(tap.inside.unsqueeze(1), value, torch.zeros_like(value))  # not 0 * an inf
     return out.reshape(n, channels, *grid.shape[1:-1])
 
 
@@ -185,11 +185,14 @@ def grid_sampler_backward(grad_output: torch.Tensor, input: torch.Tensor, grid: 
     grad_input = torch.zeros_like(flat) if output_mask[0] else None
     grad_grid = [grid.new_zeros(grid.shape[:-1]).reshape(n, -1) for _ in range(dims)]
     for tap in _taps(list(input.shape[2:]), grid, interpolation_mode, padding_mode, align_corners):
+        inside = tap.inside.unsqueeze(1)
         if grad_input is not None:
             spread = flat_grad * tap.weight.unsqueeze(1)
+            spread = torch.where(inside, spread, torch.zeros_like(spread))
             grad_input = grad_input.scatter_add(2, tap.index.unsqueeze(1).expand(-1, channels, -1), spread)
         if interpolation_mode != NEAREST:
-            along = (_gather(flat, tap.index) * flat_grad).sum(1)
+            along = _gather(flat, tap.index) * flat_grad
+            along = torch.where(inside, along, torch.zeros_like(along)).sum(1)
             grad_grid = [g + along * slope for g, slope in zip(grad_grid, tap.slopes)]
     stacked = torch.stack(grad_grid, -1).reshape(grid.shape)
     return (grad_input.reshape(input.shape) if grad_input is not None else None), stacked
