@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -125,6 +124,14 @@ class _Tap:
     slopes: list[torch.Tensor]  # per grid coordinate (x, y[, z]): d weight / d g
 
 
+def _product(factors: list[torch.Tensor]) -> torch.Tensor:
+    """Left to right (x, then y, then z), as the kernel multiplies the weights."""
+    result = factors[0]
+    for factor in factors[1:]:
+        result = result * factor
+    return result
+
+
 def _taps(sizes: list[int], grid: torch.Tensor, mode: int, padding_mode: int, align_corners: bool) -> list[_Tap]:
     """Every tap of every output point; ``sizes`` the input's spatial sizes (D, H, W order),
     ``grid`` (N, *out, dims) with coordinate 0 along W."""
@@ -142,8 +149,8 @@ def _taps(sizes: list[int], grid: torch.Tensor, mode: int, padding_mode: int, al
             position = choice[i].position
             inside = inside & (position >= 0) & (position <= size - 1)
             index = index * size + position.clamp(0, size - 1).to(torch.int64)
-        weight = math.prod(axis.weight for axis in choice)
-        slopes = [math.prod(axis.slope if j == i else axis.weight for j, axis in enumerate(choice)) for i in range(dims)]
+        weight = _product([axis.weight for axis in choice])
+        slopes = [_product([axis.slope if j == i else axis.weight for j, axis in enumerate(choice)]) for i in range(dims)]
         taps.append(_Tap(index, inside, weight, slopes))
     return taps
 
