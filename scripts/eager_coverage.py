@@ -9,6 +9,12 @@ else its first CPU dtype), up to ``--samples`` sample inputs each:
 * backward, where the OpInfo supports autograd and the dtype is floating: the
   gradient of a weighted sum of the floating outputs, compared.
 
+Singular and eigenvectors are unique only up to the sign of each (a phase for complex ones), which
+is the library's choice: for the OpInfos returning them (``GAUGE``) the outputs compared, and the
+loss differentiated, are what the OpInfo's own gradient check compares (its
+``output_process_fn_grad``: ``|U|``, ``U @ Vh``, singular values, ``|V|`` and eigenvalues), the
+quantities those signs do not change; everything else about them is compared as it is.
+
 Each op is then ``equal`` (every sample equal), ``sparse`` (it met ops with no
 path into Core ATen, on sparse tensors: never lowered, named separately, not
 hidden among the strided ones), ``unreachable`` (the mode
@@ -44,6 +50,8 @@ from predispatch_func import _torch_compat as tc  # noqa: E402
 
 CORE = pf.OpSet.core_aten()
 RTOL, ATOL = 1e-5, 1e-6
+# OpInfos whose outputs hold singular or eigenvectors: compared through output_process_fn_grad
+GAUGE = frozenset({"svd", "linalg.svd", "svd_lowrank", "pca_lowrank", "linalg.eigh", "linalg.eig"})
 
 
 class Timeout(Exception):
@@ -93,6 +101,8 @@ def _call(opinfo, sample, grad: bool | str):
             t.requires_grad_(True)
     torch.manual_seed(0)
     out = opinfo.op(inp, *args, **kwargs)
+    if opinfo.name in GAUGE:
+        out = sample.output_process_fn_grad(out)
     grads = None
     if grad:
         outs = [o for o in _tensors(out) if o.requires_grad and o.is_floating_point()]

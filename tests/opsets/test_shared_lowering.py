@@ -106,3 +106,44 @@ def test_export_names_an_op_whose_decomposition_reads_data():
     with pf.eager.on(CORE) as session:
         got = Unique()(x)
     assert torch.equal(got, torch.unique(x)) and aten._unique2.default in session.stats.decomposed
+
+
+class Spectral(torch.nn.Module):
+    """Singular values, a pseudo-inverse and symmetric eigenvectors (through a sign-free use)."""
+
+    def __init__(self):
+        super().__init__()
+        # full rank: a zero singular value has no derivative (eager's and ours are different subgradients)
+        weight = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3) + torch.eye(4, 3, dtype=torch.float64)
+        self.weight = torch.nn.Parameter(weight)
+
+    def forward(self, x):
+        y = x @ self.weight
+        _, vectors = torch.linalg.eigh(y.mT @ y)
+        return torch.linalg.svdvals(y), torch.linalg.pinv(y), vectors.abs()
+
+
+SPECTRAL_OPS = (aten._linalg_svd.default, aten._linalg_eigh.default, aten.linalg_pinv.atol_rtol_tensor)
+
+
+def test_spectral_ops_lower_the_same_way_on_both_paths():
+    """Jacobi's eigh and SVD (ours: torch has no decomposition of either) in a program exported to
+    Core ATen and in an eager session, each equal to eager with gradients."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+
+    def step(model, inputs):
+        outputs = model(inputs)
+        total = sum((o * torch.linspace(-1, 1, o.numel(), dtype=o.dtype).reshape(o.shape)).sum() for o in outputs)
+        parameters = [p for p in model.parameters()]
+        return [o.detach() for o in outputs], torch.autograd.grad(total, [inputs, *parameters])
+
+    expected = step(Spectral(), x.clone().requires_grad_())
+    ep = pf.export(Spectral(), (x,), target=CORE)
+    assert not _ops(ep) & set(SPECTRAL_OPS)
+    exported = step(ep.module(), x.clone().requires_grad_())
+    with pf.eager.on(CORE) as session:
+        eager = step(Spectral(), x.clone().requires_grad_())
+    assert all(op in session.stats.decomposed for op in SPECTRAL_OPS), session.stats.decomposed
+    for path, got in (("export", exported), ("pf.eager", eager)):
+        torch.testing.assert_close(got, expected, msg=lambda m, path=path: f"{path}: {m}")

@@ -30,9 +30,15 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``backward``: the backward kernels of pooling, upsampling, padding and shrinking;
 * ``antialias``: antialiased bilinear resizing and its backward, as fixed linear maps;
 * ``products``: ``_trilinear`` and the discrete Fourier transform;
+* ``sampling``: ``grid_sampler_3d`` and the 2-d and 3-d samplers' backward kernels, by their taps;
+* ``draws``: random ops drawing what their CPU kernels draw (``multinomial`` without replacement, ``rrelu``);
+* ``ctc``: the CTC loss and its backward kernel, by the forward and backward recursions over time;
 * ``losses``: backward kernels of margin losses and pairwise distances;
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
-  in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``).
+  in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``);
+* ``ldl``: LAPACK's symmetric indefinite factorization (Bunch-Kaufman pivoting) and its solve;
+* ``spectral``: symmetric eigendecomposition and SVD by Jacobi rotations, and from them ``pinv``, ``polar``,
+  ``matrix_sqrth``, ``lstsq``.
 """
 
 from __future__ import annotations
@@ -45,18 +51,23 @@ from . import (
     backward,
     bessel,
     complex_parts,
+    ctc,
+    draws,
     elementwise,
     error_function,
     gamma,
     histograms,
+    ldl,
     linalg,
     losses,
     polynomials,
     pooling,
     products,
+    sampling,
     scans,
     searching,
     segments,
+    spectral,
     structure,
 )
 
@@ -76,8 +87,13 @@ TABLE: dict[Any, Callable] = {
     **backward.DECOMPOSITIONS,
     **antialias.DECOMPOSITIONS,
     **linalg.DECOMPOSITIONS,
+    **spectral.DECOMPOSITIONS,
+    **ldl.DECOMPOSITIONS,
     **losses.DECOMPOSITIONS,
+    **ctc.DECOMPOSITIONS,
+    **draws.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,
+    **sampling.DECOMPOSITIONS,
 }
 
 # ops whose decomposition reads tensor data for a size or a Python value (``.item()``): pf.eager runs

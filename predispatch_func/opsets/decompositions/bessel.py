@@ -113,7 +113,7 @@ def _k_series(x: torch.Tensor, order: int) -> torch.Tensor:
     return 1 / x + log_half * _i_series(x, 1) - (x / 4) * total
 
 
-def _scaled_k_integral(x: torch.Tensor, order: int) -> torch.Tensor:
+def _scaled_k_integral(x: torch.Tensor, order: float) -> torch.Tensor:
     """``exp(x) K_nu(x) = int_0^inf exp(-x (cosh t - 1)) cosh(nu t) dt`` by the trapezoidal rule."""
     total = 0.5 * torch.ones_like(x)  # t = 0, half weight
     for j in range(1, _NODES + 1):
@@ -291,3 +291,83 @@ DECOMPOSITIONS.update({
     aten.special_bessel_y1.default: _y(1),
     aten.special_spherical_bessel_j0.default: spherical_bessel_j0,
 })
+
+
+# --- Airy's Ai (DLMF 9.4, 9.6, 9.7) ------------------------------------------------------------
+
+_AI_0, _AI_PRIME_0 = 0.355028053887817239260, -0.258819403792806798405  # Ai(0), Ai'(0)
+_AIRY_SERIES_TERMS = 40  # at |x| = 8 the terms fall below an ulp of the sum after 25
+_AIRY_OSCILLATING_FROM = -8.0  # zeta >= 15: the expansion's smallest term is below 1e-13
+_AIRY_DECAYING_FROM = 2.0  # zeta >= 1.9: the trapezoidal rule's nodes reach exp's underflow
+_AIRY_EXPANSION_FROM = 8.0  # zeta >= 15: the expansion's smallest term is below 1e-13
+
+
+def _airy_series(x: torch.Tensor) -> torch.Tensor:
+    """Maclaurin: ``Ai(0) f(x) + Ai'(0) g(x)`` with ``f = sum 1 4 7 ... (3k-2) x^3k / (3k)!`` and
+    ``g = sum 2 5 8 ... (3k-1) x^(3k+1) / (3k+1)!``; digits cancel only for x > 0, where it is
+    used up to 2 (losing under 50 ulps)."""
+    cube = x * x * x
+    f_term, g_term = torch.ones_like(x), x
+    f, g = f_term, g_term
+    for k in range(1, _AIRY_SERIES_TERMS):
+        f_term = f_term * cube / ((3 * k - 1) * (3 * k))
+        g_term = g_term * cube / ((3 * k) * (3 * k + 1))
+        f, g = f + f_term, g + g_term
+    return _AI_0 * f + _AI_PRIME_0 * g
+
+
+def _airy_u(count: int) -> list[float]:
+    """DLMF 9.7.2: ``u_k = (2k+1)(2k+3)...(6k-1) / (216^k k!)``."""
+    u = [1.0]
+    for k in range(1, count):
+        u.append(u[-1] * (6 * k - 5) * (6 * k - 3) * (6 * k - 1) / ((2 * k - 1) * 216 * k))
+    return u
+
+
+def _airy_oscillating(x: torch.Tensor) -> torch.Tensor:
+    """DLMF 9.7.9, for x = -z well below 0: ``(cos(zeta - pi/4) P + sin(zeta - pi/4) Q) /
+    (sqrt(pi) z^(1/4))``, ``zeta = 2/3 z^(3/2)``, P and Q the alternating even and odd parts of
+    ``sum u_k / zeta^k``."""
+    z = -x
+    zeta = 2 / 3 * z * torch.sqrt(z)
+    inverse = 1 / zeta
+    even, odd = torch.zeros_like(x), torch.zeros_like(x)
+    for k, u in reversed(list(enumerate(_airy_u(24)))):  # Horner's rule in 1/zeta^2, from the smallest term
+        sign = -1.0 if (k // 2) % 2 else 1.0
+        if k % 2 == 0:
+            even = even * inverse * inverse + sign * u
+        else:
+            odd = odd * inverse * inverse + sign * u
+    odd = odd * inverse
+    phase = zeta - math.pi / 4
+    return (torch.cos(phase) * even + torch.sin(phase) * odd) / (math.sqrt(math.pi) * torch.sqrt(torch.sqrt(z)))
+
+
+def _airy_decaying(x: torch.Tensor) -> torch.Tensor:
+    """DLMF 9.6.1: ``Ai(x) = sqrt(x / 3) K_{1/3}(zeta) / pi``, ``K`` by the trapezoidal rule on
+    its integral (scaled by ``exp(zeta)``, then unscaled); from x = 8 on, where the integrand's
+    peak narrows below the rule's step, DLMF 9.7.5: ``exp(-zeta) / (2 sqrt(pi) x^(1/4)) sum
+    (-1)^k u_k / zeta^k``."""
+    zeta = 2 / 3 * x * torch.sqrt(x)
+    integral = torch.sqrt(x / 3) * _scaled_k_integral(zeta, 1 / 3) / math.pi
+    inverse = 1 / zeta
+    total = torch.zeros_like(x)
+    for k, u in reversed(list(enumerate(_airy_u(24)))):
+        total = total * inverse + (-u if k % 2 else u)
+    expansion = total / (2 * math.sqrt(math.pi) * torch.sqrt(torch.sqrt(x)))
+    return torch.where(x >= _AIRY_EXPANSION_FROM, expansion, integral) * torch.exp(-zeta)
+
+
+def _airy_ai(x: torch.Tensor) -> torch.Tensor:
+    """Ai in float64: the series between -8 and 2, the oscillating expansion below, the integral
+    above; infinities give NaN, as the kernel's."""
+    oscillating = x < _AIRY_OSCILLATING_FROM
+    decaying = x > _AIRY_DECAYING_FROM
+    middle = torch.where(oscillating | decaying, torch.zeros_like(x), x)
+    result = torch.where(oscillating, _airy_oscillating(torch.where(oscillating, x, _full(x, -10.0))),
+                         torch.where(decaying, _airy_decaying(torch.where(decaying, x, _full(x, 3.0))),
+                                     _airy_series(middle)))
+    return torch.where(torch.isinf(x), _full(x, math.nan), result)
+
+
+DECOMPOSITIONS[aten.special_airy_ai.default] = in_float64(_airy_ai)

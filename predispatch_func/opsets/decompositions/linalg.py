@@ -13,8 +13,8 @@ LAPACK's and a backward reading them (``linalg_solve``'s reads ``LU`` and
 ``pivots``) gets what eager's would. Rounding differs from LAPACK's blocked
 kernels within a few ulps.
 
-Not here: factorizations whose result is a choice of the library's iterative algorithm
-(signs and phases of SVD's and eigenvectors, the order of eigenvalues), and
+Elsewhere: the symmetric eigendecomposition and the SVD (``spectral``: Jacobi rotations, their
+vectors' signs their own), LAPACK's symmetric indefinite factorization (``ldl``). Not here:
 complex inputs (not written yet: LAPACK pivots complex matrices by ``|re| + |im|``, and QR's
 reflectors of complex columns take a complex ``beta``): those decline (``NotImplemented``) and
 stay unreachable; ``docs/eager.md`` lists them.

@@ -1,0 +1,113 @@
+"""Random ops drawing from the generator what their CPU kernels draw, through the floor's fills.
+
+* ``multinomial`` without replacement (or one sample): the exponential race (Gumbel's max
+  trick with ``exp`` applied): ``argmax`` or ``topk`` of ``p / q``, ``q`` filled by
+  ``exponential_(1)`` over a tensor like ``p``, which is the kernel's own method, so the same
+  numbers are drawn in the same order and the same categories come out. With replacement and
+  more than one sample, the kernel's search: each row's running sum accumulated in the
+  input's dtype, divided by the total (the last set to 1), then per draw one float64
+  ``uniform(0, 1)``, row by row, and the first category whose sum reaches it.
+* ``rrelu_with_noise`` in training: one ``uniform(lower, upper)`` in float64 for each
+  non-positive element, in order (positives draw nothing, their noise is 1), which is what
+  ``uniform_`` over a float64 tensor of that many elements draws; the products round within
+  an ulp of the kernel's. Out of training: ``leaky_relu`` with the mean slope, no draw.
+
+Both read the data (the validity checks, the count of non-positive elements), so ``pf.eager``
+runs them uncached and export names them (``reads_data``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ... import _torch_compat as tc
+
+
+def multinomial(probabilities: torch.Tensor, num_samples: int, replacement: bool = False, *,
+                generator: torch.Generator | None = None) -> Any:
+    if probabilities.dim() not in (1, 2) or not probabilities.is_floating_point():
+        return NotImplemented
+    if not bool(((probabilities.max() < float("inf")) & (probabilities.min() >= 0)).item()):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    if bool((probabilities.sum(-1) == 0).any().item()):
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if not replacement and num_samples > probabilities.size(-1):
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if replacement and num_samples > 1:
+        return _with_replacement(probabilities, num_samples, generator)
+    race = probabilities / torch.empty_like(probabilities).exponential_(1, generator=generator)
+    if num_samples == 1:
+        return race.argmax(-1, keepdim=True)
+    return race.topk(num_samples).indices
+
+
+def _with_replacement(probabilities: torch.Tensor, num_samples: int, generator: torch.Generator | None) -> torch.Tensor:
+    rows = probabilities.reshape(-1, probabilities.size(-1))
+    total = torch.zeros_like(rows[:, 0])
+    running = []
+    for j in range(rows.size(1)):  # one add at a time, in the input's dtype, as the kernel sums
+        total = total + rows[:, j]
+        running.append(total)
+    cumulative = torch.stack(running, -1) / total.unsqueeze(-1)
+    cumulative = torch.cat([cumulative[:, :-1], torch.ones_like(cumulative[:, -1:])], -1)
+    draws = torch.empty((rows.size(0), num_samples), dtype=torch.float64, device=rows.device).uniform_(
+        0, 1, generator=generator)
+    chosen = (cumulative.to(torch.float64).unsqueeze(1) < draws.unsqueeze(-1)).sum(-1)
+    return chosen.reshape(*probabilities.shape[:-1], num_samples)
+
+
+def _rrelu(x: torch.Tensor, lower: float, upper: float, training: bool,
+           generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(the result, the noise drawn: None out of training)."""
+    if not training:
+        return torch.nn.functional.leaky_relu(x, (float(lower) + float(upper)) / 2), None
+    non_positive = x <= 0
+    count = int(non_positive.sum().item())
+    draws = torch.empty(count, dtype=torch.float64, device=x.device).uniform_(
+        float(lower), float(upper), generator=generator).to(x.dtype)
+    noise = torch.ones_like(x).masked_scatter(non_positive, draws)
+    return x * noise, noise
+
+
+def rrelu_with_noise(x: torch.Tensor, noise: torch.Tensor, lower: float = 0.125, upper: float = 1 / 3,
+                     training: bool = False, generator: torch.Generator | None = None) -> Any:
+    """Writes ``noise`` (in training), as the kernel does."""
+    if not x.is_floating_point():
+        return NotImplemented
+    out, drawn = _rrelu(x, lower, upper, training, generator)
+    if drawn is not None:
+        noise.copy_(drawn)
+    return out
+
+
+def rrelu_with_noise_(x: torch.Tensor, noise: torch.Tensor, lower: float = 0.125, upper: float = 1 / 3,
+                      training: bool = False, generator: torch.Generator | None = None) -> Any:
+    if not x.is_floating_point():
+        return NotImplemented
+    out, drawn = _rrelu(x, lower, upper, training, generator)
+    if drawn is not None:
+        noise.copy_(drawn)
+    return x.copy_(out)
+
+
+def rrelu_with_noise_functional(x: torch.Tensor, noise: torch.Tensor, lower: float = 0.125, upper: float = 1 / 3,
+                                training: bool = False, generator: torch.Generator | None = None) -> Any:
+    if not x.is_floating_point():
+        return NotImplemented
+    out, drawn = _rrelu(x, lower, upper, training, generator)
+    return out, (drawn if drawn is not None else noise.clone())
+
+
+for _decomposition in (multinomial, rrelu_with_noise, rrelu_with_noise_, rrelu_with_noise_functional):
+    _decomposition.reads_data = True  # type: ignore[attr-defined]
+
+
+DECOMPOSITIONS: dict[Any, Callable] = {op: decomposition for op, decomposition in (
+    (tc.resolve_overload("aten", "multinomial.default"), multinomial),
+    (tc.resolve_overload("aten", "rrelu_with_noise.default"), rrelu_with_noise),
+    (tc.resolve_overload("aten", "rrelu_with_noise_.default"), rrelu_with_noise_),
+    (tc.resolve_overload("aten", "rrelu_with_noise_functional.default"), rrelu_with_noise_functional),
+) if op is not None}
