@@ -157,6 +157,6 @@ def _why_eager_cannot_train(model: torch.nn.Module, args: tuple, calls: int) -> 
                 if not loss.requires_grad:
                     return "the loss requires no grad"
                 loss.backward()
-    except RuntimeError as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception as exc:  # eager's own error, whatever its type (IndexError on a buffer's new shape)
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
