@@ -235,8 +235,9 @@ ABOVE_AUTOGRAD_REFERENCE = {"aten.as_strided_scatter.default", "aten.linalg_chol
 GAUGE = {"svd", "linalg.svd", "linalg.eigh"}
 # reached only when nothing needs a gradient
 WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
-# ops with no OpInfo of their own, checked by hand below
-BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default"}
+# ops with no OpInfo of their own, checked by hand below (empty_permuted: tests/opsets/test_empty_permuted.py)
+BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default",
+           "aten.empty_permuted.default"}
 # torch registers a decomposition for it, which declines windows of uneven sizes (returns NotImplemented)
 REPLACED = {"aten.adaptive_max_pool2d.default"}
 

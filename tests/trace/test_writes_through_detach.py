@@ -202,7 +202,7 @@ class WritesThroughDataAValueMaskedByAParameter(torch.nn.Module):
         if self.through == "mask":
             x0.masked_fill_(self.w > 0, 0.5)
         elif self.through == "index":
-            x0[self.w.argmax()] = 0.5
+            x0.index_put_((self.w.argmax().reshape(1),), torch.tensor(0.5))
         else:
             x0.copy_(torch.where(self.w.isnan() | (self.w > 0), x0, x0 * 3))
         v0 = x0 + 0.5
