@@ -395,6 +395,24 @@ def callers_fake_mode_unset() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def autocast_nesting_restored() -> Iterator[None]:
+    """Put autocast's nesting count back after the trace. ``torch.autocast.__enter__`` raises
+    it and ``__exit__`` lowers it, clearing the weight-cast cache at zero; a model that enters
+    autocast and raises (or never exits) left it raised, so the caller's later autocast
+    regions kept reusing casts of weights an optimizer had since updated."""
+    before = torch.autocast_increment_nesting() - 1
+    torch.autocast_decrement_nesting()
+    try:
+        yield
+    finally:
+        now = torch.autocast_increment_nesting() - 1
+        torch.autocast_decrement_nesting()
+        for _ in range(now - before):
+            if torch.autocast_decrement_nesting() == 0:
+                torch.clear_autocast_cache()
+
+
+@contextlib.contextmanager
 def autocast_state_as(state: dict[str, tuple[bool, Any]]) -> Iterator[None]:
     """Set autocast's state without recording a marker (a HOP body traced on its own
     runs under its caller's autocast; the caller's graph already records it)."""
@@ -959,6 +977,7 @@ __all__ = [
     "patched_function_apply",
     "outside_trace",
     "autocast_state_as",
+    "autocast_nesting_restored",
     "patched_tensor_methods",
     "rng_reseeds_routed",
     "autograd_engine_runs_routed",

@@ -111,6 +111,8 @@ def around_the_tracer(ambient: AmbientModes, fake_mode: Any) -> Manager:
     return _entered(TRACER, [
         Entry("caller's modes neutral", "grad on, inference mode and autocast off: the state the region "
               "pass starts from (the caller's modes are entered again inside, as regions)", ambient.neutral),
+        Entry("autocast nesting", "a model entering autocast and raising leaves its nesting count raised, "
+              "and the caller's later autocast regions would reuse stale weight casts", tc.autocast_nesting_restored),
         Entry("exporting", "torch.compiler.is_exporting() is true, as under torch.export (transformers "
               "branches on it)", tc.exporting_state),
         Entry("pre-dispatch pushes without uncache", "speed: torch's loop over every used op on each push "

@@ -18,7 +18,7 @@ LAYERS = {
     "export": ["caller's fake mode unset"],
     "call": ["module inputs flattened", "fake tensor leaks watched"],
     "model state": ["state guard"],
-    "tracer": ["caller's modes neutral", "exporting", "pre-dispatch pushes without uncache", "lazy graph modules",
+    "tracer": ["caller's modes neutral", "autocast nesting", "exporting", "pre-dispatch pushes without uncache", "lazy graph modules",
                "static tensor metadata", "op calls recorded directly", "node values unsnapshotted", "fake mode"],
     "traced function": ["functional mode", "grad on", "caller's autocast cache", "torch HOP rules",
                         "autograd Functions traced", "inference mode as grad mode", "compiled modules run eagerly",
