@@ -10,9 +10,12 @@ backward raise; for those the replay compares everything but gradients.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import pkgutil
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -79,18 +82,7 @@ def check_program(program: Program) -> torch.export.ExportedProgram:
     """Export ``program`` and replay it against the reference; raise on any difference."""
     model, args = program.build()
     check_grads = eager_backward_runs(program)
-    args_before = copy.deepcopy(args)
-    state_before = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
-    try:
-        ep = pf.export(model, args)
-    except pf.UnsupportedError as exc:
-        if exc.kind in KNOWN_REFUSALS:
-            raise KnownRefusal(f"{exc.kind.name}: {str(exc).splitlines()[0]}") from exc
-        raise
-    for i, (a, b) in enumerate(zip(args_before, args)):
-        assert torch.equal(a, b), f"export changed input {i}"
-    for k, v in model.state_dict(keep_vars=True).items():
-        assert torch.equal(state_before[k], v), f"export changed {k}"
+    ep = _exported_leaving_the_caller_untouched(lambda: pf.export(model, args), model, args)
     pf.verify(ep, model, args, raise_on_failure=True, check_grads=check_grads)
     return ep
 
@@ -125,24 +117,33 @@ def check_joint_program(program: Program, *, calls: int = 2) -> torch.export.Exp
     else:
         raise EagerCannotTrain("; ".join(problems))
     reference = copy.deepcopy(model)
-    args_before = copy.deepcopy(args)
-    state_before = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+    ep = _exported_leaving_the_caller_untouched(lambda: pf.export_joint(model, args, loss_fn=fuzz_loss), model, args)
+    with _known_refusals_named():  # the program may refuse a later step (a buffer's new shape)
+        pf.verify_joint(ep, reference, args, loss_fn=fuzz_loss, calls=calls, raise_on_failure=True)
+    return ep
+
+
+@contextlib.contextmanager
+def _known_refusals_named() -> Iterator[None]:
+    """A deliberate refusal (one of the known kinds) becomes :class:`KnownRefusal`."""
     try:
-        ep = pf.export_joint(model, args, loss_fn=fuzz_loss)
+        yield
     except (pf.UnsupportedError, pf.JointError) as exc:
         if exc.kind in KNOWN_REFUSALS or exc.kind in KNOWN_JOINT_REFUSALS:
             raise KnownRefusal(f"{exc.kind.name}: {str(exc).splitlines()[0]}") from exc
         raise
+
+
+def _exported_leaving_the_caller_untouched(export: Callable[[], Any], model: torch.nn.Module, args: tuple) -> Any:
+    """``export()``, checked to leave the caller's inputs and state as they were."""
+    args_before = copy.deepcopy(args)
+    state_before = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+    with _known_refusals_named():
+        ep = export()
     for i, (a, b) in enumerate(zip(args_before, args)):
-        assert torch.equal(a, b), f"export_joint changed input {i}"
+        assert torch.equal(a, b), f"exporting changed input {i}"
     for k, v in model.state_dict(keep_vars=True).items():
-        assert torch.equal(state_before[k], v), f"export_joint changed {k}"
-    try:
-        pf.verify_joint(ep, reference, args, loss_fn=fuzz_loss, calls=calls, raise_on_failure=True)
-    except pf.UnsupportedError as exc:  # the program refusing a later step (a buffer's new shape)
-        if exc.kind in KNOWN_REFUSALS:
-            raise KnownRefusal(f"{exc.kind.name}: {str(exc).splitlines()[0]}") from exc
-        raise
+        assert torch.equal(state_before[k], v), f"exporting changed {k}"
     return ep
 
 

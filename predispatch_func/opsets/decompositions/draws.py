@@ -72,25 +72,28 @@ def _rrelu(x: torch.Tensor, lower: float, upper: float, training: bool,
     return x * noise, noise
 
 
-def rrelu_with_noise(x: torch.Tensor, noise: torch.Tensor, lower: float = 0.125, upper: float = 1 / 3,
-                     training: bool = False, generator: torch.Generator | None = None) -> Any:
-    """Writes ``noise`` (in training), as the kernel does."""
-    if not x.is_floating_point():
-        return NotImplemented
+def _rrelu_writing_noise(x: torch.Tensor, noise: torch.Tensor, lower: float, upper: float, training: bool,
+                         generator: torch.Generator | None) -> torch.Tensor:
+    """The result, with ``noise`` written (in training), as the kernel does."""
     out, drawn = _rrelu(x, lower, upper, training, generator)
     if drawn is not None:
         noise.copy_(drawn)
     return out
 
 
+def rrelu_with_noise(x: torch.Tensor, noise: torch.Tensor, lower: float = 0.125, upper: float = 1 / 3,
+                     training: bool = False, generator: torch.Generator | None = None) -> Any:
+    """Writes ``noise`` (in training), as the kernel does."""
+    if not x.is_floating_point():
+        return NotImplemented
+    return _rrelu_writing_noise(x, noise, lower, upper, training, generator)
+
+
 def rrelu_with_noise_(x: torch.Tensor, noise: torch.Tensor, lower: float = 0.125, upper: float = 1 / 3,
                       training: bool = False, generator: torch.Generator | None = None) -> Any:
     if not x.is_floating_point():
         return NotImplemented
-    out, drawn = _rrelu(x, lower, upper, training, generator)
-    if drawn is not None:
-        noise.copy_(drawn)
-    return x.copy_(out)
+    return x.copy_(_rrelu_writing_noise(x, noise, lower, upper, training, generator))
 
 
 def rrelu_with_noise_functional(x: torch.Tensor, noise: torch.Tensor, lower: float = 0.125, upper: float = 1 / 3,
