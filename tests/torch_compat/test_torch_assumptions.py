@@ -334,7 +334,9 @@ NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_to
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}
 # change something only inside a fake mode, or a functional one: their own tests
 # or a fully_shard'ed model's hook dicts (a process group: test_dtensor_assumptions.py)
-CHECKED_APART = {"callers_fake_mode_unset", "functional_mode_off", "fsdp_forward_hooks_suspended"}
+# autocast_nesting_restored changes nothing on entry; it undoes what the body left: its own test
+CHECKED_APART = {"callers_fake_mode_unset", "functional_mode_off", "fsdp_forward_hooks_suspended",
+                 "autocast_nesting_restored"}
 if torch.cuda.is_available():  # changes nothing where a GPU answers sdpa's kernel choice itself
     for name in ("cuda_sdpa_choice_without_gpu", "cuda_batch_norm_reserve_without_gpu",
                  "cuda_grid_sampler_faked_without_gpu"):
@@ -387,6 +389,24 @@ def test_patch_restores_what_it_changed_when_the_body_raises(name):
         after = _state()
     assert inside != before, f"{name} changed nothing this test sees: add what it patches to _state()"
     assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+
+
+def _autocast_nesting() -> int:
+    depth = torch.autocast_increment_nesting() - 1
+    torch.autocast_decrement_nesting()
+    return depth
+
+
+def test_autocast_nesting_is_put_back_when_the_body_enters_autocast_and_raises():
+    """torch's increment/decrement return the new count, and a region left open keeps it raised."""
+    before = _autocast_nesting()
+    with patches.autocast_state_as(patches.autocast_state()):  # the open region's dtype and flag
+        with pytest.raises(_Boom):
+            with patches.autocast_nesting_restored():
+                torch.autocast("cpu", dtype=torch.bfloat16).__enter__()
+                assert _autocast_nesting() == before + 1
+                raise _Boom
+    assert _autocast_nesting() == before
 
 
 def test_every_backward_entry_point_reaches_the_routed_engine_run():
