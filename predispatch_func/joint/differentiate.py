@@ -109,7 +109,7 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
                 wants_grad: Sequence[bool], decompositions: dict | None = None, n_mutations: int = 0,
                 extra_inputs: Sequence[Any] = (), after_backward: AfterBackward | None = None,
                 gradient_hooks: dict[int, list[Callable[..., Any]]] | None = None,
-                buffer_writes: dict[int, str] | None = None) -> JointTrace:
+                state_writes: dict[int, str] | None = None) -> JointTrace:
     """Trace ``forward`` (over ``inputs``, fakes) and the gradients of its output ``loss_index``
     with respect to each input flagged in ``wants_grad``.
 
@@ -118,7 +118,8 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     the values it returns are outputs right after the forward's ``n_mutations`` mutations.
     ``gradient_hooks``: per input index, the hooks the user registered on that leaf
     (``p.register_hook``); they run on its gradient in the trace, as eager's engine runs them.
-    ``buffer_writes``: the forward's mutation outputs that write buffers (index -> name)."""
+    ``state_writes``: the forward's mutation outputs that write buffers or the caller's inputs
+    (index -> what, for the error)."""
     state: dict[str, Any] = {}
     n_forward_outputs = len(next(n for n in reversed(forward.graph.nodes) if n.op == "output").args[0])
     asked = [i for i, w in enumerate(wants_grad) if w]
@@ -131,7 +132,7 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
             outs = _ForwardReplay(forward, saved, mode.tracer).run(*flat)
         loss = outs[loss_index]
         _check_loss(forward, loss, loss_index)
-        _check_buffer_writes(forward, outs, buffer_writes or {})
+        _check_state_writes(forward, outs, state_writes or {})
         with tc.untracked_arguments_resolved(mode, saved.resolve):
             grads = torch.autograd.grad(loss, [flat[i] for i in asked], allow_unused=True)
         state["grad_of"] = tuple(i for i, g in zip(asked, grads) if g is not None)
@@ -160,18 +161,19 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     return JointTrace(gm, n_forward_outputs, state["grad_of"], state["recomputed"], state["n_writes"])
 
 
-def _check_buffer_writes(forward: torch.fx.GraphModule, outs: Sequence[Any], buffer_writes: dict[int, str]) -> None:
-    """A buffer written with a value that requires grad keeps this step's autograd history in
-    eager: the next step's backward runs through it into this step's graph and adds to the
-    gradients again (a running statistic updated outside ``no_grad``). A program's step starts
-    from plain values, so it would silently differ from the second step on: refused."""
+def _check_state_writes(forward: torch.fx.GraphModule, outs: Sequence[Any], state_writes: dict[int, str]) -> None:
+    """A buffer or an input written with a value that requires grad keeps this step's autograd
+    history in eager: the next step's backward runs through it into this step's graph and adds
+    to the gradients again (a running statistic updated outside ``no_grad``), and the caller's
+    input comes back requiring grad. A program's step writes back plain values, so it would
+    silently differ from the second step on: refused."""
     output = next(n for n in reversed(forward.graph.nodes) if n.op == "output").args[0]
-    for index, name in buffer_writes.items():
+    for index, what in state_writes.items():
         value = outs[index]
         if isinstance(value, torch.Tensor) and value.requires_grad:
             node = output[index] if isinstance(output[index], torch.fx.Node) else None
             raise JointError(
-                f"export_joint: buffer {name!r} is written with a value that requires grad ({_where(node)}): in "
+                f"export_joint: {what} is written with a value that requires grad ({_where(node)}): in "
                 "eager it keeps this step's autograd history, so the next step's backward runs into this "
                 "step's graph and its gradients differ from a fresh step's, which is what a training program "
                 "computes. Write it under torch.no_grad() or write a detach()-ed value (as BatchNorm updates "

@@ -97,8 +97,10 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
                         decompositions=lowering.proxy_table() if lowering is not None else None,
                         n_mutations=n_mutations, extra_inputs=list(optimizer.initial.values()) if optimizer else (),
                         after_backward=update, gradient_hooks={i: h for i, h in hooks.items() if h},
-                        buffer_writes={i: s.target for i, s in enumerate(sig.output_specs[:n_mutations])
-                                       if s.kind is OutputKind.BUFFER_MUTATION})
+                        state_writes={i: (f"buffer {s.target!r}" if s.kind is OutputKind.BUFFER_MUTATION
+                                          else f"input {s.target!r}")
+                                      for i, s in enumerate(sig.output_specs[:n_mutations])
+                                      if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)})
     gm = joint.graph_module
     traced = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, named in zip(traced, placeholders):

@@ -152,6 +152,38 @@ def test_a_buffer_written_with_a_value_that_requires_grad_is_refused_naming_its_
     assert "'mean'" in message and "test_joint_errors.py" in message and "torch.no_grad()" in message
 
 
+class _WritesItsInput(torch.nn.Module):
+    def __init__(self, detached: bool):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3))
+        self.detached = detached
+
+    def forward(self, x, state):
+        state.copy_(self.w.detach() if self.detached else self.w)
+        return (x * state + self.w).sum()
+
+
+def test_an_input_written_with_a_value_that_requires_grad_is_refused_naming_its_line():
+    """Eager's caller gets its tensor back requiring grad, with this step's history (the
+    program writes back a plain value): the buffer case's twin, refused the same way."""
+    x, state = torch.randn(3), torch.zeros(3)
+    eager_state = state.clone()
+    _WritesItsInput(detached=False)(x, eager_state).backward()
+    assert eager_state.requires_grad  # what the program could not give back
+    with pytest.raises(JointError) as info:
+        pf.export_joint(_WritesItsInput(detached=False), (x, state))
+    assert info.value.kind is JointProblem.STATE_WRITTEN_WITH_HISTORY
+    message = str(info.value)
+    assert "'state'" in message and "test_joint_errors.py" in message
+    assert not state.requires_grad and torch.equal(state, torch.zeros(3))
+
+
+def test_the_same_input_written_with_a_detached_value_trains_as_eager():
+    model, x, state = _WritesItsInput(detached=True), torch.randn(3), torch.zeros(3)
+    ep = pf.export_joint(model, (x, state))
+    assert pf.verify_joint(ep, model, (x, state), calls=2).ok
+
+
 def test_the_same_buffer_written_under_no_grad_trains_as_eager():
     model, x = _RunningMean(under_no_grad=True), torch.randn(4, 3)
     ep = pf.export_joint(model, (x,))
