@@ -10,7 +10,10 @@ torch.export: of the two medians, and the median of the per-round ratios
 * ``torch.export``: ``torch.export.export`` (training IR, not functional);
 * ``+run_decomp``: ``torch.export.export(...).run_decompositions({})`` (functional,
   regions lost);
-* ``aot_pre``: torch's ``aot_export_module(pre_dispatch=True)`` (forward only).
+* ``aot_pre``: torch's ``aot_export_module(pre_dispatch=True)`` (forward only);
+* ``floor``: one bare ``make_fx(pre_dispatch=True)`` trace over fake state (scripts/bare_trace.py),
+  the lower bound of this design; ``floor+meta`` the same recording each node's stack trace
+  and module stack, as every program of ours does.
 
 Then a depth sweep: the 7B Llama config on ``meta`` at 2, 8 and 32 layers,
 ours and ``torch.export.export``. Prints rich tables and writes JSON.
@@ -40,6 +43,7 @@ warnings.simplefilter("ignore")
 import predispatch_func as pf  # noqa: E402
 from predispatch_func._torch_compat import exporting_state, pytree, torch_aot_export_module  # noqa: E402
 from predispatch_func.graphs import all_graph_modules  # noqa: E402
+from scripts.bare_trace import bare_trace  # noqa: E402
 from scripts.export_7b_on_meta import build_on_meta  # noqa: E402
 from tests.models.corpus import CASES, build  # noqa: E402
 
@@ -83,8 +87,17 @@ def _aot_pre(model, args, kwargs):
     return _ops(gm)
 
 
+def _floor(model, args, kwargs):
+    return _ops(bare_trace(model, args, kwargs))
+
+
+def _floor_with_metadata(model, args, kwargs):
+    return _ops(bare_trace(model, args, kwargs, metadata=True))
+
+
 EXPORTERS: dict[str, Callable] = {
     "ours": _ours, "torch.export": _torch_export, "+run_decomp": _run_decomp, "aot_pre": _aot_pre,
+    "floor": _floor, "floor+meta": _floor_with_metadata,
 }
 
 
@@ -143,18 +156,22 @@ def corpus_table(results: dict[str, dict], console: Console) -> dict[str, float]
     others = [k for k in EXPORTERS if k != "ours"]
     for name in others:
         table.add_column(f"ours/{name}", justify="right")
-    table.add_column("ours/torch.export paired", justify="right")
-    ratios: dict[str, list[float]] = {k: [] for k in [*others, "torch.export paired"]}
+    paired_with = [k for k in ("torch.export", "floor") if k in EXPORTERS]
+    for name in paired_with:
+        table.add_column(f"ours/{name} paired", justify="right")
+    ratios: dict[str, list[float]] = {k: [] for k in [*others, *(f"{p} paired" for p in paired_with)]}
     for model, res in results.items():
         cells = [f"{res[k]['median_s']:.3f} ({res[k]['nodes']})" for k in EXPORTERS]
         row = {k: _ratio(res["ours"]["median_s"], res[k]["median_s"]) for k in others}
-        row["torch.export paired"] = _paired_ratio(res["ours"]["samples_s"], res["torch.export"]["samples_s"])
+        for name in paired_with:
+            row[f"{name} paired"] = _paired_ratio(res["ours"]["samples_s"], res[name]["samples_s"])
         for k, r in row.items():
             if r == r:
                 ratios[k].append(r)
         table.add_row(model, *cells, *[f"{r:.2f}" for r in row.values()])
     medians = {k: statistics.median(v) if v else float("nan") for k, v in ratios.items()}
     table.add_row("[b]median ratio", *[""] * len(EXPORTERS), *[f"[b]{medians[k]:.2f}" for k in ratios])
+    table.add_row("[b]worst ratio", *[""] * len(EXPORTERS), *[f"{max(ratios[k], default=float('nan')):.2f}" for k in ratios])
     table.add_row("[b]models above 1.0", *[""] * len(EXPORTERS), *[str(sum(r > 1.0 for r in ratios[k])) for k in ratios])
     console.print(table)
     return medians

@@ -5,9 +5,11 @@ its transformers), CPU time of the process with one torch thread, the heap colle
 before each timed call:
 
 * **warm**, one process for the whole run: per model, a first export by each exporter
-  (not timed), then ``--rounds`` rounds with both alternating; the model's ratio is
-  the median of the per-round ratios (paired: both calls of a round see the same
-  state of a shared machine).
+  (not timed), then ``--rounds`` rounds with all alternating; the model's ratio is
+  the median of the per-round ratios (paired: all calls of a round see the same
+  state of a shared machine). A third "exporter" is the floor: one bare pre-dispatch
+  ``make_fx`` trace over fake state (scripts/bare_trace.py), kept as ``floor_ratio``
+  (ours / floor).
 * **cold**, the way the CLI and conversion scripts run: per model, ``--processes``
   fresh interpreters per exporter, alternating; each imports torch and the model's
   library, builds the model, then times importing the exporter and its first export.
@@ -15,6 +17,8 @@ before each timed call:
   ``--baseline DIR`` adds a third exporter in the same alternation: ours from another
   checkout (``git worktree add DIR main``), so a change is measured before and after
   under the same load; its seconds and ratio are kept as ``baseline`` in the results.
+  ``--empty-cache``: each process gets a new, empty ``$PREDISPATCH_FUNC_CACHE``, as on a
+  machine that never ran the package (results go to ``zoo-cold-empty-...``).
 
 Ratios are kept for models both exporters export. Results are appended to
 ``.bench/zoo-<mode>-torch-<release>.jsonl`` (a rerun resumes); ``--report`` writes
@@ -37,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -59,7 +64,8 @@ def _results_path(mode: str) -> str:
 
 def _exporters() -> dict[str, Callable[..., Any]]:
     import predispatch_func as pf
-    return {"ours": pf.export, "torch.export": torch.export.export}
+    from scripts.bare_trace import bare_trace
+    return {"ours": pf.export, "torch.export": torch.export.export, "floor": bare_trace}
 
 
 def _timed(export: Callable[..., Any], model: torch.nn.Module, args: tuple, kwargs: dict) -> float:
@@ -127,9 +133,11 @@ def warm(args: argparse.Namespace) -> None:
             for name, export in exporters.items():
                 seconds[name].append(_timed(export, model, margs, mkwargs))
         paired = statistics.median(o / t for o, t in zip(seconds["ours"], seconds["torch.export"]))
-        _append(path, {**row, "status": "ok", "seconds": seconds, "ratio": paired})
+        floor = statistics.median(o / t for o, t in zip(seconds["ours"], seconds["floor"]))
+        _append(path, {**row, "status": "ok", "seconds": seconds, "ratio": paired, "floor_ratio": floor})
         print(f"[{i + 1}/{len(todo)}] {zm.name}: ours {statistics.median(seconds['ours']):.3f} s, torch.export "
-              f"{statistics.median(seconds['torch.export']):.3f} s, paired ratio {paired:.2f}", flush=True)
+              f"{statistics.median(seconds['torch.export']):.3f} s, floor {statistics.median(seconds['floor']):.3f} s, "
+              f"paired ratio {paired:.2f}, ours/floor {floor:.2f}", flush=True)
 
 
 # --- cold ---------------------------------------------------------------------------------
@@ -146,15 +154,25 @@ def cold_worker(name: str, exporter: str) -> None:
     if exporter == "ours":
         import predispatch_func as pf
         pf.export(model, margs, mkwargs)
+    elif exporter == "floor":
+        from scripts.bare_trace import bare_trace
+        bare_trace(model, margs, mkwargs)
     else:
         importlib.import_module("torch.export").export(model, margs, mkwargs)
     print(json.dumps({"seconds": time.process_time() - start}))
 
 
-def _cold_once(name: str, exporter: str, baseline: str | None = None) -> float | str:
+def _cold_once(name: str, exporter: str, baseline: str | None = None, empty_cache: bool = False) -> float | str:
     """One fresh process; ``baseline`` runs ours from that checkout (its package and this script)."""
     root = baseline if exporter == "baseline" else _ROOT
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    if empty_cache:
+        with tempfile.TemporaryDirectory(prefix="pf-cold-") as fresh:
+            return _cold_in(name, exporter, root, {**env, "PREDISPATCH_FUNC_CACHE": fresh})
+    return _cold_in(name, exporter, root, env)
+
+
+def _cold_in(name: str, exporter: str, root: str, env: dict[str, str]) -> float | str:
     run = subprocess.run([sys.executable, "-m", "scripts.bench_zoo", "--cold-worker", name,
                           "ours" if exporter == "baseline" else exporter],
                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
@@ -175,7 +193,7 @@ def _compiled_package(baseline: str | None) -> None:
 
 def cold(args: argparse.Namespace) -> None:
     _compiled_package(args.baseline)
-    path = args.results or _results_path("cold")
+    path = args.results or _results_path("cold-empty" if args.empty_cache else "cold")
     todo = [zm for zm in _selected(args) if zm.name not in _done(path)]
     for i, zm in enumerate(todo):
         row: dict[str, Any] = {"name": zm.name, "library": zm.library, "family": zm.family}
@@ -183,7 +201,7 @@ def cold(args: argparse.Namespace) -> None:
         failed = {}
         for _ in range(args.processes):
             for exporter in seconds:
-                got = _cold_once(zm.name, exporter, args.baseline)
+                got = _cold_once(zm.name, exporter, args.baseline, args.empty_cache)
                 if isinstance(got, str):
                     failed[exporter] = got
                 else:
@@ -219,24 +237,35 @@ def _median_seconds(row: dict, exporter: str) -> float:
     return statistics.median(row["seconds"][exporter])
 
 
+def _median_or_dash(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
+
+
 def _table(rows: list[dict], title: str) -> list[str]:
+    """Per-family medians; ours/floor where the run timed the floor (warm runs since it exists)."""
     if not rows:
         return [f"## {title}", "", "Not run.", ""]
     families = sorted({r["family"] for r in rows},
                       key=lambda f: FAMILY_ORDER.index(f) if f in FAMILY_ORDER else len(FAMILY_ORDER))
     lines = [f"## {title}", "", "| family | models | ours s (median) | torch.export s (median) | median ratio | "
-             "worst ratio | above 1.0 |", "|---|---|---|---|---|---|---|"]
+             "worst ratio | above 1.0 | ours/floor median | ours/floor worst |", "|---|---|---|---|---|---|---|---|---|"]
     for family in [*families, None]:
         group = [r for r in rows if family is None or r["family"] == family]
         ratios = [r["ratio"] for r in group]
+        floors = [r["floor_ratio"] for r in group if "floor_ratio" in r]
         lines.append(f"| {family or '**all**'} | {len(group)} | "
                      f"{statistics.median(_median_seconds(r, 'ours') for r in group):.3f} | "
                      f"{statistics.median(_median_seconds(r, 'torch.export') for r in group):.3f} | "
-                     f"{statistics.median(ratios):.2f} | {max(ratios):.2f} | {sum(x > 1.0 for x in ratios)} |")
+                     f"{statistics.median(ratios):.2f} | {max(ratios):.2f} | {sum(x > 1.0 for x in ratios)} | "
+                     f"{_median_or_dash(floors)} | {f'{max(floors):.2f}' if floors else '-'} |")
     worst = sorted(rows, key=lambda r: -r["ratio"])[:12]
-    lines += ["", "Worst models:", "", "| model | family | ours s | torch.export s | ratio |", "|---|---|---|---|---|"]
+    lines += ["", "Worst models:", "", "| model | family | ours s | torch.export s | ratio | ours/floor |",
+              "|---|---|---|---|---|---|"]
     lines += [f"| {r['name']} | {r['family']} | {_median_seconds(r, 'ours'):.3f} | "
-              f"{_median_seconds(r, 'torch.export'):.3f} | {r['ratio']:.2f} |" for r in worst]
+              f"{_median_seconds(r, 'torch.export'):.3f} | {r['ratio']:.2f} | "
+              f"{r['floor_ratio']:.2f} |" if "floor_ratio" in r else
+              f"| {r['name']} | {r['family']} | {_median_seconds(r, 'ours'):.3f} | "
+              f"{_median_seconds(r, 'torch.export'):.3f} | {r['ratio']:.2f} | - |" for r in worst]
     return [*lines, ""]
 
 
@@ -253,6 +282,7 @@ def report(args: argparse.Namespace) -> None:
              f"{args.note}".strip(), ""]
     lines += _table(_rows("warm"), "Warm (paired)")
     lines += _table(_rows("cold"), "Cold (first export in a fresh process)")
+    lines += _table(_rows("cold-empty"), "Cold with an empty cache directory (`--empty-cache`)")
     out = args.out or os.path.join(_ROOT, "docs", "runs", f"bench_zoo-torch-{release()}.md")
     with open(out, "w") as f:
         f.write("\n".join(lines))
@@ -271,6 +301,8 @@ def main() -> None:
     parser.add_argument("--heavy", action="store_true", help="include the zoo's heavy models")
     parser.add_argument("--results", help="results file (default .bench/zoo-<mode>-torch-<release>.jsonl)")
     parser.add_argument("--baseline", help="cold: also time ours from this checkout, alternating")
+    parser.add_argument("--empty-cache", action="store_true",
+                        help="cold: a new empty $PREDISPATCH_FUNC_CACHE for every process")
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--note", default="", help="a sentence for the report (machine load, ...)")
     parser.add_argument("--out")
