@@ -92,7 +92,7 @@ def _where(node: torch.fx.Node | None) -> str:
     if node is None:
         return "the forward"
     line = user_line_of_recorded(node.meta.get("stack_trace"))
-    return f"`{node.format_node()}`" + (f" (made at {line})" if line else "")
+    return f"`{node.name}` ({node.target})" + (f" at {line}" if line else "")
 
 
 def _copy_meta(source: torch.fx.Node, graph: torch.fx.Graph, after: torch.fx.Node | None) -> None:
@@ -173,7 +173,7 @@ def _check_state_writes(forward: torch.fx.GraphModule, outs: Sequence[Any], stat
         if isinstance(value, torch.Tensor) and value.requires_grad:
             node = output[index] if isinstance(output[index], torch.fx.Node) else None
             raise JointError(
-                f"export_joint: {what} is written with a value that requires grad ({_where(node)}): in "
+                f"export_joint: {what} is written with a value that requires grad (made by {_where(node)}): in "
                 "eager it keeps this step's autograd history, so the next step's backward runs into this "
                 "step's graph and its gradients differ from a fresh step's, which is what a training program "
                 "computes. Write it under torch.no_grad() or write a detach()-ed value (as BatchNorm updates "
@@ -189,10 +189,10 @@ def _check_loss(forward: torch.fx.GraphModule, loss: Any, index: int) -> None:
                else f"{type(loss).__name__} {loss!r}")
         raise JointError(
             f"export_joint needs a scalar floating-point loss (the model's first output, or loss_fn's result); "
-            f"met {met}, made at {line}. Return the loss first (e.g. `return loss, logits`), reduce it "
+            f"met {met}, made by {line}. Return the loss first (e.g. `return loss, logits`), reduce it "
             "(`.mean()`/`.sum()`), or pass loss_fn=", kind=JointProblem.NO_SCALAR_LOSS)
     if not loss.requires_grad:
         raise JointError(
             f"export_joint: the loss does not require grad (no parameter or input that requires grad reaches "
-            f"it; made at {line}): nothing to differentiate. Check requires_grad of the parameters, or a "
+            f"it; made by {line}): nothing to differentiate. Check requires_grad of the parameters, or a "
             "no_grad/detach on the way to the loss", kind=JointProblem.LOSS_WITHOUT_GRAD)
