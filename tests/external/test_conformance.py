@@ -26,6 +26,7 @@ def _sample() -> list:
             for n in sampled_cases()]
 
 
+@pytest.mark.deep
 @pytest.mark.parametrize("name", _sample())
 def test_sampled_case(name):
     theirs = judge(name, "torch").__dict__

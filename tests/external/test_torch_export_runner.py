@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "run_torch_export_tests.py")
 
@@ -69,6 +71,7 @@ def _load_runner():
     return mod
 
 
+@pytest.mark.deep
 def test_runner_end_to_end(tmp_path):
     folder = tmp_path / ".testexport"
     folder.mkdir()

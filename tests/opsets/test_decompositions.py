@@ -315,12 +315,16 @@ def _is_backward_kernel(op_name: str) -> bool:
     return "backward" in op_name
 
 
-def _cases():
-    return [pytest.param(op, name, variant, wide, id=f"{op}-{name}.{variant}-{'64' if wide else '32'}")
+def _cases(narrow_mark=()):
+    """Both widths; ``narrow_mark`` on the float32 half (the default suite's is ``deep``, which CI
+    runs on the newest torch: float64's tight tolerance catches a wrong formula on every torch,
+    float32 a wrong dtype or precision)."""
+    return [pytest.param(op, name, variant, wide, id=f"{op}-{name}.{variant}-{'64' if wide else '32'}",
+                         marks=() if wide else narrow_mark)
             for op, infos in CASES.items() for name, variant in infos for wide in (True, False)]
 
 
-@pytest.mark.parametrize(("op_name", "name", "variant", "wide"), _cases())
+@pytest.mark.parametrize(("op_name", "name", "variant", "wide"), _cases(narrow_mark=pytest.mark.deep))
 def test_decomposition_equals_eager_on_opinfo_samples(op_name, name, variant, wide):
     """The first sample reaching the op; ``-m conformance`` runs more."""
     _check_on_samples(op_name, name, variant, wide, samples=1)
