@@ -8,8 +8,7 @@ written only costs the time it was meant to save.
 
 Kept here: the composite guard's verdicts and eager-kernel checks
 (``trace/persisted_guards.py``), aten entries audited lazily on a torch without a
-shipped table (``schema_audit/lazy.py``), OpInfo samples (``schema_audit/opinfo.py``),
-the torch files fx drops from stack traces (``passes/stack_trace_files.py``), and
+shipped table (``schema_audit/lazy.py``), OpInfo samples (``schema_audit/opinfo.py``), and
 ``pf.eager``'s registrations and traced kernels per target (``eager/persisted_kernels.py``).
 """
 

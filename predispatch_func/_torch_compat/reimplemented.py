@@ -203,10 +203,37 @@ def stack_trace_anchors() -> set[tuple[str, str]]:
     return getattr(fx_proxy, "_STACK_TRACE_ANCHORS", set())
 
 
+# the modules whose files torch's ``uninteresting_files`` names (torch/fx/experimental/symbolic_shapes.py
+# and torch/_dynamo/guards.py), as paths under torch's directory; it imports each to ask for its file
+_UNINTERESTING_MODULES = (
+    "fx/experimental/symbolic_shapes", "export/_trace", "fx/experimental/recording", "fx/experimental/sym_node",
+    "fx/interpreter", "fx/_symbolic_trace", "__init__", "_compile", "_dynamo/eval_frame", "_inductor/sizevars",
+    "_library/custom_ops", "_library/fake_impl", "_subclasses/meta_utils", "_subclasses/fake_tensor",
+    "_logging/_internal", "_logging/structured", "_dynamo/external_utils",
+)
+# whole folders it names (every HOP module), or whose loaded modules it names (dynamo's polyfills:
+# taken whole, the few it leaves out are run only by dynamo, never in a trace's stack)
+_UNINTERESTING_FOLDERS = ("_higher_order_ops", "_dynamo/polyfills")
+
+
 def uninteresting_stack_files() -> set[str]:
     """The files whose frames fx's tracer always drops from a node's stack (fx also keeps
-    frames of torch/__init__.py, which this set then drops). Computing it imports the
-    modules it names, torch.export's tracer among them: callers cache it per torch install."""
+    frames of torch/__init__.py, which this set then drops). torch computes it by importing
+    every module it names, torch.export's tracer and dynamo among them (a third of a second
+    in a fresh process); this names the same files by path, importing nothing. A superset by
+    dynamo polyfill files only (drift test: test_torch_drift.py)."""
+    import glob
+    import os
+
+    root = os.path.dirname(torch.__file__)  # as torch's modules' __file__, which frames carry
+    files = {os.path.join(root, *module.split("/")) + ".py" for module in _UNINTERESTING_MODULES}
+    for folder in _UNINTERESTING_FOLDERS:
+        files.update(glob.glob(os.path.join(root, *folder.split("/"), "*.py")))
+    return files | {"<string>"}
+
+
+def torchs_uninteresting_stack_files() -> set[str]:
+    """torch's own set (imports what it names): for the drift test."""
     from torch.fx.experimental.symbolic_shapes import uninteresting_files
 
     return uninteresting_files()
@@ -596,6 +623,7 @@ __all__ = [
     "functionalize_inplace_through_twin",
     "stack_trace_anchors",
     "uninteresting_stack_files",
+    "torchs_uninteresting_stack_files",
     "fake_with_dynamic_dims",
     "fake_of_plain_state",
     "static_tensor_metadata",

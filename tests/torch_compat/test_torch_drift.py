@@ -159,7 +159,7 @@ def _traces(ep) -> list[tuple[str, str]]:
 def test_stack_traces_are_the_ones_torch_export_records():
     """``stack_trace_anchors`` and ``uninteresting_stack_files`` restate which frames fx's tracer
     keeps in a node's ``stack_trace`` (``forward`` frames and torch's registered anchors, less
-    torch's uninteresting files, read from the disk cache where an earlier process left them), and
+    torch's uninteresting files, named by path), and
     ``passes/node_meta.py`` formats them as fx does. Pins: on a functional model (same nodes
     in both programs) every node's stack_trace equals the one ``torch.export.export`` records."""
     x = torch.randn(2, 3)
@@ -170,6 +170,19 @@ def test_stack_traces_are_the_ones_torch_export_records():
     assert [t for t, _ in ours] == [t for t, _ in torchs]
     assert all(trace for _, trace in ours)
     assert ours == torchs
+
+
+def test_the_uninteresting_files_named_by_path_are_torchs():
+    """``uninteresting_stack_files`` names torch's set by path, without importing the modules
+    torch imports to compute it. Pins: every file torch names is named, and the only extra
+    ones are dynamo's polyfill modules (taken by folder; dynamo alone runs them)."""
+    import os
+
+    ours, torchs = tc.uninteresting_stack_files(), tc.torchs_uninteresting_stack_files()
+    assert torchs <= ours, sorted(torchs - ours)
+    polyfills = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "polyfills")
+    assert all(os.path.dirname(f) == polyfills for f in ours - torchs), sorted(ours - torchs)
+    assert all(os.path.exists(f) for f in ours if f != "<string>")
 
 
 # --- recompute_unbacked_bindings ------------------------------------------------------------
@@ -917,7 +930,7 @@ def test_every_program_records_the_nodes_torchs_proxy_call_records():
     assert direct >= 0.6 * calls, (direct, calls)  # the common call is recorded directly
 
 
-@pytest.mark.parametrize("name", ["small_cnn", "bert", "llama", "t5"])
+@pytest.mark.parametrize("name", ["small_cnn", *(pytest.param(n, marks=pytest.mark.deep) for n in ("bert", "llama", "t5"))])
 def test_corpus_models_record_the_nodes_torchs_proxy_call_records(name):
     from tests.models import corpus
 
