@@ -22,6 +22,7 @@ the same on either path.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ import torch
 from .. import _torch_compat as tc
 from . import cache
 from .mode import EagerMode, Kernels
-from .plans import How, Plan
+from .plans import How, Plan, check_in_place_cast
 
 _NUMBERS = frozenset({int, float, bool, complex})
 _COPY = tc.entry_point(torch.ops.aten.copy_.default)
@@ -62,11 +63,41 @@ def kernel_for(op: tc.OpOverload, how: How, kernels: Kernels, modes: list[EagerM
     return kernel
 
 
+_WIDEST = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+_CATEGORY = {bool: 0, int: 1, float: 2, complex: 3}
+_OPMATH = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
+
+
+def _category(dtype: torch.dtype) -> int:
+    return 3 if dtype.is_complex else 2 if dtype.is_floating_point else 0 if dtype == torch.bool else 1
+
+
 def _numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
-    """A C++ caller's wrapped number (``pow(2, x)`` in a derivative) reaches a Python kernel as a
-    Python number, which the op itself refuses where its schema says Tensor: a 0-dim tensor of the
-    default dtype for its kind promotes as the number did."""
-    return tuple(torch.tensor(value) if i in positions and type(value) in _NUMBERS else value
+    """A C++ caller's wrapped number (``x.div_(0.8)``, ``pow(2, x)`` in a derivative) reaches a
+    Python kernel as a Python number, which the op itself refuses where its schema says Tensor.
+    It becomes a 0-dim tensor that promotes as the number did and holds the value eager computes
+    with: beside a float or complex tensor with dimensions, that tensor's opmath dtype (float64
+    0.8 beside a float64 tensor: a float32 0.8 was off by 2e-8 there; float32 beside bfloat16);
+    beside a tensor with dimensions of a higher kind, the widest of its own; else the dtype of a
+    0-dim tensor of its kind or above, or its default dtype, as the result takes."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+
+    def as_tensor(value: Any) -> torch.Tensor:
+        category = _CATEGORY[type(value)]
+        if category == 0:  # a bool stays one (``sub`` refuses bool operands; no dtype is below it)
+            return torch.tensor(value)
+        same_kind = [t.dtype for t in tensors if t.dim() > 0 and _category(t.dtype) == category]
+        if same_kind and category >= 2:  # eager computes in that dtype's opmath, the number cast to it
+            dtype = functools.reduce(torch.promote_types, same_kind)
+            return torch.tensor(value, dtype=_OPMATH.get(dtype, dtype))
+        if any(t.dim() > 0 and _category(t.dtype) >= category for t in tensors):
+            return torch.tensor(value, dtype=_WIDEST[type(value)])  # that tensor's dtype wins
+        governing = [t.dtype for t in tensors if t.dim() == 0 and _category(t.dtype) >= category]
+        if governing:  # a 0-dim tensor of its kind or above sets the dtype: the number takes it
+            return torch.tensor(value, dtype=functools.reduce(torch.promote_types, governing))
+        return torch.tensor(value)  # the number raises the kind: its default dtype, as eager
+
+    return tuple(as_tensor(value) if i in positions and type(value) in _NUMBERS else value
                  for i, value in enumerate(args))
 
 
@@ -118,6 +149,7 @@ def _through_twin_in_place(op: tc.OpOverload, plan: Plan, kernels: Kernels, mode
             result = mode.run(twin, args, kwargs)
         if not isinstance(result, torch.Tensor) or result.shape != destination.shape:  # run's to resize
             return mode.run(op, args, kwargs)
+        check_in_place_cast(result, destination)
         with excluding():
             _COPY(destination, result)
         stats = mode.stats

@@ -39,7 +39,7 @@ from ..opsets import Lowering, OpSet, is_infrastructure
 from . import above_autograd, cache
 from .floor import RUNTIME_FLOOR
 from .persisted_kernels import PersistedKernels
-from .plans import How, Plan, plan_for
+from .plans import How, Plan, check_in_place_cast, plan_for
 from .stats import EagerStats
 
 aten = torch.ops.aten
@@ -272,13 +272,16 @@ class EagerMode(tc.TorchDispatchMode):
     def _through_twin(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
         bound = dict(zip(plan.arguments, args), **kwargs)
         destinations = [bound.pop(name) for name in plan.written] if kwargs.keys() & set(plan.written) else None
-        if destinations is None:  # in-place: self is both an argument and the destination
+        in_place = destinations is None
+        if in_place:  # self is both an argument and the destination
             destinations = [bound[plan.written[0]]]
         twin: tc.OpOverload = plan.twin  # type: ignore[assignment]
         twin_args = tuple(bound[n] for n in plan.twin_positional if n in bound)
         twin_kwargs = {n: bound[n] for n in plan.twin_keyword if n in bound}
         result = self._call(twin, twin_args, twin_kwargs)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
+        if in_place and isinstance(results[0], torch.Tensor):
+            check_in_place_cast(results[0], destinations[0])
         for destination, value in zip(destinations, results):
             if destination.shape != value.shape:
                 self._call(aten.resize_.default, (destination, value.shape), {})

@@ -99,3 +99,19 @@ def _writes_only(op: tc.OpOverload, written: tuple[str, ...]) -> bool:
     return written == (tc.schema_of(op).arguments[0].name,)
 
 
+
+
+_SCALAR_TYPE_NAMES = {torch.float64: "Double", torch.float32: "Float", torch.float16: "Half",
+                      torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
+                      torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
+                      torch.complex128: "ComplexDouble", torch.complex64: "ComplexFloat", torch.complex32: "ComplexHalf"}
+
+
+def check_in_place_cast(result: torch.Tensor, destination: torch.Tensor) -> None:
+    """An in-place op computes in the result type of its arguments and casts into ``self``, which
+    eager refuses where the cast would lose a kind (``int_tensor.add_(0.8)``); its functional twin
+    and a ``copy_`` would truncate silently. Raised as eager raises it."""
+    if result.dtype != destination.dtype and not torch.can_cast(result.dtype, destination.dtype):
+        name = _SCALAR_TYPE_NAMES.get
+        raise RuntimeError(f"result type {name(result.dtype, str(result.dtype))} can't be cast to the desired "
+                           f"output type {name(destination.dtype, str(destination.dtype))}")
