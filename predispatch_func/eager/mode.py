@@ -271,10 +271,9 @@ class EagerMode(tc.TorchDispatchMode):
 
     def _through_twin(self, plan: Plan, args: tuple, kwargs: dict) -> Any:
         bound = dict(zip(plan.arguments, args), **kwargs)
-        destinations = [bound.pop(name) for name in plan.written] if kwargs.keys() & set(plan.written) else None
-        in_place = destinations is None
-        if in_place:  # self is both an argument and the destination
-            destinations = [bound[plan.written[0]]]
+        in_place = not kwargs.keys() & set(plan.written)
+        # in place: self is both an argument and the destination
+        destinations = [bound[plan.written[0]]] if in_place else [bound.pop(name) for name in plan.written]
         twin: tc.OpOverload = plan.twin  # type: ignore[assignment]
         twin_args = tuple(bound[n] for n in plan.twin_positional if n in bound)
         twin_kwargs = {n: bound[n] for n in plan.twin_keyword if n in bound}
