@@ -234,6 +234,11 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     aten.upsample_bicubic2d_backward.default: _upsample_backward(_cubic_taps, 2, True),
     aten.upsample_nearest1d_backward.default: _upsample_backward(_nearest_taps(exact=False), 1, False),
     tc.resolve_overload("aten", "_upsample_nearest_exact1d_backward.default"): _upsample_backward(_nearest_taps(exact=True), 1, False),
+    # 2d and 3d: met where the forward stays whole (upsample_nearest2d is Core ATen), as HRNet's
+    aten.upsample_nearest2d_backward.default: _upsample_backward(_nearest_taps(exact=False), 2, False),
+    aten.upsample_nearest3d_backward.default: _upsample_backward(_nearest_taps(exact=False), 3, False),
+    tc.resolve_overload("aten", "_upsample_nearest_exact2d_backward.default"): _upsample_backward(_nearest_taps(exact=True), 2, False),
+    tc.resolve_overload("aten", "_upsample_nearest_exact3d_backward.default"): _upsample_backward(_nearest_taps(exact=True), 3, False),
     aten.max_pool3d_with_indices_backward.default: _max_pool_backward(3, 5),
     aten.adaptive_max_pool2d_backward.default: _max_pool_backward(2, 0),
     aten.adaptive_max_pool3d_backward.default: _max_pool_backward(3, 0),
