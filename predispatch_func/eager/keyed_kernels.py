@@ -57,7 +57,7 @@ def kernel_for(op: tc.OpOverload, how: How, kernels: Kernels, modes: list[EagerM
     def kernel(*args: Any, **kwargs: Any) -> Any:
         for i in positions:
             if i < len(args) and type(args[i]) in _NUMBERS:
-                args = _numbers_as_tensors(args, positions)
+                args = numbers_as_tensors(args, positions)
                 break
         return fast(*args, **kwargs)
     return kernel
@@ -72,7 +72,7 @@ def _category(dtype: torch.dtype) -> int:
     return 3 if dtype.is_complex else 2 if dtype.is_floating_point else 0 if dtype == torch.bool else 1
 
 
-def _numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
+def numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
     """A C++ caller's wrapped number (``x.div_(0.8)``, ``pow(2, x)`` in a derivative) reaches a
     Python kernel as a Python number, which the op itself refuses where its schema says Tensor.
     It becomes a 0-dim tensor that promotes as the number did and holds the value eager computes

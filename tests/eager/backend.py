@@ -24,6 +24,7 @@ from torch.utils.backend_registration import _DummyBackendModule, _setup_private
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from predispatch_func.eager import session_key
+from predispatch_func.eager.keyed_kernels import numbers_as_tensors
 from predispatch_func.opsets import Lowering
 
 DEVICE = "pfdev"
@@ -69,14 +70,16 @@ class OnDevice(torch.Tensor):
     def __repr__(self) -> str:
         return f"OnDevice({self.value!r})"
 
+    def tolist(self):  # a C++ device tensor copies to the host for it; torch refuses wrapper subclasses
+        return self.value.tolist()
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         # wrapper subclasses must define it; go straight on to the backend's key, as a C++ tensor would
         # Python numbers where the schema says Tensor reach a mode as numbers; the boxed call wants tensors
-        names = [a.name for a in func._schema.arguments]
-        tensor_typed = {a.name for a in func._schema.arguments if str(a.type) == "Tensor"}
-        args = tuple(torch.tensor(v) if n in tensor_typed and isinstance(v, (int, float, bool, complex)) else v
-                     for n, v in zip(names, args))
+        # (as pf.eager's kernels make them: eager's dtype and value, not the default dtype's rounding)
+        tensor_typed = tuple(i for i, a in enumerate(func._schema.arguments) if str(a.type) == "Tensor")
+        args = numbers_as_tensors(tuple(args), tensor_typed)
         # a C++ tensor's dispatch passes the keys its thread includes: a keyed pf.eager session's too
         # (where it has a kernel: redispatch does not skip a fallthrough as dispatch does)
         session = tc.spare_key_active()
