@@ -92,7 +92,9 @@ def _where(node: torch.fx.Node | None) -> str:
     if node is None:
         return "the forward"
     line = user_line_of_recorded(node.meta.get("stack_trace"))
-    return f"`{node.name}` ({node.target})" + (f" at {line}" if line else "")
+    target = node.target if isinstance(node.target, str) or hasattr(node.target, "overloadpacket") \
+        else getattr(node.target, "__name__", node.target)  # operator.getitem: "getitem", not its repr
+    return f"`{node.name}` ({target})" + (f" at {line}" if line else "")
 
 
 def _copy_meta(source: torch.fx.Node, graph: torch.fx.Graph, after: torch.fx.Node | None) -> None:
