@@ -89,3 +89,17 @@ def test_a_number_beside_a_0_dim_tensor_and_a_tensor_with_dims(dtype):
         with pf.eager.on(pf.OpSet.core_aten()):
             got = _outcome(call)
         assert _same(got, expected), (expected, got)
+
+
+@pytest.mark.parametrize(("dtype", "number"), [(torch.int32, 0.8), (torch.int64, 0.5), (torch.float32, 1.5 + 0.25j),
+                                               (torch.bool, 2)], ids=str)
+def test_an_in_place_cast_eager_refuses_is_refused_with_eagers_text(dtype, number):
+    """``check_in_place_cast`` restates torch's message and its scalar-type names: pinned here."""
+    def call():
+        return torch.ones(3, dtype=dtype).add_(number)
+
+    with pytest.raises(RuntimeError) as eager:
+        call()
+    with pf.eager.on(pf.OpSet.core_aten()), pytest.raises(RuntimeError) as ours:
+        call()
+    assert str(ours.value) == str(eager.value)
