@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import predispatch_func as pf
+from predispatch_func import _torch_compat as tc
 from tests.eager import backend
 from tests.eager.test_eager_backend import TARGET, _forward_backward_on_backend
 from tests.models.corpus import CASES
@@ -42,17 +43,9 @@ def test_light_zoo_train_step_on_the_backend_under_a_keyed_session(zm):
         # norm's backward): judged again in float64, normwise at 1e-8, where a wrong formula or a
         # constant rounded to float32 still shows and reordered sums do not
         model, args, kwargs = zm.build()
-        wide = (model.double(), *[_wide(v) for v in (args, kwargs)])
+        wide = (model.double(), *tc.pytree.tree_map_only(
+            torch.Tensor, lambda t: t.double() if t.is_floating_point() else t, (args, kwargs)))
         _forward_backward_on_backend(zm.name, pf.eager.on(TARGET), built=wide, tolerance=1e-8)
         pytest.xfail(f"differs in float32 only (equal in float64): {str(float32).splitlines()[0]}"[:300])
     assert session.keyed
 
-
-def _wide(value):
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.double()
-    if isinstance(value, dict):
-        return {k: _wide(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_wide(v) for v in value)
-    return value
