@@ -197,6 +197,40 @@ def dropout_train():
     return _Dropout().train(), (_x(4, 8),), {}, None
 
 
+class _DropoutInPlace(nn.Module):
+    """``inplace=True`` dropout (torchvision's classifiers) draws its mask by ``bernoulli_``."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop = nn.Linear(8, 8), nn.Dropout(0.3, inplace=True)
+
+    def forward(self, x):
+        return self.drop(self.fc(x)).pow(2).sum()
+
+
+@case("aten.linear.default")
+def dropout_in_place_train():
+    return _DropoutInPlace().train(), (_x(4, 8),), {}, None
+
+
+class _StochasticDepth(nn.Module):
+    """A residual branch dropped per sample, as torchvision's ``stochastic_depth`` draws it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        survival = 0.8
+        noise = torch.empty((x.shape[0], 1), dtype=x.dtype, device=x.device).bernoulli_(survival).div_(survival)
+        return (x + self.fc(x) * noise).pow(2).sum()
+
+
+@case("aten.linear.default")
+def stochastic_depth_train():
+    return _StochasticDepth().train(), (_x(16, 8),), {}, None
+
+
 class _Issue41(nn.Module):
     """The issue's repro: a no_grad EMA update, an autocast(bfloat16) block, Linear and LayerNorm."""
 

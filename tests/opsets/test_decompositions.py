@@ -241,7 +241,7 @@ GAUGE = {"svd", "linalg.svd", "linalg.eigh"}
 WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
 # ops with no OpInfo of their own, checked by hand below (empty_permuted: tests/opsets/test_empty_permuted.py)
 BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default",
-           "aten.empty_permuted.default"}
+           "aten.empty_permuted.default", "aten.bernoulli.p"}
 # torch registers a decomposition for it, which declines windows of uneven sizes (returns NotImplemented)
 REPLACED = {"aten.adaptive_max_pool2d.default"}
 
@@ -984,3 +984,28 @@ def test_random_draws_take_the_kernels_numbers(dtype):
         _assert_same(results[1], results[0], form)
     with pytest.raises(RuntimeError, match="probability tensor contains"):
         TABLE[aten.multinomial.default](torch.tensor([0.5, -1.0], dtype=dtype), 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_bernoulli_p_draws_eagers_mask_through_native_dropout(dtype):
+    """``bernoulli.p`` (dropout's and stochastic depth's mask) as ``native_dropout``'s mask: the same
+    draws from the same seed, the generator left where eager leaves it, a contiguous result,
+    over sizes on both sides of the kernels' parallel grain and a channels-last input; where
+    ``1 - (1 - p) != p`` (the mask would be drawn against another threshold), with a generator, or
+    with ``p`` 0 or 1 (where the kernel may draw nothing), it declines."""
+    bernoulli, decomposition = torch.ops.aten.bernoulli.p, TABLE[torch.ops.aten.bernoulli.p]
+    inputs = [torch.empty(7, dtype=dtype), torch.empty(3, 5, dtype=dtype), torch.empty(70_000, dtype=dtype),
+              torch.empty(8, 3, 9, 9, dtype=dtype).to(memory_format=torch.channels_last)]
+    for x in inputs:
+        for p in (0.5, 0.8, 0.9, 0.999, 0.25):
+            torch.manual_seed(7)
+            expected, after = bernoulli(x, p), torch.rand(2)
+            torch.manual_seed(7)
+            got = decomposition(x, p)
+            assert torch.equal(got, expected) and got.dtype == expected.dtype, (tuple(x.shape), p)
+            assert got.stride() == expected.stride() and torch.equal(torch.rand(2), after), (tuple(x.shape), p)
+            assert x.numel() < 1000 or 0 < float(got.float().mean()) < 1  # a mask, not a constant
+    x = inputs[1]
+    for p in (0.1, 0.0, 1.0):
+        assert decomposition(x, p) is NotImplemented, p
+    assert decomposition(x, 0.5, generator=torch.Generator()) is NotImplemented

@@ -12,8 +12,17 @@
   ``uniform_`` over a float64 tensor of that many elements draws; the products round within
   an ulp of the kernel's. Out of training: ``leaky_relu`` with the mean slope, no draw.
 
-Both read the data (the validity checks, the count of non-positive elements), so ``pf.eager``
-runs them uncached and export names them (``reads_data``).
+* ``bernoulli.p`` (the mask of dropout and of stochastic depth in training, drawn by
+  ``bernoulli_`` into a fresh tensor and functionalized): the mask Core ATen's
+  ``native_dropout`` draws over ones with drop probability ``1 - p``. Its CPU kernel draws
+  that mask by the same ``bernoulli_(1 - drop)`` over a contiguous tensor, so the same
+  numbers come out where ``1 - (1 - p) == p`` exactly (every ``p >= 0.5``, which covers
+  dropout below 0.5 and the usual survival rates); elsewhere, with a generator, with ``p`` 0
+  or 1, or on CUDA, whose fused dropout kernel draws another stream, it stays undecomposed.
+  torch's own joint path reaches ``native_dropout`` too, from ``dropout``.
+
+multinomial and rrelu read the data (the validity checks, the count of non-positive elements),
+so ``pf.eager`` runs them uncached and export names them (``reads_data``).
 """
 
 from __future__ import annotations
@@ -104,12 +113,24 @@ def rrelu_with_noise_functional(x: torch.Tensor, noise: torch.Tensor, lower: flo
     return out, (drawn if drawn is not None else noise.clone())
 
 
+def bernoulli_p(x: torch.Tensor, p: float = 0.5, *, generator: torch.Generator | None = None) -> Any:
+    drawn_alike = (generator is None and isinstance(p, (float, int)) and 0 < p < 1 and 1 - (1 - p) == p
+                   and x.device.type != "cuda")
+    if not drawn_alike:
+        return NotImplemented
+    # contiguous, as bernoulli.p allocates. full, not ones_like: reached from bernoulli_ inside functionalization,
+    # a tensor ones_like makes here is not recorded (a constant with no value, as lerp_'s weight)
+    ones = torch.ops.aten.full.default(list(x.shape), 1, dtype=x.dtype, device=x.device)
+    return torch.ops.aten.native_dropout.default(ones, 1 - p, True)[1].to(x.dtype)
+
+
 for _decomposition in (multinomial, rrelu_with_noise, rrelu_with_noise_, rrelu_with_noise_functional):
     _decomposition.reads_data = True  # type: ignore[attr-defined]
 
 
 DECOMPOSITIONS: dict[Any, Callable] = {op: decomposition for op, decomposition in (
     (tc.resolve_overload("aten", "multinomial.default"), multinomial),
+    (tc.resolve_overload("aten", "bernoulli.p"), bernoulli_p),
     (tc.resolve_overload("aten", "rrelu_with_noise.default"), rrelu_with_noise),
     (tc.resolve_overload("aten", "rrelu_with_noise_.default"), rrelu_with_noise_),
     (tc.resolve_overload("aten", "rrelu_with_noise_functional.default"), rrelu_with_noise_functional),
