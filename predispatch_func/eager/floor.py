@@ -55,6 +55,8 @@ _RANDOM_FILLS = ("aten.uniform_.default", "aten.normal_.default", "aten.bernoull
 WHY.update({name: "random fills: torch's random ops (rand_like, dropout, bernoulli, randint...) draw "
                   "through them, so a backend that has them draws from the generator as eager does"
             for name in _RANDOM_FILLS})
+WHY["aten.bernoulli_.float"] += (" (a probability p with 1 - (1 - p) == p lowers to Core ATen's native_dropout, "
+                                 "whose CPU mask is the same draws; any other p needs the fill)")
 
 
 def _floor() -> OpSet:

@@ -41,7 +41,9 @@ NEEDS = {
         lambda: torch.zeros(0).set_(torch.arange(6.0).untyped_storage(), 1, (2, 2), (1, 2)),
     "aten.uniform_.default": lambda: torch.zeros(3).uniform_(),
     "aten.normal_.default": lambda: torch.zeros(3).normal_(),
-    "aten.bernoulli_.float": lambda: torch.zeros(3).bernoulli_(0.5),
+    # 0.3, not 0.5: a p with 1 - (1 - p) == p lowers to native_dropout's mask (Core ATen, the same
+    # draws); any other stays a fill only the floor can draw
+    "aten.bernoulli_.float": lambda: torch.zeros(3).bernoulli_(0.3),
     "aten.bernoulli_.Tensor": lambda: torch.zeros(3).bernoulli_(torch.full((3,), 0.5)),
     "aten.random_.default": lambda: torch.zeros(3).random_(),
     "aten.random_.from": lambda: torch.zeros(3).random_(1, 5),
