@@ -186,6 +186,9 @@ class Lowering:
                 return ("torch decomposes it only into prims (torch._refs), not into ATen; "
                         "run_decompositions() keeps it too")
             return "torch has no decomposition for it (core ATen table nor CompositeImplicitAutograd)"
+        declines = getattr(self.decomposition(op), "declines", None)
+        if declines is not None:
+            return f"its decomposition declines {declines}"
         return "its decomposition did not take effect (it is emitted below the level decompositions run at)"
 
 

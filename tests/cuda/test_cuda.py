@@ -287,3 +287,31 @@ def test_bf16_corpus_misses_on_cuda_equal_eager_down_the_export_branch(name, tra
     args, kwargs = _on_cuda(args), _on_cuda(kwargs)
     ep = pf.export(model, args, kwargs)
     pf.verify(ep, on_export_branch(model), args, kwargs, raise_on_failure=True, calls=2, **LOW_PRECISION)
+
+
+@pytest.mark.parametrize("target", [None, "core_aten"])
+def test_joint_program_with_training_batch_norm_equals_eager_on_cuda(target):
+    """CUDA's training batch norm (``_batch_norm_with_update``) in a joint program, kept and lowered
+    to Core ATen: exported (its lowering once wrote running statistics carrying the step's
+    history, refused as such) and equal to eager over two steps. In float64: TF32 convolutions put
+    eager's own float32 gradients 0.1 to 0.7 (normwise) from the float64 truth on these nets."""
+    torch.manual_seed(0)
+    model = BatchNormNet().train().double().to(CUDA)
+    args = (torch.randn(4, 3, 12, 12, dtype=torch.float64, device=CUDA),)
+    loss = lambda out: out.pow(2).mean()  # noqa: E731
+    chosen = pf.OpSet.core_aten() if target else None
+    ep = pf.export_joint(model, args, loss_fn=loss, target=chosen)
+    report = pf.verify_joint(ep, model, args, loss_fn=loss, calls=2, target=chosen, rtol=1e-9, atol=1e-10)
+    assert report.ok, report.problems[:3]
+
+
+def test_bernoulli_mask_under_core_aten_on_cuda_is_refused_with_the_reason():
+    """On CUDA ``bernoulli_`` (in-place dropout, stochastic depth) draws another stream than
+    ``native_dropout``'s fused kernel: its lowering declines there, and says so."""
+    from tests.joint.cases import CASES as JOINT_CASES
+
+    model, args, kwargs, loss_fn = JOINT_CASES["stochastic_depth_train"].build()
+    model, args = model.to(CUDA), _on_cuda(args)
+    with pytest.raises(pf.ExportError, match="bernoulli.p") as raised:
+        pf.export_joint(model, args, kwargs, loss_fn=loss_fn, target=pf.OpSet.core_aten())
+    assert "declines" in str(raised.value), str(raised.value)[:400]

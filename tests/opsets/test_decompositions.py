@@ -241,7 +241,7 @@ GAUGE = {"svd", "linalg.svd", "linalg.eigh"}
 WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
 # ops with no OpInfo of their own, checked by hand below (empty_permuted: tests/opsets/test_empty_permuted.py)
 BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default",
-           "aten.empty_permuted.default", "aten.bernoulli.p"}
+           "aten.empty_permuted.default", "aten.bernoulli.p", "aten._batch_norm_with_update_functional.default"}
 # torch registers a decomposition for it, which declines windows of uneven sizes (returns NotImplemented)
 REPLACED = {"aten.adaptive_max_pool2d.default"}
 
@@ -1009,3 +1009,23 @@ def test_bernoulli_p_draws_eagers_mask_through_native_dropout(dtype):
     for p in (0.1, 0.0, 1.0):
         assert decomposition(x, p) is NotImplemented, p
     assert decomposition(x, 0.5, generator=torch.Generator()) is NotImplemented
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_batch_norm_with_update_keeps_its_running_statistics_out_of_autograd(dtype):
+    """CUDA's training batch norm lowered: eager's results (torch's decomposition), and the updated
+    running statistics carry no autograd history, as the kernel writes them outside autograd
+    (a joint program under core_aten on the GPU was refused for buffers written with history)."""
+    op = torch.ops.aten._batch_norm_with_update_functional.default
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5, dtype=dtype, requires_grad=True)
+    weight, bias = torch.rand(3, dtype=dtype, requires_grad=True), torch.randn(3, dtype=dtype, requires_grad=True)
+    mean, var = torch.randn(3, dtype=dtype), torch.rand(3, dtype=dtype) + 0.5
+    expected = op(x, weight, bias, mean, var, 0.1, 1e-5)
+    got = TABLE[op](x, weight, bias, mean, var, 0.1, 1e-5)
+    for index in (0, 1, 2, 4, 5):  # the fourth result is cudnn's reserve space: its size is the kernel's
+        torch.testing.assert_close(got[index], expected[index])
+    assert got[0].requires_grad and not got[4].requires_grad and not got[5].requires_grad
+    (grad_x,) = torch.autograd.grad(got[0].pow(2).sum(), x)
+    (eager_grad_x,) = torch.autograd.grad(expected[0].pow(2).sum(), x)
+    torch.testing.assert_close(grad_x, eager_grad_x)

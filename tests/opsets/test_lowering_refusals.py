@@ -35,3 +35,15 @@ def test_torch_lerp_out_of_place_under_core_aten_is_right():
     model, args = Lerp(), (torch.randn(4), torch.randn(4))
     ep = pf.export(model, args, target=pf.OpSet.core_aten())
     assert pf.verify(ep, model, args).ok
+
+
+def test_a_mask_the_lowering_cannot_draw_as_eager_is_refused_with_the_reason():
+    """``bernoulli_(0.1)``: 1 - (1 - 0.1) != 0.1, so native_dropout would draw against another
+    threshold; the refusal says why and names the line."""
+    class Mask(torch.nn.Module):
+        def forward(self, x):
+            return torch.empty_like(x).bernoulli_(0.1) * x
+
+    with pytest.raises(pf.ExportError, match="declines where it cannot draw eager's mask") as raised:
+        pf.export(Mask(), (torch.randn(3),), target=pf.OpSet.core_aten())
+    assert "bernoulli_(0.1)" in str(raised.value)

@@ -124,6 +124,12 @@ def bernoulli_p(x: torch.Tensor, p: float = 0.5, *, generator: torch.Generator |
     return torch.ops.aten.native_dropout.default(ones, 1 - p, True)[1].to(x.dtype)
 
 
+bernoulli_p.declines = (  # type: ignore[attr-defined]  # the refusal's reason (Lowering.why_missing)
+    "where it cannot draw eager's mask: a p with 1 - (1 - p) != p, p 0 or 1, a generator, or CUDA (whose "
+    "fused dropout kernel draws another stream than bernoulli_); write the mask with a p of at least 0.5, "
+    "or add bernoulli.p to the target")
+
+
 for _decomposition in (multinomial, rrelu_with_noise, rrelu_with_noise_, rrelu_with_noise_functional):
     _decomposition.reads_data = True  # type: ignore[attr-defined]
 

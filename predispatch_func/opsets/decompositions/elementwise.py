@@ -242,3 +242,27 @@ def var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdi
 
 
 DECOMPOSITIONS[aten.var_mean.correction] = var_mean
+
+
+_BATCH_NORM_WITH_UPDATE = getattr(aten, "_batch_norm_with_update_functional", None)
+
+
+def batch_norm_with_update_functional(input: torch.Tensor, weight: Any, bias: Any, running_mean: torch.Tensor,
+                                      running_var: torch.Tensor, momentum: float, eps: float) -> Any:
+    """torch's decomposition of CUDA's training batch norm, with the updated running statistics
+    detached. Eager's kernel writes them outside autograd; torch's decomposition computes them
+    from the batch mean and variance, which require grad, so a joint program lowered to
+    ``core_aten`` wrote buffers carrying the step's history (refused as a state write with
+    history: every training program with BatchNorm under ``core_aten`` on the GPU)."""
+    from ... import _torch_compat as tc
+
+    op = _BATCH_NORM_WITH_UPDATE.default
+    torchs = tc.core_aten_decomposition_table().get(op) or tc.aten_decomposition_table().get(op)
+    if torchs is None:
+        return NotImplemented
+    out, mean, rstd, reserve, new_mean, new_var = torchs(input, weight, bias, running_mean, running_var, momentum, eps)
+    return out, mean, rstd, reserve, new_mean.detach(), new_var.detach()
+
+
+if _BATCH_NORM_WITH_UPDATE is not None:
+    DECOMPOSITIONS[_BATCH_NORM_WITH_UPDATE.default] = batch_norm_with_update_functional
