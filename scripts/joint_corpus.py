@@ -157,7 +157,13 @@ def main() -> None:
     parser.add_argument("--zoo", action="store_true")
     parser.add_argument("--device", default="cpu", help="cuda: run with deterministic kernels, compared at "
                         "rtol 1e-3, atol 1e-4, as the CUDA zoo is")
+    parser.add_argument("--no-tf32", action="store_true", help="cuda: convolutions and matmuls in full float32 "
+                        "(cuDNN's default TF32 puts eager's own float32 gradients far from the float64 truth, so a "
+                        "lowering's rounding shows as a difference)")
     opts = parser.parse_args()
+    if opts.no_tf32:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     global DEVICE
     DEVICE = opts.device
     if DEVICE != "cpu":  # eager's own noise (atomics) would hide ours: deterministic kernels, as tests/cuda

@@ -242,8 +242,10 @@ WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
 # ops with no OpInfo of their own, checked by hand below (empty_permuted: tests/opsets/test_empty_permuted.py)
 BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default",
            "aten.empty_permuted.default", "aten.bernoulli.p", "aten._batch_norm_with_update_functional.default"}
-# torch registers a decomposition for it, which declines windows of uneven sizes (returns NotImplemented)
-REPLACED = {"aten.adaptive_max_pool2d.default"}
+# torch registers a decomposition for these, which ours replaces: adaptive_max_pool2d's declines windows of
+# uneven sizes (returns NotImplemented); _batch_norm_with_update_functional's gives the running statistics
+# autograd history the kernel's lack (ours calls torch's and detaches them)
+REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_functional.default"}
 
 
 def _opinfo(name: str, variant: str):
