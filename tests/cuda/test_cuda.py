@@ -315,3 +315,19 @@ def test_bernoulli_mask_under_core_aten_on_cuda_is_refused_with_the_reason():
     with pytest.raises(pf.ExportError, match="bernoulli.p") as raised:
         pf.export_joint(model, args, kwargs, loss_fn=loss_fn, target=pf.OpSet.core_aten())
     assert "declines" in str(raised.value), str(raised.value)[:400]
+
+
+def test_cudnn_grid_sampler_lowered_equals_cudnns():
+    """raft's correlation lookup on the GPU: ``grid_sampler`` picks cuDNN's sampler, which Core ATen
+    lacks; lowered to ``grid_sampler_2d`` it gives cuDNN's values and gradients."""
+    from predispatch_func.opsets.decompositions import TABLE
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 11, device=CUDA, dtype=torch.float64, requires_grad=True)
+    grid = (torch.rand(2, 5, 6, 2, device=CUDA, dtype=torch.float64) * 2.4 - 1.2).requires_grad_()
+    op = torch.ops.aten.cudnn_grid_sampler.default
+    expected, got = op(x, grid), TABLE[op](x, grid)
+    torch.testing.assert_close(got, expected)
+    weights = torch.randn_like(expected)
+    torch.testing.assert_close(torch.autograd.grad((got * weights).sum(), (x, grid)),
+                               torch.autograd.grad((expected * weights).sum(), (x, grid)))

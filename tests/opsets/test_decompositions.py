@@ -22,6 +22,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
@@ -241,7 +242,8 @@ GAUGE = {"svd", "linalg.svd", "linalg.eigh"}
 WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
 # ops with no OpInfo of their own, checked by hand below (empty_permuted: tests/opsets/test_empty_permuted.py)
 BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default",
-           "aten.empty_permuted.default", "aten.bernoulli.p", "aten._batch_norm_with_update_functional.default"}
+           "aten.empty_permuted.default", "aten.bernoulli.p", "aten._batch_norm_with_update_functional.default",
+           "aten.cudnn_grid_sampler.default"}
 # torch registers a decomposition for these, which ours replaces: adaptive_max_pool2d's declines windows of
 # uneven sizes (returns NotImplemented); _batch_norm_with_update_functional's gives the running statistics
 # autograd history the kernel's lack (ours calls torch's and detaches them)
@@ -1031,3 +1033,17 @@ def test_batch_norm_with_update_keeps_its_running_statistics_out_of_autograd(dty
     (grad_x,) = torch.autograd.grad(got[0].pow(2).sum(), x)
     (eager_grad_x,) = torch.autograd.grad(expected[0].pow(2).sum(), x)
     torch.testing.assert_close(grad_x, eager_grad_x)
+
+
+def test_cudnn_grid_sampler_is_grid_sample_bilinear_zeros_aligned():
+    """cuDNN's sampler (only a GPU runs it: tests/cuda compares with it there) is the bilinear,
+    zero-padded, corner-aligned sample, in value and in gradient."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 7, dtype=torch.float64, requires_grad=True)
+    grid = (torch.rand(2, 4, 5, 2, dtype=torch.float64) * 2.4 - 1.2).requires_grad_()
+    got = TABLE[torch.ops.aten.cudnn_grid_sampler.default](x, grid)
+    expected = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+    torch.testing.assert_close(got, expected)
+    weights = torch.randn_like(expected)
+    torch.testing.assert_close(torch.autograd.grad((got * weights).sum(), (x, grid)),
+                               torch.autograd.grad((expected * weights).sum(), (x, grid)))

@@ -205,7 +205,15 @@ def grid_sampler_backward(grad_output: torch.Tensor, input: torch.Tensor, grid: 
     return (grad_input.reshape(input.shape) if grad_input is not None else None), stacked
 
 
+def cudnn_grid_sampler(input: torch.Tensor, grid: torch.Tensor) -> Any:  # noqa: A002
+    """cuDNN's sampler, which CUDA's ``grid_sampler`` picks for a 4-d bilinear sample with zero
+    padding and ``align_corners=True`` (cuDNN's only convention): that call of ``grid_sampler_2d``
+    (Core ATen). Met in a program exported on the GPU (raft's correlation lookup)."""
+    return aten.grid_sampler_2d.default(input, grid, BILINEAR, ZEROS, True)
+
+
 DECOMPOSITIONS: dict[Any, Callable] = {
+    aten.cudnn_grid_sampler.default: cudnn_grid_sampler,
     aten.grid_sampler_3d.default: grid_sampler,
     aten.grid_sampler_2d_backward.default: grid_sampler_backward,
     aten.grid_sampler_3d_backward.default: grid_sampler_backward,
