@@ -39,6 +39,7 @@ _FORBIDDEN_CALLS = (tc.SET_GRAD_ENABLED, tc.ENTER_AUTOCAST, tc.EXIT_AUTOCAST)
 class VerifyReport:
     problems: list[str] = dataclasses.field(default_factory=list)
     checked: list[str] = dataclasses.field(default_factory=list)
+    rounding: Any = None  # verify_joint(judge_float64=True): a joint.rounding.RoundingJudgement of the differences
 
     @property
     def ok(self) -> bool:
@@ -48,6 +49,8 @@ class VerifyReport:
         head = "OK" if self.ok else f"{len(self.problems)} problem(s)"
         lines = [f"verify: {head}; checked {', '.join(self.checked)}"]
         lines += [f"  - {p}" for p in self.problems]
+        if self.rounding is not None:
+            lines.append(f"  judged against float64: {self.rounding}")
         return "\n".join(lines)
 
 

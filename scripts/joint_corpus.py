@@ -4,7 +4,7 @@ For every corpus model in train mode (dropout 0): ``export_joint`` with a loss o
 model's first floating output (``mean(x.float() ** 2)``), ``verify_joint`` over 2 steps;
 the same with ``target=OpSet.core_aten()`` (where float32 differs, judged again in float64:
 equal there means summation order, not a wrong lowering; and each gradient's distance to the
-float64 truth set against eager's own float32 distance: near 1, the difference is eager's rounding); with ``AdamW`` and with ``SGD(momentum=0.9)``,
+float64 truth set against eager's own float32 distance: ``pf.verify_joint(judge_float64=True)``); with ``AdamW`` and with ``SGD(momentum=0.9)``,
 3 steps (parameters and optimizer state compared). Prints one line per model and a
 summary, and writes JSON with ``--json``.
 
@@ -72,71 +72,19 @@ def one(name: str, *, target: Any = None, optimizer: Any = None, calls: int = 2)
     try:
         report = pf.verify_joint(ep, reference, args, kwargs, loss_fn=first_float_loss, optimizer=opt,
                                  calls=calls, target=target,
+                                 judge_float64=target is not None and optimizer is None and DEVICE == "cpu",
                                  **({"rtol": 1e-3, "atol": 1e-4} if DEVICE != "cpu" else {}))
     except RuntimeError as exc:  # eager's own step failed (a model that cannot train twice in a row)
         return {"ok": False, "stage": "eager", "error": f"eager failed: {str(exc)[:200]}"}
     result = {"ok": report.ok, "stage": "verify", "seconds": round(seconds, 2), "problems": report.problems[:5],
               "recomputed": len(getattr(ep, "recomputed_in_backward", ()))}
-    if not report.ok and target is not None and optimizer is None and DEVICE == "cpu":
-        result["float64_ok"] = _equal_in_float64(name, target)
-        result["float64_distance"] = _distance_to_float64(name, target)
+    judged = report.rounding
+    if judged is not None:  # pf.verify_joint(judge_float64=True): a float32 difference judged
+        result["float64_ok"] = judged.equal_in_float64 or "; ".join(judged.float64_problems[:2])
+        result["float64_distance"] = {"median_ratio": round(judged.median_ratio, 2),
+                                      "worst_ratio": round(judged.worst_ratio, 2), "rounding": judged.rounding,
+                                      "worst": judged.worst}
     return result
-
-
-def _equal_in_float64(name: str, target: Any) -> bool | str:
-    """Whether the lowered joint program equals eager when both run in float64: then a float32
-    difference is summation order (a decomposed reduction, amplified where the model is
-    ill-conditioned: batch-norm bias gradients summing to nearly zero, a layer norm over
-    rows that start constant), not a wrong lowering."""
-    model, args, kwargs = ZOO[name].build() if name in ZOO else build(name, train=True)
-    model = model.double()
-    args, kwargs = tc.pytree.tree_map_only(
-        torch.Tensor, lambda t: t.double() if t.is_floating_point() else t, (args, kwargs))
-    reference = copy.deepcopy(model)
-    try:
-        ep = pf.export_joint(model, args, kwargs, loss_fn=first_float_loss, target=target)
-        report = pf.verify_joint(ep, reference, args, kwargs, loss_fn=first_float_loss, calls=2, target=target,
-                                 rtol=1e-9, atol=1e-10)
-    except Exception as exc:  # noqa: BLE001
-        return f"{type(exc).__name__}: {str(exc)[:200]}"
-    return report.ok
-
-
-def _distance_to_float64(name: str, target: Any) -> dict[str, Any] | str:
-    """How far the lowered program's float32 gradients lie from the float64 truth, against how far
-    eager's own float32 gradients lie from it: for each parameter, the largest error over the
-    largest magnitude of the float64 gradient, ours over eager's (one step, same seed). A ratio
-    near 1 says the difference from eager is eager's own float32 rounding, not a wrong lowering."""
-    try:
-        model, args, kwargs = ZOO[name].build() if name in ZOO else build(name, train=True)
-        truth_model = copy.deepcopy(model).double()
-        wide = tc.pytree.tree_map_only(
-            torch.Tensor, lambda t: t.double() if t.is_floating_point() else t, (args, kwargs))
-        ep = pf.export_joint(copy.deepcopy(model), args, kwargs, loss_fn=first_float_loss, target=target)
-        ours = _gradients(ep.module(), args, kwargs, program=True)
-        eager = _gradients(model, args, kwargs)
-        truth = _gradients(truth_model, *wide)
-    except Exception as exc:  # noqa: BLE001 (a report line per model)
-        return f"{type(exc).__name__}: {str(exc)[:200]}"
-    ratios = {}
-    for key, exact in truth.items():
-        scale = float(exact.abs().max()) or 1.0
-        eager_error = float((eager[key].double() - exact).abs().max()) / scale
-        our_error = float((ours[key].double() - exact).abs().max()) / scale
-        ratios[key] = (our_error / max(eager_error, 1e-12), our_error, eager_error)
-    worst = max(ratios, key=lambda k: ratios[k][0])
-    ordered = sorted(r[0] for r in ratios.values())
-    return {"median_ratio": round(ordered[len(ordered) // 2], 2), "worst_ratio": round(ratios[worst][0], 2),
-            "worst": worst, "ours": f"{ratios[worst][1]:.1e}", "eager": f"{ratios[worst][2]:.1e}"}
-
-
-def _gradients(model: Any, args: tuple, kwargs: dict, program: bool = False) -> dict[str, torch.Tensor]:
-    torch.manual_seed(0)
-    if program:
-        model(*args, **kwargs)  # the joint program's step places the gradients
-    else:
-        first_float_loss(model(*args, **kwargs)).backward()
-    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
 def _eager_steps(model: torch.nn.Module, args: tuple, kwargs: dict) -> bool:
@@ -192,7 +140,7 @@ def main() -> None:
             if isinstance(r.get("float64_distance"), dict):
                 d = r["float64_distance"]
                 f64 += (f" [error to float64, ours/eager's: median {d['median_ratio']}, worst {d['worst_ratio']} "
-                        f"({d['worst']}: {d['ours']} vs {d['eager']})]")
+                        f"({d['worst']}){': rounding' if d['rounding'] else ''}]")
             print(f"{name:12s} {run:12s} {'OK' if r['ok'] else 'FAIL'} {r.get('seconds', '')} "
                   f"{'' if r['ok'] else (r.get('error') or r.get('problems'))}{f64}", flush=True)
     for run in runs:
@@ -201,9 +149,11 @@ def main() -> None:
         refused = sum(results[n][run]["stage"] == "export" for n in results)
         unbuilt = sum(results[n][run]["stage"] == "build" for n in results)
         rounding = sum(results[n][run].get("float64_ok") is True for n in results)
+        judged = sum(isinstance(d := results[n][run].get("float64_distance"), dict) and d["rounding"] for n in results)
         print(f"{run}: {ok}/{len(results)} right, {refused} refused, {eager} eager itself failed, "
               f"{unbuilt} not built here, {len(results) - ok - refused - eager - unbuilt} differ "
-              f"({rounding} of them equal in float64: summation order)")
+              f"({rounding} of them equal in float64: summation order; {judged} judged rounding by "
+              f"pf.verify_joint(judge_float64=True))")
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

@@ -27,10 +27,15 @@ from ..verify import VerifyReport, check_contract
 def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                  loss_fn: Callable[..., Any] | None = None, optimizer: Any = None, calls: int = 1,
                  rtol: float = 1e-5, atol: float = 1e-5, seed: int = 0, target: Any = None,
-                 raise_on_failure: bool = False) -> VerifyReport:
+                 raise_on_failure: bool = False, judge_float64: bool = False) -> VerifyReport:
     """Check ``ep`` (from ``export_joint(model, args, kwargs, loss_fn=..., optimizer=...)``) against
     eager over ``calls`` steps. ``model`` and ``optimizer`` are as they were at export (they are
-    copied, never stepped)."""
+    copied, never stepped).
+
+    ``judge_float64``: where values differ (and nothing else), say whether that is rounding:
+    the program re-exported in float64 against eager in float64, and each float32 gradient's
+    distance to the float64 one against eager's (``report.rounding``, joint/rounding.py). The
+    report stays not ok: the float32 values do differ."""
     report = check_contract(ep)
     if target is not None:
         from ..opsets import Lowering
@@ -79,6 +84,15 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
             _compare_optimizer_state(where, eager, eager_optimizer, program, rtol, atol, report.problems)
     report.checked.append(f"{calls} training step(s) against eager: loss, outputs, gradients, buffers"
                           + (", parameters and optimizer state" if optimizer is not None else ""))
+    if judge_float64 and report.problems and optimizer is None \
+            and all("values differ" in p for p in report.problems):
+        from .export import export_joint
+        from .rounding import judge_rounding
+
+        def again(m: torch.nn.Module, a: tuple, k: dict) -> Any:
+            return export_joint(m, a, k, loss_fn=loss_fn, target=target)
+
+        report.rounding = judge_rounding(ep, again, model, args, kwargs or {}, loss_fn, seed=seed, calls=calls)
     if raise_on_failure and not report.ok:
         raise VerificationError(str(report))
     return report
