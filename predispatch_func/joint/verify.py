@@ -86,16 +86,25 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
                           + (", parameters and optimizer state" if optimizer is not None else ""))
     if judge_float64 and report.problems and optimizer is None \
             and all("values differ" in p for p in report.problems):
-        from .export import export_joint
-        from .rounding import judge_rounding
-
-        def again(m: torch.nn.Module, a: tuple, k: dict) -> Any:
-            return export_joint(m, a, k, loss_fn=loss_fn, target=target)
-
-        report.rounding = judge_rounding(ep, again, model, args, kwargs or {}, loss_fn, seed=seed, calls=calls)
+        report.rounding = _judged(ep, model, args, kwargs or {}, loss_fn, target, seed, calls)
     if raise_on_failure and not report.ok:
         raise VerificationError(str(report))
     return report
+
+
+def _judged(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict, loss_fn: Any, target: Any, seed: int,
+            calls: int) -> Any:
+    """The same program exported from float64 copies, verified against eager in float64 (1e-9),
+    then the float32 distances (joint/rounding.py)."""
+    from .export import export_joint
+    from .rounding import doubled, judge_rounding
+
+    wide_model = copy.deepcopy(model).double()
+    wide_args, wide_kwargs = doubled((args, kwargs))
+    wide_ep = export_joint(copy.deepcopy(wide_model), wide_args, wide_kwargs, loss_fn=loss_fn, target=target)
+    wide = verify_joint(wide_ep, wide_model, wide_args, wide_kwargs, loss_fn=loss_fn, calls=calls, seed=seed,
+                        rtol=1e-9, atol=1e-10)
+    return judge_rounding(ep, model, args, kwargs, loss_fn, wide.problems, seed=seed)
 
 
 def copy_with_gradient_hooks(model: torch.nn.Module) -> torch.nn.Module:
