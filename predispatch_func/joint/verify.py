@@ -97,14 +97,18 @@ def _judged(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict, loss_fn:
     """The same program exported from float64 copies, verified against eager in float64 (1e-9),
     then the float32 distances (joint/rounding.py)."""
     from .export import export_joint
-    from .rounding import doubled, judge_rounding
+    from .rounding import RoundingJudgement, doubled, judge_rounding
 
-    wide_model = copy.deepcopy(model).double()
-    wide_args, wide_kwargs = doubled((args, kwargs))
-    wide_ep = export_joint(copy.deepcopy(wide_model), wide_args, wide_kwargs, loss_fn=loss_fn, target=target)
-    wide = verify_joint(wide_ep, wide_model, wide_args, wide_kwargs, loss_fn=loss_fn, calls=calls, seed=seed,
-                        rtol=1e-9, atol=1e-10)
-    return judge_rounding(ep, model, args, kwargs, loss_fn, wide.problems, seed=seed)
+    try:
+        wide_model = copy.deepcopy(model).double()
+        wide_args, wide_kwargs = doubled((args, kwargs))
+        wide_ep = export_joint(copy.deepcopy(wide_model), wide_args, wide_kwargs, loss_fn=loss_fn, target=target)
+        wide = verify_joint(wide_ep, wide_model, wide_args, wide_kwargs, loss_fn=loss_fn, calls=calls, seed=seed,
+                            rtol=1e-9, atol=1e-10)
+        return judge_rounding(ep, model, args, kwargs, loss_fn, wide.problems, seed=seed)
+    except Exception as exc:  # noqa: BLE001 (a model that cannot run in float64: raft builds float32 grids)
+        return RoundingJudgement(False, float("nan"), float("nan"), "not measured",
+                                 [f"the float64 copy could not run ({type(exc).__name__}: {str(exc)[:200]})"])
 
 
 def copy_with_gradient_hooks(model: torch.nn.Module) -> torch.nn.Module:

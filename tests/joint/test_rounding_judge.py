@@ -52,12 +52,7 @@ def test_a_wrong_program_is_not_judged_rounding():
     model, args = _built()
     reference = copy.deepcopy(model)
     ep = pf.export_joint(model, args, loss_fn=_loss, target=CORE)
-    graph = ep.graph_module.graph
-    conv = next(n for n in graph.nodes if n.op == "call_function" and "convolution" in str(n.target))
-    with graph.inserting_after(conv):
-        scaled = graph.call_function(torch.ops.aten.mul.Tensor, (conv, 1.001))
-    conv.replace_all_uses_with(scaled, delete_user_cb=lambda user: user is not scaled and user.op != "output")
-    ep.graph_module.recompile()
+    _scaled_after(ep, "convolution")
     report = pf.verify_joint(ep, reference, args, loss_fn=_loss, calls=1, target=CORE, judge_float64=True)
     assert not report.ok and report.rounding is not None
     assert not report.rounding.rounding and report.rounding.worst_ratio > 100, report
@@ -69,3 +64,35 @@ def test_nothing_is_judged_where_nothing_differs():
     ep = pf.export_joint(model, args, loss_fn=_loss)
     report = pf.verify_joint(ep, reference, args, loss_fn=_loss, judge_float64=True)
     assert report.ok and report.rounding is None
+
+
+class _Float32Inside(nn.Module):
+    """Builds a float32 tensor of its own, as raft builds its grids: no float64 copy runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.mm(x, self.fc.weight.float().t())  # in a float64 copy: double @ float raises
+
+
+def _scaled_after(ep, op_name: str) -> None:
+    """The program's first ``op_name`` node's result scaled by 1.001 for its users (not the output)."""
+    graph = ep.graph_module.graph
+    node = next(n for n in graph.nodes if n.op == "call_function" and op_name in str(n.target))
+    with graph.inserting_after(node):
+        scaled = graph.call_function(torch.ops.aten.mul.Tensor, (node, 1.001))
+    node.replace_all_uses_with(scaled, delete_user_cb=lambda user: user is not scaled and user.op != "output")
+    ep.graph_module.recompile()
+
+
+def test_a_model_that_cannot_run_in_float64_is_not_judged_rounding():
+    torch.manual_seed(0)
+    model, args = _Float32Inside(), (torch.randn(3, 4),)
+    reference = copy.deepcopy(model)
+    ep = pf.export_joint(model, args, loss_fn=_loss)
+    _scaled_after(ep, "mm")
+    report = pf.verify_joint(ep, reference, args, loss_fn=_loss, judge_float64=True)
+    assert not report.ok and report.rounding is not None and not report.rounding.rounding
+    assert "the float64 copy could not run" in str(report)
