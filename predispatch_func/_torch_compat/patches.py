@@ -803,7 +803,14 @@ def node_values_unsnapshotted() -> Iterator[None]:
     functionalization no op writes its inputs, and a copy costs a fake tensor per node
     (a twentieth of an export). So the copy is made only where it would differ: a result
     that requires grad, holds a constant or a real tensor (torch's copy drops them), and,
-    before any op that writes a tensor whose node holds it uncopied, of that tensor."""
+    before any op that writes a tensor whose node holds it uncopied, of that tensor.
+
+    And the result of a factory (``full``, ``zeros``, ``ones_like``, ``new_empty``...): called
+    through Python (``torch.full``), its result passes through torch's C++ factory wrapper,
+    which hands back a shallow copy when the tensor has another owner. With the node holding
+    the result itself, the caller got a tensor the tracer never saw: a constant with no value,
+    inside lowerings reached from an in-place op (``hypot_``, ``lerp_``, ``index_fill_`` under
+    ``target=``). Pinned by tests/opsets/test_lowering_refusals.py."""
     import torch.fx.experimental.proxy_tensor as proxy_tensor
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -811,17 +818,22 @@ def node_values_unsnapshotted() -> Iterator[None]:
     if getattr(torchs_snapshot, "_unsnapshotted", False):  # a body traced inside a trace: already so
         yield
         return
+    in_factory = [False]  # whether the call being recorded makes a fresh tensor
 
     def snapshot_fake(val: torch.Tensor, include_real: bool = False) -> Any:
-        if (include_real or type(val) is not FakeTensor or val.requires_grad or val.constant is not None
-                or val.real_tensor is not None):
+        if (in_factory[0] or include_real or type(val) is not FakeTensor or val.requires_grad
+                or val.constant is not None or val.real_tensor is not None):
             return torchs_snapshot(val, include_real)
         return val
 
     def proxy_call(mode: Any, func: Any, pre_dispatch: bool, args: tuple, kwargs: dict) -> Any:
         if written_arguments(func):
             _snapshot_recorded_values(mode.tracer, written_values(func, args, kwargs), torchs_snapshot)
-        return torchs_call(mode, func, pre_dispatch, args, kwargs)
+        outer, in_factory[0] = in_factory[0], _is_factory(func)
+        try:
+            return torchs_call(mode, func, pre_dispatch, args, kwargs)
+        finally:
+            in_factory[0] = outer
 
     snapshot_fake._unsnapshotted = True  # type: ignore[attr-defined]
     proxy_tensor.snapshot_fake, proxy_tensor.proxy_call = snapshot_fake, proxy_call  # type: ignore[assignment]
@@ -829,6 +841,23 @@ def node_values_unsnapshotted() -> Iterator[None]:
         yield
     finally:
         proxy_tensor.snapshot_fake, proxy_tensor.proxy_call = torchs_snapshot, torchs_call
+
+
+_FACTORIES: dict[Any, bool] = {}
+
+
+def _is_factory(func: Any) -> bool:
+    """An op making a fresh tensor: no tensor argument, or one read only for its metadata
+    (``*_like``, ``new_*``)."""
+    known = _FACTORIES.get(func)
+    if known is None:
+        schema = getattr(func, "_schema", None)
+        base = schema.name.split("::")[-1] if schema is not None else ""
+        takes_tensors = schema is not None and any(
+            "Tensor" in str(argument.type) for argument in schema.arguments)
+        known = _FACTORIES[func] = schema is not None and (
+            base.endswith("_like") or base.startswith("new_") or not takes_tensors)
+    return known
 
 
 def _snapshot_recorded_values(tracer: Any, values: list[Any], snapshot: Callable[..., Any]) -> None:

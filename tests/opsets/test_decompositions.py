@@ -180,7 +180,6 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.linalg_ldl_factor_ex.default": [("linalg.ldl_factor", ""), ("linalg.ldl_factor_ex", "")],
     "aten.linalg_ldl_solve.default": [("linalg.ldl_solve", "")],
     "aten.multinomial.default": [("multinomial", "")],
-    "aten.lerp.Scalar": [("lerp", "")],
     "aten.rrelu_with_noise.default": [("nn.functional.rrelu", "")],
     "aten._ctc_loss.default": [("nn.functional.ctc_loss", "")],
     "aten._ctc_loss_backward.default": [("nn.functional.ctc_loss", "")],
@@ -247,10 +246,8 @@ BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.
            "aten.cudnn_grid_sampler.default"}
 # torch registers a decomposition for these, which ours replaces: adaptive_max_pool2d's declines windows of
 # uneven sizes (returns NotImplemented); _batch_norm_with_update_functional's gives the running statistics
-# autograd history the kernel's lack (ours calls torch's and detaches them); lerp.Scalar's makes its weight a
-# tensor, which a trace reached from lerp_ does not record (ours keeps it a number)
-REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_functional.default",
-            "aten.lerp.Scalar"}
+# autograd history the kernel's lack (ours calls torch's and detaches them)
+REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_functional.default"}
 
 
 def _opinfo(name: str, variant: str):

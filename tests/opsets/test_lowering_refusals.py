@@ -6,33 +6,47 @@ import torch
 import predispatch_func as pf
 
 
-class LerpInPlace(torch.nn.Module):
+class InPlace(torch.nn.Module):
+    def __init__(self, write):
+        super().__init__()
+        self.write = write
+
     def forward(self, x, y):
         x = x * 1
-        x.lerp_(y, 0.1)  # an EMA update: torch's lerp decomposition made its weight a tensor (new_full)
+        self.write(x, y)
         return x
 
 
-class IndexFillInPlace(torch.nn.Module):
-    def forward(self, x):
-        x = x * 1
-        x.index_fill_(0, torch.tensor([1]), 1.0)  # torch's index_fill decomposition makes its value a tensor
-        return x
+# in-place ops whose lowering under core_aten makes a tensor through Python (torch.full, new_full,
+# scalar_tensor...): found by a scan of in-place ops, each refused as a constant with no value before
+IN_PLACE_MAKING_TENSORS = {
+    "lerp_": lambda x, y: x.lerp_(y, 0.1),  # an EMA update
+    "index_fill_": lambda x, y: x.index_fill_(0, torch.tensor([1]), 1.0),
+    "hypot_": lambda x, y: x.hypot_(y),
+    "ldexp_": lambda x, y: x.ldexp_(torch.tensor([1, 2, 0, 1])),
+    "i0_": lambda x, y: x.i0_(),
+    "nextafter_": lambda x, y: x.nextafter_(y),
+}
 
 
-def test_an_unrecorded_tensor_made_by_a_lowering_is_refused_not_a_fake_constant():
-    """A tensor made by an op that decomposes again, inside a lowering reached from an in-place op's
-    functionalization kernel, is not recorded by the trace: refused, naming the user's line."""
-    with pytest.raises(pf.ExportError, match="without a value") as raised:
-        pf.export(IndexFillInPlace(), (torch.randn(4),), target=pf.OpSet.core_aten())
-    assert "x.index_fill_(0, torch.tensor([1]), 1.0)" in str(raised.value)  # the user's line
-
-
-def test_lerp_in_place_under_core_aten_exports_and_equals_eager():
-    """Ours lowers lerp with a number weight keeping the weight a number (it was refused above)."""
-    model, args = LerpInPlace(), (torch.randn(4), torch.randn(4))
+@pytest.mark.parametrize("name", sorted(IN_PLACE_MAKING_TENSORS))
+def test_in_place_ops_whose_lowering_makes_tensors_export_under_core_aten(name):
+    model, args = InPlace(IN_PLACE_MAKING_TENSORS[name]), (torch.randn(4), torch.randn(4))
     ep = pf.export(model, args, target=pf.OpSet.core_aten())
     assert pf.verify(ep, model, args).ok
+
+
+def test_an_unrecorded_tensor_made_by_a_lowering_is_refused_not_a_fake_constant(monkeypatch):
+    """Without the factory results' copies in their nodes (node_values_unsnapshotted), torch's C++
+    factory wrapper hands the lowering a shallow copy the tracer never saw: the safety net refuses
+    it, naming the user's line. Also pins that torch still copies there (if it stops, this exports)."""
+    from predispatch_func._torch_compat import patches
+
+    monkeypatch.setattr(patches, "_is_factory", lambda func: False)
+    with pytest.raises(pf.ExportError, match="without a value") as raised:
+        pf.export(InPlace(IN_PLACE_MAKING_TENSORS["hypot_"]), (torch.randn(4), torch.randn(4)),
+                  target=pf.OpSet.core_aten())
+    assert "self.write(x, y)" in str(raised.value)  # the user's line
 
 
 def test_torch_lerp_out_of_place_under_core_aten_is_right():

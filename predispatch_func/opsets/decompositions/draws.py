@@ -118,9 +118,7 @@ def bernoulli_p(x: torch.Tensor, p: float = 0.5, *, generator: torch.Generator |
                    and x.device.type != "cuda")
     if not drawn_alike:
         return NotImplemented
-    # contiguous, as bernoulli.p allocates. full (Core ATen), not ones_like: reached from bernoulli_'s
-    # functionalization kernel, a tensor made here by an op that itself decomposes (ones_like, zeros,
-    # new_zeros, empty_like) is not recorded, one made by a kept op (full, empty, clone) is: lerp_'s refusal
+    # contiguous, as bernoulli.p allocates
     ones = torch.ops.aten.full.default(list(x.shape), 1, dtype=x.dtype, device=x.device)
     return torch.ops.aten.native_dropout.default(ones, 1 - p, True)[1].to(x.dtype)
 

@@ -266,22 +266,3 @@ def batch_norm_with_update_functional(input: torch.Tensor, weight: Any, bias: An
 
 if _BATCH_NORM_WITH_UPDATE is not None:
     DECOMPOSITIONS[_BATCH_NORM_WITH_UPDATE.default] = batch_norm_with_update_functional
-
-
-def lerp_scalar(start: torch.Tensor, end: torch.Tensor, weight: Any) -> Any:
-    """``lerp`` with a number weight, by eager's two forms (``start + w * (end - start)`` for
-    ``|w| < 0.5``, ``end - (end - start) * (1 - w)`` otherwise; in float for half types), the
-    weight kept a number. torch's decomposition makes the weight a tensor with ``new_full``,
-    which a trace reached from ``lerp_``'s functionalization kernel does not record (a tensor made
-    there by an op that decomposes again): ``x.lerp_(y, 0.1)``, an EMA update, was refused under
-    ``target=``."""
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not start.is_floating_point():
-        return NotImplemented
-    low = start.dtype in (torch.float16, torch.bfloat16)
-    a, b = (start.float(), end.float()) if low else (start, end)
-    diff = b - a
-    out = a + diff * weight if abs(weight) < 0.5 else b - diff * (1 - weight)
-    return out.to(start.dtype) if low else out
-
-
-DECOMPOSITIONS[aten.lerp.Scalar] = lerp_scalar
