@@ -4,7 +4,7 @@ A program lowered to an op set (``target=core_aten``) computes batch norm's and 
 norm's sums with other ops than eager's fused kernels, so its float32 gradients round in
 other places; on a net that amplifies rounding (a batch-norm bias whose gradient nearly
 cancels) that misses ``allclose(1e-5)`` although nothing is wrong. Two questions tell the
-cases apart, both answered on copies of the model (the caller's is not touched):
+cases apart (``verify_joint(judge_float64=True)`` asks them on copies of the model):
 
 * the same program exported in float64 (same loss, same target): does it equal eager in
   float64 (1e-9)? An error of the lowering shows there too; rounding does not;
@@ -15,15 +15,10 @@ cases apart, both answered on copies of the model (the caller's is not touched):
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import statistics
-from collections.abc import Callable
-from typing import Any
 
 import torch
-
-from .. import _torch_compat as tc
 
 
 @dataclasses.dataclass
@@ -53,16 +48,11 @@ class RoundingJudgement:
                 f"({self.worst})")
 
 
-def judge_rounding(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict, loss_fn: Callable[..., Any] | None,
-                   float64_problems: list[str], seed: int = 0) -> RoundingJudgement:
-    """``ep``'s float32 gradients of one step against eager's and the float64 ones;
+def judge_rounding(ours: dict[str, torch.Tensor], eager: dict[str, torch.Tensor], exact: dict[str, torch.Tensor],
+                   float64_problems: list[str]) -> RoundingJudgement:
+    """One float32 step's gradients, ours and eager's, against ``exact`` (float64 eager's);
     ``float64_problems``: what the same program exported from float64 copies met against eager
-    in float64 (empty: equal), found by the caller (``verify_joint``)."""
-    wide_model = copy.deepcopy(model).double()
-    wide_args, wide_kwargs = doubled((args, kwargs))
-    exact = _gradients(wide_model, wide_args, wide_kwargs, loss_fn, seed)
-    eager = _gradients(copy.deepcopy(model), args, kwargs, loss_fn, seed)
-    ours = _gradients(ep.module(), args, kwargs, loss_fn, seed, program=True)
+    in float64 (empty: equal). Both found by ``verify_joint``, which runs the models."""
     ratios = {}
     for name, truth in exact.items():
         if name not in eager or name not in ours:
@@ -83,25 +73,10 @@ def judge_rounding(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict, l
 _UNIT_ROUNDOFF = 2.0 ** -24  # float32's unit roundoff
 
 
-def doubled(value: Any) -> Any:
-    """Float tensors in float64 (leaves, requiring grad as they did); the rest as it is."""
-    return tc.pytree.tree_map_only(
-        torch.Tensor, lambda t: t.detach().double().requires_grad_(t.requires_grad) if t.is_floating_point()
-        else t, value)
+def not_measured(exc: Exception) -> RoundingJudgement:
+    """A model that cannot run in float64 (raft builds float32 grids): nothing judged."""
+    return RoundingJudgement(False, float("nan"), float("nan"), "not measured",
+                             [f"the float64 copy could not run ({type(exc).__name__}: {str(exc)[:200]})"])
 
 
-def _gradients(module: torch.nn.Module, args: tuple, kwargs: dict, loss_fn: Callable[..., Any] | None,
-               seed: int, program: bool = False) -> dict[str, torch.Tensor]:
-    """One step's parameter gradients: a joint program's module places them itself; eager's
-    backward runs from ``loss_fn`` of the output, or from the loss the model returns first."""
-    fresh = tc.pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone().requires_grad_(t.requires_grad),
-                                    (args, kwargs))
-    torch.manual_seed(seed)
-    out = module(*fresh[0], **fresh[1])
-    if not program:
-        loss = loss_fn(out) if loss_fn is not None else (out[0] if isinstance(out, (tuple, list)) else out)
-        loss.backward()
-    return {n: p.grad.detach() for n, p in module.named_parameters() if p.grad is not None}
-
-
-__all__ = ["RoundingJudgement", "doubled", "judge_rounding"]
+__all__ = ["RoundingJudgement", "judge_rounding", "not_measured"]

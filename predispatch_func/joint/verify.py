@@ -95,20 +95,39 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
 def _judged(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict, loss_fn: Any, target: Any, seed: int,
             calls: int) -> Any:
     """The same program exported from float64 copies, verified against eager in float64 (1e-9),
-    then the float32 distances (joint/rounding.py)."""
+    then one float32 step's gradients, ours and eager's, against float64 eager's
+    (joint/rounding.py)."""
     from .export import export_joint
-    from .rounding import RoundingJudgement, doubled, judge_rounding
+    from .rounding import judge_rounding, not_measured
+
+    def widened(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().double().requires_grad_(t.requires_grad) if t.is_floating_point() else t
 
     try:
-        wide_model = copy.deepcopy(model).double()
-        wide_args, wide_kwargs = doubled((args, kwargs))
-        wide_ep = export_joint(copy.deepcopy(wide_model), wide_args, wide_kwargs, loss_fn=loss_fn, target=target)
+        wide_model = copy_with_gradient_hooks(model).double()
+        wide_args, wide_kwargs = tc.pytree.tree_map_only(torch.Tensor, widened, (args, kwargs))
+        wide_ep = export_joint(copy_with_gradient_hooks(wide_model), wide_args, wide_kwargs, loss_fn=loss_fn,
+                               target=target)
         wide = verify_joint(wide_ep, wide_model, wide_args, wide_kwargs, loss_fn=loss_fn, calls=calls, seed=seed,
                             rtol=1e-9, atol=1e-10)
-        return judge_rounding(ep, model, args, kwargs, loss_fn, wide.problems, seed=seed)
+        exact = _step_gradients(copy_with_gradient_hooks(wide_model), wide_args, wide_kwargs, loss_fn, seed)
     except Exception as exc:  # noqa: BLE001 (a model that cannot run in float64: raft builds float32 grids)
-        return RoundingJudgement(False, float("nan"), float("nan"), "not measured",
-                                 [f"the float64 copy could not run ({type(exc).__name__}: {str(exc)[:200]})"])
+        return not_measured(exc)
+    eager = _step_gradients(copy_with_gradient_hooks(model), args, kwargs, loss_fn, seed)
+    ours = _step_gradients(ep.module(), args, kwargs, None, seed, program=True)
+    return judge_rounding(ours, eager, exact, wide.problems)
+
+
+def _step_gradients(module: torch.nn.Module, args: tuple, kwargs: dict, loss_fn: Any, seed: int,
+                    program: bool = False) -> dict[str, torch.Tensor]:
+    """One step's parameter gradients on fresh inputs: a joint program's module places them; eager's
+    backward runs from ``loss_fn`` of the output, or from the loss the model returns first."""
+    fresh_args, fresh_kwargs = _fresh((args, kwargs))
+    torch.manual_seed(seed)
+    out = module(*fresh_args, **fresh_kwargs)
+    if not program:
+        (loss_fn(out) if loss_fn is not None else _split(out)[0]).backward()
+    return {n: p.grad.detach() for n, p in module.named_parameters() if p.grad is not None}
 
 
 def copy_with_gradient_hooks(model: torch.nn.Module) -> torch.nn.Module:

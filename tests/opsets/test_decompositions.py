@@ -246,7 +246,7 @@ BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.
            "aten.cudnn_grid_sampler.default"}
 # torch registers a decomposition for these, which ours replaces: adaptive_max_pool2d's declines windows of
 # uneven sizes (returns NotImplemented); _batch_norm_with_update_functional's gives the running statistics
-# autograd history the kernel's lack (ours calls torch's and detaches them)
+# autograd history the kernel's lack (ours: Core ATen's one batch-norm node, as on CPU)
 REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_functional.default"}
 
 
@@ -1017,9 +1017,10 @@ def test_bernoulli_p_draws_eagers_mask_through_native_dropout(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_batch_norm_with_update_keeps_its_running_statistics_out_of_autograd(dtype):
-    """CUDA's training batch norm lowered: eager's results (torch's decomposition), and the updated
-    running statistics carry no autograd history, as the kernel writes them outside autograd
-    (a joint program under core_aten on the GPU was refused for buffers written with history)."""
+    """CUDA's training batch norm lowered to Core ATen's ``_native_batch_norm_legit_functional``:
+    eager's results and gradients, and the updated running statistics carry no autograd history,
+    as the kernel writes them outside autograd (a joint program under core_aten on the GPU was
+    refused for buffers written with history)."""
     op = torch.ops.aten._batch_norm_with_update_functional.default
     torch.manual_seed(0)
     x = torch.randn(4, 3, 5, 5, dtype=dtype, requires_grad=True)

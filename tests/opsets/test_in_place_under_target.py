@@ -1,7 +1,8 @@
 """Every in-place op of a scan (elementwise, indexing, activations with ``inplace=True``) written
 inside a model and exported with ``target=core_aten``: each exports and equals eager, or is refused
 with a clear error for a reason listed here. Six of them were once refused as "a constant with no
-value" (a factory result the tracer never saw: tests/opsets/test_lowering_refusals.py)."""
+value" (a factory result the tracer never saw: lerp_, index_fill_, hypot_, ldexp_, i0_, nextafter_;
+tests/opsets/test_lowering_refusals.py)."""
 
 import pytest
 import torch
@@ -90,7 +91,7 @@ REFUSED = {
 }
 
 
-class _Writes(torch.nn.Module):
+class Writes(torch.nn.Module):
     def __init__(self, write):
         super().__init__()
         self.write = write
@@ -103,7 +104,7 @@ class _Writes(torch.nn.Module):
 
 @pytest.mark.parametrize("name", sorted(WRITES))
 def test_in_place_op_under_core_aten(name):
-    model = _Writes(WRITES[name])
+    model = Writes(WRITES[name])
     torch.manual_seed(0)
     args = (torch.randn(4), torch.randn(4))
     if name in REFUSED:

@@ -4,36 +4,11 @@ import pytest
 import torch
 
 import predispatch_func as pf
+from tests.opsets.test_in_place_under_target import WRITES, Writes
 
-
-class InPlace(torch.nn.Module):
-    def __init__(self, write):
-        super().__init__()
-        self.write = write
-
-    def forward(self, x, y):
-        x = x * 1
-        self.write(x, y)
-        return x
-
-
-# in-place ops whose lowering under core_aten makes a tensor through Python (torch.full, new_full,
-# scalar_tensor...): found by a scan of in-place ops, each refused as a constant with no value before
-IN_PLACE_MAKING_TENSORS = {
-    "lerp_": lambda x, y: x.lerp_(y, 0.1),  # an EMA update
-    "index_fill_": lambda x, y: x.index_fill_(0, torch.tensor([1]), 1.0),
-    "hypot_": lambda x, y: x.hypot_(y),
-    "ldexp_": lambda x, y: x.ldexp_(torch.tensor([1, 2, 0, 1])),
-    "i0_": lambda x, y: x.i0_(),
-    "nextafter_": lambda x, y: x.nextafter_(y),
-}
-
-
-@pytest.mark.parametrize("name", sorted(IN_PLACE_MAKING_TENSORS))
-def test_in_place_ops_whose_lowering_makes_tensors_export_under_core_aten(name):
-    model, args = InPlace(IN_PLACE_MAKING_TENSORS[name]), (torch.randn(4), torch.randn(4))
-    ep = pf.export(model, args, target=pf.OpSet.core_aten())
-    assert pf.verify(ep, model, args).ok
+# the six in-place ops whose lowering under core_aten makes a tensor through Python (torch.full,
+# new_full, scalar_tensor...), each refused as a constant with no value before the factory fix: lerp_,
+# index_fill_, hypot_, ldexp_, i0_, nextafter_; exported and replayed in tests/opsets/test_in_place_under_target.py
 
 
 def test_an_unrecorded_tensor_made_by_a_lowering_is_refused_not_a_fake_constant(monkeypatch):
@@ -44,8 +19,7 @@ def test_an_unrecorded_tensor_made_by_a_lowering_is_refused_not_a_fake_constant(
 
     monkeypatch.setattr(patches, "_is_factory", lambda func: False)
     with pytest.raises(pf.ExportError, match="without a value") as raised:
-        pf.export(InPlace(IN_PLACE_MAKING_TENSORS["hypot_"]), (torch.randn(4), torch.randn(4)),
-                  target=pf.OpSet.core_aten())
+        pf.export(Writes(WRITES["hypot_"]), (torch.randn(4), torch.randn(4)), target=pf.OpSet.core_aten())
     assert "self.write(x, y)" in str(raised.value)  # the user's line
 
 

@@ -244,24 +244,28 @@ def var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdi
 DECOMPOSITIONS[aten.var_mean.correction] = var_mean
 
 
+
 _BATCH_NORM_WITH_UPDATE = getattr(aten, "_batch_norm_with_update_functional", None)
 
 
 def batch_norm_with_update_functional(input: torch.Tensor, weight: Any, bias: Any, running_mean: torch.Tensor,
                                       running_var: torch.Tensor, momentum: float, eps: float) -> Any:
-    """torch's decomposition of CUDA's training batch norm, with the updated running statistics
-    detached. Eager's kernel writes them outside autograd; torch's decomposition computes them
-    from the batch mean and variance, which require grad, so a joint program lowered to
-    ``core_aten`` wrote buffers carrying the step's history (refused as a state write with
-    history: every training program with BatchNorm under ``core_aten`` on the GPU)."""
+    """CUDA's training batch norm as the Core ATen op CPU's already is,
+    ``_native_batch_norm_legit_functional``: one node, as on CPU, whose running statistics
+    autograd leaves alone (eager's kernel writes them outside autograd). torch's decomposition
+    spelled the statistics out from the batch mean and variance, which require grad, so a
+    joint program under ``core_aten`` wrote buffers carrying the step's history (refused: every
+    training BatchNorm on the GPU) and the GPU's program differed from the CPU's. The fourth
+    result, cuDNN's reserve space, is read only by cuDNN's backward, which autograd (above
+    this program) never calls: empty, as for ``cudnn_batch_norm`` (trace/composite_policy.py)."""
     from ... import _torch_compat as tc
 
-    op = _BATCH_NORM_WITH_UPDATE.default
-    torchs = tc.core_aten_decomposition_table().get(op) or tc.aten_decomposition_table().get(op)
-    if torchs is None:
+    core = tc.resolve_overload("aten", "_native_batch_norm_legit_functional.default")
+    if core is None:
         return NotImplemented
-    out, mean, rstd, reserve, new_mean, new_var = torchs(input, weight, bias, running_mean, running_var, momentum, eps)
-    return out, mean, rstd, reserve, new_mean.detach(), new_var.detach()
+    out, mean, rstd, new_mean, new_var = core(
+        input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return out, mean, rstd, input.new_empty((0,), dtype=torch.uint8), new_mean, new_var
 
 
 if _BATCH_NORM_WITH_UPDATE is not None:
