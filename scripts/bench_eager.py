@@ -58,8 +58,8 @@ warnings.simplefilter("ignore")
 
 import predispatch_func as pf  # noqa: E402
 from predispatch_func import _torch_compat as tc  # noqa: E402
-from predispatch_func.eager import above_autograd, session_key  # noqa: E402
 from predispatch_func.eager import mode as eager_mode  # noqa: E402
+from predispatch_func.eager import session_key  # noqa: E402
 from tests.models.corpus import CASES  # noqa: E402
 from tests.models.corpus import build as build_corpus  # noqa: E402
 
@@ -130,8 +130,7 @@ def _largest_difference(a: dict, b: dict) -> float:
 def _cold_caches() -> None:
     """Forget every plan, trace and registration, as in a fresh process."""
     session_key.release()
-    eager_mode._kernels_for.cache_clear()
-    above_autograd._graphs.clear()
+    eager_mode._kernels_for.cache_clear()  # the traces above autograd too (Kernels.lifted_graphs)
 
 
 @contextlib.contextmanager

@@ -122,6 +122,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "has_composite_explicit_kernel",
     "call_backend_kernel",
     "SPARE_KEY", "spare_key_active", "including_spare_key", "excluding_spare_key", "registrations_on_key",
+    "fall_through_spare_key",
     "entry_point",
 ]
 
@@ -799,6 +800,16 @@ def including_spare_key() -> Any:
 def excluding_spare_key() -> Any:
     """Context: this thread's dispatch skips ``SPARE_KEY`` (a kernel on it calling its op as it is)."""
     return torch._C._ExcludeDispatchKeyGuard(_SPARE_SET)
+
+
+_BELOW_SPARE = torch._C._dispatch_keyset_full_after(_SPARE)
+
+
+def fall_through_spare_key(op: torch._ops.OpOverload, keyset: Any, args: tuple, kwargs: dict) -> Any:
+    """What a fallthrough kernel on ``SPARE_KEY`` does, from a Python kernel registered there
+    ``with_keyset``: ``op`` sent on to the keys below it, the thread's dispatch unchanged (the
+    op's own inner calls still pass through the key)."""
+    return op.redispatch(keyset & _BELOW_SPARE, *args, **kwargs)
 
 
 def entry_point(op: torch._ops.OpOverload) -> Callable[..., Any]:

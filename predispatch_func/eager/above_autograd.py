@@ -70,8 +70,11 @@ class AutogradKernels:
     shared by nested and concurrent sessions (registration is process-wide)."""
 
     def __init__(self, ops: list[tuple[tc.OpOverload, Callable]], key: str = "Autograd",
-                 on_call: Callable[[tc.OpOverload], None] | None = None):
+                 on_call: Callable[[tc.OpOverload], None] | None = None,
+                 traces_of: Callable[[tc.OpOverload], dict[tuple, Any]] | None = None):
         self._ops, self._key, self._on_call = ops, key, on_call
+        # where each op's traces are kept (``Kernels.lifted_kernels_of``: on disk between processes)
+        self._traces_of = traces_of or (lambda op: {})
 
     def __enter__(self) -> AutogradKernels:
         with _lock:
@@ -81,7 +84,8 @@ class AutogradKernels:
                     library = torch.library.Library("aten", "IMPL")
                     with warnings.catch_warnings():  # "overriding a previously registered kernel": we mean to
                         warnings.simplefilter("ignore", UserWarning)
-                        library.impl(op, _kernel(op, decomposition, self._on_call), self._key)
+                        library.impl(op, _kernel(op, decomposition, self._on_call, self._traces_of(op)),
+                                     self._key)
                     slot[0] = library
                 slot[1] += 1
         return self
@@ -96,11 +100,10 @@ class AutogradKernels:
                     del _active[(str(op), self._key)]
 
 
-def _kernel(op: tc.OpOverload, decomposition: Callable,
-            on_call: Callable[[tc.OpOverload], None] | None) -> Callable:
-    """The decomposition, traced once per signature (``cache``) and replayed: its ops are
-    dispatched from here, so autograd records them and the session lowers them."""
-    graphs = _graphs.setdefault(decomposition, {})
+def _kernel(op: tc.OpOverload, decomposition: Callable, on_call: Callable[[tc.OpOverload], None] | None,
+            graphs: dict[tuple, Any]) -> Callable:
+    """The decomposition, traced once per signature (``cache``) into ``graphs`` and replayed:
+    its ops are dispatched from here, so autograd records them and the session lowers them."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         if on_call is not None:
@@ -115,5 +118,3 @@ def _kernel(op: tc.OpOverload, decomposition: Callable,
         return graph.run(*tensors)
     return run
 
-
-_graphs: dict[Callable, dict[tuple, Any]] = {}  # decomposition -> signature -> its trace

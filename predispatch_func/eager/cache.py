@@ -87,6 +87,8 @@ def _rebuild(value: Any, tensors: list, position: list[int]) -> Any:
         return tensors[position[0] - 1]
     if isinstance(value, (tuple, list)):
         return type(value)(_rebuild(item, tensors, position) for item in value)
+    if isinstance(value, dict):  # the kwargs: a keyword-only tensor (sdpa's attn_mask) is an input too
+        return {name: _rebuild(item, tensors, position) for name, item in value.items()}
     return value
 
 

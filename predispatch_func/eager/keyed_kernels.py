@@ -43,8 +43,7 @@ def kernel_for(op: tc.OpOverload, how: How, kernels: Kernels, modes: list[EagerM
     ``modes[-1]`` (else ``idle``) is the innermost active session's mode, whose stats count the
     call. A ``DECOMPOSE`` kernel asks for the plan only on a signature not traced yet, so a
     process whose kernels came from disk decides none for a replay."""
-    positions = tuple(i for i, a in enumerate(tc.schema_of(op).arguments)
-                      if str(a.type) == "Tensor" and not a.kwarg_only)
+    positions = tensor_positions(op)
     plan = None if how is How.DECOMPOSE else kernels.plan(op)
     if plan is None:
         fast = _replaying(op, kernels, modes, idle)
@@ -61,6 +60,12 @@ def kernel_for(op: tc.OpOverload, how: How, kernels: Kernels, modes: list[EagerM
                 break
         return fast(*args, **kwargs)
     return kernel
+
+
+def tensor_positions(op: tc.OpOverload) -> tuple[int, ...]:
+    """The positional arguments ``op``'s schema types as Tensor, where a C++ caller's wrapped
+    number arrives in Python as a number."""
+    return tuple(i for i, a in enumerate(tc.schema_of(op).arguments) if str(a.type) == "Tensor" and not a.kwarg_only)
 
 
 _WIDEST = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}

@@ -74,7 +74,10 @@ class Kernels:
         self.plans: dict[int, Plan | None] = {}
         self.graphs: dict[int, dict[tuple, Any]] = {}  # op's id -> signature -> traced kernel
         self.graph_ops: dict[int, tc.OpOverload] = {}  # op's id -> op, for each key of ``graphs``
-        self.persisted = PersistedKernels(sorted((target | floor).names()), self.graphs, self.graph_ops)
+        # op's id -> signature -> trace of its decomposition, for the ops decomposed above autograd
+        self.lifted_graphs: dict[int, dict[tuple, Any]] = {}
+        self.persisted = PersistedKernels(sorted((target | floor).names()), self.graphs, self.graph_ops,
+                                          self.lifted_graphs)
         self.persisted.restore()
         self.lifted = self._lifted()
 
@@ -86,6 +89,14 @@ class Kernels:
             return found
         ops = [tc.resolve_overload(*name.split("::", 1)) for name in self.persisted.lifted]
         return [(op, above_autograd.lazily(op, self.lowering)) for op in ops if op is not None]
+
+    def lifted_kernels_of(self, op: Any) -> dict[tuple, Any]:
+        """The traces of ``op``'s decomposition above autograd by signature (``above_autograd``)."""
+        found = self.lifted_graphs.get(id(op))
+        if found is None:
+            found = self.lifted_graphs[id(op)] = {}
+            self.graph_ops[id(op)] = op
+        return found
 
     def kernels_of(self, op: Any) -> dict[tuple, Any]:
         """The op's traced kernels by signature (the dict the keyed kernels read)."""

@@ -63,8 +63,11 @@ class PersistedKernels:
     ``restore(graphs)`` fills ``Kernels.graphs`` from the file; ``save`` writes what
     the process holds (the file's entries and every kernel traced since)."""
 
-    def __init__(self, names: list[str], graphs: dict[int, dict[tuple, Any]], ops: dict[int, tc.OpOverload]):
+    def __init__(self, names: list[str], graphs: dict[int, dict[tuple, Any]], ops: dict[int, tc.OpOverload],
+                 lifted_graphs: dict[int, dict[tuple, Any]] | None = None):
         self._names, self._graphs, self._ops = names, graphs, ops  # Kernels' graphs, and the op of each id
+        # the file's tables of kernels by op id: below autograd, and the traces of the ops decomposed above it
+        self._tables = {"kernels": graphs, "lifted_kernels": lifted_graphs if lifted_graphs is not None else {}}
         self._path: Path | None = None
         self.registrations: list[tuple[str, str]] | None = None
         self.lifted: list[str] | None = None  # names of the ops decomposed above autograd
@@ -85,42 +88,34 @@ class PersistedKernels:
             return
         self.registrations = found.get("registrations")
         self.lifted = found.get("lifted")
-        for name, entries in found.get("kernels", {}).items():
-            op = tc.resolve_overload(*name.split("::", 1))
-            if op is None:
-                continue
-            self._ops[id(op)] = op
-            by_signature = self._graphs.setdefault(id(op), {})
-            for signature, saved in entries:
-                kernel = _restored(saved)
-                if kernel is not None:
-                    by_signature.setdefault(signature, kernel)
+        for table, graphs in self._tables.items():
+            for name, entries in found.get(table, {}).items():
+                op = tc.resolve_overload(*name.split("::", 1))
+                if op is None:
+                    continue
+                self._ops[id(op)] = op
+                by_signature = graphs.setdefault(id(op), {})
+                for signature, saved in entries:
+                    kernel = _restored(saved)
+                    if kernel is not None:
+                        by_signature.setdefault(signature, kernel)
         self._saved_count = self._count()
 
     def _count(self) -> int:
-        return (sum(len(entries) for entries in self._graphs.values()) + (self.registrations is not None)
-                + (self.lifted is not None))
+        return (sum(len(entries) for graphs in self._tables.values() for entries in graphs.values())
+                + (self.registrations is not None) + (self.lifted is not None))
 
     def _on_disk(self) -> dict[str, Any]:
-        found = _read(self.path())
-        return found.get("kernels", {}) if found is not None else {}
+        return _read(self.path()) or {}
 
     def save(self) -> None:
         path = self.path()
         if path is None or self._count() == self._saved_count:
             return
-        kernels: dict[str, list[tuple[tuple, Any]]] = {}
-        for key, entries in self._graphs.items():
-            op = self._ops.get(key)
-            for signature, kernel in entries.items():
-                if op is not None and _plain(signature):
-                    written = _written(kernel)
-                    if written is not False:
-                        kernels.setdefault(op.name(), []).append((signature, written))
-        for name, entries in self._on_disk().items():  # another process's, written since this one read
-            known = {signature for signature, _ in kernels.get(name, [])}
-            kernels.setdefault(name, []).extend(entry for entry in entries if entry[0] not in known)
-        value = {"format": _FORMAT, "registrations": self.registrations, "lifted": self.lifted, "kernels": kernels}
+        value: dict[str, Any] = {"format": _FORMAT, "registrations": self.registrations, "lifted": self.lifted}
+        on_disk = self._on_disk()
+        for table, graphs in self._tables.items():
+            value[table] = self._merged(graphs, on_disk.get(table, {}))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -129,6 +124,22 @@ class PersistedKernels:
         except (OSError, pickle.PicklingError, TypeError, AttributeError):
             return
         self._saved_count = self._count()
+
+    def _merged(self, graphs: dict[int, dict[tuple, Any]], on_disk: dict[str, list]) -> dict[str, list]:
+        """What one table of the file holds: this process's kernels, then another process's,
+        written since this one read the file."""
+        kernels: dict[str, list[tuple[tuple, Any]]] = {}
+        for key, entries in graphs.items():
+            op = self._ops.get(key)
+            for signature, kernel in entries.items():
+                if op is not None and _plain(signature):
+                    written = _written(kernel)
+                    if written is not False:
+                        kernels.setdefault(op.name(), []).append((signature, written))
+        for name, saved in on_disk.items():
+            known = {signature for signature, _ in kernels.get(name, [])}
+            kernels.setdefault(name, []).extend(entry for entry in saved if entry[0] not in known)
+        return kernels
 
 
 def _unpickled(data: bytes) -> Any:

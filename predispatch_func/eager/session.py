@@ -43,8 +43,9 @@ class on(contextlib.ContextDecorator):  # noqa: N801  (reads as pf.eager.on(targ
 
     def __enter__(self) -> on:
         stack = contextlib.ExitStack()
+        kernels = self._mode.kernels
         stack.enter_context(above_autograd.AutogradKernels(
-            self._mode.kernels.lifted, on_call=self._count_lifted))
+            kernels.lifted, on_call=self._count_lifted, traces_of=kernels.lifted_kernels_of))
         self.keyed = self._keyed_mode is not None and KeyedSession.available(self._keyed_mode)
         stack.enter_context(KeyedSession(self._keyed_mode) if self.keyed else self._mode)  # type: ignore[arg-type]
         self._stack.append(stack)

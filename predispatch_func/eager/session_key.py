@@ -21,8 +21,10 @@ other way round, an op of the target whose CPU kernel is torch's composite
 one (``sort``, ``convolution``) gets a kernel that runs it with the key off:
 its inner calls are the backend's business, as under the mode.
 
-The kernels are registered process-wide for one ``(target, floor)`` at a
-time and stay registered between sessions (the key is off elsewhere, so they
+Each op's kernel (or fallthrough) is registered the first time the op reaches
+the key, by the key's Python fallback (``_Registered``). The kernels are
+registered process-wide for one ``(target, floor)`` at a time and stay
+registered between sessions (the key is off elsewhere, so they
 cost nothing there); the key itself is thread-local, and autograd carries it
 to the threads running a backward. A session whose target differs from the
 registered one while a session of that one is active runs as the Python mode
@@ -39,47 +41,72 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from .keyed_kernels import kernel_for
+from .keyed_kernels import kernel_for, numbers_as_tensors, tensor_positions
 from .mode import EagerMode, Kernels
 from .plans import How, Plan
 
 
 class _Registered:
-    """The kernels of one target on the spare key, and the keyed modes of its active sessions."""
+    """The kernels of one target on the spare key, and the keyed modes of its active sessions.
+
+    Nothing is registered per op up front: the key's fallback (``_first_meeting``) meets each
+    op the first time it reaches the key and registers what the op gets from then on, our
+    kernel or a fallthrough, so later calls never see the fallback. A session's first step
+    registers the hundred-odd ops its model calls instead of the two thousand outside the
+    target (about 10 us each: most of a fresh process's first step on a small model)."""
 
     def __init__(self, kernels: Kernels):
         self.kernels = kernels
         self.modes: list[EagerMode] = []  # innermost session last; its stats count the calls
         self.idle = EagerMode(kernels.target, floor=kernels.floor, keyed=True)  # a call with no session active
-        self._libraries = [torch.library.Library("_", "IMPL"), torch.library.Library("aten", "IMPL")]
-        self._libraries[0].fallback(torch.library.fallthrough_kernel, tc.SPARE_KEY)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            for name, how in _registrations(kernels):
-                self._libraries[1].impl(name.removeprefix("aten::"), self._on_first_call(name, how), tc.SPARE_KEY)
+        self._how = dict(_registrations(kernels))  # op name -> how, for the ops given a kernel of ours
+        self._kinds: dict[str, str] = {}  # op name -> what it was given: a ``how`` or ``THROUGH``
+        self._kernels: dict[str, Callable] = {}  # op name -> its kernel, for those not given a fallthrough
+        self._libraries: dict[str, torch.library.Library] = {"_": torch.library.Library("_", "IMPL")}
+        self._registering = threading.RLock()  # a kernel built on first meeting may run ops itself
+        self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
 
-    def _on_first_call(self, name: str, how: str) -> Callable:
-        """The op's kernel, built on its first call: a process whose registrations came from
-        disk resolves and plans only the ops it meets."""
-        built: Callable | None = None
+    def _first_meeting(self, keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+        """An op reaching the key with nothing registered for it: register its kernel (or a
+        fallthrough, for an op of the target and for what is not ours to lower) and run it."""
+        kernel = self.meet(op)
+        if kernel is None:  # a wrapped number (``x.div(0.8)`` from C++) reached Python as a number
+            return tc.fall_through_spare_key(op, keyset, numbers_as_tensors(args, tensor_positions(op)), kwargs)
+        return kernel(*args, **kwargs)
 
-        def kernel(*args: Any, **kwargs: Any) -> Any:
-            nonlocal built
-            if built is None:
-                op = tc.resolve_overload(*name.split("::", 1))
-                assert op is not None, name
-                built = (_as_backend_kernel(op) if how == _BACKEND
-                         else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
-            return built(*args, **kwargs)
-        return kernel
+    def meet(self, op: Any) -> Callable | None:
+        """``op``'s kernel on the key, registered now if it is not yet; None for a fallthrough."""
+        name = op.name()
+        with self._registering:
+            if name in self._kinds:  # met before (by another thread, or by ``kind_of_op``)
+                return self._kernels.get(name)
+            how = self._how.get(name)
+            kernel = None if how is None else (_as_backend_kernel(op) if how == _BACKEND
+                                               else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
+            library = self._libraries.get(op.namespace)
+            if library is None:
+                library = self._libraries[op.namespace] = torch.library.Library(op.namespace, "IMPL")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                library.impl(name.split("::", 1)[1], kernel or torch.library.fallthrough_kernel, tc.SPARE_KEY)
+            self._kinds[name] = how or THROUGH
+            if kernel is not None:
+                self._kernels[name] = kernel
+            return kernel
+
+    def kind_of(self, name: str) -> str | None:
+        """What op ``name`` got on the key when first met: a plan's ``How`` by name, ``BACKEND``,
+        ``THROUGH``; None while it has not reached the key."""
+        return self._kinds.get(name)
 
     def remove(self) -> None:
-        for library in self._libraries:
+        for library in self._libraries.values():
             library._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
-        self._libraries = []
+        self._libraries = {}
 
 
 _BACKEND = "BACKEND"  # an op of the target run with the key off (composite kernel, or NATIVE_KERNEL_CALLS)
+THROUGH = "THROUGH"  # an op given a fallthrough on the key: the target's, views, what is not ours to lower
 
 
 def _registrations(kernels: Kernels) -> list[tuple[str, str]]:
@@ -206,5 +233,24 @@ def release() -> None:
 
 
 def registered_ops() -> list[str]:
-    """The ops with a kernel of ours on the spare key (for tests and the bench)."""
+    """The ops registered on the spare key so far, kernels and fallthroughs (for tests and the bench)."""
     return tc.registrations_on_key(tc.SPARE_KEY)
+
+
+def kind_of(name: str) -> str | None:
+    """What op ``name`` (``aten::add.Tensor``) got on the key of the registered target when it
+    first reached it (``_Registered.kind_of``); None if it has not, or nothing is registered."""
+    with _lock:
+        return None if _registered is None else _registered.kind_of(name)
+
+
+def kind_of_op(op: Any) -> str | None:
+    """What ``op`` gets on the key of the registered target, registered now if it had not
+    reached the key yet (for a Python backend that passes the key on only where it leads
+    somewhere: a fallthrough cannot be redispatched to); None if nothing is registered."""
+    with _lock:
+        registered = _registered
+    if registered is None:
+        return None
+    registered.meet(op)
+    return registered.kind_of(op.name())

@@ -81,9 +81,9 @@ class OnDevice(torch.Tensor):
         tensor_typed = tuple(i for i, a in enumerate(func._schema.arguments) if str(a.type) == "Tensor")
         args = numbers_as_tensors(tuple(args), tensor_typed)
         # a C++ tensor's dispatch passes the keys its thread includes: a keyed pf.eager session's too
-        # (where it has a kernel: redispatch does not skip a fallthrough as dispatch does)
+        # (where it has a kernel there: redispatch does not skip a fallthrough as dispatch does)
         session = tc.spare_key_active()
-        if session and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), tc.SPARE_KEY):
+        if session and session_key.kind_of_op(func) not in (None, session_key.THROUGH):
             return func.redispatch(_BACKEND_KEYS | _SESSION_KEYS, *args, **(kwargs or {}))
         if session and (func.is_view or func.name() in session_key.VIEWS_BY_ANOTHER_NAME) and \
                 torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd"):

@@ -6,7 +6,10 @@
 * ``_weight_norm_interface_backward`` has no ATen decomposition (likewise);
 * ``new_empty_strided`` has no ATen-level decomposition (why ``extra_decompositions``
   restates it; ``var_mean.correction``, which export meets too, is in the shared table);
-* a Python-only PrivateUse1 backend can be set up (the test backend).
+* a Python-only PrivateUse1 backend can be set up (the test backend);
+* a Python fallback on the spare key gets ``(keyset, op, *args)``, can send the op on below the
+  key (``tc.fall_through_spare_key``) and can register the op's own kernel there while it runs
+  (how a keyed session registers each op when it first meets it, ``session_key``).
 """
 
 import subprocess
@@ -167,3 +170,32 @@ def test_native_kernels_that_call_outside_core_aten_still_do():
         called = {event.name for event in profile.events()}
         for op in inner:
             assert op.split(".")[0] in called, (name, op, sorted(called))
+
+
+def test_a_python_fallback_on_the_spare_key_falls_through_and_registers_while_dispatching():
+    from predispatch_func.eager import session_key
+
+    session_key.release()  # a session's own fallback would hold the key
+    met: list = []
+    fallback = torch.library.Library("_", "IMPL")
+    per_op = torch.library.Library("aten", "IMPL")
+
+    def first_meeting(keyset, op, *args, **kwargs):
+        met.append(op)
+        if op is aten.sin.default:  # from now on sin falls through in C++
+            per_op.impl("sin", torch.library.fallthrough_kernel, tc.SPARE_KEY)
+        return tc.fall_through_spare_key(op, keyset, args, kwargs)
+
+    fallback.fallback(first_meeting, tc.SPARE_KEY, with_keyset=True)
+    try:
+        x = torch.randn(5, requires_grad=True)
+        with tc.including_spare_key():
+            first, second = x.sin(), x.sin()
+            first.sum().backward()
+        assert met.count(aten.sin.default) == 1  # registered by the first call, skipped by the second
+        assert aten.cos.default in met  # sin's backward, through the key as well
+        assert torch.equal(first, x.detach().sin()) and torch.equal(second, first)
+        torch.testing.assert_close(x.grad, x.detach().cos())
+    finally:
+        per_op._destroy()
+        fallback._destroy()

@@ -168,3 +168,48 @@ def test_a_process_writing_keeps_what_another_wrote_since_it_read(tmp_path, monk
         assert len(later.stats.cache_misses) == 0, later.stats.cache_misses
     finally:
         _fresh_process_state()
+
+
+def test_a_tensor_passed_by_keyword_is_an_input_of_the_trace_and_the_call_is_replayed():
+    # sdpa's CPU kernel takes attn_mask keyword-only: it was left a real tensor inside the fake
+    # trace, which then failed, and every call ran the decomposition uncached
+    q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
+    masks = [torch.randn(1, 4, 5, 5), torch.randn(1, 4, 5, 5)]
+    with pf.eager.on(CORE) as session:
+        got = [torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) for mask in masks]
+    flash = aten._scaled_dot_product_flash_attention_for_cpu.default
+    assert session.stats.cache_misses[flash] == 1 and session.stats.cache_hits[flash] >= 1
+    assert flash not in session.stats.uncached
+    for mask, value in zip(masks, got):  # the second mask's values, not the traced first one's
+        torch.testing.assert_close(value, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+def test_traces_above_autograd_are_replayed_by_the_next_process(tmp_path, monkeypatch):
+    # weight_norm is decomposed above autograd (eager/above_autograd.py); its trace was kept in
+    # memory only, so every new process built torch's whole decomposition table to trace it again
+    monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", str(tmp_path))
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(3, 4, 3))
+    x = torch.randn(2, 3, 7)
+
+    def step():
+        conv.zero_grad()
+        conv(x).square().sum().backward()
+        return [p.grad.clone() for p in conv.parameters()]
+    expected = step()
+    _fresh_process_state()
+    try:
+        with pf.eager.on(CORE) as first:
+            traced = step()
+        assert aten._weight_norm_interface.default in first.stats.above_autograd
+        kernels_for(CORE).persisted.save()
+        _fresh_process_state()
+        with pf.eager.on(CORE) as second:
+            replayed = step()
+        assert kernels_for(CORE).lifted_graphs[id(aten._weight_norm_interface.default)]
+        assert kernels_for(CORE).lowering._core is None  # nothing traced: torch's table never built
+        assert len(second.stats.cache_misses) == 0, second.stats.cache_misses
+        for value, again, want in zip(traced, replayed, expected):
+            assert torch.equal(value, again)
+            torch.testing.assert_close(value, want)
+    finally:
+        _fresh_process_state()
