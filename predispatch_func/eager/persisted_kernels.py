@@ -15,7 +15,9 @@ kernel (compiled on its first call) without tracing or deciding anything.
 
 The fingerprint covers the target and floor by name and the code that
 decides plans and decompositions (``eager/``, ``opsets/``, ``op_schema.py``,
-``_torch_compat/``): a change to any starts a new file. A signature is kept
+``_torch_compat/``): a change to any starts a new file. Each kernel is kept as its
+source and its compiled code (the file's name carries the Python version), so a
+later process neither traces nor compiles it. A signature is kept
 only when it is made of plain values (tensor metadata, numbers, strings,
 dtypes...), which compare equal in another process; one that holds an
 object (a generator) stays in memory only.
@@ -25,8 +27,10 @@ from __future__ import annotations
 
 import atexit
 import gc
+import marshal
 import os
 import pickle
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -39,7 +43,7 @@ from . import cache
 from .replay import TracedKernel
 
 _PACKAGE = Path(__file__).resolve().parent.parent
-_FORMAT = 1
+_FORMAT = 2  # 2: each kernel's compiled code beside its source
 
 
 def _code() -> list[Path]:
@@ -48,9 +52,12 @@ def _code() -> list[Path]:
 
 
 def fingerprint(names: list[str]) -> str:
+    """The target's names and the code's files by name, size and modification time (as Python's
+    own bytecode cache checks its sources): reading every file cost 4 ms of each process's start."""
     crc = zlib.crc32("\n".join(sorted(names)).encode())
     for path in _code():
-        crc = zlib.crc32(path.read_bytes(), crc)
+        stat = path.stat()
+        crc = zlib.crc32(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode(), crc)
     return f"{crc:08x}"
 
 
@@ -79,7 +86,8 @@ class PersistedKernels:
             root = cache_root()
             if root is None:
                 return None
-            self._path = root / f"eager-kernels-{torch_build()}-{fingerprint(self._names)}.pkl"
+            python = f"py{sys.version_info[0]}{sys.version_info[1]}"  # the compiled code's bytecode
+            self._path = root / f"eager-kernels-{torch_build()}-{python}-{fingerprint(self._names)}.pkl"
         return self._path
 
     def restore(self) -> None:
@@ -191,13 +199,13 @@ def _written(kernel: Any) -> Any:
             except Exception:  # noqa: BLE001  (kept in memory only)
                 return False
             constants.append(("value", value))
-    return kernel.code, constants
+    return kernel.code, constants, marshal.dumps(kernel.compiled())
 
 
 def _restored(saved: Any) -> TracedKernel | None:
-    if not isinstance(saved, tuple):
+    if not isinstance(saved, tuple) or len(saved) != 3:
         return None
-    code, constants = saved
+    code, constants, compiled = saved
     values = []
     for kind, value in constants:
         if kind == "op":
@@ -205,4 +213,8 @@ def _restored(saved: Any) -> TracedKernel | None:
             if value is None:
                 return None
         values.append(value)
-    return TracedKernel(code, values)
+    try:
+        code_object = marshal.loads(compiled)
+    except (ValueError, EOFError, TypeError):
+        return TracedKernel(code, values)
+    return TracedKernel(code, values, code_object)

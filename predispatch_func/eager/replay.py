@@ -31,10 +31,11 @@ from .. import _torch_compat as tc
 class TracedKernel:
     """One traced decomposition: ``code`` (its source), ``ops`` (what it calls) and ``run``."""
 
-    __slots__ = ("code", "constants", "run")
+    __slots__ = ("code", "constants", "run", "_code_object")
 
-    def __init__(self, code: str, constants: list[Any]):
+    def __init__(self, code: str, constants: list[Any], code_object: Any = None):
         self.code, self.constants = code, constants
+        self._code_object = code_object  # ``code`` compiled, where it came from disk (persisted_kernels)
         self.run: Callable[..., Any] = self._compile_then_run  # replaced by the compiled function on first call
 
     @classmethod
@@ -48,10 +49,16 @@ class TracedKernel:
     def __call__(self, *tensors: torch.Tensor) -> Any:
         return self.run(*tensors)
 
+    def compiled(self) -> Any:
+        """``code`` compiled (a module's code object defining ``kernel``)."""
+        if self._code_object is None:
+            self._code_object = compile(self.code, "<pf.eager traced kernel>", "exec")
+        return self._code_object
+
     def _compile_then_run(self, *tensors: torch.Tensor) -> Any:
         namespace = {f"c{i}": tc.entry_point(value) if isinstance(value, tc.OpOverload) else value
                      for i, value in enumerate(self.constants)}
-        exec(compile(self.code, "<pf.eager traced kernel>", "exec"), namespace)  # noqa: S102  (our own codegen)
+        exec(self.compiled(), namespace)  # noqa: S102  (our own codegen)
         self.run = namespace["kernel"]
         return self.run(*tensors)
 

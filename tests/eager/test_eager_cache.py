@@ -1,6 +1,8 @@
 """The per-signature kernel cache of ``pf.eager``: traced once, replayed, never the wrong branch."""
 
-from pathlib import Path
+import os
+
+import pytest
 
 import torch
 
@@ -105,6 +107,8 @@ def test_kernels_traced_in_one_process_are_replayed_by_the_next_without_tracing(
         kernels_for(CORE).persisted.save()  # what the process writes at its exit
         assert list(tmp_path.glob("eager-kernels-*.pkl"))
         _fresh_process_state()
+        restored = _graphs_of(aten.logit.default)  # the next process reads the file: each kernel's compiled
+        assert restored and all(kernel._code_object is not None for kernel in restored.values())  # code too
         with pf.eager.on(CORE) as second:
             replayed = (torch.logit(x.sigmoid(), 1e-3), torch.rot90(x, 3), x.clone().addcmul_(x, y, value=0.5))
         assert len(second.stats.cache_misses) == 0, second.stats.cache_misses
@@ -114,6 +118,7 @@ def test_kernels_traced_in_one_process_are_replayed_by_the_next_without_tracing(
             torch.testing.assert_close(value, want)
         # the registrations came from disk: no plan was decided for an op the session never met
         assert id(aten.hypot.default) not in kernels_for(CORE).plans
+
     finally:
         _fresh_process_state()
 
@@ -122,18 +127,24 @@ def test_a_changed_file_is_a_new_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", str(tmp_path))
     names = sorted(CORE.names())
     assert persisted_kernels.fingerprint(names) != persisted_kernels.fingerprint(names[1:])
+    source = tmp_path / "lowering.py"
+    source.write_text("A = 1\n")
     original = persisted_kernels._code
-    monkeypatch.setattr(persisted_kernels, "_code", lambda: [*original(), Path(__file__)])
-    assert persisted_kernels.fingerprint(names) != _fingerprint_without_this_file(names, original)
+    monkeypatch.setattr(persisted_kernels, "_code", lambda: [*original(), source])
+    before = persisted_kernels.fingerprint(names)
+    assert before != _fingerprint_of(names, original)  # a file more
+    source.write_text("A = 2\n")  # the same size, written later
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 1000))
+    assert persisted_kernels.fingerprint(names) != before
+    source.write_text("A = 22\n")
+    assert persisted_kernels.fingerprint(names) != before
 
 
-def _fingerprint_without_this_file(names, code):
-    import zlib
-
-    crc = zlib.crc32("\n".join(sorted(names)).encode())
-    for path in code():
-        crc = zlib.crc32(path.read_bytes(), crc)
-    return f"{crc:08x}"
+def _fingerprint_of(names, code):
+    monkeypatch = pytest.MonkeyPatch()
+    with monkeypatch.context() as patch:
+        patch.setattr(persisted_kernels, "_code", code)
+        return persisted_kernels.fingerprint(names)
 
 
 def test_compiled_replay_calls_what_the_graph_calls():
