@@ -162,6 +162,9 @@ NATIVE_KERNEL_CALLS: dict[str, tuple[str, ...]] = {
     "aten::max_pool2d_with_indices_backward": ("aten::zero_",),
     "aten::avg_pool2d_backward": ("aten::zero_",),
     "aten::relu": ("aten::clamp_min",),
+    # a backend's own histc (torch lowers it nowhere; mixtral's router counts with it): the CPU
+    # kernel's bin edges by linspace.out, its range by aminmax
+    "aten::histc": ("aten::linspace.out", "aten::aminmax"),
 }
 
 

@@ -154,6 +154,7 @@ def _native_kernel_samples():
         "aten::avg_pool2d_backward": lambda: aten.avg_pool2d_backward.default(
             torch.ones(1, 2, 2, 2), image, [2, 2], [2, 2], [0, 0], False, True, None),
         "aten::relu": lambda: aten.relu.default(x),
+        "aten::histc": lambda: aten.histc.default(x, 5),
     }
 
 
