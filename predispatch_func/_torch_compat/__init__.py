@@ -10,10 +10,11 @@ it can break on a torch upgrade (we support torch 2.13, 2.14 and 2.15):
 - ``error_texts``: the texts of torch's error messages we translate into
   refusals, each provoked on the installed torch by a test.
 
-No code of the package behaves differently by torch release today: where
-2.13 and 2.14 differ (``Function.apply`` became a C classmethod), one path
-serves both. When a difference must be decided, probe the installed torch for
-the feature once, here, rather than compare version strings.
+Where releases differ, one path serves all if it can (``Function.apply``
+became a C classmethod in 2.14). When a difference must be decided, the
+installed torch is probed for the feature once, here, rather than by comparing
+version strings (``PYTHON_FALLBACK_ON_SPARE_KEY``: where a keyed ``pf.eager``
+session registers its kernels on first call or up front).
 
 Call sites import from here (``from .. import _torch_compat as tc``); nothing
 outside this package imports ``torch._*`` (ruff's banned-api rule).

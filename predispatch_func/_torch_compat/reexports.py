@@ -122,7 +122,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "has_composite_explicit_kernel",
     "call_backend_kernel",
     "SPARE_KEY", "spare_key_active", "including_spare_key", "excluding_spare_key", "registrations_on_key",
-    "fall_through_spare_key",
+    "fall_through_spare_key", "PYTHON_FALLBACK_ON_SPARE_KEY",
     "entry_point",
 ]
 
@@ -803,6 +803,10 @@ def excluding_spare_key() -> Any:
 
 
 _BELOW_SPARE = torch._C._dispatch_keyset_full_after(_SPARE)
+# Whether a Python fallback on SPARE_KEY can serve every call: torch 2.11 and 2.12 put the key above
+# the Python key, and there a Python fallback called while a TorchDispatchMode is active fails an
+# internal assert (python_dispatch.cpp: "func != nullptr"); from 2.13 the key sits below it
+PYTHON_FALLBACK_ON_SPARE_KEY = int(_SPARE) < torch._C.DispatchKey.Python.value
 
 
 def fall_through_spare_key(op: torch._ops.OpOverload, keyset: Any, args: tuple, kwargs: dict) -> Any:

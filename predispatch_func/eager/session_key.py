@@ -53,7 +53,10 @@ class _Registered:
     op the first time it reaches the key and registers what the op gets from then on, our
     kernel or a fallthrough, so later calls never see the fallback. A session's first step
     registers the hundred-odd ops its model calls instead of the two thousand outside the
-    target (about 10 us each: most of a fresh process's first step on a small model)."""
+    target (about 10 us each: most of a fresh process's first step on a small model). On
+    torch 2.11 and 2.12 a Python fallback cannot serve calls made under a dispatch mode
+    (``tc.PYTHON_FALLBACK_ON_SPARE_KEY``): there every op outside the target is registered
+    up front, as before, its kernel built on its first call."""
 
     def __init__(self, kernels: Kernels):
         self.kernels = kernels
@@ -62,9 +65,34 @@ class _Registered:
         self._how = dict(_registrations(kernels))  # op name -> how, for the ops given a kernel of ours
         self._kinds: dict[str, str] = {}  # op name -> what it was given: a ``how`` or ``THROUGH``
         self._kernels: dict[str, Callable] = {}  # op name -> its kernel, for those not given a fallthrough
+        self._up_front: set[str] = set()  # ops registered before any call (torch 2.11, 2.12)
         self._libraries: dict[str, torch.library.Library] = {"_": torch.library.Library("_", "IMPL")}
         self._registering = threading.RLock()  # a kernel built on first meeting may run ops itself
-        self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
+        if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
+            self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
+        else:  # torch 2.11, 2.12: every kernel up front (each built on its first call), the rest falls through
+            self._libraries["_"].fallback(torch.library.fallthrough_kernel, tc.SPARE_KEY)
+            for name, how in self._how.items():
+                self._register_up_front(name, how)
+
+    def _register_up_front(self, name: str, how: str) -> None:
+        built: list[Callable] = []
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            if not built:
+                op = tc.resolve_overload(*name.split("::", 1))
+                found = self.meet(op) if op is not None else None
+                assert found is not None, name  # an op of ``_how`` has a kernel
+                built.append(found)
+            return built[0](*args, **kwargs)
+
+        library = self._libraries.get("aten")
+        if library is None:
+            library = self._libraries["aten"] = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            library.impl(name.removeprefix("aten::"), kernel, tc.SPARE_KEY)
+        self._up_front.add(name)
 
     def _first_meeting(self, keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         """An op reaching the key with nothing registered for it: register its kernel (or a
@@ -83,12 +111,13 @@ class _Registered:
             how = self._how.get(name)
             kernel = None if how is None else (_as_backend_kernel(op) if how == _BACKEND
                                                else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
-            library = self._libraries.get(op.namespace)
-            if library is None:
-                library = self._libraries[op.namespace] = torch.library.Library(op.namespace, "IMPL")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                library.impl(name.split("::", 1)[1], kernel or torch.library.fallthrough_kernel, tc.SPARE_KEY)
+            if name not in self._up_front:  # (registered already, calling this kernel on its first call)
+                library = self._libraries.get(op.namespace)
+                if library is None:
+                    library = self._libraries[op.namespace] = torch.library.Library(op.namespace, "IMPL")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    library.impl(name.split("::", 1)[1], kernel or torch.library.fallthrough_kernel, tc.SPARE_KEY)
             self._kinds[name] = how or THROUGH
             if kernel is not None:
                 self._kernels[name] = kernel

@@ -20,7 +20,7 @@ import torch
 from predispatch_func import _torch_compat as tc
 from predispatch_func.eager import above_autograd, extra_decompositions  # noqa: F401
 from predispatch_func.opsets.lowering import core_decompositions
-from tests.support.torch_release import torch_limit
+from tests.support.torch_release import torch_limit, torch_release
 
 aten = torch.ops.aten
 
@@ -199,4 +199,29 @@ def test_a_python_fallback_on_the_spare_key_falls_through_and_registers_while_di
         torch.testing.assert_close(x.grad, x.detach().cos())
     finally:
         per_op._destroy()
+        fallback._destroy()
+
+
+@torch_limit("torch 2.11 and 2.12 put the spare key above the Python key, and a Python fallback there, "
+             "called while a TorchDispatchMode is active, fails an internal assert (python_dispatch.cpp: "
+             "'func != nullptr'): keyed sessions register every kernel up front there "
+             "(tc.PYTHON_FALLBACK_ON_SPARE_KEY)", raises=RuntimeError, lifted_in=(2, 13))
+def test_a_python_fallback_on_the_spare_key_serves_calls_under_a_dispatch_mode():
+    from predispatch_func.eager import session_key
+
+    assert tc.PYTHON_FALLBACK_ON_SPARE_KEY == (torch_release() >= (2, 13))
+    session_key.release()
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(lambda keyset, op, *args, **kwargs: tc.fall_through_spare_key(op, keyset, args, kwargs),
+                      tc.SPARE_KEY, with_keyset=True)
+
+    class Forwarding(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    try:
+        x = torch.randn(3)
+        with tc.including_spare_key(), Forwarding():
+            assert torch.equal(x.neg(), -x)
+    finally:
         fallback._destroy()

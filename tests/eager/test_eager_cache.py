@@ -3,7 +3,6 @@
 import os
 
 import pytest
-
 import torch
 
 import predispatch_func as pf

@@ -90,22 +90,27 @@ def test_each_op_gets_its_kernel_on_the_key_when_first_met_and_only_ops_outside_
         torch.matmul(x, x.transpose(-1, -2))  # the result comes back through _unsafe_view
     assert not tc.spare_key_active()
     kind = session_key.kind_of
+    # (torch 2.11, 2.12: what falls through is never met, the key's fallback being a fallthrough)
+    through = session_key.THROUGH if tc.PYTHON_FALLBACK_ON_SPARE_KEY else None
     assert kind("aten::logit") == "DECOMPOSE"
     # views torch's composite kernel makes in metadata on any backend fall through to it, and
     # _unsafe_view, a view by its kernel though not by its schema; so do the target's ops
-    assert kind("aten::transpose.int") == kind("aten::detach") == session_key.THROUGH
-    assert kind("aten::_unsafe_view") == session_key.THROUGH
-    assert kind("aten::mm") == kind("aten::add.Tensor") == session_key.THROUGH
+    assert kind("aten::transpose.int") == kind("aten::detach") == through
+    assert kind("aten::_unsafe_view") == through
+    assert kind("aten::mm") == kind("aten::add.Tensor") == through
     # ops of the target have a kernel there only to run torch's composite kernel with the key off
     assert kind("aten::sort") == kind("aten::convolution") == "BACKEND"
-    # an op no session has called has nothing registered: registering costs about 10 us an op
-    assert kind("aten::logit_backward") is None and "aten::logit_backward" not in session_key.registered_ops()
     registered = set(session_key.registered_ops())
-    assert {"aten::logit", "aten::mm", "aten::sort"} <= registered and len(registered) < 100
+    if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
+        # an op no session has called has nothing registered: registering costs about 10 us an op
+        assert kind("aten::logit_backward") is None and "aten::logit_backward" not in registered
+        assert {"aten::logit", "aten::mm", "aten::sort"} <= registered and len(registered) < 100
+    else:  # torch 2.11, 2.12: every op outside the target up front, the rest falls through
+        assert "aten::logit_backward" in registered and "aten::mm" not in registered
     inside = {op.name() if op._overloadname == "default" else f"{op.name()}.{op._overloadname}": op
               for op in CORE | pf.eager.RUNTIME_FLOOR}
     assert all(session_key._composite_inside_target(inside[name]) or inside[name].name() in session_key.NATIVE_KERNEL_CALLS
-               for name in registered & inside.keys() if kind(name) != session_key.THROUGH)
+               for name in registered & inside.keys() if kind(name) not in (session_key.THROUGH, None))
 
 
 def test_a_program_of_target_ops_never_enters_python():
