@@ -187,6 +187,8 @@ def _written(kernel: Any) -> Any:
     that would not survive another process."""
     if kernel is cache.UNCACHEABLE:
         return False
+    if kernel.saved is not None:  # restored from the file: written back as it was read
+        return kernel.code, kernel.saved[0], kernel.saved[1]
     constants: list[tuple[str, Any]] = []
     for value in kernel.constants:
         if isinstance(value, tc.OpOverload):
@@ -206,15 +208,4 @@ def _restored(saved: Any) -> TracedKernel | None:
     if not isinstance(saved, tuple) or len(saved) != 3:
         return None
     code, constants, compiled = saved
-    values = []
-    for kind, value in constants:
-        if kind == "op":
-            value = tc.resolve_overload(*value.split("::", 1))
-            if value is None:
-                return None
-        values.append(value)
-    try:
-        code_object = marshal.loads(compiled)
-    except (ValueError, EOFError, TypeError):
-        return TracedKernel(code, values)
-    return TracedKernel(code, values, code_object)
+    return TracedKernel.restored(code, constants, compiled)

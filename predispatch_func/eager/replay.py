@@ -20,6 +20,7 @@ restores it from disk (``persisted_kernels``) and compiles it on its first call.
 from __future__ import annotations
 
 import functools
+import marshal
 from collections.abc import Callable
 from typing import Any
 
@@ -29,14 +30,34 @@ from .. import _torch_compat as tc
 
 
 class TracedKernel:
-    """One traced decomposition: ``code`` (its source), ``ops`` (what it calls) and ``run``."""
+    """One traced decomposition: ``code`` (its source), ``ops`` (what it calls) and ``run``.
 
-    __slots__ = ("code", "constants", "run", "_code_object")
+    One restored from disk (``restored``) keeps its constants as written (ops by name) and
+    its compiled code as bytes until its first call: a file holds the kernels of every model
+    a target has run, most of which a process never calls."""
 
-    def __init__(self, code: str, constants: list[Any], code_object: Any = None):
-        self.code, self.constants = code, constants
-        self._code_object = code_object  # ``code`` compiled, where it came from disk (persisted_kernels)
+    __slots__ = ("code", "_constants", "run", "_code_object", "saved")
+
+    def __init__(self, code: str, constants: list[Any] | None, code_object: Any = None):
+        self.code, self._constants = code, constants
+        self._code_object = code_object  # ``code`` compiled
+        self.saved: tuple[list, bytes] | None = None  # (constants as written, compiled code) until first needed
         self.run: Callable[..., Any] = self._compile_then_run  # replaced by the compiled function on first call
+
+    @classmethod
+    def restored(cls, code: str, constants: list[tuple[str, Any]], compiled: bytes) -> TracedKernel:
+        """A kernel as ``persisted_kernels`` wrote it: ``constants`` as ``("op", name)`` or
+        ``("value", value)``, ``compiled`` its code object marshalled."""
+        kernel = cls(code, None)
+        kernel.saved = (constants, compiled)
+        return kernel
+
+    @property
+    def constants(self) -> list[Any]:
+        if self._constants is None:
+            assert self.saved is not None
+            self._constants = [_op_named(value) if kind == "op" else value for kind, value in self.saved[0]]
+        return self._constants
 
     @classmethod
     def of_graph(cls, graph_module: torch.fx.GraphModule) -> TracedKernel:
@@ -51,6 +72,11 @@ class TracedKernel:
 
     def compiled(self) -> Any:
         """``code`` compiled (a module's code object defining ``kernel``)."""
+        if self._code_object is None and self.saved is not None:
+            try:
+                self._code_object = marshal.loads(self.saved[1])
+            except (ValueError, EOFError, TypeError):  # not this Python's: compiled again
+                pass
         if self._code_object is None:
             self._code_object = compile(self.code, "<pf.eager traced kernel>", "exec")
         return self._code_object
@@ -61,6 +87,14 @@ class TracedKernel:
         exec(self.compiled(), namespace)  # noqa: S102  (our own codegen)
         self.run = namespace["kernel"]
         return self.run(*tensors)
+
+
+def _op_named(name: str) -> tc.OpOverload:
+    op = tc.resolve_overload(*name.split("::", 1))
+    if op is None:  # the file is this torch build's: its ops exist (a custom op's library not loaded?)
+        raise RuntimeError(f"pf.eager: a kernel on disk calls {name}, which this process does not have; "
+                           "delete the eager-kernels-*.pkl file under the cache directory")
+    return op
 
 
 def write_out(graph_module: torch.fx.GraphModule) -> tuple[str, list[Any]]:
