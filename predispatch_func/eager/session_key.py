@@ -145,7 +145,8 @@ def _registrations(kernels: Kernels) -> list[tuple[str, str]]:
         found = [(op.name(), plan.how.name) for op, plan in kernels.governed_outside()
                  if not _composite_serves(op, plan)]
         found += [(op.name(), _BACKEND) for op in kernels.direct
-                  if _composite_inside_target(op) or _native_kernel_calls_outside(op, kernels)]
+                  if (_composite_inside_target(op) and not _composite_calls_only_direct(op, kernels))
+                  or _native_kernel_calls_outside(op, kernels)]
         kernels.persisted.registrations = found
     return kernels.persisted.registrations
 
@@ -195,6 +196,30 @@ NATIVE_KERNEL_CALLS: dict[str, tuple[str, ...]] = {
     # kernel's bin edges by linspace.out, its range by aminmax
     "aten::histc": ("aten::linspace.out", "aten::aminmax"),
 }
+
+
+# Ops of Core ATen whose CPU kernel is torch's composite one but calls only these ops (besides
+# CompositeImplicitAutograd ones that decompose into them, ``to``, and views made in metadata),
+# found with torch's profiler and pinned by tests/eager/test_eager_assumptions.py. Where all of
+# them are in the target they fall through with the key on: their inner calls pass the key in
+# C++, and a trip into Python is saved per call (bert: some 30 a step, copies and scalar arithmetic).
+COMPOSITE_KERNEL_CALLS: dict[str, tuple[str, ...]] = {
+    "aten::copy_": (),
+    "aten::clone": ("aten::empty_strided", "aten::copy_"),
+    "aten::_to_copy": ("aten::empty_strided", "aten::copy_"),
+    "aten::embedding": ("aten::index_select", "aten::empty.memory_format"),
+    # the number becomes a tensor (``_to_copy`` of a wrapped scalar), then the Tensor overload
+    **{f"aten::{name}.Scalar": (f"aten::{name}.Tensor", "aten::_to_copy", "aten::empty_strided", "aten::copy_")
+       for name in ("add", "sub", "mul", "div")},
+}
+
+
+def _composite_calls_only_direct(op: tc.OpOverload, kernels: Kernels) -> bool:
+    inner = COMPOSITE_KERNEL_CALLS.get(op.name())
+    if inner is None:
+        return False
+    names = {direct.name() for direct in kernels.direct}
+    return all(name in names for name in inner)
 
 
 def _native_kernel_calls_outside(op: tc.OpOverload, kernels: Kernels) -> bool:

@@ -225,3 +225,38 @@ def test_a_python_fallback_on_the_spare_key_serves_calls_under_a_dispatch_mode()
             assert torch.equal(x.neg(), -x)
     finally:
         fallback._destroy()
+
+
+def _composite_kernel_samples():
+    x, destination, table, indices = torch.randn(2, 3), torch.empty(2, 3), torch.randn(10, 4), torch.tensor([1, 2])
+    return {
+        "aten::copy_": lambda: aten.copy_.default(destination, x),
+        "aten::clone": lambda: aten.clone.default(x),
+        "aten::_to_copy": lambda: aten._to_copy.default(x, dtype=torch.float64),
+        "aten::embedding": lambda: aten.embedding.default(table, indices),
+        **{f"aten::{name}.Scalar": (lambda op: lambda: op(x, 2.0))(getattr(aten, name).Scalar)
+           for name in ("add", "sub", "mul", "div")},
+    }
+
+
+# what a composite kernel may call besides its list: CompositeImplicitAutograd ops that
+# decompose into listed ones (``to``), and views made in metadata
+_DECOMPOSED_OR_VIEWS = {"aten::to", "aten::select", "aten::as_strided"}
+
+
+def test_composite_kernels_that_fall_through_call_only_their_listed_ops():
+    # session_key.COMPOSITE_KERNEL_CALLS: these fall through with the key on because their
+    # composite kernels call only the listed ops; a torch whose kernel calls another fails here
+    from predispatch_func.eager.session_key import COMPOSITE_KERNEL_CALLS
+
+    samples = _composite_kernel_samples()
+    assert samples.keys() == COMPOSITE_KERNEL_CALLS.keys()
+    for name, inner in COMPOSITE_KERNEL_CALLS.items():
+        op = tc.resolve_overload(*name.split("::", 1))
+        assert not tc.backend_has_kernel(op, "CPU") and tc.has_composite_explicit_kernel(op), name
+        samples[name]()
+        with torch.profiler.profile() as profile:
+            samples[name]()
+        called = {event.name for event in profile.events() if event.name.startswith("aten::")}
+        allowed = {name.split(".")[0]} | {op.split(".")[0] for op in inner} | _DECOMPOSED_OR_VIEWS
+        assert called <= allowed, (name, sorted(called - allowed))

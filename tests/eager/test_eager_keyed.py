@@ -98,7 +98,8 @@ def test_each_op_gets_its_kernel_on_the_key_when_first_met_and_only_ops_outside_
     assert kind("aten::transpose.int") == kind("aten::detach") == through
     assert kind("aten::_unsafe_view") == through
     assert kind("aten::mm") == kind("aten::add.Tensor") == through
-    # ops of the target have a kernel there only to run torch's composite kernel with the key off
+    # ops of the target have a kernel there only to run torch's composite kernel with the key off,
+    # where that kernel calls ops outside the target (sort.stable, convolution's implementations)
     assert kind("aten::sort") == kind("aten::convolution") == "BACKEND"
     registered = set(session_key.registered_ops())
     if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
@@ -194,3 +195,20 @@ def test_number_a_derivative_passes_as_a_tensor_reaches_the_op_as_one():
         torch.ldexp(x, e).sum().backward()
     torch.testing.assert_close((x.grad, e.grad), expected)
     assert session.keyed and session.stats.decomposed
+
+
+def test_composite_target_ops_calling_only_target_ops_fall_through_and_equal_eager():
+    # session_key.COMPOSITE_KERNEL_CALLS: clone's composite kernel calls empty_strided and copy_,
+    # both in Core ATen: it falls through in C++ instead of a trip into Python
+    x, table, indices = torch.randn(3, 4), torch.randn(10, 4), torch.tensor([1, 3])
+    expected = (x.clone(), x.to(torch.float64), x * 2.0, torch.nn.functional.embedding(indices, table))
+    with pf.eager.on(CORE) as session:
+        got = (x.clone(), x.to(torch.float64), torch.nn.functional.embedding(indices, table))
+    assert not session.stats.decomposed, session.stats.decomposed
+    with pf.eager.on(CORE):  # (called from Python, the number is made a tensor by ops of its own)
+        got = (*got[:2], torch.ops.aten.mul.Scalar(x, 2.0), got[2])
+    for value, want in zip(got, expected):
+        assert torch.equal(value, want)
+    if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
+        assert session_key.kind_of("aten::clone") == session_key.kind_of("aten::mul.Scalar") == session_key.THROUGH
+    assert session_key.kind_of("aten::sort") != session_key.THROUGH
