@@ -19,7 +19,8 @@ kernels, and views such as ``t``, ``transpose``, ``detach``) fall through
 too: that kernel runs in C++ and its ops come back through the key. The
 other way round, an op of the target whose CPU kernel is torch's composite
 one (``sort``, ``convolution``) gets a kernel that runs it with the key off:
-its inner calls are the backend's business, as under the mode.
+its inner calls are the backend's business, as under the mode (unless they
+are all ops of the target, ``COMPOSITE_KERNEL_CALLS``: it falls through).
 
 Each op's kernel (or fallthrough) is registered the first time the op reaches
 the key, by the key's Python fallback (``_Registered``). The kernels are
