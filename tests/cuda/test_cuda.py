@@ -5,7 +5,9 @@ drawing from the Philox generator, autocast's CUDA op policy in bfloat16 and flo
 Each model is exported with CUDA weights and inputs and replayed against the reference on the GPU
 (outputs, written-back buffers and inputs, gradients) by ``pf.verify``; the corpus runs in
 fp32 and under ``autocast("cuda", bfloat16)``. Without a GPU every test here is skipped (CI
-has none); they run on the GPU machine (``docs/runs/gpu-torch-2.11.md``).
+has none); they run on the GPU machine (``docs/runs/gpu-torch-2.11.md``), in a pytest run of
+their own: a process that has set up ``tests/eager/backend.py``'s Python PrivateUse1 device
+fails CUDA backwards with torch's "opt_ready_stream && opt_parent_stream" assert.
 """
 
 from __future__ import annotations
