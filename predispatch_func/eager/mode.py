@@ -92,18 +92,17 @@ class Kernels:
 
     def lifted_kernels_of(self, op: Any) -> dict[tuple, Any]:
         """The traces of ``op``'s decomposition above autograd by signature (``above_autograd``)."""
-        found = self.lifted_graphs.get(id(op))
-        if found is None:
-            found = self.lifted_graphs[id(op)] = {}
-            self.graph_ops[id(op)] = op
-        return found
+        return self._by_signature(self.lifted_graphs, op)
 
     def kernels_of(self, op: Any) -> dict[tuple, Any]:
         """The op's traced kernels by signature (the dict the keyed kernels read)."""
-        found = self.graphs.get(id(op))
+        return self._by_signature(self.graphs, op)
+
+    def _by_signature(self, table: dict[int, dict[tuple, Any]], op: Any) -> dict[tuple, Any]:
+        found = table.get(id(op))
         if found is None:
-            found = self.graphs[id(op)] = {}
-            self.graph_ops[id(op)] = op
+            found = table[id(op)] = {}
+            self.graph_ops[id(op)] = op  # the file names each table's entries by op
         return found
 
     def plan(self, op: Any) -> Plan | None:
