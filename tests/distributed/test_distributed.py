@@ -35,6 +35,12 @@ def _refusals(results, name):
 
 # --- pipeline stages -----------------------------------------------------------------------------
 
+# A stage runs the linear layers on micro-batches of 2 rows, the unsplit eager model on all 8:
+# BLAS may pick other kernels for the two shapes (exactly equal on one CPU, 1.5e-8 and 4.5e-8
+# apart on another), so those comparisons allow float32 rounding; the offsets a missed micro-batch
+# counter leaves are 2.0 and more.
+ROUNDING = 1e-6
+
 
 @pytest.mark.parametrize("name", ["pipeline_gpipe_ours", "pipeline_1f1b_ours_split_spec",
                                   "pipeline_gpipe_torch_export"])
@@ -45,7 +51,7 @@ def test_exported_pipeline_stages_train_as_the_unsplit_eager_model(results, name
     first, last = _values(results, name)
     assert set(first["grads"]) == {f"layers.{i}.{p}" for i in (0, 1) for p in ("weight", "bias")}
     assert set(last["grads"]) == {f"layers.{i}.{p}" for i in (2, 3) for p in ("weight", "bias")}
-    assert last["output_error"] == 0.0
+    assert last["output_error"] <= ROUNDING
     if name.endswith("_ours"):
         assert first["contract_problems"] == [] and last["contract_problems"] == []
 
@@ -75,7 +81,7 @@ def test_torch_export_stage_replays_the_first_micro_batch_offset(results):
     traced it once (offset 0), so micro-batch i replays offset 0 instead of 2*i: silently wrong
     by exactly the missed offset, without an error."""
     _, last = _values(results, "counter_in_an_attribute_torch_export")
-    assert last["row_errors"] == [0.0, 0.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0]
+    assert last["row_errors"] == pytest.approx([0.0, 0.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0], abs=ROUNDING)
 
 
 def test_our_stage_refuses_the_micro_batch_counter_in_an_attribute(results):
@@ -87,7 +93,7 @@ def test_our_stage_refuses_the_micro_batch_counter_in_an_attribute(results):
 @pytest.mark.parametrize("name", ["counter_in_a_buffer_ours", "counter_in_a_buffer_torch_export"])
 def test_a_micro_batch_counter_in_a_buffer_gives_each_split_its_offset(results, name):
     _, last = _values(results, name)
-    assert last["row_errors"] == [0.0] * 8
+    assert max(last["row_errors"]) <= ROUNDING
 
 
 # --- DTensor -------------------------------------------------------------------------------------
