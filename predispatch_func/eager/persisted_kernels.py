@@ -71,10 +71,10 @@ class PersistedKernels:
     the process holds (the file's entries and every kernel traced since)."""
 
     def __init__(self, names: list[str], graphs: dict[int, dict[tuple, Any]], ops: dict[int, tc.OpOverload],
-                 lifted_graphs: dict[int, dict[tuple, Any]] | None = None):
+                 lifted_graphs: dict[int, dict[tuple, Any]]):
         self._names, self._graphs, self._ops = names, graphs, ops  # Kernels' graphs, and the op of each id
         # the file's tables of kernels by op id: below autograd, and the traces of the ops decomposed above it
-        self._tables = {"kernels": graphs, "lifted_kernels": lifted_graphs if lifted_graphs is not None else {}}
+        self._tables = {"kernels": graphs, "lifted_kernels": lifted_graphs}
         self._path: Path | None = None
         self.registrations: list[tuple[str, str]] | None = None
         self.lifted: list[str] | None = None  # names of the ops decomposed above autograd

@@ -64,19 +64,18 @@ class _Registered:
         self.modes: list[EagerMode] = []  # innermost session last; its stats count the calls
         self.idle = EagerMode(kernels.target, floor=kernels.floor, keyed=True)  # a call with no session active
         self._how = dict(_registrations(kernels))  # op name -> how, for the ops given a kernel of ours
-        self._kinds: dict[str, str] = {}  # op name -> what it was given: a ``how`` or ``THROUGH``
-        self._kernels: dict[str, Callable] = {}  # op name -> its kernel, for those not given a fallthrough
-        self._up_front: set[str] = set()  # ops registered before any call (torch 2.11, 2.12)
+        # op name -> (what it was given: a ``how`` or ``THROUGH``, its kernel or None for a fallthrough)
+        self._met: dict[str, tuple[str, Callable | None]] = {}
         self._libraries: dict[str, torch.library.Library] = {"_": torch.library.Library("_", "IMPL")}
         self._registering = threading.RLock()  # a kernel built on first meeting may run ops itself
         if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
             self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
         else:  # torch 2.11, 2.12: every kernel up front (each built on its first call), the rest falls through
             self._libraries["_"].fallback(torch.library.fallthrough_kernel, tc.SPARE_KEY)
-            for name, how in self._how.items():
-                self._register_up_front(name, how)
+            for name in self._how:
+                self._register_up_front(name)
 
-    def _register_up_front(self, name: str, how: str) -> None:
+    def _register_up_front(self, name: str) -> None:
         built: list[Callable] = []
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
@@ -93,7 +92,6 @@ class _Registered:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             library.impl(name.removeprefix("aten::"), kernel, tc.SPARE_KEY)
-        self._up_front.add(name)
 
     def _first_meeting(self, keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         """An op reaching the key with nothing registered for it: register its kernel (or a
@@ -107,27 +105,27 @@ class _Registered:
         """``op``'s kernel on the key, registered now if it is not yet; None for a fallthrough."""
         name = op.name()
         with self._registering:
-            if name in self._kinds:  # met before (by another thread, or by ``kind_of_op``)
-                return self._kernels.get(name)
+            if name in self._met:  # met before (by another thread, or by ``kind_of_op``)
+                return self._met[name][1]
             how = self._how.get(name)
             kernel = None if how is None else (_as_backend_kernel(op) if how == _BACKEND
                                                else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
-            if name not in self._up_front:  # (registered already, calling this kernel on its first call)
+            # (torch 2.11, 2.12: an op with a kernel of ours is registered up front, and this is its first call)
+            if tc.PYTHON_FALLBACK_ON_SPARE_KEY or how is None:
                 library = self._libraries.get(op.namespace)
                 if library is None:
                     library = self._libraries[op.namespace] = torch.library.Library(op.namespace, "IMPL")
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", UserWarning)
                     library.impl(name.split("::", 1)[1], kernel or torch.library.fallthrough_kernel, tc.SPARE_KEY)
-            self._kinds[name] = how or THROUGH
-            if kernel is not None:
-                self._kernels[name] = kernel
+            self._met[name] = (how or THROUGH, kernel)
             return kernel
 
     def kind_of(self, name: str) -> str | None:
         """What op ``name`` got on the key when first met: a plan's ``How`` by name, ``BACKEND``,
         ``THROUGH``; None while it has not reached the key."""
-        return self._kinds.get(name)
+        met = self._met.get(name)
+        return None if met is None else met[0]
 
     def remove(self) -> None:
         for library in self._libraries.values():
@@ -217,16 +215,16 @@ COMPOSITE_KERNEL_CALLS: dict[str, tuple[str, ...]] = {
 
 def _composite_calls_only_direct(op: tc.OpOverload, kernels: Kernels) -> bool:
     inner = COMPOSITE_KERNEL_CALLS.get(op.name())
-    if inner is None:
-        return False
-    names = {direct.name() for direct in kernels.direct}
-    return all(name in names for name in inner)
+    return inner is not None and _all_direct(inner, kernels)
 
 
 def _native_kernel_calls_outside(op: tc.OpOverload, kernels: Kernels) -> bool:
-    inner = NATIVE_KERNEL_CALLS.get(op.name(), ())
-    names = {direct.name() for direct in kernels.direct} if inner else set()
-    return any(name not in names for name in inner)
+    return not _all_direct(NATIVE_KERNEL_CALLS.get(op.name(), ()), kernels)
+
+
+def _all_direct(names: tuple[str, ...], kernels: Kernels) -> bool:
+    """Whether every op named is in ``target | floor``."""
+    return not names or set(names) <= {direct.name() for direct in kernels.direct}
 
 
 def _as_backend_kernel(op: tc.OpOverload) -> Callable:
