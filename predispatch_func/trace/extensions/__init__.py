@@ -4,7 +4,8 @@ Each is entered around the user's code by the trace's environment
 (``trace/environment.py``, the traced function's layer):
 
 * custom ``torch.autograd.Function``s become ``pf_autograd_function`` calls
-  that keep their backward (``function_trace.py``);
+  that keep their backward (``function_trace.py``); a later call that nothing
+  distinguishes reuses the first call's traced bodies (``function_reuse.py``);
 * ``Tensor.register_hook`` and ``requires_grad_()`` are recorded (``hooks.py``);
 * ``torch.inference_mode()`` is a grad-mode change, so it becomes a ``no_grad``
   region (C++ inference mode cannot be traced: its tensors cannot re-enter

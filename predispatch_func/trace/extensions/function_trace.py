@@ -36,7 +36,7 @@ from ... import _torch_compat as tc
 from ...autograd_facts import may_carry_grad
 from ...errors import Refusal, UnsupportedError, user_source_line
 from ...mode_capabilities import TraceBody
-from . import function_calls
+from . import function_calls, function_reuse
 from .autograd_function import pf_autograd_function
 from .fakes import output_values
 from .function_calls import FunctionTracing, backward_inputs, read_operands, record_call
@@ -60,7 +60,7 @@ def tracing_autograd_functions(trace_body: TraceBody, *, pre_dispatch: bool = Tr
             return route_register_hook(original, tensor, hook, *args, trace_call=trace_call,
                                        settings=function_calls.current())
 
-        with tc.patched_function_apply(_route), tc.dynamo_function_capture_refused(_refuse_in_hop_body), \
+        with function_reuse.reuse_within(), tc.patched_function_apply(_route), tc.dynamo_function_capture_refused(_refuse_in_hop_body), \
                 tc.patched_tensor_methods(
                 register_hook=register_hook, requires_grad_=route_requires_grad_):
             yield
@@ -236,14 +236,32 @@ def trace_call(cls: type, args: tuple, kwargs: dict, settings: FunctionTracing) 
     """Record ``cls.apply(*args, **kwargs)`` as one ``pf_autograd_function`` call."""
     call = FunctionCall.bind(cls, args, kwargs)
     inner = read_operands(call.operands)
-    forward = _traced_or_refused(call, "forward", lambda: _trace_forward(call, inner, settings))
-    _refuse_unmaterialized_grads(call, forward)
-    bwd_gm, grads_for = _traced_or_refused(call, "backward", lambda: _trace_backward(call, forward, inner, settings))
+
+    def trace() -> tuple[ForwardTrace, torch.fx.GraphModule, tuple[int, ...]]:
+        forward = _traced_or_refused(call, "forward", lambda: _trace_forward(call, inner, settings))
+        _refuse_unmaterialized_grads(call, forward)
+        bwd_gm, grads_for = _traced_or_refused(call, "backward",
+                                               lambda: _trace_backward(call, forward, inner, settings))
+        return forward, bwd_gm, grads_for
+
+    forward, bwd_gm, grads_for = function_reuse.reused_or_traced(
+        cls, call.operands, call.needs_input_grad, call.leaves, call.spec, settings, trace,
+        copied=_copied, graphs=lambda traced: [g for g in (traced[0].graph, traced[1]) if g is not None])
     non_diff = forward.non_differentiable + tuple(range(forward.n_out, forward.n_results))
     assert forward.graph is not None
     results = record_call(pf_autograd_function, (call.name, forward.n_out, forward.n_results, non_diff, grads_for),
                           forward.graph, bwd_gm, forward.values, call.operands, inner, exposed=forward.n_results)
     return _reassemble(results, call.operands, forward)
+
+
+def _copied(traced: tuple[ForwardTrace, torch.fx.GraphModule, tuple[int, ...]]
+            ) -> tuple[ForwardTrace, torch.fx.GraphModule, tuple[int, ...]]:
+    """An earlier call's bodies for a call that reuses them: each HOP call owns its subgraphs."""
+    forward, bwd_gm, grads_for = traced
+    assert forward.graph is not None
+    fwd_gm = function_reuse.copy_graph_module(forward.graph)
+    return (dataclasses.replace(forward, graph=fwd_gm, values=tuple(output_values(fwd_gm))),
+            function_reuse.copy_graph_module(bwd_gm), grads_for)
 
 
 def _traced_or_refused(call: FunctionCall, stage: str, trace: Callable[[], _T]) -> _T:
