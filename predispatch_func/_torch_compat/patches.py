@@ -373,6 +373,34 @@ def patched_function_apply(apply: Callable[..., Any]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def outer_autocast_recorders_hidden() -> Iterator[None]:
+    """Off the torch-function mode stack while active: the trace in progress's
+    ``PreDispatchTorchFunctionMode``. torch's ``autocast.__enter__``/``__exit__`` record the
+    region into the *first* such mode of the stack (``amp/autocast_mode.py``), which, while a
+    body is traced inside a trace, is the caller's: the body's own autocast block was recorded
+    in the caller's graph and lost from the body's (whose trace pushes its own mode)."""
+    from torch.fx.experimental.proxy_tensor import PreDispatchTorchFunctionMode
+
+    modes = torch.overrides._get_current_function_mode_stack()
+    kept = [m for m in modes if not isinstance(m, PreDispatchTorchFunctionMode)]
+    if len(kept) == len(modes):
+        yield
+        return
+    _replace_function_mode_stack(kept)
+    try:
+        yield
+    finally:
+        _replace_function_mode_stack(modes)
+
+
+def _replace_function_mode_stack(modes: list[Any]) -> None:
+    while torch._C._len_torch_function_stack() > 0:
+        torch._C._pop_torch_function_stack()
+    for mode in modes:
+        torch._C._push_on_torch_function_stack(mode)
+
+
+@contextlib.contextmanager
 def outside_trace() -> Iterator[None]:
     """Leave the trace in progress (all dispatch modes popped), to trace a body
     of a HOP into its own graph with a fresh tracer, then come back."""
@@ -1004,7 +1032,7 @@ __all__ = [
     "grad_mode_untraced",
     "outside_all_modes",
     "patched_function_apply",
-    "outside_trace",
+    "outer_autocast_recorders_hidden", "outside_trace",
     "autocast_state_as",
     "autocast_nesting_restored",
     "patched_tensor_methods",

@@ -223,6 +223,9 @@ def outside_the_trace_in_progress(off: dict[str, tuple[bool, Any]]) -> Manager:
     return _entered(BODY_TRACE, [
         Entry("outside the trace", "the body gets its own tracer and modes; the trace in progress "
               "resumes after", tc.outside_trace),
+        Entry("the caller's autocast recorder hidden", "torch records an autocast block into the first "
+              "pre-dispatch recorder of the stack: the body's block must reach the body's graph",
+              tc.outer_autocast_recorders_hidden),
         Entry("autocast off", "the body's trace records no autocast region of the caller's "
               "(the caller's graph records it)", lambda: tc.autocast_state_as(off)),
     ])

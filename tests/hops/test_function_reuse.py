@@ -287,32 +287,6 @@ def test_bodies_holding_regions_are_reused_as_copies_with_their_regions(forward_
     assert report.ok, report
 
 
-class AutocastInside(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            y = torch.mm(x, x.t())
-        return y.float()
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
-# found while testing the reuse (not caused by it: main before it does the same)
-@pytest.mark.xfail(strict=True, reason=(
-    "our bug: an autocast block inside a Function's forward is not kept as a region of the body "
-    "(the body's mm records bfloat16 but runs in float32: ep.module() fails its dtype assert)"))
-def test_an_autocast_block_inside_a_function_forward_runs_as_eager():
-    class Once(torch.nn.Module):
-        def forward(self, x):
-            return AutocastInside.apply(x)
-
-    x = torch.randn(4, 4)
-    ep = pf.export(Once(), (x,))
-    torch.testing.assert_close(ep.module()(x), Once()(x))
-
-
 @pytest.mark.xfail(strict=True, reason=(
     "our bug: export_joint refuses a Function whose forward enters enable_grad as 'leaves grad mode "
     "changed'; export keeps it as a region of the body"))
