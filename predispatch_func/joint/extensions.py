@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from ..regions.ops import pf_grad_region
 from ..trace.extensions.autograd_function import operand_grads, pf_autograd_function
 from ..trace.extensions.hooks import pf_require_grad
 from .errors import JointError, JointProblem
@@ -26,7 +27,11 @@ class _ReplayedFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, fwd, bwd, constants: tuple, *operands):
         _, n_outputs, n_results, non_differentiable, grads_for = constants
-        flat = tuple(fwd(*operands))
+        if _holds_grad_region(fwd):  # its markers must start from the grad mode the body runs in
+            with torch.set_grad_enabled(False):
+                flat = tuple(fwd(*operands))
+        else:
+            flat = tuple(fwd(*operands))
         results, saved = flat[:n_results], flat[n_results:]
         ctx.save_for_backward(*saved)
         ctx.bwd, ctx.n_outputs, ctx.grads_for, ctx.n_operands = bwd, n_outputs, grads_for, len(operands)
@@ -38,12 +43,24 @@ class _ReplayedFunction(torch.autograd.Function):
         return (None, None, None, *operand_grads(ctx, grads))
 
 
+def _holds_grad_region(body: torch.fx.GraphModule) -> bool:
+    return any(node.target is pf_grad_region for node in body.graph.nodes)
+
+
 def replay_extension(target: Any, args: tuple) -> tuple[bool, Any]:
-    """``(True, result)`` when ``target`` is one of our extension HOPs, replayed; else ``(False, None)``."""
+    """``(True, result)`` when ``target`` is one of our extension HOPs, replayed; else ``(False, None)``.
+
+    A Function's forward runs with grad off, set by autograd where the joint trace records no
+    marker; a grad region in its body records its entry and its exit (back to off). Around such a
+    body the trace records the grad mode off before it and back on after it, so the joint graph's
+    markers agree with the modes the ops ran in."""
     if target is pf_autograd_function:
         fwd, bwd, *rest = args
         constants, operands = tuple(rest[:5]), rest[5:]
-        return True, _ReplayedFunction.apply(fwd, bwd, constants, *operands)
+        result = _ReplayedFunction.apply(fwd, bwd, constants, *operands)
+        if _holds_grad_region(fwd):
+            torch.set_grad_enabled(torch.is_grad_enabled())  # recorded: the caller's mode again
+        return True, result
     if target is pf_require_grad:
         (value,) = args
         return True, value if value.requires_grad else target(value).requires_grad_(True)

@@ -558,3 +558,52 @@ def test_an_autocast_block_inside_a_function_backward_trains_as_eager():
     jp = pf.export_joint(model, (x,), loss_fn=lambda out: out.sum())
     joint = pf.verify_joint(jp, model, (x,), loss_fn=lambda out: out.sum(), calls=2)
     assert joint.ok, joint
+
+
+def _grad_on_inside(kind: str) -> type:
+    class GradOnInside(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x + 1
+            if kind == "enable_grad":
+                with torch.enable_grad():
+                    z = y * y
+            else:  # the setter, on and back off
+                torch.set_grad_enabled(True)
+                z = y * y
+                torch.set_grad_enabled(False)
+            ctx.save_for_backward(x)
+            return z + x
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * (2 * (x + 1) + 1)
+
+    return GradOnInside
+
+
+@pytest.mark.parametrize("after", ["nothing", "no_grad_after"])
+@pytest.mark.parametrize("kind", ["enable_grad", "setter"])
+def test_a_function_forward_turning_grad_on_trains_as_eager(kind, after):
+    """export_joint refused these as 'leaves grad mode changed': the joint trace recorded the
+    body's markers (on, then back off) but not the grad-off autograd runs the forward in."""
+    function = _grad_on_inside(kind)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            h = function.apply(function.apply(self.layer(x)))
+            if after == "no_grad_after":
+                with torch.no_grad():
+                    scale = h.mean()
+                h = h * scale
+            return h
+
+    model, x = Model(), torch.randn(2, 3, requires_grad=True)
+    jp = pf.export_joint(model, (x,), loss_fn=lambda out: out.sum())
+    joint = pf.verify_joint(jp, model, (x,), loss_fn=lambda out: out.sum(), calls=2)
+    assert joint.ok, joint

@@ -287,10 +287,10 @@ def test_bodies_holding_regions_are_reused_as_copies_with_their_regions(forward_
     assert report.ok, report
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "our bug: export_joint refuses a Function whose forward enters enable_grad as 'leaves grad mode "
-    "changed'; export keeps it as a region of the body"))
 def test_a_function_whose_forward_enters_enable_grad_trains():
+    """The joint trace recorded the body's region markers but not the grad-off autograd runs a
+    Function's forward in: its graph ended in grad off and was refused as 'leaves grad mode
+    changed' (replay_extension, joint/extensions.py)."""
     class Once(torch.nn.Module):
         def __init__(self):
             super().__init__()
