@@ -170,14 +170,10 @@ class StateBetweenCalls(torch.nn.Module):
 
 @pytest.mark.parametrize("function", [ReadsGlobal, ReadsTable, ReadsObject],
                          ids=["global", "global-dict", "global-object"])
-def test_a_function_reading_state_changed_between_calls_is_traced_at_each(function, monkeypatch):
-    traced: list[str] = []
-    original = function_trace._trace_forward
-    monkeypatch.setattr(function_trace, "_trace_forward",
-                        lambda call, inner, settings: traced.append(call.name) or original(call, inner, settings))
+def test_a_function_reading_state_changed_between_calls_is_traced_at_each(function, forward_traces):
     model, x = StateBetweenCalls(function), torch.randn(3)
     ep = pf.export(model, (x,))
-    assert len(traced) == 3
+    assert len(forward_traces) == 3
     torch.testing.assert_close(ep.module()(x), torch.stack([x * 2, x * 3, x * 4]))
 
 
@@ -202,11 +198,7 @@ class Noisy(torch.autograd.Function):
         return grad
 
 
-def test_a_body_that_draws_random_numbers_is_traced_at_each_call(monkeypatch):
-    traced: list[str] = []
-    original = function_trace._trace_forward
-    monkeypatch.setattr(function_trace, "_trace_forward",
-                        lambda call, inner, settings: traced.append(call.name) or original(call, inner, settings))
+def test_a_body_that_draws_random_numbers_is_traced_at_each_call(forward_traces):
 
     class Twice(torch.nn.Module):
         def forward(self, x):
@@ -214,7 +206,7 @@ def test_a_body_that_draws_random_numbers_is_traced_at_each_call(monkeypatch):
 
     model, x = Twice(), torch.randn(3)
     ep = pf.export(model, (x,))
-    assert traced == ["Noisy", "Noisy"]
+    assert forward_traces == ["Noisy", "Noisy"]
     report = pf.verify(ep, model, (x,))
     assert report.ok, report
 
