@@ -70,6 +70,10 @@ class _Registered:
         self._registering = threading.RLock()  # a kernel built on first meeting may run ops itself
         if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
             self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
+            for name in MET_FROM_CPP_WRAPPERS:
+                op = tc.resolve_overload(*name.split("::", 1))
+                if op is not None:
+                    self.meet(op)
         else:  # torch 2.11, 2.12: every kernel up front (each built on its first call), the rest falls through
             self._libraries["_"].fallback(torch.library.fallthrough_kernel, tc.SPARE_KEY)
             for name in self._how:
@@ -131,6 +135,15 @@ class _Registered:
         for library in self._libraries.values():
             library._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
         self._libraries = {}
+
+
+# Ops that torch's C++ calls and then wraps the result in a new Python object, which fails if the
+# result has one already: ``nn.Parameter(t)`` / ``Tensor._make_subclass`` detach ``t`` in C++,
+# ``t.as_subclass(cls)`` aliases it. Met
+# through the Python fallback, the op runs from Python and its result gets a Python object
+# ("the raw Tensor object is already associated to a python object"), so they are met (given
+# their fallthrough) when the kernels are registered, never first on such a call.
+MET_FROM_CPP_WRAPPERS = ("aten::detach", "aten::alias")
 
 
 _BACKEND = "BACKEND"  # an op of the target run with the key off (composite kernel, or NATIVE_KERNEL_CALLS)

@@ -8,6 +8,7 @@ the session's thread only.
 
 import threading
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -213,3 +214,23 @@ def test_composite_target_ops_calling_only_target_ops_fall_through_and_equal_eag
     if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
         assert session_key.kind_of("aten::clone") == session_key.kind_of("aten::mul.Scalar") == session_key.THROUGH
     assert session_key.kind_of("aten::sort") == "BACKEND"
+
+
+class _Marked(torch.Tensor):
+    pass
+
+
+@pytest.mark.parametrize("wrap", [torch.nn.Parameter, lambda t: t.as_subclass(_Marked)], ids=["Parameter", "as_subclass"])
+def test_tensor_wrapped_first_thing_in_a_fresh_session(wrap):
+    """``nn.Parameter(t)`` detaches ``t`` in C++ (``as_subclass`` aliases it) and wraps the result
+    in a new Python object. Had that op first reached the key there, its fallthrough being
+    registered by the Python fallback, the result would already have a Python object and torch
+    refuses to wrap it (seen on CI, depending on which test a worker ran first)."""
+    session_key.release()  # nothing met yet, as in a fresh process
+    with pf.eager.on(CORE):
+        weight = torch.linspace(-1, 1, 12).reshape(4, 3) + 1
+        wrapped = wrap(weight)
+        module = torch.nn.Linear(3, 2)  # its parameters are made as Parameters
+        out = module(wrapped)
+    assert type(wrapped) is not torch.Tensor
+    torch.testing.assert_close(out, torch.nn.functional.linear(weight, module.weight, module.bias))
