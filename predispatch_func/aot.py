@@ -140,7 +140,8 @@ def _aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool, d
         input_layouts={str(spec.target): layout for spec, layout in zip(signature.output_specs, mutations.layouts)
                        if layout is not None},
         module_call_signatures=module_call_signatures,
-        inputs_without_grad=inputs_without_grad(trace.grad_free_writes, placeholders), input_aliasing=aliasing)
+        inputs_without_grad=inputs_without_grad(trace.grad_free_writes, placeholders), input_aliasing=aliasing,
+        written_through_data=frozenset(placeholders[s].name for s in written_through_data))
 
 
 def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, trace: Trace) -> Placeholders:

@@ -211,6 +211,9 @@ class AotSignature:
     # member's placeholder name, (sizes, strides, offset from the group's lowest) and the position of
     # the first member that is the same tensor; ep.module() checks them
     input_aliasing: tuple[tuple[tuple[str, tuple, int], ...], ...] = ()
+    # placeholder names of the inputs written only through ``.data`` (Trace.hidden_written): eager's
+    # backward of an op that saved one reads the written value; export_joint's backward must too
+    written_through_data: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,6 +241,8 @@ class ProgramFacts:
     inputs_without_grad: dict[str, str] = dataclasses.field(default_factory=dict)
     # AotSignature.input_aliasing: module() checks the caller's inputs share memory so
     input_aliasing: tuple[tuple[tuple[str, tuple, int], ...], ...] = ()
+    # AotSignature.written_through_data: read by export_joint (its saved reads of them)
+    written_through_data: frozenset[str] = frozenset()
 
 
 _PROGRAM_FACTS = "pf_program_facts"  # the graph module's metadata entry

@@ -24,7 +24,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import user_line_of_recorded
-from ..regions.ops import _carry, pf_autocast_region, pf_grad_region
+from ..regions.ops import _carry, is_a_leaf_carried, pf_autocast_region, pf_grad_region
 from ..trace.extensions.fakes import fresh_like
 from .errors import JointError, JointProblem
 from .extensions import replay_extension
@@ -111,7 +111,8 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
                 wants_grad: Sequence[bool], decompositions: dict | None = None, n_mutations: int = 0,
                 extra_inputs: Sequence[Any] = (), after_backward: AfterBackward | None = None,
                 gradient_hooks: dict[int, list[Callable[..., Any]]] | None = None,
-                state_writes: dict[int, str] | None = None) -> JointTrace:
+                state_writes: dict[int, str] | None = None,
+                read_after_hidden_writes: dict[int, int] | None = None) -> JointTrace:
     """Trace ``forward`` (over ``inputs``, fakes) and the gradients of its output ``loss_index``
     with respect to each input flagged in ``wants_grad``.
 
@@ -121,7 +122,9 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     ``gradient_hooks``: per input index, the hooks the user registered on that leaf
     (``p.register_hook``); they run on its gradient in the trace, as eager's engine runs them.
     ``state_writes``: the forward's mutation outputs that write buffers or the caller's inputs
-    (index -> what, for the error)."""
+    (index -> what, for the error). ``read_after_hidden_writes``: input index -> the forward output
+    of its final value, for inputs written only through ``.data``: what autograd saved of them
+    reads that value, as eager's backward reads the storage the write changed."""
     state: dict[str, Any] = {}
     n_forward_outputs = len(next(n for n in reversed(forward.graph.nodes) if n.op == "output").args[0])
     asked = [i for i, w in enumerate(wants_grad) if w]
@@ -132,6 +135,7 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
         saved = SavedValues(mode)
         with saved.hooks():
             outs = _ForwardReplay(forward, saved, mode.tracer).run(*flat)
+        saved.read_at_final_value([(flat[i], outs[m]) for i, m in (read_after_hidden_writes or {}).items()])
         loss = outs[loss_index]
         _check_loss(forward, loss, loss_index)
         _check_state_writes(forward, outs, state_writes or {})
@@ -172,7 +176,7 @@ def _check_state_writes(forward: torch.fx.GraphModule, outs: Sequence[Any], stat
     output = next(n for n in reversed(forward.graph.nodes) if n.op == "output").args[0]
     for index, what in state_writes.items():
         value = outs[index]
-        if isinstance(value, torch.Tensor) and value.requires_grad:
+        if isinstance(value, torch.Tensor) and value.requires_grad and not is_a_leaf_carried(value):
             node = output[index] if isinstance(output[index], torch.fx.Node) else None
             raise JointError(
                 f"export_joint: {what} is written with a value that requires grad (made by {_where(node)}): in "

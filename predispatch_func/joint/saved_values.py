@@ -94,6 +94,12 @@ class SavedValues:
         self.call: ForwardCall | None = None  # the forward call in flight (set by the interpreter)
         self._by_layout: dict[tuple, torch.Tensor] = {}  # unpacked values, for the engine's re-wrapped copies
         self.recomputed_calls: list[str] = []
+        self._finals: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def read_at_final_value(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """(input, its final value) of the inputs written only through ``.data``: a saved
+        tensor in such an input's storage unpacks as the same view of its final value."""
+        self._finals = pairs
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -126,6 +132,7 @@ class SavedValues:
                         kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
         else:
             value = packed
+        value = _at_final_value(value, self._finals)
         if not tc.is_tracked(self._tracer, value):
             return value  # a constant of the forward
         plain = tc.detached_untraced(value)
@@ -138,6 +145,29 @@ class SavedValues:
         known = self._by_layout.get(_layout_key(t))
         if known is not None:
             tc.track_as(self._tracer, t, known)
+
+
+def _at_final_value(t: Any, finals: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """``t`` as eager's backward reads it after the ``.data`` writes: a tensor in the storage of
+    an input written only that way is the same view of the input's final value."""
+    if not finals or not isinstance(t, torch.Tensor):
+        return t
+    storage = tc.StorageWeakRef(t.untyped_storage())
+    for base, final in finals:
+        if storage != tc.StorageWeakRef(base.untyped_storage()):
+            continue
+        offset = t.storage_offset() - base.storage_offset()
+        if _same_layout(t, base) and str(offset) == "0":
+            return final
+        if str(tuple(final.stride())) != str(tuple(base.stride())):
+            raise JointError(
+                f"the backward reads a view ({_layout(t)}) of an input written through `.data`, whose new "
+                f"value has strides {tuple(final.stride())} where the input has {tuple(base.stride())}: the "
+                "joint program cannot take the same view of it. Write through `.data` after the backward "
+                "(outside the step), or without `.data`",
+                kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
+        return torch.as_strided(final, t.shape, t.stride(), final.storage_offset() + offset)
+    return t
 
 
 def _layout(t: torch.Tensor) -> str:

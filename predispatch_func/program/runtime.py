@@ -336,5 +336,6 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
     with_program_facts(ep.graph_module, ProgramFacts(
         composite_decisions=sig.composite_decisions, grad_enabled_on_return=sig.grad_enabled_on_return,
         ambient=sig.ambient, input_layouts=dict(sig.input_layouts),
-        inputs_without_grad=dict(sig.inputs_without_grad), input_aliasing=sig.input_aliasing))
+        inputs_without_grad=dict(sig.inputs_without_grad), input_aliasing=sig.input_aliasing,
+        written_through_data=sig.written_through_data))
     return ep

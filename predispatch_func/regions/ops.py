@@ -53,6 +53,15 @@ class _CarryIdentity(torch.autograd.Function):
         return grad, None
 
 
+def is_a_leaf_carried(t: torch.Tensor) -> bool:
+    """``t`` is a leaf that requires grad, written in place without autograd (carried through
+    region calls by :class:`_CarryIdentity`): as eager's written leaf, it holds no history."""
+    node = t.grad_fn
+    while node is not None and getattr(node, "_forward_cls", None) is _CarryIdentity:
+        node = node.next_functions[0][0]
+    return node is not None and type(node).__name__ == "AccumulateGrad"
+
+
 def _carry(operands: tuple, outs: tuple, identity_of: tuple[int, ...]) -> tuple:
     if not identity_of:
         return outs

@@ -441,3 +441,31 @@ class _Upsample(nn.Module):
 @case("aten.upsample_bilinear2d.vec")
 def bilinear_upsample_recomputed():
     return _Upsample(), (_x(1, 2, 6, 6, grad=True),), {}, None
+
+
+class _ReadThenDataWrite(nn.Module):
+    """Writes through ``.data`` after autograd saved the written tensor: no version bump, so
+    eager's backward reads the new values (the fuzzer's find). A parameter read whole, a row of
+    another read and its other row written, a kept ``linear`` (its ``mm`` saved ``w.t()``), and a
+    user input."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+        self.rows = nn.Parameter(torch.randn(2, 4))
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x * self.w.cos()) * self.rows[0].sin() + x.exp()
+        self.w.data.mul_(1.5)
+        self.w.data.add_(0.25)  # written twice: the backward reads the last value
+        self.rows.data[1].mul_(2.0)
+        self.rows.data[0].add_(1.0)
+        self.fc.weight.data.mul_(0.9)  # weight decay in forward
+        x.data.mul_(0.5)
+        return y.pow(2).mean()
+
+
+@case("aten.linear.default")
+def data_write_after_saved_read():
+    return _ReadThenDataWrite(), (_x(3, 4, grad=True),), {}, None
