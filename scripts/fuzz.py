@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     parser.add_argument("--joint", action="store_true", help="training steps through export_joint (ours only)")
     ns = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    config = FuzzConfig(regions=ns.regions, hops=ns.hops, max_statements=ns.max_statements)
+    config = FuzzConfig(regions=ns.regions, hops=ns.hops, max_statements=ns.max_statements, trains=ns.joint)
     entry = "export_joint" if ns.joint else "export"
     if ns.joint and ns.against != "ours":
         parser.error("--joint runs our export_joint only")

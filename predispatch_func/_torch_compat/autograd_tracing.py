@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, get_proxy_slot, set_proxy_slot
+from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, PythonKeyTracer, get_proxy_slot, set_proxy_slot
+from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = ["pre_dispatch_proxy_mode", "is_tracked", "track_as", "recorded_below_autograd",
            "untracked_arguments_resolved"]
@@ -69,23 +70,62 @@ def untracked_arguments_resolved(mode: Any, resolve: Callable[[torch.Tensor], No
     argument it has no graph value for, before recording the op. The autograd engine hands
     a backward op a new tensor object for each saved tensor that had autograd history; the
     proxy mode tracks tensors by object and would otherwise record it as a constant.
-    (Only FunctionalTensorMode, ProxyTorchDispatchMode and SchemaCheckMode may sit on the
-    PreDispatch stack, so this patches the mode instance instead of stacking a mode.)"""
-    original = mode.__torch_dispatch__
-    tracer = mode.tracer
 
-    def dispatch(func, types, args=(), kwargs=None):
+    Any other proxy mode meeting such an argument meanwhile is one a torch HOP's backward
+    traces its body with (``cond``'s, the engine running inside that trace): it reads the
+    argument as the value it tracks in the same storage and layout. A HOP's own arguments
+    (``cond`` called by a backward) are unwrapped by the tracer, not dispatched: resolved
+    there too. (Only FunctionalTensorMode, ProxyTorchDispatchMode and SchemaCheckMode may sit
+    on the PreDispatch stack, so this patches the class's method instead of stacking a mode.)"""
+    dispatch_of = ProxyTorchDispatchMode.__torch_dispatch__
+    unwrap_of = PythonKeyTracer.unwrap_proxy
+
+    def fix(tracer: Any, t: Any) -> None:
+        if isinstance(t, torch.Tensor) and get_proxy_slot(t, tracer, None) is None:
+            if tracer is mode.tracer:
+                resolve(t)
+            else:
+                _resolve_by_storage(tracer, t)
+
+    def dispatch(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         for value in (*args, *(kwargs or {}).values()):
             for t in (value if isinstance(value, (list, tuple)) else (value,)):
-                if isinstance(t, torch.Tensor) and get_proxy_slot(t, tracer, None) is None:
-                    resolve(t)
-        return original(func, types, args, kwargs)
+                fix(self.tracer, t)
+        return dispatch_of(self, func, types, args, kwargs)
 
-    mode.__torch_dispatch__ = dispatch
+    def unwrap_proxy(self: Any, e: Any) -> Any:
+        fix(self, e)
+        return unwrap_of(self, e)
+
+    ProxyTorchDispatchMode.__torch_dispatch__ = dispatch  # type: ignore[method-assign]
+    PythonKeyTracer.unwrap_proxy = unwrap_proxy  # type: ignore[method-assign]
     try:
         yield
     finally:
-        del mode.__torch_dispatch__
+        ProxyTorchDispatchMode.__torch_dispatch__ = dispatch_of  # type: ignore[method-assign]
+        PythonKeyTracer.unwrap_proxy = unwrap_of  # type: ignore[method-assign]
+
+
+def _resolve_by_storage(tracer: Any, t: torch.Tensor) -> None:
+    """Track ``t`` as the tensor ``tracer`` tracks in its storage with its layout, if one."""
+    storage = StorageWeakRef(t.untyped_storage())
+    layout = (t.dtype, str(tuple(t.shape)), str(tuple(t.stride())), str(t.storage_offset()))
+    for known in list(tracer.tensor_tracker.keys()):
+        if (StorageWeakRef(known.untyped_storage()) == storage
+                and (known.dtype, str(tuple(known.shape)), str(tuple(known.stride())),
+                     str(known.storage_offset())) == layout):
+            track_as(tracer, t, known)
+            return
+
+
+def hop_autograd_kernel(op: Any) -> Callable[..., Any] | None:
+    """A torch HOP's own autograd kernel (``py_autograd_impl``): calling it directly runs the
+    HOP's ``autograd.Function`` above whatever records below it; None if it has none."""
+    kernels = getattr(op, "py_kernels", {})
+    return kernels.get(torch._C.DispatchKey.Autograd)
+
+
+__all__ += ["hop_autograd_kernel"]
 
 
 def torch_export_forward_backward(ep: Any, joint_loss_index: int = 0) -> Any:

@@ -30,6 +30,8 @@ from .errors import JointError, JointProblem
 from .extensions import replay_extension
 from .saved_values import ForwardCall, SavedValues
 
+_WHILE_LOOP = torch.ops.higher_order.while_loop
+_SCAN = torch.ops.higher_order.scan
 _KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "seq_nr", "custom")
 
 
@@ -80,6 +82,21 @@ class _ForwardReplay(torch.fx.Interpreter):
         replayed, result = replay_extension(target, args)
         if replayed:
             return result
+        if target is _WHILE_LOOP:
+            # torch's while_loop keeps its per-iteration values on its autograd ctx, computed below
+            # the recorder the trace dispatches it to: its own autograd kernel runs the
+            # Function here, so they are recorded (one ``while_loop_stack_output`` node)
+            kernel = tc.hop_autograd_kernel(target)
+            if kernel is not None:
+                return kernel(*args, **kwargs)
+        if target is _SCAN and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                   for t in tc.pytree.tree_leaves(args[1:])):
+            raise JointError(
+                f"export_joint: `scan` with an operand that requires grad ({_where(self._node)}): its "
+                "backward is not recorded yet (torch's pre-dispatch recorder of scan runs no autograd, and "
+                "its own autograd kernel traces a joint body this trace cannot record). Write the loop in "
+                "Python (it unrolls), or use while_loop, or train this model eagerly (ep.module() of "
+                "pf.export trains it)", kind=JointProblem.UNSUPPORTED_HOP)
         self._saved.call = ForwardCall(lambda: target(*args, **kwargs), where=_where(self._node), op=target)
         try:
             return target(*args, **kwargs)

@@ -115,6 +115,7 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     outline_regions(gm, grad_enabled=True, grad_sources=grad_sources)
     functional_writes(gm.graph, allows=lowering.allows if lowering is not None else None)  # the backward's temporaries
     eliminate_dead_code(gm)
+    _refuse_unrecorded_values(gm)
     if lowering is not None:
         lowering.check(gm)
     node_meta.fill_missing(gm, type(forward.graph_module))
@@ -143,6 +144,32 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     ep.recomputed_in_backward = joint.recomputed  # type: ignore[attr-defined]
     ep.optimizer_plan = optimizer  # type: ignore[attr-defined]
     return ep
+
+
+def _refuse_unrecorded_values(gm: torch.fx.GraphModule) -> None:
+    """A value the trace met without a graph value for it is recorded as a constant holding a
+    fake tensor: a program that cannot run. Where a torch HOP's backward traces its own body
+    (``map``), a value that body reads from outside it ends up so; refused, naming the HOP,
+    rather than a program that fails when called."""
+    for name, module in all_graph_modules(gm):
+        for node in module.graph.nodes:
+            if node.op == "get_attr" and isinstance(getattr(module, str(node.target), None), tc.FakeTensor):
+                hop = _caller_of(gm, name.split(".")[0])
+                raise JointError(
+                    f"export_joint: {f'the backward of `{hop}`' if hop else 'the backward'} reads a value its "
+                    f"trace did not record ({node.name} in {name}): the joint program cannot carry it. A limit of "
+                    "export_joint with torch's control-flow ops: compute the value outside the op's body, or "
+                    "train this model eagerly (ep.module() of pf.export trains it)",
+                    kind=JointProblem.UNSUPPORTED_HOP)
+
+
+def _caller_of(gm: torch.fx.GraphModule, subgraph: str) -> str | None:
+    """The op of ``gm`` that calls subgraph module ``subgraph`` (``map_impl``, ``cond``), if any."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and any(getattr(a, "op", None) == "get_attr" and a.target == subgraph
+                                              for a in tc.pytree.tree_leaves((node.args, node.kwargs))):
+            return getattr(node.target, "__name__", str(node.target))
+    return None
 
 
 def _final_values_of_hidden_writes(forward: Any, placeholders: list[torch.fx.Node]) -> dict[int, int]:

@@ -53,7 +53,7 @@ KNOWN_REFUSALS = frozenset({
 
 
 # export_joint's, each pinned by tests/joint/test_joint_errors.py
-KNOWN_JOINT_REFUSALS = frozenset({pf.JointProblem.STATE_WRITTEN_WITH_HISTORY})
+KNOWN_JOINT_REFUSALS = frozenset({pf.JointProblem.STATE_WRITTEN_WITH_HISTORY, pf.JointProblem.UNSUPPORTED_HOP})
 
 
 class KnownRefusal(Exception):

@@ -49,6 +49,9 @@ class FuzzConfig:
     max_region_depth: int = 2
     hops: bool = False  # torch.cond / while_loop / scan and custom autograd Functions
     state: bool = True  # .data, augmented assignment on state, view(dtype), whole copies into inputs
+    # training steps are the point (``--joint``): the parameter ``w`` is always there and a value
+    # that carries a gradient, where one does, is returned (else most programs cannot train)
+    trains: bool = False
 
 
 def programs(config: FuzzConfig = FuzzConfig()) -> st.SearchStrategy[Program]:
@@ -139,7 +142,7 @@ class _Builder:
             inputs.append(TensorInput(f"x{i}", shape, dtype, requires_grad=grad))
         state = {}  # buffer and parameter, made in this order from one generator, as the source does
         for name, kind in (("buf", "buffer"), ("w", "parameter")):
-            if self.draw(st.booleans()):
+            if self.draw(st.booleans()) or (self.config.trains and kind == "parameter"):
                 shape = self.one_of([base, "fresh"])
                 state[name] = (kind, TensorInput(name, self.draw_shape() if shape == "fresh" else shape))
         gen = torch.Generator().manual_seed(seed)
@@ -169,10 +172,18 @@ class _Builder:
         count = self.draw(st.integers(1, 3))
         returns = tuple(self.one_of(self.names[::-1]) for _ in range(count))
         returns += tuple(n for n in self.cut_view_uses if n not in returns)  # their gradients are the point
+        if self.config.trains and not any(self._carries_grad(n) for n in returns):
+            carriers = [n for n in self.names[::-1] if self._carries_grad(n)]
+            if carriers:
+                returns = (self.one_of(carriers), *returns)
         for name in returns:
             kind = self.classify(name)
             self.return_tags += (f"returns:{kind}",)
         return returns
+
+    def _carries_grad(self, name: str) -> bool:
+        value = self.value(name)
+        return isinstance(value, torch.Tensor) and value.is_floating_point() and value.requires_grad
 
     def step(self) -> None:
         actions = ["pure", "view", "composite", "inplace", "inplace"]

@@ -63,7 +63,7 @@ def _check_joint(program):
 
 
 @settings(max_examples=15, derandomize=True, **_SETTINGS)  # few: CI's 90 minutes; fuzz_long runs 500
-@given(programs(FuzzConfig(regions=REGIONS, max_statements=10)))
+@given(programs(FuzzConfig(regions=REGIONS, max_statements=10, trains=True)))
 def test_generated_programs_train_as_eager(program):
     """export_joint: two training steps (loss, every gradient, writes) equal eager's."""
     _check(program, check_joint_program)
@@ -71,6 +71,6 @@ def test_generated_programs_train_as_eager(program):
 
 @pytest.mark.fuzz_long
 @settings(max_examples=500, derandomize=True, **_SETTINGS)
-@given(programs(FuzzConfig(regions=REGIONS, max_statements=16)))
+@given(programs(FuzzConfig(regions=REGIONS, max_statements=16, trains=True)))
 def test_generated_programs_train_as_eager_long(program):
     _check(program, check_joint_program)

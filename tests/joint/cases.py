@@ -469,3 +469,64 @@ class _ReadThenDataWrite(nn.Module):
 @case("aten.linear.default")
 def data_write_after_saved_read():
     return _ReadThenDataWrite(), (_x(3, 4, grad=True),), {}, None
+
+
+class _CondBranches(nn.Module):
+    """``torch.cond`` on a parameter: a branch whose backward reads its own result (``tanh``,
+    saved as an output: the engine hands the backward's body trace a new tensor object) and
+    holds a ``no_grad`` block. Every branch is traced for the backward, the one not taken too."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(4) + 0.1)
+
+    def forward(self, x):
+        def positive(x, w):
+            with torch.no_grad():
+                shift = w.cos() * 2
+            return ((x * w + shift) * 0.5).tanh()
+
+        def negative(x, w):
+            return (x * w).sin() * w
+
+        return torch.cond(self.w.sum() > 0, positive, negative, (x, self.w)).pow(2).mean()
+
+
+@case()
+def cond_in_training():
+    return _CondBranches(), (_x(3, 4, grad=True),), {}, None
+
+
+class _MapRows(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        from torch._higher_order_ops.map import map as map_rows
+
+        return map_rows(lambda row, w: (row * w).tanh(), x, self.w).pow(2).mean()
+
+
+@case()
+def map_in_training():
+    return _MapRows(), (_x(3, 4, grad=True),), {}, None
+
+
+class _WhileLoop(nn.Module):
+    """torch's while_loop keeps its per-iteration values on its autograd ctx (not saved tensors)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        _, y = torch._higher_order_ops.while_loop(
+            lambda i, t: i < 3, lambda i, t: (i + 1, (t * self.w).sin() + 1.0),
+            (torch.zeros((), dtype=torch.int64), x * 1.0))
+        return y.pow(2).mean()
+
+
+@case()
+def while_loop_in_training():
+    return _WhileLoop(), (_x(4, grad=True),), {}, None

@@ -188,3 +188,68 @@ def test_the_same_buffer_written_under_no_grad_trains_as_eager():
     model, x = _RunningMean(under_no_grad=True), torch.randn(4, 3)
     ep = pf.export_joint(model, (x,))
     assert pf.verify_joint(ep, model, (x,), calls=3).ok
+
+
+class _Scans(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        from torch._higher_order_ops.scan import scan
+
+        def step(carry, row):
+            return (carry * row).sin() + self.w, (carry + row).cos()
+
+        carry, ys = scan(step, self.w * 1.0, x)
+        return carry.sum() + ys.pow(2).mean()
+
+
+def test_scan_with_an_operand_that_requires_grad_is_refused_naming_its_line():
+    """torch's pre-dispatch recorder of scan runs no autograd (its result would carry no
+    gradient, and the loss none), and its autograd kernel's joint body is not recorded here: a
+    clear refusal, not a wrong 'the loss does not require grad' or a program with fake constants.
+    Eager trains it; ep.module() of pf.export does too."""
+    x = torch.randn(4, 3)
+    model = _Scans()
+    model(x).backward()  # eager trains it
+    with pytest.raises(JointError) as info:
+        pf.export_joint(_Scans(), (x,))
+    assert info.value.kind is JointProblem.UNSUPPORTED_HOP
+    assert "scan" in str(info.value) and "test_joint_errors.py" in str(info.value)
+
+
+class _MapReadsAnOperandsValue(torch.nn.Module):
+    """torch's map backward traces the body again; these bodies' backward trace meets a value
+    without a graph value for it (``w.exp()`` of the unmapped operand; ``w`` read twice)."""
+
+    def __init__(self, body):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+        self.body = body
+
+    def forward(self, x):
+        from torch._higher_order_ops.map import map as map_rows
+
+        return map_rows(self.body, x, self.w).pow(2).mean()
+
+
+_UNRECORDED_MAP_BODIES = {"exp_of_operand": lambda row, w: row * w.exp(),
+                          "operand_read_twice": lambda row, w: (row * w).tanh() * w}
+
+
+@pytest.mark.parametrize("body", _UNRECORDED_MAP_BODIES.values(), ids=_UNRECORDED_MAP_BODIES.keys())
+def test_a_map_body_whose_backward_trace_misses_a_value_is_refused_naming_the_op(body):
+    """Was a program holding a fake constant (it failed when called): refused, naming the op."""
+    with pytest.raises(JointError, match="map_impl") as info:
+        pf.export_joint(_MapReadsAnOperandsValue(body), (torch.randn(3, 4),))
+    assert info.value.kind is JointProblem.UNSUPPORTED_HOP
+
+
+@pytest.mark.xfail(strict=True, raises=JointError, reason="ours, not torch's (torch.export's joint program of it "
+                   "runs): the map body's backward trace meets a value without a graph value")
+@pytest.mark.parametrize("body", _UNRECORDED_MAP_BODIES.values(), ids=_UNRECORDED_MAP_BODIES.keys())
+def test_a_map_body_whose_backward_trace_misses_a_value_trains_as_eager(body):
+    from tests.joint.reference import export_joint_checked
+
+    export_joint_checked(_MapReadsAnOperandsValue(body), (torch.randn(3, 4, requires_grad=True),))

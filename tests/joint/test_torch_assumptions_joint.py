@@ -50,18 +50,20 @@ def test_only_torchs_modes_may_sit_on_the_pre_dispatch_stack():
         tc.make_fx(f, pre_dispatch=True)(torch.randn(2))
 
 
-def test_untracked_arguments_resolved_restores_the_mode_when_the_body_raises():
+def test_untracked_arguments_resolved_restores_torchs_methods_when_the_body_raises():
+    from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, PythonKeyTracer
+
+    dispatch, unwrap = ProxyTorchDispatchMode.__torch_dispatch__, PythonKeyTracer.unwrap_proxy
+
     class Mode:
         tracer = object()
 
-        def __torch_dispatch__(self, *a):
-            return "torch's"
-    mode = Mode()
     with pytest.raises(ZeroDivisionError):
-        with tc.untracked_arguments_resolved(mode, lambda t: None):
-            assert "__torch_dispatch__" in vars(mode)
+        with tc.untracked_arguments_resolved(Mode(), lambda t: None):
+            assert ProxyTorchDispatchMode.__torch_dispatch__ is not dispatch
+            assert PythonKeyTracer.unwrap_proxy is not unwrap
             raise ZeroDivisionError
-    assert "__torch_dispatch__" not in vars(mode)
+    assert ProxyTorchDispatchMode.__torch_dispatch__ is dispatch and PythonKeyTracer.unwrap_proxy is unwrap
 
 
 def test_recorded_below_autograd_sees_autocast_casts_and_composite_decompositions():

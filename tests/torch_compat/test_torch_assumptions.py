@@ -745,3 +745,10 @@ def test_create_arg_keeps_plain_arguments_and_turns_proxies_into_their_nodes():
     assert made == (node, [node, 2, (None, 1.5)], "s")
     assert type(made) is tuple and type(made[1]) is list and type(made[1][2]) is tuple
     assert tracer.create_arg({"dim": [proxy, 0]}) == {"dim": [node, 0]}
+
+
+def test_while_loop_has_its_own_autograd_kernel():
+    """export_joint replays a while_loop through its autograd kernel (tc.hop_autograd_kernel) so
+    that the per-iteration values torch keeps on the Function's ctx are recorded."""
+    assert tc.hop_autograd_kernel(torch.ops.higher_order.while_loop) is not None
+    assert tc.hop_autograd_kernel(torch.ops.aten.add.Tensor) is None
