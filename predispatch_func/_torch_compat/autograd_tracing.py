@@ -13,7 +13,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, PythonKeyTracer, get_proxy_slot, set_proxy_slot
+from torch.fx.experimental.proxy_tensor import (
+    ProxyTorchDispatchMode,
+    PythonKeyTracer,
+    _ProxyTensor,
+    get_proxy_slot,
+    set_proxy_slot,
+)
 from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = ["pre_dispatch_proxy_mode", "is_tracked", "track_as", "recorded_below_autograd",
@@ -107,15 +113,37 @@ def untracked_arguments_resolved(mode: Any, resolve: Callable[[torch.Tensor], No
 
 
 def _resolve_by_storage(tracer: Any, t: torch.Tensor) -> None:
-    """Track ``t`` as the tensor ``tracer`` tracks in its storage with its layout, if one."""
+    """Track ``t`` as the value ``tracer`` has in its storage with its layout, if one: a tensor it
+    tracks, else a node's recorded value (the tracker holds tensors weakly, and a saved value's
+    Python object may be gone by the time the engine hands the backward its copy)."""
     storage = StorageWeakRef(t.untyped_storage())
-    layout = (t.dtype, str(tuple(t.shape)), str(tuple(t.stride())), str(t.storage_offset()))
+    layout = _layout(t)
     for known in list(tracer.tensor_tracker.keys()):
-        if (StorageWeakRef(known.untyped_storage()) == storage
-                and (known.dtype, str(tuple(known.shape)), str(tuple(known.stride())),
-                     str(known.storage_offset())) == layout):
+        if StorageWeakRef(known.untyped_storage()) == storage and _layout(known) == layout:
             track_as(tracer, t, known)
             return
+    base = None
+    for node in reversed(tracer.graph.nodes):
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and StorageWeakRef(value.untyped_storage()) == storage:
+            if _layout(value) == layout:
+                set_proxy_slot(t, tracer, _ProxyTensor(torch.fx.Proxy(node, tracer), None))
+                return
+            base = base or node
+    if base is not None and _static(t) and _static(base.meta["val"]):
+        # a view a kept composite made inside (``linear``'s ``w.t()``): the same view of its base
+        node = tracer.create_node("call_function", torch.ops.aten.as_strided.default,
+                                  (base, tuple(t.shape), tuple(t.stride()), t.storage_offset()), {})
+        node.meta["val"] = t
+        set_proxy_slot(t, tracer, _ProxyTensor(torch.fx.Proxy(node, tracer), None))
+
+
+def _static(t: torch.Tensor) -> bool:
+    return all(isinstance(n, int) for n in (*t.shape, *t.stride(), t.storage_offset()))
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return t.dtype, str(tuple(t.shape)), str(tuple(t.stride())), str(t.storage_offset())
 
 
 def hop_autograd_kernel(op: Any) -> Callable[..., Any] | None:

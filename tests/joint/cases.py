@@ -474,11 +474,14 @@ def data_write_after_saved_read():
 class _CondBranches(nn.Module):
     """``torch.cond`` on a parameter: a branch whose backward reads its own result (``tanh``,
     saved as an output: the engine hands the backward's body trace a new tensor object) and
-    holds a ``no_grad`` block. Every branch is traced for the backward, the one not taken too."""
+    holds a ``no_grad`` block; the other holds a kept ``linear`` (its ``mm`` saves ``w.t()``, a
+    view made inside the composite). Every branch is traced for the backward, the one not
+    taken too."""
 
     def __init__(self):
         super().__init__()
         self.w = nn.Parameter(torch.rand(4) + 0.1)
+        self.fc = nn.Linear(4, 4)
 
     def forward(self, x):
         def positive(x, w):
@@ -487,7 +490,7 @@ class _CondBranches(nn.Module):
             return ((x * w + shift) * 0.5).tanh()
 
         def negative(x, w):
-            return (x * w).sin() * w
+            return self.fc(x).exp() * w
 
         return torch.cond(self.w.sum() > 0, positive, negative, (x, self.w)).pow(2).mean()
 
@@ -498,6 +501,8 @@ def cond_in_training():
 
 
 class _MapRows(nn.Module):
+    """``map`` whose body reads its unmapped operand twice and saves ``exp`` of it."""
+
     def __init__(self):
         super().__init__()
         self.w = nn.Parameter(torch.randn(4))
@@ -505,7 +510,7 @@ class _MapRows(nn.Module):
     def forward(self, x):
         from torch._higher_order_ops.map import map as map_rows
 
-        return map_rows(lambda row, w: (row * w).tanh(), x, self.w).pow(2).mean()
+        return map_rows(lambda row, w: (row * w).tanh() * w + w.exp(), x, self.w).pow(2).mean()
 
 
 @case()
