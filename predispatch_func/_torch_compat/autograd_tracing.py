@@ -129,9 +129,11 @@ def _resolve_by_storage(tracer: Any, t: torch.Tensor) -> None:
             if _layout(value) == layout:
                 set_proxy_slot(t, tracer, _ProxyTensor(torch.fx.Proxy(node, tracer), None))
                 return
-            base = base or node
+            if base is None or (value._base is None and base.meta["val"]._base is not None):
+                base = node  # the storage's own tensor rather than a view of it, where recorded
     if base is not None and _static(t) and _static(base.meta["val"]):
-        # a view a kept composite made inside (``linear``'s ``w.t()``): the same view of its base
+        # a view a kept composite made inside (``linear``'s ``w.t()``): the same view of its
+        # base (the storage offset is the fake's: the body's ops make the same views when run)
         node = tracer.create_node("call_function", torch.ops.aten.as_strided.default,
                                   (base, tuple(t.shape), tuple(t.stride()), t.storage_offset()), {})
         node.meta["val"] = t
