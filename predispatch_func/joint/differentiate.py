@@ -129,7 +129,8 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
                 extra_inputs: Sequence[Any] = (), after_backward: AfterBackward | None = None,
                 gradient_hooks: dict[int, list[Callable[..., Any]]] | None = None,
                 state_writes: dict[int, str] | None = None,
-                read_after_hidden_writes: dict[int, int] | None = None) -> JointTrace:
+                read_after_hidden_writes: dict[int, int] | None = None,
+                written_inputs: dict[int, int] | None = None) -> JointTrace:
     """Trace ``forward`` (over ``inputs``, fakes) and the gradients of its output ``loss_index``
     with respect to each input flagged in ``wants_grad``.
 
@@ -141,7 +142,10 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     ``state_writes``: the forward's mutation outputs that write buffers or the caller's inputs
     (index -> what, for the error). ``read_after_hidden_writes``: input index -> the forward output
     of its final value, for inputs written only through ``.data``: what autograd saved of them
-    reads that value, as eager's backward reads the storage the write changed."""
+    reads that value, as eager's backward reads the storage the write changed.
+    ``written_inputs``: input index -> the forward output of its final value, for every input the
+    forward writes: ``after_backward`` (the optimizer) starts from that value, as eager's step
+    updates the parameter the forward left (a weight clamped in forward)."""
     state: dict[str, Any] = {}
     n_forward_outputs = len(next(n for n in reversed(forward.graph.nodes) if n.op == "output").args[0])
     asked = [i for i, w in enumerate(wants_grad) if w]
@@ -162,7 +166,10 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
         state["recomputed"] = tuple(saved.recomputed_calls)
         writes = []
         if after_backward is not None:
-            writes = after_backward(flat, {i: g for i, g in zip(asked, grads) if g is not None}, extras)
+            after_forward = list(flat)
+            for i, m in (written_inputs or {}).items():
+                after_forward[i] = outs[m]
+            writes = after_backward(after_forward, {i: g for i, g in zip(asked, grads) if g is not None}, extras)
         state["n_writes"] = len(writes)
         return (*outs[:n_mutations], *writes, *outs[n_mutations:], *(g for g in grads if g is not None))
 

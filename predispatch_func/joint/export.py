@@ -95,6 +95,7 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     joint = trace_joint(forward.graph_module, [n.meta["val"] for n in placeholders],
                         loss_index=n_mutations + (loss_index or 0), wants_grad=wants_grad,
                         read_after_hidden_writes=_final_values_of_hidden_writes(forward, placeholders),
+                        written_inputs=_final_values_of_writes(forward, placeholders),
                         decompositions=lowering.proxy_table() if lowering is not None else None,
                         n_mutations=n_mutations, extra_inputs=list(optimizer.initial.values()) if optimizer else (),
                         after_backward=update, gradient_hooks={i: h for i, h in hooks.items() if h},
@@ -177,13 +178,15 @@ def _final_values_of_hidden_writes(forward: Any, placeholders: list[torch.fx.Nod
     through ``.data``: eager's backward reads such a write (no version bump, no error), so the
     joint backward reads that input's saved values at their final value too."""
     names = program_facts(forward.graph_module).written_through_data
-    if not names:
-        return {}
+    return {i: m for i, m in _final_values_of_writes(forward, placeholders).items() if placeholders[i].name in names}
+
+
+def _final_values_of_writes(forward: Any, placeholders: list[torch.fx.Node]) -> dict[int, int]:
+    """Input index -> forward output index of its final value, for each input the forward writes."""
     sig = forward.graph_signature
     target_of = [s.target if s.target is not None else s.arg.name for s in sig.input_specs]
     output_of = {s.target: i for i, s in enumerate(sig.output_specs) if s.kind.name.endswith("MUTATION")}
-    return {i: output_of[target_of[i]] for i, node in enumerate(placeholders)
-            if node.name in names and target_of[i] in output_of}
+    return {i: output_of[target_of[i]] for i in range(len(placeholders)) if target_of[i] in output_of}
 
 
 def _place_state_inputs(gm: torch.fx.GraphModule, state: list[torch.fx.Node], names: list[str],

@@ -201,6 +201,17 @@ def _three_optimizer_steps_equal_eager(name: str, optimizer: str) -> None:
     assert OutputKind.PARAMETER_MUTATION in kinds
 
 
+@pytest.mark.parametrize("optimizer", ["sgd_momentum", "adamw"])
+@pytest.mark.parametrize("name", case_params([n for n in CASES if n not in _BF16_CASES]))
+def test_every_case_steps_with_an_optimizer_as_eager(name, optimizer):
+    """The update starts from the parameter the forward left: a weight clamped under no_grad or
+    written through ``.data`` in forward was updated from its value before the write (found with
+    the .data case; silent, the parameters off by the write from step 1)."""
+    model, args, kwargs, loss_fn = CASES[name].build()
+    export_joint_checked(model, args, kwargs, loss_fn=loss_fn,
+                         optimizer=OPTIMIZERS[optimizer](model.parameters()), calls=3)
+
+
 def test_optimizer_with_state_continues_and_learning_rate_is_an_input():
     model, args, kwargs, loss_fn = CASES["plain_mlp"].build()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
