@@ -9,7 +9,8 @@ then asks hypothesis for the smallest program with the first failure.
 ``--joint`` exports each program's training step instead (``export_joint`` with the loss
 ``tests.fuzz.harness.fuzz_loss``: every float output, float inputs requiring grad where
 eager can train so) and replays two steps against eager's: loss, gradients, writes.
-Programs eager itself cannot train are counted apart.
+Programs eager itself cannot train are counted apart. ``--optimizer sgd|adamw`` (with
+``--joint``): each step also updates the parameters, compared with eager's step.
 
 ``--against torch`` runs the same programs through torch 2.13's own
 functional paths instead (``export().run_decompositions({})`` and
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import re
 import sys
 import time
@@ -29,7 +31,7 @@ import warnings
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
-from tests.fuzz.harness import EagerCannotTrain, KnownRefusal, check_joint_program, check_program  # noqa: E402
+from tests.fuzz.harness import OPTIMIZERS, EagerCannotTrain, KnownRefusal, check_joint_program, check_program  # noqa: E402
 from tests.fuzz.strategies import FuzzConfig, programs  # noqa: E402
 
 
@@ -40,7 +42,8 @@ def _signature(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail}"[:160]
 
 
-CHECK = {"export": check_program, "export_joint": check_joint_program}
+CHECK = {"export": check_program, "export_joint": check_joint_program,
+         **{f"export_joint+{name}": functools.partial(check_joint_program, optimizer=name) for name in OPTIMIZERS}}
 
 
 def run_ours(program, entry: str = "export") -> tuple[str, str]:
@@ -149,10 +152,15 @@ def main(argv=None) -> int:
     parser.add_argument("--no-source", action="store_true", help="do not print failing programs")
     parser.add_argument("--shrink", action="store_true", help="shrink the first failure (ours only)")
     parser.add_argument("--joint", action="store_true", help="training steps through export_joint (ours only)")
+    parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS), help="with --joint: each step also runs it")
     ns = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     config = FuzzConfig(regions=ns.regions, hops=ns.hops, max_statements=ns.max_statements, trains=ns.joint)
     entry = "export_joint" if ns.joint else "export"
+    if ns.optimizer is not None:
+        if not ns.joint:
+            parser.error("--optimizer needs --joint")
+        entry += f"+{ns.optimizer}"
     if ns.joint and ns.against != "ours":
         parser.error("--joint runs our export_joint only")
     print(f"fuzz: budget={ns.budget} seed={ns.seed} regions={ns.regions} hops={ns.hops} against={ns.against} "

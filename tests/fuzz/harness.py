@@ -100,11 +100,16 @@ def fuzz_loss(out) -> torch.Tensor:
     return sum((o.double().pow(2).mean() for o in leaves), torch.zeros((), dtype=torch.float64))
 
 
-def check_joint_program(program: Program, *, calls: int = 2) -> torch.export.ExportedProgram:
+OPTIMIZERS = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+              "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2)}
+
+
+def check_joint_program(program: Program, *, calls: int = 2, optimizer: str | None = None) -> torch.export.ExportedProgram:
     """``export_joint`` ``program`` with :func:`fuzz_loss` and replay ``calls`` training steps
     against eager's (loss, every gradient, written buffers and inputs); raise on any difference.
     Float inputs require grad where eager can train so (the program then returns their
-    gradients too), else none does."""
+    gradients too), else none does. ``optimizer`` (a key of :data:`OPTIMIZERS`): each step also
+    updates the model's parameters, compared with eager's (parameters and optimizer state)."""
     model, args = program.build()
     with_grads = tuple(a.detach().clone().requires_grad_(a.is_floating_point()) for a in args)
     problems = []
@@ -117,9 +122,12 @@ def check_joint_program(program: Program, *, calls: int = 2) -> torch.export.Exp
     else:
         raise EagerCannotTrain("; ".join(problems))
     reference = copy.deepcopy(model)
-    ep = _exported_leaving_the_caller_untouched(lambda: pf.export_joint(model, args, loss_fn=fuzz_loss), model, args)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = OPTIMIZERS[optimizer](params) if optimizer is not None and params else None
+    ep = _exported_leaving_the_caller_untouched(
+        lambda: pf.export_joint(model, args, loss_fn=fuzz_loss, optimizer=opt), model, args)
     with _known_refusals_named():  # the program may refuse a later step (a buffer's new shape)
-        pf.verify_joint(ep, reference, args, loss_fn=fuzz_loss, calls=calls, raise_on_failure=True)
+        pf.verify_joint(ep, reference, args, loss_fn=fuzz_loss, optimizer=opt, calls=calls, raise_on_failure=True)
     return ep
 
 
