@@ -71,13 +71,20 @@ class TrainingStepModule(torch.nn.Module):
         with torch.no_grad():
             outs = self.graph_module(*state)
         results = []
+        # a user output that is a written input's own value is that input, as eager returned it
+        # (graph_cleanup lets the two share a node only then): the live tensor, which a later
+        # write of the step (the optimizer's) updates as eager's step updates what it returned
+        written: dict[int, torch.Tensor] = {}
         for (kind, target), value in zip(self._outputs, outs):
             if kind is OutputKind.BUFFER_MUTATION:
                 write_back(self.get_buffer(target), value)
+                written.setdefault(id(value), self.get_buffer(target))
             elif kind is OutputKind.PARAMETER_MUTATION:
                 write_back(self.get_parameter(target), value)
+                written.setdefault(id(value), self.get_parameter(target))
             elif kind is OutputKind.USER_INPUT_MUTATION:
                 write_back(by_name[target], value)
+                written.setdefault(id(value), by_name[target])
             elif kind is OutputKind.GRADIENT_TO_PARAMETER:
                 parameter = self.get_parameter(target)
                 if self._steps_optimizer:
@@ -86,7 +93,7 @@ class TrainingStepModule(torch.nn.Module):
             elif kind is OutputKind.GRADIENT_TO_USER_INPUT:
                 accumulate_grad(by_name[target], value)
             elif kind in (OutputKind.LOSS_OUTPUT, OutputKind.USER_OUTPUT):
-                results.append(value)
+                results.append(written.get(id(value), value))
         return tc.pytree.tree_unflatten(results, self._out_spec)
 
     def set_lr(self, lr: float, group: int = 0) -> None:

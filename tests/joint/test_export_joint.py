@@ -310,3 +310,26 @@ def test_signature_equals_torchs_export_forward_backward_field_by_field():
         [s.target for s in theirs.output_specs if s.kind is not OutputKind.GRADIENT_TO_USER_INPUT]
     assert list(ours.backward_signature.gradients_to_parameters.values()) == \
         list(theirs.backward_signature.gradients_to_parameters.values())
+
+
+class _ReturnsItsClampedWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.w.clamp_(-0.5, 0.5)
+        return (self.w * x).pow(2).mean(), self.w
+
+
+@pytest.mark.parametrize("optimizer", [None, "sgd_momentum"])
+def test_a_written_parameter_returned_is_the_parameter_as_eager_returns_it(optimizer):
+    """Eager returns the parameter itself, which the optimizer's step then updates in place; the
+    program returned the forward's value, before the step (found by `fuzz.py --optimizer`)."""
+    model = _ReturnsItsClampedWeight()
+    opt = OPTIMIZERS[optimizer](model.parameters()) if optimizer else None
+    ep = export_joint_checked(model, (torch.randn(4),), optimizer=opt, calls=2)
+    module = ep.module()
+    _, w = module(torch.randn(4))
+    assert w is module.get_parameter("w")
