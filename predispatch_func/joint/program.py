@@ -76,15 +76,12 @@ class TrainingStepModule(torch.nn.Module):
         # write of the step (the optimizer's) updates as eager's step updates what it returned
         written: dict[int, torch.Tensor] = {}
         for (kind, target), value in zip(self._outputs, outs):
-            if kind is OutputKind.BUFFER_MUTATION:
-                write_back(self.get_buffer(target), value)
-                written.setdefault(id(value), self.get_buffer(target))
-            elif kind is OutputKind.PARAMETER_MUTATION:
-                write_back(self.get_parameter(target), value)
-                written.setdefault(id(value), self.get_parameter(target))
-            elif kind is OutputKind.USER_INPUT_MUTATION:
-                write_back(by_name[target], value)
-                written.setdefault(id(value), by_name[target])
+            if kind in _WRITES:
+                into = (self.get_buffer(target) if kind is OutputKind.BUFFER_MUTATION
+                        else self.get_parameter(target) if kind is OutputKind.PARAMETER_MUTATION
+                        else by_name[target])
+                write_back(into, value)
+                written.setdefault(id(value), into)
             elif kind is OutputKind.GRADIENT_TO_PARAMETER:
                 parameter = self.get_parameter(target)
                 if self._steps_optimizer:
@@ -103,6 +100,9 @@ class TrainingStepModule(torch.nn.Module):
     def optimizer_state(self, parameter: str, key: str) -> torch.Tensor:
         """The optimizer's state ``key`` (torch's name: ``exp_avg``, ``momentum_buffer``, ...) of ``parameter``."""
         return self.get_buffer(f"optim.{parameter}.{key}")
+
+
+_WRITES = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
 
 
 def _names(inputs: list[tuple[InputKind, Any]], user_names: list[str]) -> list[str]:
