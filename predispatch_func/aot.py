@@ -141,7 +141,9 @@ def _aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool, d
                        if layout is not None},
         module_call_signatures=module_call_signatures,
         inputs_without_grad=inputs_without_grad(trace.grad_free_writes, placeholders), input_aliasing=aliasing,
-        written_through_data=frozenset(placeholders[s].name for s in written_through_data))
+        written_through_data=frozenset(placeholders[s].name for s in written_through_data),
+        output_views_of_written=tuple((k, str(signature.output_specs[j].target))
+                                      for k, j in enumerate(mutations.output_views) if j is not None))
 
 
 def _named_inputs(inputs: Inputs, guard: StateGuard, call: ModelCall, trace: Trace) -> Placeholders:

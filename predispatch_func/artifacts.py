@@ -130,6 +130,9 @@ class Mutations:
     # the buffers replaced by assignment (``self.buf = ...``), not written in place: eager's ops
     # that saved the old tensor keep reading it
     rebound: frozenset[InputSlot] = frozenset()
+    # per user output: the position in ``mutated`` of the written input it is a view of (shares
+    # memory with, not being the input itself), else None: ep.module() returns it as that view
+    output_views: tuple[int | None, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +217,9 @@ class AotSignature:
     # placeholder names of the inputs written only through ``.data`` (Trace.hidden_written): eager's
     # backward of an op that saved one reads the written value; export_joint's backward must too
     written_through_data: frozenset[str] = frozenset()
+    # (user output position, written input: placeholder name or state fqn) for each user output
+    # that is a view of an input the program writes (Mutations.output_views)
+    output_views_of_written: tuple[tuple[int, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +249,8 @@ class ProgramFacts:
     input_aliasing: tuple[tuple[tuple[str, tuple, int], ...], ...] = ()
     # AotSignature.written_through_data: read by export_joint (its saved reads of them)
     written_through_data: frozenset[str] = frozenset()
+    # AotSignature.output_views_of_written: module() returns those outputs as views of the input
+    output_views_of_written: tuple[tuple[int, str], ...] = ()
 
 
 _PROGRAM_FACTS = "pf_program_facts"  # the graph module's metadata entry

@@ -24,6 +24,7 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from . import _torch_compat as tc
+from . import output_aliasing
 from .artifacts import program_facts
 from .autograd_facts import may_carry_grad
 from .errors import VerificationError
@@ -465,6 +466,7 @@ def _replay(program, model, reference_model, attempt, args, kwargs, report, prob
         candidate = (copy_without_history(model)[0] if i else reference_model) if first else reference_model
         e_args, e_kwargs = _clone((args, kwargs), grad_inputs, leaf_of, as_given, nonleaf=nonleaf)
         try:
+            e_state = output_aliasing.state_tensors(candidate)
             with CallersTensorsTripwire(callers_tensors(model, (args, kwargs), tc.pytree.tree_leaves)):
                 e_out, e_grad_mode = _run(candidate, e_args, e_kwargs, seed, ambient)
             e_rng = torch.get_rng_state()
@@ -490,7 +492,7 @@ def _replay(program, model, reference_model, attempt, args, kwargs, report, prob
     checked += ["outputs", "input mutations", "buffers and parameters", "grad mode after the call"]
     _compare_call(checked, problems, reference_model, program, e_out, p_out, e_rng, p_rng, e_grad_mode,
                   p_grad_mode, (e_args, e_kwargs), (p_args, p_kwargs), leaf_of, check_values=check_values,
-                  check_grads=check_grads, rtol=rtol, atol=atol, seed=seed)
+                  check_grads=check_grads, rtol=rtol, atol=atol, seed=seed, e_state=e_state)
     return grad_inputs, nonleaf, reference_model
 
 
@@ -501,7 +503,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _compare_call(checked, problems, reference_model, program, e_out, p_out, e_rng, p_rng, e_grad_mode,
                   p_grad_mode, e_inputs, p_inputs, leaf_of, *, check_values, check_grads, rtol, atol,
-                  seed) -> None:
+                  seed, e_state) -> None:
     (e_args, e_kwargs), (p_args, p_kwargs) = e_inputs, p_inputs
     if check_values:  # what the caller draws next: a program must draw as much as eager
         checked.append("RNG state after the call")
@@ -510,6 +512,9 @@ def _compare_call(checked, problems, reference_model, program, e_out, p_out, e_r
     if e_grad_mode != p_grad_mode:
         problems.append(f"grad mode after the call: eager {e_grad_mode}, program {p_grad_mode}")
     _compare("output", e_out, p_out, rtol, atol, check_values, problems)
+    checked.append("which inputs and state each output shares memory with")
+    problems += output_aliasing.differences(output_aliasing.shared_memory(e_out, e_inputs, reference_model, e_state),
+                                            output_aliasing.shared_memory(p_out, p_inputs, program))
     _compare("input after call", (e_args, e_kwargs), (p_args, p_kwargs), rtol, atol, check_values, problems)
     for kind, named in (("buffer", "named_buffers"), ("parameter", "named_parameters")):
         (e_state, groups), (p_state, _) = _names_by_tensor(reference_model, named), _names_by_tensor(program, named)

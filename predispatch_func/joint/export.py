@@ -137,7 +137,8 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
     facts = program_facts(forward.graph_module)
     with_program_facts(ep.graph_module, ProgramFacts(
         composite_decisions=facts.composite_decisions, grad_enabled_on_return=facts.grad_enabled_on_return,
-        ambient=facts.ambient, input_layouts=dict(facts.input_layouts)))
+        ambient=facts.ambient, input_layouts=dict(facts.input_layouts),
+        output_views_of_written=facts.output_views_of_written))
     contract = check_contract(ep)  # e.g. an in-place gradient accumulation the engine chose: never shipped
     if not contract.ok:
         raise ExportError(f"export_joint made a program that breaks the IR contract (a bug; please report it):\n"

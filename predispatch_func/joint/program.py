@@ -16,6 +16,8 @@ from torch.export.exported_program import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import _torch_compat as tc
+from ..artifacts import program_facts
+from ..program.returned_views import view_of_destination
 from ..program.runtime import expect_state_shape, state_reshaped, write_back
 
 
@@ -38,6 +40,7 @@ class TrainingStepModule(torch.nn.Module):
         entry = ep.module_call_graph[0].signature
         self._in_spec, self._out_spec = entry.in_spec, entry.out_spec
         self._constants = dict(ep.constants)
+        self._views_of_writes = _views_of_writes(ep, self._outputs)
         self._reshaped = state_reshaped(ep)  # checked each step: the next one meets the new shape
         # with the optimizer step in the program, each step's gradient replaces .grad (eager's
         # zero_grad(); backward(); step()); without it gradients accumulate as eager's backward
@@ -75,13 +78,15 @@ class TrainingStepModule(torch.nn.Module):
         # (graph_cleanup lets the two share a node only then): the live tensor, which a later
         # write of the step (the optimizer's) updates as eager's step updates what it returned
         written: dict[int, torch.Tensor] = {}
-        for (kind, target), value in zip(self._outputs, outs):
+        destinations: dict[int, torch.Tensor] = {}
+        for index, ((kind, target), value) in enumerate(zip(self._outputs, outs)):
             if kind in _WRITES:
                 into = (self.get_buffer(target) if kind is OutputKind.BUFFER_MUTATION
                         else self.get_parameter(target) if kind is OutputKind.PARAMETER_MUTATION
                         else by_name[target])
                 write_back(into, value)
                 written.setdefault(id(value), into)
+                destinations[index] = into
             elif kind is OutputKind.GRADIENT_TO_PARAMETER:
                 parameter = self.get_parameter(target)
                 if self._steps_optimizer:
@@ -89,8 +94,11 @@ class TrainingStepModule(torch.nn.Module):
                 accumulate_grad(parameter, value)
             elif kind is OutputKind.GRADIENT_TO_USER_INPUT:
                 accumulate_grad(by_name[target], value)
-            elif kind in (OutputKind.LOSS_OUTPUT, OutputKind.USER_OUTPUT):
-                results.append(written.get(id(value), value))
+        for index, ((kind, _), value) in enumerate(zip(self._outputs, outs)):
+            if kind in (OutputKind.LOSS_OUTPUT, OutputKind.USER_OUTPUT):
+                write = self._views_of_writes.get(index)
+                results.append(written.get(id(value), value) if write is None
+                               else view_of_destination(value, outs[write], destinations[write]))
         return tc.pytree.tree_unflatten(results, self._out_spec)
 
     def set_lr(self, lr: float, group: int = 0) -> None:
@@ -103,6 +111,19 @@ class TrainingStepModule(torch.nn.Module):
 
 
 _WRITES = (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION)
+
+
+def _views_of_writes(ep: ExportedProgram, outputs: list[tuple[OutputKind, Any]]) -> dict[int, int]:
+    """For each user output eager returned as a view of an input the step writes
+    (``ProgramFacts.output_views_of_written``, user outputs counted as the forward's, the
+    loss first): the index of the write's output. The view is taken of the live tensor, so it
+    shows every later write of the step, the optimizer's included, as eager's view does."""
+    users = [i for i, (kind, _) in enumerate(outputs) if kind in (OutputKind.LOSS_OUTPUT, OutputKind.USER_OUTPUT)]
+    first_write: dict[Any, int] = {}
+    for i, (kind, target) in enumerate(outputs):
+        if kind in _WRITES:
+            first_write.setdefault(target, i)
+    return {users[k]: first_write[name] for k, name in program_facts(ep.graph_module).output_views_of_written}
 
 
 def _names(inputs: list[tuple[InputKind, Any]], user_names: list[str]) -> list[str]:

@@ -84,12 +84,15 @@ class ModelCall:
             self._refuse_write(i)
         self._refuse_aliased_writes([i for i in mutated if i not in through_bases and not self._bases.covers(i)])
         assert self._mutations is None, "one trace per call"
+        # a buffer replaced by assignment: eager's returned tensor is the old one, not the new value
+        written_in_place = [(j, i) for j, i in enumerate(mutated) if i not in reassigned]
+        is_input = tuple(next((j for j, i in written_in_place if o is given[i]), None) for o in flat_out)
         self._mutations = Mutations(
-            # a buffer replaced by assignment: eager's returned tensor is the old one, not the new value
-            tuple(slots[i] for i in mutated), tuple(next((j for j, i in enumerate(mutated)
-                                                          if o is given[i] and i not in reassigned), None)
-                                  for o in flat_out), out_spec, tuple(relaid.get(i) for i in mutated),
-            frozenset(slots[i] for i in reassigned))
+            tuple(slots[i] for i in mutated), is_input, out_spec, tuple(relaid.get(i) for i in mutated),
+            frozenset(slots[i] for i in reassigned),
+            tuple(None if same is not None else _view_of(o, [(j, given[i]) for j, i in written_in_place
+                                                            if i not in relaid and i not in through_bases])
+                  for o, same in zip(flat_out, is_input)))
         return [final[i] for i in mutated] + flat_out
 
     def _relaid(self, traced: list[Any], mode: TracingMode) -> dict[int, tuple[tuple, tuple]]:
@@ -122,6 +125,13 @@ class ModelCall:
         for group in groups:
             refuse_uncarriable(group, self._inputs.slots, self._fakes)
         raise AliasedInputsWritten(groups)
+
+
+def _view_of(output: Any, written: list[tuple[int, Any]]) -> int | None:
+    """The position of the written input ``output`` shares memory with (functional tensors of
+    one base share one storage; a ``copy_`` into an input shares none), else None."""
+    memory = tc.functional_storage(output)
+    return next((j for j, t in written if memory is not None and tc.functional_storage(t) == memory), None)
 
 
 def _reassigned_state(mod: torch.nn.Module, state_slots: tuple[InputSlot, ...],

@@ -18,6 +18,7 @@ from ..artifacts import AotSignature, ProgramFacts, program_facts, with_program_
 from ..errors import Refusal, UnsupportedError
 from ..passes.graph_cleanup import impure
 from ..regions.ops import region_body_and_operands
+from .returned_views import view_of_destination
 
 Layout = tuple  # (sizes, strides, storage offset)
 
@@ -47,6 +48,7 @@ class FunctionalExportedProgram(ExportedProgram):
                     node.args = (*node.args[:2], *layout)
                     with mod.graph.inserting_before(_first_call(mod.graph)):
                         mod.graph.call_function(expect_layout, (node.args[0], *layout))
+        _return_views_of_written_inputs(mod.graph, facts.output_views_of_written)
         for name, line in facts.inputs_without_grad.items():
             read = next((n for n in mod.graph.nodes if (n.op == "placeholder" and n.name == name)
                          or (n.op == "get_attr" and n.target == name)), None)
@@ -75,6 +77,28 @@ class FunctionalExportedProgram(ExportedProgram):
         mod.recompile()
         tie_aliases(mod, self)
         return mod
+
+
+def _return_views_of_written_inputs(graph: torch.fx.Graph, views: tuple[tuple[int, str], ...]) -> None:
+    """Each user output that eager returned as a view of an input the program writes
+    (``ProgramFacts.output_views_of_written``) becomes the same view of that input, taken
+    after its write-back (program/returned_views.py)."""
+    if not views:
+        return
+    write_of = {}
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is write_back:
+            write_of[node.args[0].target] = node  # placeholder name or state fqn
+    output = graph.output_node()
+    outputs = list(output.args[0])  # type: ignore[arg-type]  # torch's unlift: the flat user outputs
+    for index, name in views:
+        write = write_of.get(name)
+        if write is None or not isinstance(outputs[index], torch.fx.Node):
+            raise RuntimeError(f"internal error: user output {index} views the written input {name}, and the "
+                               "module writes no input of that name back")
+        with graph.inserting_before(output):
+            outputs[index] = graph.call_function(view_of_destination, (outputs[index], write.args[1], write))
+    output.args = (tuple(outputs), *output.args[1:])
 
 
 def _place_in_the_root_module(graph: torch.fx.Graph) -> None:
@@ -337,5 +361,5 @@ def to_exported_program(gm: torch.fx.GraphModule, sig: AotSignature,
         composite_decisions=sig.composite_decisions, grad_enabled_on_return=sig.grad_enabled_on_return,
         ambient=sig.ambient, input_layouts=dict(sig.input_layouts),
         inputs_without_grad=dict(sig.inputs_without_grad), input_aliasing=sig.input_aliasing,
-        written_through_data=sig.written_through_data))
+        written_through_data=sig.written_through_data, output_views_of_written=sig.output_views_of_written))
     return ep

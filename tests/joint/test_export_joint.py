@@ -333,3 +333,50 @@ def test_a_written_parameter_returned_is_the_parameter_as_eager_returns_it(optim
     module = ep.module()
     _, w = module(torch.randn(4))
     assert w is module.get_parameter("w")
+
+
+class _ReturnsViewsOfWrittenState(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+        self.register_buffer("steps", torch.zeros(3))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.w.clamp_(-0.5, 0.5)
+        self.steps.add_(1)
+        v = x * 2
+        self.steps[:1].copy_(v[:1])  # takes v's values, not its memory
+        return (self.w * x).pow(2).mean(), self.w.detach()[1:], self.steps[1:], v[1:3]
+
+
+@pytest.mark.parametrize("optimizer", [None, "sgd_momentum"])
+def test_returned_views_of_written_state_are_views_of_it_as_eager_returns_them(optimizer):
+    """A view of a written parameter or buffer is that tensor's memory in eager: a caller who
+    keeps it sees the optimizer's step and the next call's write. The program returned views
+    of the forward's values, copies once written back."""
+    runs = []
+    for program in (False, True):
+        torch.manual_seed(0)
+        model, x = _ReturnsViewsOfWrittenState(), torch.randn(4)
+        opt = OPTIMIZERS[optimizer](model.parameters()) if optimizer else None
+        if program:
+            module = pf.export_joint(model, (x,), optimizer=opt).module()
+            step, w, steps = module, module.get_parameter("w"), module.get_buffer("steps")
+        else:
+            def step(x):
+                if opt is not None:
+                    opt.zero_grad()
+                loss, *rest = model(x)
+                loss.backward()
+                if opt is not None:
+                    opt.step()
+                return (loss, *rest)
+            w, steps = model.w, model.steps
+        kept = [step(x) for _ in range(2)]
+        runs.append([t.detach().clone() for out in kept for t in out[1:]])
+        assert kept[0][1].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
+        assert kept[0][2].untyped_storage().data_ptr() == steps.untyped_storage().data_ptr()
+        assert kept[0][3].untyped_storage().data_ptr() != steps.untyped_storage().data_ptr()
+    for eager, ours in zip(*runs):
+        torch.testing.assert_close(ours, eager)

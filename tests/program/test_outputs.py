@@ -5,10 +5,15 @@ twice, Python scalars from ``.item()`` (symbolic outputs of the signature); each
 Catalogue cases (tests/support/cases_core.py) exported through ``export_checked`` and snapshotted.
 """
 
+import copy
+
 import torch
 from expecttest import TestCase
 
+import predispatch_func as pf
+
 from tests.support.conformance_judge import assert_ok
+from tests.support.cases_core import build
 from tests.support.reference import export_case, graph_code, mutations
 
 
@@ -62,6 +67,62 @@ def forward(self, x):
     mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
     select_1 = torch.ops.aten.select.int(mul, 0, 0)
     return (mul, select_1)""")
+
+
+class TestViewsOfWrittenState(TestCase):
+    """A returned view of a written buffer, parameter or input is a view of it, as in eager:
+    ``pf.verify`` (in ``export_checked``) compares which inputs and state each output shares
+    memory with; the tests below also show what a caller sees."""
+
+    def test_written_buffer_returned_as_view(self):
+        ep = export_case("written_buffer_returned_as_view")
+        self.assertEqual(mutations(ep), [("BUFFER_MUTATION", "b")])
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, b_b, x):
+    add = torch.ops.aten.add.Tensor(b_b, x);  b_b = x = None
+    select_1 = torch.ops.aten.select.int(add, 0, 1)
+    t_1 = torch.ops.aten.t.default(add)
+    return (add, select_1, t_1)""")
+
+    def test_parameter_written_under_no_grad_returned_as_view(self):
+        ep = export_case("parameter_written_under_no_grad_returned_as_view")
+        self.assertEqual(mutations(ep), [("PARAMETER_MUTATION", "w")])
+
+    def test_intermediate_copied_into_buffer_returned_as_view(self):
+        # v[1:] and b[:1] are both slices of one node; only b[:1] is the buffer's memory
+        ep = export_case("intermediate_copied_into_buffer_returned_as_view")
+        self.assertExpectedInline(graph_code(ep), """\
+def forward(self, b_b, x):
+    mul = torch.ops.aten.mul.Tensor(x, 2);  x = None
+    slice_1 = torch.ops.aten.slice.Tensor(mul, 0, 1, 9223372036854775807)
+    slice_3 = torch.ops.aten.slice.Tensor(mul, 0, 0, 1)
+    return (mul, slice_1, slice_3)""")
+
+    def test_a_kept_view_shows_the_next_calls_write_and_writes_reach_the_buffer(self):
+        model, args, _ = build("written_buffer_returned_as_view")
+        program = export_case("written_buffer_returned_as_view").module()
+        for run in (copy.deepcopy(model), program):
+            row, transposed = run(*args)
+            run(*args)  # the second call's write shows through the first call's outputs
+            self.assertTrue(torch.equal(row, 2 * args[0][1]) and torch.equal(transposed, 2 * args[0].t()))
+            row.fill_(7)
+            self.assertTrue(torch.equal(run.b[1], torch.full((3,), 7.0)))
+
+    def test_verify_reports_an_output_that_lost_the_buffers_memory(self):
+        model, args, _ = build("written_buffer_returned_as_view")
+
+        class ReturnsCopies(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("b", model.b.clone())
+
+            def forward(self, x):
+                self.b.add_(x)
+                return self.b[1].clone(), self.b.t()
+
+        report = pf.replay_against_reference(ReturnsCopies(), model, args)
+        self.assertEqual(report.problems, ["output[0] shares memory with b in eager, with nothing in the program "
+                                           "(a later write to one shows through the other)"])
 
 
 class ReturnsItems(torch.nn.Module):

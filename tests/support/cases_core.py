@@ -281,6 +281,47 @@ def output_view_taken_before_mutation() -> Built:
     return M(), (_r(2, 3),), {}
 
 
+@case()
+def written_buffer_returned_as_view() -> Built:
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", torch.zeros(2, 3))
+
+        def forward(self, x):
+            self.b.add_(x)
+            return self.b[1], self.b.t()
+    return M(), (_r(2, 3),), {}
+
+
+@case()
+def parameter_written_under_no_grad_returned_as_view() -> Built:
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4))
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.w.clamp_(-0.5, 0.5)
+            return self.w[1:] * x[1:], self.w[:2], self.w.detach()[::2]
+    return M(), (_r(4),), {}
+
+
+@case()
+def intermediate_copied_into_buffer_returned_as_view() -> Built:
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", torch.zeros(3))
+
+        def forward(self, x):
+            v = x * 2
+            self.b.copy_(v)  # the buffer takes v's values, not its memory: v[1:] is no view of b
+            return v[1:], self.b[:1]
+    return M(), (_r(3),), {}
+
+
 # --- intermediates ----------------------------------------------------------------------
 
 

@@ -138,6 +138,22 @@ def test_functional_mode_probe_says_whether_torch_asks_the_modes_can_decompose_m
     assert tc.FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE == ("self._can_decompose(" in source)
 
 
+def test_functional_tensors_of_one_base_share_a_storage_and_a_copy_joins_none():
+    """``tc.functional_storage`` (Mutations.output_views): which outputs eager returned as views
+    of a written input is read from it, as aot autograd reads its output aliasing."""
+    plain = torch.zeros(3), torch.ones(3)
+    with tc.FunctionalTensorMode():
+        base, other = (tc.to_functional(t) for t in plain)
+        view = base[1:]
+        base.add_(1)
+        other.copy_(view.sum().expand(3))
+        doubled = other * 2
+        assert tc.functional_storage(view) == tc.functional_storage(base)
+        assert tc.functional_storage(other) != tc.functional_storage(base)
+        assert tc.functional_storage(doubled) not in (tc.functional_storage(base), tc.functional_storage(other))
+    assert tc.functional_storage(torch.zeros(1)) is None
+
+
 def test_view_replay_sync_is_a_method_of_the_mode_or_done_by_us():
     """torch 2.12 on syncs view replays in ``FunctionalTensorMode._sync_view_replay_annotations``;
     on 2.11 ``reimplemented._sync_view_replay_annotations`` runs the steps its dispatch runs inline."""

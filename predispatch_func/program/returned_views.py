@@ -1,0 +1,45 @@
+"""A returned view of a written input is a view of that input, as eager returns it.
+
+Eager's ``self.b.add_(1); return self.b[1:]`` returns the buffer's own memory: the next
+call's write, or an optimizer step, shows through it, and writing into it writes the buffer.
+The functional program returns ``slice(add)``, a view of the *new value*, which ``module()``
+then copies into the buffer; the two hold equal numbers but are different memory. So
+``module()`` hands out the same view of the written tensor instead (torch.export's module
+runs the mutating program and keeps this by itself).
+
+Which outputs are such views the trace knows (``Mutations.output_views``: functional
+tensors of one base share one storage, a ``copy_`` into an input joins none); where in the
+written value the view lies the tensors say at run time (``as_strided`` over the
+destination, which holds the value in the same layout).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _pointer(t: Any) -> int | None:
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type == "meta" or t.layout != torch.strided:
+        return None
+    return t.untyped_storage().data_ptr() or None
+
+
+def view_of_destination(out: torch.Tensor, value: torch.Tensor, destination: torch.Tensor) -> torch.Tensor:
+    """``out`` (a view of ``value``) as the same view of ``destination`` after ``value`` was
+    written into it; ``out`` itself where that view cannot be told (another layout, no
+    storage to compare: fake or meta tensors while the module is traced again)."""
+    if (_pointer(out) is None or _pointer(out) != _pointer(value)
+            or value.shape != destination.shape or value.stride() != destination.stride()
+            or value.dtype != destination.dtype or destination.device != value.device):
+        return out
+    offset = destination.storage_offset() + out.storage_offset() - value.storage_offset()
+    view = destination.detach().as_strided(out.shape, out.stride(), offset)
+    if not out.requires_grad:
+        return view
+    # eager's output has the program's history (checked against eager's gradients) and the
+    # destination's memory: give ``out`` that memory, keeping its history
+    with torch.no_grad():
+        out.data = view
+    return out
