@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -350,6 +351,16 @@ class _ReturnsViewsOfWrittenState(torch.nn.Module):
         return (self.w * x).pow(2).mean(), self.w.detach()[1:], self.steps[1:], v[1:3]
 
 
+def _eager_step(model, opt, x):
+    if opt is not None:
+        opt.zero_grad()
+    loss, *rest = model(x)
+    loss.backward()
+    if opt is not None:
+        opt.step()
+    return (loss, *rest)
+
+
 @pytest.mark.parametrize("optimizer", [None, "sgd_momentum"])
 def test_returned_views_of_written_state_are_views_of_it_as_eager_returns_them(optimizer):
     """A view of a written parameter or buffer is that tensor's memory in eager: a caller who
@@ -364,15 +375,7 @@ def test_returned_views_of_written_state_are_views_of_it_as_eager_returns_them(o
             module = pf.export_joint(model, (x,), optimizer=opt).module()
             step, w, steps = module, module.get_parameter("w"), module.get_buffer("steps")
         else:
-            def step(x):
-                if opt is not None:
-                    opt.zero_grad()
-                loss, *rest = model(x)
-                loss.backward()
-                if opt is not None:
-                    opt.step()
-                return (loss, *rest)
-            w, steps = model.w, model.steps
+            step, w, steps = functools.partial(_eager_step, model, opt), model.w, model.steps
         kept = [step(x) for _ in range(2)]
         runs.append([t.detach().clone() for out in kept for t in out[1:]])
         assert kept[0][1].untyped_storage().data_ptr() == w.untyped_storage().data_ptr()

@@ -243,11 +243,13 @@ WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
 # ops with no OpInfo of their own, checked by hand below (empty_permuted: tests/opsets/test_empty_permuted.py)
 BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default",
            "aten.empty_permuted.default", "aten.bernoulli.p", "aten._batch_norm_with_update_functional.default",
-           "aten.cudnn_grid_sampler.default"}
+           "aten.cudnn_grid_sampler.default", "aten.uniform.default"}
 # torch registers a decomposition for these, which ours replaces: adaptive_max_pool2d's declines windows of
 # uneven sizes (returns NotImplemented); _batch_norm_with_update_functional's gives the running statistics
-# autograd history the kernel's lack (ours: Core ATen's one batch-norm node, as on CPU)
-REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_functional.default"}
+# autograd history the kernel's lack (ours: Core ATen's one batch-norm node, as on CPU); uniform's is
+# prims' uniform, outside Core ATen (ours: rand, drawing eager's numbers)
+REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_functional.default",
+            "aten.uniform.default"}
 
 
 def _opinfo(name: str, variant: str):
@@ -1013,6 +1015,28 @@ def test_bernoulli_p_draws_eagers_mask_through_native_dropout(dtype):
     for p in (0.1, 0.0, 1.0):
         assert decomposition(x, p) is NotImplemented, p
     assert decomposition(x, 0.5, generator=torch.Generator()) is NotImplemented
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_uniform_draws_eagers_numbers_through_rand(dtype):
+    """``uniform`` (``uniform_`` functionalized) as Core ATen's ``rand`` scaled like the kernel: the
+    same numbers from the same seed (bit for bit, over ranges whose scaling rounds, and sizes on
+    both sides of the kernels' parallel grain), the generator left where eager leaves it; it
+    declines where the draws could differ."""
+    uniform, decomposition = torch.ops.aten.uniform.default, TABLE[torch.ops.aten.uniform.default]
+    for shape in ((7,), (3, 5, 2), (70_000,)):
+        x = torch.empty(shape, dtype=dtype)
+        for low, high in ((0.0, 1.0), (-0.1, 0.1), (0.3, 2.7), (-5.0, -1e-3), (1e-3, 1e3), (-0.02, 0.02)):
+            torch.manual_seed(7)
+            expected, after = uniform(x, low, high), torch.rand(2)
+            torch.manual_seed(7)
+            got = decomposition(x, low, high)
+            assert torch.equal(got, expected) and got.dtype == expected.dtype, (shape, low, high)
+            assert torch.equal(torch.rand(2), after), (shape, low, high)
+    x = torch.empty(3, 5, dtype=dtype)
+    assert decomposition(x.t(), 0.0, 1.0) is NotImplemented
+    assert decomposition(x, 0.0, 1.0, generator=torch.Generator()) is NotImplemented
+    assert decomposition(x.to(torch.bfloat16), 0.0, 1.0) is NotImplemented
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

@@ -11,9 +11,8 @@ import torch
 from expecttest import TestCase
 
 import predispatch_func as pf
-
-from tests.support.conformance_judge import assert_ok
 from tests.support.cases_core import build
+from tests.support.conformance_judge import assert_ok
 from tests.support.reference import export_case, graph_code, mutations
 
 

@@ -21,6 +21,13 @@
   or 1, or on CUDA, whose fused dropout kernel draws another stream, it stays undecomposed.
   torch's own joint path reaches ``native_dropout`` too, from ``dropout``.
 
+* ``uniform`` (``uniform_`` functionalized: BigBird's random attention blocks, ``nn.init`` in a
+  forward): Core ATen's ``rand`` (the same draws: ``rand`` is ``uniform_(0, 1)``) scaled as the
+  CPU kernel scales it, ``low + (high - low) * u`` rounded once (``add`` with ``alpha``: the
+  kernel's fused multiply-add), so the same numbers come out in float32 and float64 over a
+  contiguous tensor; elsewhere (reduced precision, another layout, a generator, CUDA) it stays
+  undecomposed. torch decomposes ``uniform`` only into prims.
+
 multinomial and rrelu read the data (the validity checks, the count of non-positive elements),
 so ``pf.eager`` runs them uncached and export names them (``reads_data``).
 """
@@ -129,6 +136,22 @@ bernoulli_p.declines = (  # type: ignore[attr-defined]  # the refusal's reason (
     "or add bernoulli.p to the target")
 
 
+def uniform(x: torch.Tensor, low: float = 0.0, high: float = 1.0, *,
+            generator: torch.Generator | None = None) -> Any:
+    drawn_alike = (generator is None and x.dtype in (torch.float32, torch.float64) and x.device.type == "cpu"
+                   and x.is_contiguous() and isinstance(low, (float, int)) and isinstance(high, (float, int)))
+    if not drawn_alike:
+        return NotImplemented
+    draws = torch.ops.aten.rand.default(list(x.shape), dtype=x.dtype, device=x.device)
+    low_tensor = torch.ops.aten.full.default([], low, dtype=x.dtype, device=x.device)
+    return torch.ops.aten.add.Tensor(low_tensor, draws, alpha=high - low)
+
+
+uniform.declines = (  # type: ignore[attr-defined]  # the refusal's reason (Lowering.why_missing)
+    "where it cannot draw eager's numbers: a generator, a dtype other than float32 and float64, a "
+    "non-contiguous tensor, or CUDA; add uniform to the target, or draw with torch.rand")
+
+
 for _decomposition in (multinomial, rrelu_with_noise, rrelu_with_noise_, rrelu_with_noise_functional):
     _decomposition.reads_data = True  # type: ignore[attr-defined]
 
@@ -136,6 +159,7 @@ for _decomposition in (multinomial, rrelu_with_noise, rrelu_with_noise_, rrelu_w
 DECOMPOSITIONS: dict[Any, Callable] = {op: decomposition for op, decomposition in (
     (tc.resolve_overload("aten", "multinomial.default"), multinomial),
     (tc.resolve_overload("aten", "bernoulli.p"), bernoulli_p),
+    (tc.resolve_overload("aten", "uniform.default"), uniform),
     (tc.resolve_overload("aten", "rrelu_with_noise.default"), rrelu_with_noise),
     (tc.resolve_overload("aten", "rrelu_with_noise_.default"), rrelu_with_noise_),
     (tc.resolve_overload("aten", "rrelu_with_noise_functional.default"), rrelu_with_noise_functional),
