@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from .. import output_aliasing
 from ..errors import VerificationError
 from ..state.history_free_copy import rebind_closures
 from ..verify import VerifyReport, check_contract
@@ -53,6 +54,7 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
         if eager_optimizer is not None:
             eager_optimizer.zero_grad(set_to_none=True)
         torch.manual_seed(seed + step)
+        e_state = output_aliasing.state_tensors(eager)
         e_out = eager(*e_args, **e_kwargs)
         e_loss, e_rest = (loss_fn(e_out), e_out) if loss_fn is not None else _split(e_out)
         e_loss.backward()
@@ -64,6 +66,11 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
         _compare(f"{where}: loss", e_loss, p_loss, rtol, atol, report.problems)
         _compare(f"{where}: outputs", e_rest if loss_fn is not None else list(e_rest),
                  p_rest[0] if loss_fn is not None else p_rest, rtol, atol, report.problems)
+        e_returned = (e_loss, e_rest) if loss_fn is not None else e_out
+        p_returned = (p_loss, p_rest[0]) if loss_fn is not None else (p_loss, *p_rest)
+        report.problems += [f"{where}: {problem}" for problem in output_aliasing.differences(
+            output_aliasing.shared_memory(e_returned, (e_args, e_kwargs), eager, e_state),
+            output_aliasing.shared_memory(p_returned, (p_args, p_kwargs), program))]
         for name, p in eager.named_parameters():
             q = program.get_parameter(name)
             _compare(f"{where}: {name}.grad", p.grad, q.grad, rtol, atol, report.problems)
@@ -82,7 +89,8 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
                     _compare(f"{where}: input {i}.grad", e.grad, p.grad, rtol, atol, report.problems)
         if eager_optimizer is not None:
             _compare_optimizer_state(where, eager, eager_optimizer, program, rtol, atol, report.problems)
-    report.checked.append(f"{calls} training step(s) against eager: loss, outputs, gradients, buffers"
+    report.checked.append(f"{calls} training step(s) against eager: loss, outputs (and what each shares memory "
+                          "with), gradients, buffers"
                           + (", parameters and optimizer state" if optimizer is not None else ""))
     if judge_float64 and report.problems and optimizer is None \
             and all("values differ" in p for p in report.problems):
