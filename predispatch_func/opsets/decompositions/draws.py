@@ -25,8 +25,9 @@
   forward): Core ATen's ``rand`` (the same draws: ``rand`` is ``uniform_(0, 1)``) scaled as the
   CPU kernel scales it, ``low + (high - low) * u`` rounded once (``add`` with ``alpha``: the
   kernel's fused multiply-add), so the same numbers come out in float32 and float64 over a
-  contiguous tensor; elsewhere (reduced precision, another layout, a generator, CUDA) it stays
-  undecomposed. torch decomposes ``uniform`` only into prims.
+  contiguous tensor; elsewhere (reduced precision, another layout, a generator, CUDA, whose
+  kernel maps a draw that rounds up to ``high`` back to ``low``: 1 element in 4M differed on an
+  H200) it stays undecomposed. torch decomposes ``uniform`` only into prims.
 
 multinomial and rrelu read the data (the validity checks, the count of non-positive elements),
 so ``pf.eager`` runs them uncached and export names them (``reads_data``).
