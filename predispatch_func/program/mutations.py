@@ -90,8 +90,7 @@ class ModelCall:
         self._mutations = Mutations(
             tuple(slots[i] for i in mutated), is_input, out_spec, tuple(relaid.get(i) for i in mutated),
             frozenset(slots[i] for i in reassigned),
-            tuple(None if same is not None else _view_of(o, [(j, given[i]) for j, i in written_in_place
-                                                            if i not in relaid and i not in through_bases])
+            tuple(None if same is not None else _view_of(o, [(j, given[i]) for j, i in written_in_place])
                   for o, same in zip(flat_out, is_input)))
         return [final[i] for i in mutated] + flat_out
 

@@ -8,8 +8,10 @@ then copies into the buffer; the two hold equal numbers but are different memory
 runs the mutating program and keeps this by itself).
 
 Which outputs are such views the trace knows (``Mutations.output_views``: functional
-tensors of one base share one storage, a ``copy_`` into an input joins none); where in the
-written value the view lies the tensors say at run time (``as_strided`` over the
+tensors of one base share one storage, a ``copy_`` into an input joins none). Where the graph
+makes the output from the written value by view ops, ``module()`` applies the same ops to the
+written input (whatever its layout: an input ``x.t_()`` relaid); where a region or a HOP
+returned it, the tensors say at run time where in the value it lies (``as_strided`` over the
 destination, which holds the value in the same layout).
 """
 
@@ -35,11 +37,16 @@ def view_of_destination(out: torch.Tensor, value: torch.Tensor, destination: tor
             or value.dtype != destination.dtype or destination.device != value.device):
         return out
     offset = destination.storage_offset() + out.storage_offset() - value.storage_offset()
-    view = destination.detach().as_strided(out.shape, out.stride(), offset)
+    return adopt_memory(out, destination.detach().as_strided(out.shape, out.stride(), offset))
+
+
+def adopt_memory(out: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+    """``view`` (the same values as ``out``, in the written input's memory) with ``out``'s autograd
+    history: the program's history, checked against eager's gradients, and eager's memory."""
     if not out.requires_grad:
         return view
-    # eager's output has the program's history (checked against eager's gradients) and the
-    # destination's memory: give ``out`` that memory, keeping its history
+    if type(out) is not torch.Tensor or type(view) is not torch.Tensor:  # traced again: fakes, proxies
+        return out
     with torch.no_grad():
         out.data = view
     return out

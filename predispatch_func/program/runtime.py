@@ -16,9 +16,10 @@ from torch.export.graph_signature import InputKind, OutputKind
 from .. import _torch_compat as tc
 from ..artifacts import AotSignature, ProgramFacts, program_facts, with_program_facts
 from ..errors import Refusal, UnsupportedError
+from ..graphs import calls_view_op
 from ..passes.graph_cleanup import impure
 from ..regions.ops import region_body_and_operands
-from .returned_views import view_of_destination
+from .returned_views import adopt_memory, view_of_destination
 
 Layout = tuple  # (sizes, strides, storage offset)
 
@@ -96,9 +97,26 @@ def _return_views_of_written_inputs(graph: torch.fx.Graph, views: tuple[tuple[in
         if write is None or not isinstance(outputs[index], torch.fx.Node):
             raise RuntimeError(f"internal error: user output {index} views the written input {name}, and the "
                                "module writes no input of that name back")
+        chain = _view_chain(outputs[index], write.args[1])
         with graph.inserting_before(output):
-            outputs[index] = graph.call_function(view_of_destination, (outputs[index], write.args[1], write))
+            if chain is None:  # a region's or HOP's result: where it lies in the value is read at run time
+                outputs[index] = graph.call_function(view_of_destination, (outputs[index], write.args[1], write))
+                continue
+            view = graph.call_function(torch.ops.aten.detach.default, (write,))
+            for node in chain:  # the graph's own view ops, from the written value out: any layout
+                view = graph.call_function(node.target,  # type: ignore[arg-type]  # calls_view_op: an OpOverload
+                                           (view, *node.args[1:]), dict(node.kwargs))
+            outputs[index] = graph.call_function(adopt_memory, (outputs[index], view))
     output.args = (tuple(outputs), *output.args[1:])
+
+
+def _view_chain(node: torch.fx.Node, value: Any) -> list[torch.fx.Node] | None:
+    """The view ops taking ``value`` to ``node``, in order; None where ``node`` is not so made."""
+    chain = []
+    while node is not value and calls_view_op(node):
+        chain.append(node)
+        node = node.args[0]  # type: ignore[assignment]  # calls_view_op checked it is a Node
+    return chain[::-1] if node is value and chain else None
 
 
 def _place_in_the_root_module(graph: torch.fx.Graph) -> None:

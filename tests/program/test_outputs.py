@@ -13,7 +13,7 @@ from expecttest import TestCase
 import predispatch_func as pf
 from tests.support.cases_core import build
 from tests.support.conformance_judge import assert_ok
-from tests.support.reference import export_case, graph_code, mutations
+from tests.support.reference import export_case, export_checked, graph_code, mutations
 
 
 class TestOutputsAndInputs(TestCase):
@@ -96,6 +96,26 @@ def forward(self, b_b, x):
     slice_1 = torch.ops.aten.slice.Tensor(mul, 0, 1, 9223372036854775807)
     slice_3 = torch.ops.aten.slice.Tensor(mul, 0, 0, 1)
     return (mul, slice_1, slice_3)""")
+
+    def test_relaid_input_returned_as_view(self):
+        # x.t_() relays the input: the graph's select of the new value, applied to x itself
+        class Relaid(torch.nn.Module):
+            def forward(self, x):
+                x.t_()
+                x.mul_(2)
+                return x[0], x
+
+        export_checked(Relaid(), (torch.randn(2, 3),))
+
+    def test_inputs_sharing_memory_written_and_returned_as_views(self):
+        # traced over a synthetic base: both outputs are views of the caller's memory, as in eager
+        class Aliased(torch.nn.Module):
+            def forward(self, a, b):
+                a.add_(1)
+                return b[0], a[1:]
+
+        base = torch.randn(4)
+        export_checked(Aliased(), (base, base[1:]))
 
     def test_a_kept_view_shows_the_next_calls_write_and_writes_reach_the_buffer(self):
         model, args, _ = build("written_buffer_returned_as_view")
