@@ -55,12 +55,21 @@ class LayoutChanges(Protocol):
         ...
 
 
+class SharedMemory(Protocol):
+    def sharing(self, t: Any) -> set[Any]:
+        """The storages sharing memory with traced tensor ``t``'s in eager."""
+
+
 class TracingMode(Protocol):
     """What a traced body is handed besides its inputs: the mode's record of in-place
-    layout changes of the inputs (``x.t_()``), which the model call carries as mutations."""
+    layout changes of the inputs (``x.t_()``), which the model call carries as mutations,
+    and of the storages ``.data =`` made one (which outputs eager returns as inputs' memory)."""
 
     @property
     def metadata_writes(self) -> LayoutChanges: ...
+
+    @property
+    def storage_aliases(self) -> SharedMemory: ...
 
 
 def observer_of_opaque_calls(mode: Any) -> ObservesOpaqueCalls | None:
@@ -68,5 +77,5 @@ def observer_of_opaque_calls(mode: Any) -> ObservesOpaqueCalls | None:
     return mode if isinstance(mode, ObservesOpaqueCalls) else None
 
 
-__all__ = ["LayoutChanges", "ObservesOpaqueCalls", "TraceBody", "TracesBelowAutograd", "TracingMode",
+__all__ = ["LayoutChanges", "ObservesOpaqueCalls", "SharedMemory", "TraceBody", "TracesBelowAutograd", "TracingMode",
            "observer_of_opaque_calls"]

@@ -69,7 +69,6 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "value_forced_by_guards",
     "has_kernel",
     "has_data_mutation",
-    "functional_storage",
     "fake_mode_of",
     "shape_env_of",
     "discarding_unbacked_symbols",
@@ -379,15 +378,6 @@ def is_flat_apply(target: Any) -> bool:
 
 def has_kernel(op: OpOverload) -> bool:
     return torch._C._dispatch_has_kernel(op.name())
-
-
-def functional_storage(t: Any) -> StorageWeakRef | None:
-    """The storage a functional tensor shares with every view of its base (torch's
-    functionalization keeps one per base; a ``copy_`` into a tensor joins none), as aot
-    autograd compares them to find outputs that alias inputs; None for anything else."""
-    if not isinstance(t, FunctionalTensor):
-        return None
-    return StorageWeakRef(t.untyped_storage())
 
 
 def has_data_mutation(t: FunctionalTensor) -> bool:

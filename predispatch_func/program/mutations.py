@@ -15,7 +15,7 @@ import torch
 from .. import _torch_compat as tc
 from ..artifacts import Inputs, InputSlot, Mutations, SlotKind
 from ..errors import Refusal, UnsupportedError
-from ..mode_capabilities import TracingMode
+from ..mode_capabilities import SharedMemory, TracingMode
 from ..passes import node_meta
 from ..trace import environment
 from ..trace.environment import CallRecorders
@@ -90,7 +90,8 @@ class ModelCall:
         self._mutations = Mutations(
             tuple(slots[i] for i in mutated), is_input, out_spec, tuple(relaid.get(i) for i in mutated),
             frozenset(slots[i] for i in reassigned),
-            tuple(None if same is not None else _view_of(o, [(j, given[i]) for j, i in written_in_place])
+            tuple(None if same is not None else _view_of(o, [(j, given[i]) for j, i in written_in_place],
+                                                         mode.storage_aliases)
                   for o, same in zip(flat_out, is_input)))
         return [final[i] for i in mutated] + flat_out
 
@@ -126,11 +127,14 @@ class ModelCall:
         raise AliasedInputsWritten(groups)
 
 
-def _view_of(output: Any, written: list[tuple[int, Any]]) -> int | None:
-    """The position of the written input ``output`` shares memory with (functional tensors of
-    one base share one storage; a ``copy_`` into an input shares none), else None."""
-    memory = tc.functional_storage(output)
-    return next((j for j, t in written if memory is not None and tc.functional_storage(t) == memory), None)
+def _view_of(output: Any, written: list[tuple[int, Any]], aliases: SharedMemory) -> int | None:
+    """The position of the written input ``output`` shares memory with in eager, else None:
+    functional tensors of one base share one storage (a ``copy_`` into an input joins none),
+    and ``x.data = v`` makes ``v`` ``x``'s memory (``StorageAliases.sharing``)."""
+    if not isinstance(output, tc.FunctionalTensor):
+        return None
+    memory = tc.storage_key(output)
+    return next((j for j, t in written if isinstance(t, tc.FunctionalTensor) and memory in aliases.sharing(t)), None)
 
 
 def _reassigned_state(mod: torch.nn.Module, state_slots: tuple[InputSlot, ...],

@@ -6,6 +6,7 @@ torch keeps the same apart from export (``torch/export/_unlift.py``)."""
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Collection
 from typing import Any
 
@@ -99,8 +100,11 @@ def _return_views_of_written_inputs(graph: torch.fx.Graph, views: tuple[tuple[in
                                "module writes no input of that name back")
         chain = _view_chain(outputs[index], write.args[1])
         with graph.inserting_before(output):
-            if chain is None:  # a region's or HOP's result: where it lies in the value is read at run time
-                outputs[index] = graph.call_function(view_of_destination, (outputs[index], write.args[1], write))
+            if chain is None:  # where the output lies in the memory is read at run time, in the
+                # written value (a region's or HOP's result) or in the value `.data =` gave the input
+                root = _view_root(outputs[index])
+                value = root if root.op == "call_function" and root.target is not operator.getitem else write.args[1]
+                outputs[index] = graph.call_function(view_of_destination, (outputs[index], value, write))
                 continue
             view = graph.call_function(torch.ops.aten.detach.default, (write,))
             for node in chain:  # the graph's own view ops, from the written value out: any layout
@@ -108,6 +112,12 @@ def _return_views_of_written_inputs(graph: torch.fx.Graph, views: tuple[tuple[in
                                            (view, *node.args[1:]), dict(node.kwargs))
             outputs[index] = graph.call_function(adopt_memory, (outputs[index], view))
     output.args = (tuple(outputs), *output.args[1:])
+
+
+def _view_root(node: torch.fx.Node) -> torch.fx.Node:
+    while calls_view_op(node):
+        node = node.args[0]  # type: ignore[assignment]  # calls_view_op checked it is a Node
+    return node
 
 
 def _view_chain(node: torch.fx.Node, value: Any) -> list[torch.fx.Node] | None:

@@ -111,6 +111,12 @@ class StorageAliases:
                 "signature cannot carry; assign a copy (`w.data = v.clone()`)",
                 kind=Refusal.DATA_ASSIGN_ALIASED, op="Tensor.data.__set__", source=line)
 
+    def sharing(self, t: Any) -> set[Any]:
+        """The storages that share memory with ``t``'s in eager: its own, and those a
+        ``.data =`` joined to it (``x.data = v``: eager's ``v`` is ``x``'s memory after)."""
+        key = tc.storage_key(t)
+        return {key} | {v for w, v, _ in self._joined if w == key} | {w for w, v, _ in self._joined if v == key}
+
     def join(self, target: Any, value: Any) -> None:
         """After ``target.data = value`` (carried as a copy): eager's two share one storage."""
         self._joined.append((tc.storage_key(target), tc.storage_key(value), user_source_line()))

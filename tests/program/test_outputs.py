@@ -117,6 +117,22 @@ def forward(self, b_b, x):
         base = torch.randn(4)
         export_checked(Aliased(), (base, base[1:]))
 
+    def test_value_a_data_assignment_gave_an_input_returned(self):
+        # x1.data = v makes v x1's memory in eager (found by fuzz.py --joint on torch 2.11)
+        class DataAssigned(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("b", torch.zeros(4))
+
+            def forward(self, x0, x1):
+                v1 = x1 * 3
+                x1.data = v1
+                v2 = x0 * 2
+                self.b.data = v2
+                return v1, v2[1:], x0 + 1
+
+        export_checked(DataAssigned(), (torch.randn(4), torch.randn(4)))
+
     def test_a_kept_view_shows_the_next_calls_write_and_writes_reach_the_buffer(self):
         model, args, _ = build("written_buffer_returned_as_view")
         program = export_case("written_buffer_returned_as_view").module()

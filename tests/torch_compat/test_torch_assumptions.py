@@ -139,8 +139,8 @@ def test_functional_mode_probe_says_whether_torch_asks_the_modes_can_decompose_m
 
 
 def test_functional_tensors_of_one_base_share_a_storage_and_a_copy_joins_none():
-    """``tc.functional_storage`` (Mutations.output_views): which outputs eager returned as views
-    of a written input is read from it, as aot autograd reads its output aliasing."""
+    """``tc.storage_key`` (Mutations.output_views): which outputs eager returned as views of a
+    written input is read from it, as aot autograd reads its output aliasing."""
     plain = torch.zeros(3), torch.ones(3)
     with tc.FunctionalTensorMode():
         base, other = (tc.to_functional(t) for t in plain)
@@ -148,10 +148,9 @@ def test_functional_tensors_of_one_base_share_a_storage_and_a_copy_joins_none():
         base.add_(1)
         other.copy_(view.sum().expand(3))
         doubled = other * 2
-        assert tc.functional_storage(view) == tc.functional_storage(base)
-        assert tc.functional_storage(other) != tc.functional_storage(base)
-        assert tc.functional_storage(doubled) not in (tc.functional_storage(base), tc.functional_storage(other))
-    assert tc.functional_storage(torch.zeros(1)) is None
+        assert tc.storage_key(view) == tc.storage_key(base)
+        assert tc.storage_key(other) != tc.storage_key(base)
+        assert tc.storage_key(doubled) not in (tc.storage_key(base), tc.storage_key(other))
 
 
 def test_view_replay_sync_is_a_method_of_the_mode_or_done_by_us():
