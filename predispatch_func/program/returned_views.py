@@ -32,12 +32,25 @@ def view_of_destination(out: torch.Tensor, value: torch.Tensor, destination: tor
     """``out`` (a view of ``value``) as the same view of ``destination`` after ``value`` was
     written into it; ``out`` itself where that view cannot be told (another layout, no
     storage to compare: fake or meta tensors while the module is traced again)."""
-    if (_pointer(out) is None or _pointer(out) != _pointer(value)
-            or value.shape != destination.shape or value.stride() != destination.stride()
+    if _pointer(out) is not None and _pointer(value) is not None and _pointer(out) != _pointer(value):
+        return _view_of_the_whole_memory(out, destination)
+    if (_pointer(out) is None or value.shape != destination.shape or value.stride() != destination.stride()
             or value.dtype != destination.dtype or destination.device != value.device):
         return out
     offset = destination.storage_offset() + out.storage_offset() - value.storage_offset()
     return adopt_memory(out, destination.detach().as_strided(out.shape, out.stride(), offset))
+
+
+def _view_of_the_whole_memory(out: torch.Tensor, destination: torch.Tensor) -> torch.Tensor:
+    """``out`` where its memory as a whole is what ``destination.data = v`` gave the input (the
+    value is no output of the program to compare with): the same view of the destination,
+    laid out alike (contiguous, as a fresh value is); ``out`` itself otherwise."""
+    size = destination.numel() * destination.element_size()
+    if (not destination.is_contiguous() or out.dtype != destination.dtype or out.device != destination.device
+            or out.untyped_storage().nbytes() != size):
+        return out
+    view = destination.detach().as_strided(out.shape, out.stride(), destination.storage_offset() + out.storage_offset())
+    return adopt_memory(out, view)
 
 
 def adopt_memory(out: torch.Tensor, view: torch.Tensor) -> torch.Tensor:

@@ -383,3 +383,25 @@ def test_returned_views_of_written_state_are_views_of_it_as_eager_returns_them(o
         assert kept[0][3].untyped_storage().data_ptr() != steps.untyped_storage().data_ptr()
     for eager, ours in zip(*runs):
         torch.testing.assert_close(ours, eager)
+
+
+class _ReturnsValuesDataAssigned(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(3, 2))
+        self.w = torch.nn.Parameter(torch.randn(1))
+
+    def forward(self, x0, x1):
+        v1 = x1 * 2
+        x1.data = v1  # eager: v1 is x1's memory from here on
+        v2 = x0 * 3
+        self.buf.data = v2
+        return (self.w * x1).sum(), v1, v2[1:]
+
+
+@pytest.mark.parametrize("optimizer", [None, "adamw"])
+def test_values_a_data_assignment_gave_state_are_returned_as_its_memory(optimizer):
+    """Found by `fuzz.py --joint --optimizer adamw` on torch 2.11: the step returned copies."""
+    model = _ReturnsValuesDataAssigned()
+    opt = OPTIMIZERS[optimizer](model.parameters()) if optimizer else None
+    export_joint_checked(model, (torch.randn(3, 2), torch.randn(4)), optimizer=opt, calls=2)
