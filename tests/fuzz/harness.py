@@ -57,7 +57,8 @@ KNOWN_JOINT_REFUSALS = frozenset({pf.JointProblem.STATE_WRITTEN_WITH_HISTORY, pf
 
 
 class KnownRefusal(Exception):
-    """The exporter refused the program with one of :data:`KNOWN_REFUSALS`."""
+    """The exporter refused the program with one of :data:`KNOWN_REFUSALS`, or with any clear
+    refusal (an ``UnsupportedError``) of a program ``torch.export.export`` fails on too."""
 
 
 def eager_backward_runs(program: Program) -> bool:
@@ -146,13 +147,27 @@ def _exported_leaving_the_caller_untouched(export: Callable[[], Any], model: tor
     """``export()``, checked to leave the caller's inputs and state as they were."""
     args_before = copy.deepcopy(args)
     state_before = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
+    untouched = copy.deepcopy(model)
     with _known_refusals_named():
-        ep = export()
+        try:
+            ep = export()
+        except pf.UnsupportedError as exc:  # a clear refusal where torch.export fails too is no failure
+            if exc.kind in KNOWN_REFUSALS or not _torch_export_fails(untouched, args_before):
+                raise
+            raise KnownRefusal(f"{exc.kind.name}, torch.export fails too: {str(exc).splitlines()[0]}") from exc
     for i, (a, b) in enumerate(zip(args_before, args)):
         assert torch.equal(a, b), f"exporting changed input {i}"
     for k, v in model.state_dict(keep_vars=True).items():
         assert torch.equal(state_before[k], v), f"exporting changed {k}"
     return ep
+
+
+def _torch_export_fails(model: torch.nn.Module, args: tuple) -> bool:
+    try:
+        torch.export.export(model, copy.deepcopy(args))
+    except Exception:  # noqa: BLE001 (whatever torch raises: the program is beyond it too)
+        return True
+    return False
 
 
 def _why_eager_cannot_train(model: torch.nn.Module, args: tuple, calls: int) -> str | None:
