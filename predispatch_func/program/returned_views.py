@@ -32,6 +32,8 @@ def view_of_destination(out: torch.Tensor, value: torch.Tensor, destination: tor
     """``out`` (a view of ``value``) as the same view of ``destination`` after ``value`` was
     written into it; ``out`` itself where that view cannot be told (another layout, no
     storage to compare: fake or meta tensors while the module is traced again)."""
+    if _pointer(out) is not None and _pointer(out) == _pointer(destination):
+        return out  # already the destination's memory (the same output returned twice)
     if _pointer(out) is not None and _pointer(value) is not None and _pointer(out) != _pointer(value):
         return _view_of_the_whole_memory(out, destination)
     if (_pointer(out) is None or value.shape != destination.shape or value.stride() != destination.stride()
