@@ -36,11 +36,19 @@ def view_of_destination(out: torch.Tensor, value: torch.Tensor, destination: tor
         return out  # already the destination's memory (the same output returned twice)
     if _pointer(out) is not None and _pointer(value) is not None and _pointer(out) != _pointer(value):
         return _view_of_the_whole_memory(out, destination)
-    if (_pointer(out) is None or value.shape != destination.shape or value.stride() != destination.stride()
-            or value.dtype != destination.dtype or destination.device != value.device):
+    if (_pointer(out) is None or value.shape != destination.shape or value.dtype != destination.dtype
+            or destination.device != value.device):
+        return out
+    if not _laid_out_alike(value, destination):
         return out
     offset = destination.storage_offset() + out.storage_offset() - value.storage_offset()
     return adopt_memory(out, destination.detach().as_strided(out.shape, out.stride(), offset))
+
+
+def _laid_out_alike(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """One memory layout: the same strides wherever a dimension has more than one element (a
+    size-1 dimension's stride addresses nothing; a region's result may carry another one)."""
+    return all(x == y for n, x, y in zip(a.shape, a.stride(), b.stride()) if n > 1)
 
 
 def _view_of_the_whole_memory(out: torch.Tensor, destination: torch.Tensor) -> torch.Tensor:

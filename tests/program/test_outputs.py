@@ -133,6 +133,20 @@ def forward(self, b_b, x):
 
         export_checked(DataAssigned(), (torch.randn(4), torch.randn(4)))
 
+    def test_region_result_laid_out_otherwise_returned_as_view(self):
+        # the region returns the input's new value with other strides (a size-1 dimension's):
+        # the output is found in it element by element (found by fuzz.py on torch 2.13)
+        class TransposedInRegion(torch.nn.Module):
+            def forward(self, x):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    torch.set_grad_enabled(False)
+                    v = x.transpose(-2, -1)
+                    torch.set_grad_enabled(True)
+                    v.sin_()
+                return v, x * 2
+
+        export_checked(TransposedInRegion(), (torch.randn(4, 1),))
+
     def test_a_kept_view_shows_the_next_calls_write_and_writes_reach_the_buffer(self):
         model, args, _ = build("written_buffer_returned_as_view")
         program = export_case("written_buffer_returned_as_view").module()
