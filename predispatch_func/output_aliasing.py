@@ -15,7 +15,7 @@ import torch
 from . import _torch_compat as tc
 
 
-def _memory_of(t: torch.Tensor) -> int | None:
+def memory_of(t: torch.Tensor) -> int | None:
     """An id of ``t``'s memory; None where there is none to compare (meta, fake, a wrapper
     subclass, sparse)."""
     if (type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided
@@ -43,15 +43,15 @@ def shared_memory(outputs: Any, inputs: Any, module: torch.nn.Module,
     and must return a copy; neither can match eager both now and after the next call."""
     owners: dict[int, set[str]] = {}
     for i, t in enumerate(tc.pytree.tree_leaves(inputs)):
-        if isinstance(t, torch.Tensor) and (memory := _memory_of(t)) is not None:
+        if isinstance(t, torch.Tensor) and (memory := memory_of(t)) is not None:
             owners.setdefault(memory, set()).add(f"input[{i}]")
     for named in (module.named_parameters(remove_duplicate=False), module.named_buffers(remove_duplicate=False)):
         for name, t in named:
             if state_before is not None and id(t) not in state_before:
                 continue
-            if (memory := _memory_of(t)) is not None:
+            if (memory := memory_of(t)) is not None:
                 owners.setdefault(memory, set()).add(name)
-    return [frozenset(owners.get(memory, ())) if (memory := _memory_of(t)) is not None else frozenset()
+    return [frozenset(owners.get(memory, ())) if (memory := memory_of(t)) is not None else frozenset()
             for t in tc.pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)]
 
 

@@ -17,26 +17,20 @@ destination, which holds the value in the same layout).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-
-def _pointer(t: Any) -> int | None:
-    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type == "meta" or t.layout != torch.strided:
-        return None
-    return t.untyped_storage().data_ptr() or None
+from ..output_aliasing import memory_of
 
 
 def view_of_destination(out: torch.Tensor, value: torch.Tensor, destination: torch.Tensor) -> torch.Tensor:
     """``out`` (a view of ``value``) as the same view of ``destination`` after ``value`` was
     written into it; ``out`` itself where that view cannot be told (another layout, no
     storage to compare: fake or meta tensors while the module is traced again)."""
-    if _pointer(out) is not None and _pointer(out) == _pointer(destination):
+    if memory_of(out) is not None and memory_of(out) == memory_of(destination):
         return out  # already the destination's memory (the same output returned twice)
-    if _pointer(out) is not None and _pointer(value) is not None and _pointer(out) != _pointer(value):
+    if memory_of(out) is not None and memory_of(value) is not None and memory_of(out) != memory_of(value):
         return _view_of_the_whole_memory(out, destination)
-    if (_pointer(out) is None or value.shape != destination.shape or value.dtype != destination.dtype
+    if (memory_of(out) is None or value.shape != destination.shape or value.dtype != destination.dtype
             or destination.device != value.device):
         return out
     if not _laid_out_alike(value, destination):
