@@ -76,7 +76,7 @@ def _copies_into_a_window_of_a_temporary(node: torch.fx.Node, made_here: set[tor
         return False
     have, want, fresh = getattr(src, "meta", {}).get("val"), window.meta.get("val"), base.meta.get("val")
     return bool(isinstance(have, torch.Tensor) and isinstance(want, torch.Tensor) and isinstance(fresh, torch.Tensor)
-                and have.shape == want.shape and have.dtype == want.dtype and len(want.shape) > 0
+                and have.shape == want.shape and have.dtype == want.dtype
                 and fresh.is_contiguous() and fresh.storage_offset() == 0)
 
 
@@ -114,14 +114,14 @@ def _written_by_index(graph: torch.fx.Graph, base: torch.fx.Node, src: Any, size
         return node
 
     device = base.meta["val"].device
-    flat: Any = None
+    flat: Any = None if size else call(aten.arange.start_step, (0, 1), {"dtype": torch.int64, "device": device})
     for d, (n, step) in enumerate(zip(size, stride)):
         shape = [1] * len(size)
         shape[d] = n
         along = call(aten.view.default, (call(aten.mul.Scalar, (
             call(aten.arange.start_step, (0, n), {"dtype": torch.int64, "device": device}), step)), shape))
         flat = along if flat is None else call(aten.add.Tensor, (flat, along))
-    positions = call(aten.view.default, (call(aten.add.Scalar, (flat, offset)), [-1]))  # a window has a dim
+    positions = call(aten.view.default, (call(aten.add.Scalar, (flat, offset)), [-1]))  # a 0-d window: one position
     values = call(aten.view.default, (call(aten.clone.default, (src,), {"memory_format": torch.contiguous_format}), [-1]))
     written = call(aten.index_put.default, (call(aten.view.default, (base, [-1])), [positions], values))
     return call(aten.view.default, (written, list(base.meta["val"].shape)))

@@ -535,3 +535,21 @@ class _WhileLoop(nn.Module):
 @case()
 def while_loop_in_training():
     return _WhileLoop(), (_x(4, grad=True),), {}, None
+
+
+class _OneElementWindow(nn.Module):
+    """``as_strided`` to one element: autograd writes its gradient into a fresh buffer through a
+    0-d window (``new_zeros`` + ``as_strided(..., [], [], 6)`` + ``copy_``; found by fuzz.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 2, 4))
+
+    def forward(self, x):
+        v = self.w.as_strided((1, 1), (3, 3), 6)
+        return (v * x).square().mean() + v.sum()
+
+
+@case()
+def one_element_window_of_a_parameter():
+    return _OneElementWindow(), (_x(3, grad=True),), {}, None

@@ -50,20 +50,23 @@ def test_masked_fill_of_a_fresh_gradient():
     assert _mutable(graph) == []
 
 
+@pytest.mark.parametrize("window", [([2, 3], [3, 1], 2), ([], [], 6)], ids=["2d", "0d"])
 @pytest.mark.parametrize("target", [None, "core_aten"])
-def test_copy_into_a_strided_window_of_a_fresh_buffer(target):
+def test_copy_into_a_strided_window_of_a_fresh_buffer(target, window):
     """Under a target without ``as_strided_scatter`` (Core ATen), an ``index_put`` at the window's
-    flat positions."""
+    flat positions. A 0-d window is what ``as_strided`` to one element leaves (fuzz.py)."""
+    size, stride, offset = window
+
     def build():
         g = Graph()
         src = g.placeholder("src")
         buffer = g.call_function(aten.new_zeros.default, (src, [12]))
-        window = g.call_function(aten.as_strided.default, (buffer, [2, 3], [3, 1], 2))
+        window = g.call_function(aten.as_strided.default, (buffer, size, stride, offset))
         g.call_function(aten.copy_.default, (window, src))
         read_back = g.call_function(aten.as_strided.default, (buffer, [2, 6], [6, 1], 0))  # a view, after
         g.output((g.call_function(aten.mul.Tensor, (buffer, 2.0)), read_back))
         return g
-    src = torch.randn(2, 3)
+    src = torch.randn(size)
     graph = _with_values(build, src)  # the rewrite reads shapes from the values a trace records
     allows = pf.OpSet.core_aten().__contains__ if target else None
     functional_writes(graph, allows=allows)
@@ -75,7 +78,7 @@ def test_copy_into_a_strided_window_of_a_fresh_buffer(target):
         assert added <= set(pf.OpSet.core_aten()), added - set(pf.OpSet.core_aten())
     got, read_back = _run(graph, src)
     expected = torch.zeros(12)
-    expected.as_strided([2, 3], [3, 1], 2).copy_(src)
+    expected.as_strided(size, stride, offset).copy_(src)
     torch.testing.assert_close(got, expected * 2, rtol=0, atol=0)
     torch.testing.assert_close(read_back, expected.view(2, 6), rtol=0, atol=0)
 
