@@ -12,8 +12,11 @@ summary, and writes JSON with ``--json``.
 built there: eval mode, or train mode where the zoo trains them), those not in the corpus: the
 plain joint program and, unless ``--skip-target``, the same with ``target=core_aten``.
 
+``--custom-op-decompositions``: the target carries the decompositions a user would give for
+transformers' MoE custom op (``OpSet.with_decompositions``), so the MoE models lower too.
+
 Run: python -m scripts.joint_corpus [--models gpt2,bert] [--json out.json] [--skip-target] [--skip-optim] [--zoo]
-     [--device cuda]
+     [--device cuda] [--custom-op-decompositions]
 """
 
 from __future__ import annotations
@@ -103,6 +106,9 @@ def main() -> None:
     parser.add_argument("--skip-target", action="store_true")
     parser.add_argument("--skip-optim", action="store_true")
     parser.add_argument("--zoo", action="store_true")
+    parser.add_argument("--custom-op-decompositions", action="store_true",
+                        help="core_aten with the user's decompositions of transformers' custom ops "
+                        "(tests/models/custom_op_decompositions.py), as a user lowering MoE models gives them")
     parser.add_argument("--device", default="cpu", help="cuda: run with deterministic kernels, compared at "
                         "rtol 1e-3, atol 1e-4, as the CUDA zoo is")
     parser.add_argument("--no-tf32", action="store_true", help="cuda: convolutions and matmuls in full float32 "
@@ -126,7 +132,12 @@ def main() -> None:
         opts.skip_optim = True
     runs: dict[str, Any] = {"plain": {}}
     if not opts.skip_target:
-        runs["core_aten"] = {"target": pf.OpSet.core_aten()}
+        target = pf.OpSet.core_aten()
+        if opts.custom_op_decompositions:
+            from tests.models.custom_op_decompositions import transformers_decompositions
+
+            target = target.with_decompositions(transformers_decompositions())
+        runs["core_aten"] = {"target": target}
     if not opts.skip_optim:
         runs["adamw"] = {"optimizer": lambda ps: torch.optim.AdamW(ps, lr=1e-3), "calls": 3}
         runs["sgd_momentum"] = {"optimizer": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9), "calls": 3}

@@ -63,6 +63,19 @@ def raises():
 
 def one_of_two():
     return Two(), (torch.randn(2, 3),)
+
+
+class Zeta(torch.nn.Module):
+    def forward(self, x):
+        return torch.special.zeta(x.abs() + 2, 2.0)
+
+
+def zeta():
+    return Zeta(), (torch.randn(2, 3),)
+
+
+def zeta_by_hand(x, q):
+    return sum((torch.as_tensor(k, dtype=x.dtype) + q) ** -x for k in range(50))  # a few terms: only the lowering is checked
 '''
 
 DEBUG = "  (the traceback: run again with --debug, or PREDISPATCH_FUNC_DEBUG=1)\n"
@@ -128,6 +141,21 @@ def test_a_call_that_does_not_fit_the_model_says_so(user_module, capsys):
         "error: InputError: the arguments do not match Two.forward(x, y): missing a required argument: 'y' "
         "(given 1 positional, keywords [])\n"
         "  hint: the model and inputs given to export do not fit: change the call as the message says\n" + DEBUG)
+
+
+def test_export_lowers_into_its_target_or_names_what_it_cannot(user_module, capsys, tmp_path):
+    """``export --target`` (it was ignored without ``--joint``); a target file's decomposition line
+    imports from the working directory; a line that cannot is named, without a traceback."""
+    name, path = user_module
+    assert cli.main(["export", f"{name}:zeta", "--target", "core_aten"]) == 1
+    err = capsys.readouterr().err
+    assert "aten.special_zeta.other_scalar" in err and "with_decompositions" in err and "Traceback" not in err
+    target = tmp_path / "backend.txt"
+    target.write_text(f"@core_aten\naten::special_zeta.other_scalar = {name}:zeta_by_hand\n")
+    assert cli.main(["ops", f"{name}:zeta", "--target", str(target)]) == 0
+    target.write_text(f"@core_aten\naten::special_zeta.other_scalar = {name}:no_such_function\n")
+    with pytest.raises(SystemExit, match=r"backend.txt:2: cannot import the decomposition .*no_such_function"):
+        cli.main(["export", f"{name}:zeta", "--target", str(target)])
 
 
 @pytest.mark.parametrize("argv", [["--debug", "ops", "{}:cache"], ["ops", "{}:cache", "--debug"]],

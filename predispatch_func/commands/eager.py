@@ -39,10 +39,11 @@ def register(subparsers: Any) -> None:
 
 def cmd_eager(ns: argparse.Namespace, console: Console) -> int:
     from .. import eager
-    from .user_code import load_factory
+    from .user_code import load_factory, load_target
 
     model, args, kwargs = load_factory(ns.factory)
-    target = OpSet.parse(ns.target)
+    target = load_target(ns.target)  # core_aten by default
+    assert target is not None
     model.train(ns.train)
     session = eager.on(target, on_unreachable="run", observe=True)  # observed: every op that reached the backend
     with session:

@@ -12,7 +12,7 @@ from rich.console import Console
 from ..export import export
 from ..render import render_program, render_report
 from ..verify import verify
-from .user_code import FACTORY_HELP, load_factory
+from .user_code import FACTORY_HELP, load_factory, load_target
 
 
 def register(subparsers: Any) -> None:
@@ -50,7 +50,6 @@ def export_joint_and_show(model: torch.nn.Module, args: tuple, kwargs: dict, ns:
                           console: Console) -> int:
     """``--joint``: the training step's program (docs/joint.md), printed, saved and verified over 3 steps."""
     from ..joint import export_joint, verify_joint
-    from ..opsets import OpSet
 
     reference = copy.deepcopy(model)
     optimizer: torch.optim.Optimizer | None = None
@@ -58,7 +57,7 @@ def export_joint_and_show(model: torch.nn.Module, args: tuple, kwargs: dict, ns:
         optimizer = torch.optim.SGD(model.parameters(), lr=ns.lr, momentum=0.9)
     elif ns.optimizer == "adamw":
         optimizer = torch.optim.AdamW(model.parameters(), lr=ns.lr)
-    target = OpSet.parse(ns.target) if getattr(ns, "target", None) else None
+    target = load_target(getattr(ns, "target", None))
     ep = export_joint(model, args, kwargs, optimizer=optimizer, target=target)
     render_program(ep, console)
     if getattr(ns, "save", None):
@@ -74,13 +73,14 @@ def export_joint_and_show(model: torch.nn.Module, args: tuple, kwargs: dict, ns:
 def export_and_show(model: torch.nn.Module, args: tuple, kwargs: dict, ns: argparse.Namespace,
                     console: Console) -> int:
     """Export, print the program, then save and verify as ``ns`` asks; the exit status."""
-    ep = export(model, args, kwargs, pre_dispatch=not ns.post_dispatch)
+    target = load_target(getattr(ns, "target", None))
+    ep = export(model, args, kwargs, pre_dispatch=not ns.post_dispatch, target=target)
     render_program(ep, console)
     if getattr(ns, "save", None):
         torch.export.save(ep, ns.save)
         console.print(f"saved to {ns.save}")
     if getattr(ns, "verify", True):
-        report = verify(ep, model, args, kwargs)
+        report = verify(ep, model, args, kwargs, target=target)
         render_report(report, console)
         return 0 if report.ok else 1
     return 0

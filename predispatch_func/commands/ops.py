@@ -25,7 +25,7 @@ from ..opsets.lowering import TargetUnreachableError
 from ..opsets.opset import OpSet
 from ..opsets.report import OpUse, ops_report
 from ..program.runtime import load
-from .user_code import FACTORY_HELP, load_factory
+from .user_code import FACTORY_HELP, load_factory, load_target
 
 
 def register(subparsers: Any) -> None:
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
 def run(ns: argparse.Namespace, console: Console) -> int:
     if (ns.factory is None) == (ns.program is None):
         raise SystemExit("give MODULE:FACTORY or --program FILE.pt2 (one of them)")
-    target = OpSet.parse(ns.target) if ns.target else None
+    target = load_target(getattr(ns, "target", None))
     missing = None
     ep: torch.export.ExportedProgram
     if ns.program:

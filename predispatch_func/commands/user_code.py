@@ -13,6 +13,8 @@ from types import ModuleType
 
 import torch
 
+from ..opsets import OpSet
+
 FACTORY_HELP = "MODULE:FACTORY returning (model, args[, kwargs])"
 
 
@@ -33,3 +35,17 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
         raise SystemExit(f"{spec} must return (model, args) or (model, args, kwargs)")
     model, args, kwargs = (*made, {}) if len(made) == 2 else made
     return model, tuple(args) if isinstance(args, (tuple, list)) else (args,), dict(kwargs)
+
+
+def load_target(spec: str | None) -> OpSet | None:
+    """``--target core_aten|FILE`` as an :class:`OpSet` (None without one); a file's decomposition
+    lines import from the working directory as a factory does. A bad file ends the command with
+    what is wrong in it, not a traceback."""
+    if not spec:
+        return None
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        return OpSet.parse(spec)
+    except (OSError, ValueError, TypeError) as exc:
+        raise SystemExit(f"--target {spec}: {exc}") from exc

@@ -28,6 +28,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import marshal
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +65,19 @@ class _NotTraceable(Exception):
     """Raised inside a trace by a plan that must run as itself each call."""
 
 
+def _identity(ops: OpSet) -> list[str] | None:
+    """What names the target on disk: its ops, and each user decomposition by its function's code
+    (an edited function starts a new file); None (nothing kept on disk) when one has no code."""
+    names = sorted(ops.names())
+    for op, fn in sorted(ops.decompositions.items(), key=lambda item: str(item[0])):
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return None
+        names.append(f"decomposition {op} = {fn.__module__}.{fn.__qualname__} "
+                     f"{zlib.crc32(marshal.dumps(code)):08x}")
+    return names
+
+
 class Kernels:
     """Per target: the plans and the traced kernels, shared by every session on it."""
 
@@ -76,7 +91,7 @@ class Kernels:
         self.graph_ops: dict[int, tc.OpOverload] = {}  # op's id -> op, for each key of ``graphs``
         # op's id -> signature -> trace of its decomposition, for the ops decomposed above autograd
         self.lifted_graphs: dict[int, dict[tuple, Any]] = {}
-        self.persisted = PersistedKernels(sorted((target | floor).names()), self.graphs, self.graph_ops,
+        self.persisted = PersistedKernels(_identity(target | floor), self.graphs, self.graph_ops,
                                           self.lifted_graphs)
         self.persisted.restore()
         self.lifted = self._lifted()
@@ -106,16 +121,19 @@ class Kernels:
         return found
 
     def plan(self, op: Any) -> Plan | None:
-        """The op's plan; None for what the target does not govern (non-aten ops, bookkeeping)."""
+        """The op's plan; None for what the target does not govern (bookkeeping, and non-aten ops
+        the user gave no decomposition of)."""
         key = id(op)
         if key not in self.plans:
-            governed = isinstance(op, tc.OpOverload) and op.namespace == "aten" and not is_infrastructure(op)
+            governed = (isinstance(op, tc.OpOverload) and not is_infrastructure(op)
+                        and (op.namespace == "aten" or op in self.lowering.target.decompositions))
             self.plans[key] = plan_for(op, self.lowering) if governed else None
         return self.plans[key]
 
     def governed_outside(self) -> list[tuple[tc.OpOverload, Plan]]:
         """Every aten op outside ``target | floor`` that can reach a backend (a CompositeImplicitAutograd
-        op never does: autograd runs its decomposition), with its plan: the ops a backend needs kernels for."""
+        op never does: autograd runs its decomposition), and each other op the user decomposes, with
+        its plan: the ops a backend needs kernels for."""
         found = []
         for name in tc.all_op_names():
             namespace, _, rest = name.partition("::")
@@ -124,6 +142,10 @@ class Kernels:
                 continue
             plan = self.plan(op)
             if plan is not None:
+                found.append((op, plan))
+        for op in self.lowering.target.decompositions:  # the user's, of ops outside aten
+            plan = self.plan(op)
+            if op.namespace != "aten" and id(op) not in self.direct_ids and plan is not None:
                 found.append((op, plan))
         return found
 

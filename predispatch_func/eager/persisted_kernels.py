@@ -70,7 +70,7 @@ class PersistedKernels:
     ``restore(graphs)`` fills ``Kernels.graphs`` from the file; ``save`` writes what
     the process holds (the file's entries and every kernel traced since)."""
 
-    def __init__(self, names: list[str], graphs: dict[int, dict[tuple, Any]], ops: dict[int, tc.OpOverload],
+    def __init__(self, names: list[str] | None, graphs: dict[int, dict[tuple, Any]], ops: dict[int, tc.OpOverload],
                  lifted_graphs: dict[int, dict[tuple, Any]]):
         self._names, self._graphs, self._ops = names, graphs, ops  # Kernels' graphs, and the op of each id
         # the file's tables of kernels by op id: below autograd, and the traces of the ops decomposed above it
@@ -84,7 +84,7 @@ class PersistedKernels:
     def path(self) -> Path | None:
         if self._path is None:
             root = cache_root()
-            if root is None:
+            if root is None or self._names is None:  # a target no file can name
                 return None
             python = f"py{sys.version_info[0]}{sys.version_info[1]}"  # the compiled code's bytecode
             self._path = root / f"eager-kernels-{torch_build()}-{python}-{fingerprint(self._names)}.pkl"

@@ -90,12 +90,13 @@ class _Registered:
                 built.append(found)
             return built[0](*args, **kwargs)
 
-        library = self._libraries.get("aten")
+        namespace, _, op_name = name.partition("::")  # aten, or a custom op the user decomposes
+        library = self._libraries.get(namespace)
         if library is None:
-            library = self._libraries["aten"] = torch.library.Library("aten", "IMPL")
+            library = self._libraries[namespace] = torch.library.Library(namespace, "IMPL")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            library.impl(name.removeprefix("aten::"), kernel, tc.SPARE_KEY)
+            library.impl(op_name, kernel, tc.SPARE_KEY)
 
     def _first_meeting(self, keyset: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
         """An op reaching the key with nothing registered for it: register its kernel (or a

@@ -97,6 +97,8 @@ class Lowering:
         """The decomposition lowering uses for ``op`` (None: in the target, or none exists)."""
         if self.allows(op) or op in _NEVER_DECOMPOSED_BY_US:
             return None
+        if op in self.target.decompositions:
+            return self.target.decompositions[op]
         core = self._table()
         if op in core:
             return core[op]
@@ -127,7 +129,8 @@ class Lowering:
             plain = not (schema.is_mutable or op.is_view or tc.torch_tags_unsafe(op)
                          or any(a.alias_info for a in (*schema.arguments, *schema.returns)))
             self._functional_cache[op] = (
-                self._table().get(op) if plain and not self.allows(op) and op not in READS_DATA else None)
+                self.target.decompositions.get(op) or self._table().get(op)
+                if plain and not self.allows(op) and op not in READS_DATA else None)
             if op is _SDPA and not self.allows(op):
                 self._functional_cache[op] = _sdpa_lowered
         return self._functional_cache[op]
@@ -235,7 +238,8 @@ class TargetUnreachableError(UnsupportedError):
             parts.extend(f"      at {line}" for line in op.lines[:3])
             if len(op.lines) > 3:
                 parts.append(f"      ... and {len(op.lines) - 3} more")
-        parts.append("add these ops to the target, or rewrite the code that calls them")
+        parts.append("add these ops to the target, give each a decomposition "
+                     "(target.with_decompositions({op: function})), or rewrite the code that calls them")
         super().__init__("\n".join(parts), kind=Refusal.OP_NOT_IN_TARGET)
 
 
@@ -296,7 +300,7 @@ def _composite_aten_ops() -> tuple[tc.OpOverload, ...]:
 def _proxy_table(target: OpSet, above_autograd: bool) -> dict[tc.OpOverload, Callable]:
     lowering = Lowering(target, above_autograd=above_autograd)
     table = {}
-    for op in (*core_decompositions(), *_composite_aten_ops()):
+    for op in (*core_decompositions(), *_composite_aten_ops(), *target.decompositions):
         decomposition = lowering.decomposition(op)
         if decomposition is not None and op not in READS_DATA:
             table[op] = decomposition
