@@ -39,6 +39,9 @@ def add_post_dispatch_flag(parser: argparse.ArgumentParser) -> None:
 def run(ns: argparse.Namespace, console: Console) -> int:
     model, args, kwargs = load_factory(ns.factory)
     if getattr(ns, "joint", False):
+        if ns.post_dispatch:  # a joint program is pre-dispatch: its regions and kept composites are the point
+            console.print("--post-dispatch does not apply to --joint (a training step is exported pre-dispatch)")
+            return 2
         return export_joint_and_show(model, args, kwargs, ns, console)
     if getattr(ns, "optimizer", None):
         console.print("--optimizer needs --joint")

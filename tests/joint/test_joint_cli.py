@@ -43,3 +43,8 @@ def test_joint_export_lowered_to_core_aten(tmp_path):
     done = _run(tmp_path, "--joint", "--target", "core_aten", "--verify")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "layer_norm.default" not in done.stdout.replace("native_layer_norm", "")
+
+
+def test_joint_export_refuses_a_flag_it_cannot_honour(tmp_path):
+    done = _run(tmp_path, "--joint", "--post-dispatch")
+    assert done.returncode == 2 and "--post-dispatch does not apply to --joint" in done.stdout, done.stdout + done.stderr
