@@ -17,6 +17,7 @@ import sys
 
 import torch
 
+import predispatch_func as pf
 from predispatch_func import _torch_compat as tc
 from predispatch_func.eager import above_autograd, extra_decompositions  # noqa: F401
 from predispatch_func.opsets.lowering import core_decompositions
@@ -259,4 +260,35 @@ def test_composite_kernels_that_fall_through_call_only_their_listed_ops():
             samples[name]()
         called = {event.name for event in profile.events() if event.name.startswith("aten::")}
         allowed = {name.split(".")[0]} | {op.split(".")[0] for op in inner} | _DECOMPOSED_OR_VIEWS
+        assert called <= allowed, (name, sorted(called - allowed))
+
+
+def _served_by_composite_samples():
+    x = torch.randn(2, 3)
+    return {
+        "aten::empty_like": lambda: aten.empty_like.default(x),
+        "aten::new_empty": lambda: aten.new_empty.default(x, [4]),
+        "aten::stack": lambda: aten.stack.default([x, x], 1),
+    }
+
+
+def test_composite_kernels_that_serve_ops_outside_the_target_call_only_their_listed_ops():
+    # plans.SERVED_BY_COMPOSITE_KERNEL: these ops outside Core ATen run by their composite kernel
+    # (no trip into Python on the key) because it calls only the listed ops; a torch whose kernel
+    # calls another op, or gives the op a CPU kernel of its own, fails here
+    from predispatch_func.eager.plans import SERVED_BY_COMPOSITE_KERNEL
+
+    samples = _served_by_composite_samples()
+    assert samples.keys() == SERVED_BY_COMPOSITE_KERNEL.keys()
+    core = {op.name() for op in pf.OpSet.core_aten()}
+    for name, inner in SERVED_BY_COMPOSITE_KERNEL.items():
+        op = tc.resolve_overload(*(name if "." in name else f"{name}.default").split("::", 1))
+        assert op is not None and op.name() not in core, name
+        assert not tc.backend_has_kernel(op, "CPU") and tc.has_composite_explicit_kernel(op), name
+        assert set(inner) <= core, name  # what it calls is Core ATen's
+        samples[name]()
+        with torch.profiler.profile() as profile:
+            samples[name]()
+        called = {event.name for event in profile.events() if event.name.startswith("aten::")}
+        allowed = {name} | {n.split(".")[0] for n in inner} | _DECOMPOSED_OR_VIEWS
         assert called <= allowed, (name, sorted(called - allowed))

@@ -216,6 +216,23 @@ def test_composite_target_ops_calling_only_target_ops_fall_through_and_equal_eag
     assert session_key.kind_of("aten::sort") == "BACKEND"
 
 
+def test_ops_outside_the_target_served_by_their_composite_kernel_make_no_trip():
+    # plans.SERVED_BY_COMPOSITE_KERNEL: empty_like (the autograd engine's buffers), new_empty and
+    # stack run by their composite kernels, whose calls are Core ATen's: no decomposition, eager's
+    # result (empty_like keeps the layout, stack the values)
+    x = torch.randn(3, 4).t()
+    with pf.eager.on(CORE) as session:
+        like, new, stacked = torch.empty_like(x), x.new_empty([5]), torch.stack([x, x * 2], 1)
+        w = torch.randn(4, 3, requires_grad=True)
+        (w * 2).sum().backward()
+    assert not {str(op) for op in session.stats.decomposed} & {
+        "aten.empty_like.default", "aten.new_empty.default", "aten.stack.default"}, session.stats.decomposed
+    assert like.shape == x.shape and like.stride() == x.stride() and new.shape == (5,)
+    assert torch.equal(stacked, torch.stack([x, x * 2], 1)) and torch.equal(w.grad, torch.full((4, 3), 2.0))
+    if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
+        assert session_key.kind_of("aten::empty_like") == session_key.THROUGH
+
+
 class _Marked(torch.Tensor):
     pass
 
