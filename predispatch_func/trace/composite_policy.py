@@ -41,6 +41,7 @@ from .out_variants import (
     call_inplace_through_twin,
     inplace_twin,
     is_composite_out,
+    twin_writes_undeclared,
 )
 from .persisted_guards import PersistedVerdicts
 
@@ -103,7 +104,29 @@ def _honest_twins() -> dict[Any, Any]:
     aten = torch.ops.aten
     return {aten.unsafe_split.Tensor: aten.split.Tensor,
             aten.unsafe_split_with_sizes.default: aten.split_with_sizes.default,
-            aten.data.default: aten.detach.default}
+            aten.data.default: aten.detach.default,
+            aten.batch_norm_update_stats.default: _batch_norm_update_stats}
+
+
+def _batch_norm_update_stats(input: Any, running_mean: Any, running_var: Any, momentum: float) -> Any:
+    """``batch_norm_update_stats`` writes the running statistics its schema does not mark (its
+    CPU kernel; torch tags nothing and has no decomposition of it: the program held a node
+    writing its inputs). Restated with the writes said: the batch's mean and biased variance
+    per channel, summed in double as the kernel sums a float tensor, and the running statistics
+    updated as the kernel updates them (the unbiased variance), with grad off."""
+    dims = [0, *range(2, input.dim())]
+    n = input.numel() // input.size(1)
+    result_dtype = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    acc = torch.float64 if result_dtype == torch.float32 else result_dtype
+    mean = (input.to(acc).sum(dims) / n).to(result_dtype)
+    centred = input.to(result_dtype) - mean.view([1, -1] + [1] * (input.dim() - 2))
+    var_sum = (centred * centred).to(acc).sum(dims)
+    with torch.no_grad():
+        if running_mean is not None:
+            running_mean.copy_(momentum * mean + (1 - momentum) * running_mean)
+        if running_var is not None:
+            running_var.copy_(momentum * (var_sum / (n - 1)).to(running_var.dtype) + (1 - momentum) * running_var)
+    return mean, (var_sum / n).to(result_dtype)
 
 
 HONEST_TWINS = _honest_twins()
@@ -275,7 +298,7 @@ class CompositePolicy:
     def _reroute_of_op(self, op: Any) -> tuple[Callable[..., Any] | None, bool, Callable[..., Any] | None]:
         """What :meth:`rerouted` decides from the op alone: its honest twin, whether eager's
         kernel may differ from torch's Python composite, and the reroute otherwise."""
-        if is_composite_out(op) or writes_besides_out(op):
+        if is_composite_out(op) or writes_besides_out(op) or twin_writes_undeclared(op):
             otherwise: Callable[..., Any] | None = lambda *a, **k: call_composite_out(op, a, k)  # noqa: E731
         else:
             otherwise = self._through_inplace_twin(op) or self._lowered(op)
@@ -283,7 +306,7 @@ class CompositePolicy:
 
     def rerouted_after_autograd(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
         """The same with ``pre_dispatch=False``, where autograd already chose the kernels."""
-        if writes_besides_out(op):
+        if writes_besides_out(op) or twin_writes_undeclared(op):
             return lambda *a, **k: call_composite_out(op, a, k, after_autograd=True)
         return HONEST_TWINS.get(op) or self._through_inplace_twin(op) or self._lowered(op)
 

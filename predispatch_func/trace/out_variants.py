@@ -51,6 +51,20 @@ def is_composite_out(op: tc.OpOverload) -> bool:
     return bool(out_argument_names(op)) and tc.has_composite_implicit_kernel(op)
 
 
+def twin_writes_undeclared(op: tc.OpOverload) -> bool:
+    """An ``out=`` overload whose functional overload torch tags as lying about its writes
+    (``native_batch_norm.out``: ``native_batch_norm`` writes the running statistics its schema
+    does not mark). Functionalization turns the ``out=`` call into that overload below this
+    mode, where nothing decomposes it: the program held a node writing its inputs, and the
+    signature lacked the writes (found by the conformance run's hidden-writes check). Traced as
+    its functional overload through this mode, which decomposes it honestly, then a write to
+    ``out``."""
+    if not out_argument_names(op):
+        return False
+    twin = functional_twin(op)
+    return twin is not None and tc.torch_tags_unsafe(twin)
+
+
 def call_composite_out(op: tc.OpOverload, args: tuple, kwargs: dict, *, after_autograd: bool = False) -> Any:
     """``op(*args, **kwargs)`` for a composite ``out=`` overload, or one that writes other
     arguments too; run under the functional mode."""

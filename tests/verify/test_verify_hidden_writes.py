@@ -58,3 +58,23 @@ def test_the_check_leaves_the_callers_rng_and_inputs_alone():
     assert inputs_the_graph_writes(copy_without_history(ep)[0], (x,), {}, seed=3) == ["b_count"]
     assert torch.equal(torch.get_rng_state(), rng)
     assert torch.equal(x, x_before)
+
+
+def test_torchs_batch_norm_kernels_that_write_undeclared_are_traced_with_their_writes_said():
+    """Two of torch's own: ``native_batch_norm.out`` (functionalized into ``native_batch_norm``,
+    which torch tags as lying) and ``batch_norm_update_stats`` (untagged). Found by the
+    conformance run's check above; each program now declares the running statistics' writes and
+    equals eager over three calls (tests/support/cases_core.py)."""
+    from tests.support.cases_core import CASES
+    from tests.support.reference import export_case, mutations
+
+    programs = {"batch_norm_out_variant_writes_running_stats":  # each: the contract, the graph writing
+                export_case("batch_norm_out_variant_writes_running_stats"),  # none of its inputs, a replay
+                "batch_norm_update_stats_writes_running_stats":
+                export_case("batch_norm_update_stats_writes_running_stats")}
+    for name, ep in programs.items():
+        model, args, _ = CASES[name].build()
+        pf.verify(ep, model, args, calls=3, raise_on_failure=True)
+        assert ("BUFFER_MUTATION", "mean") in mutations(ep) and ("BUFFER_MUTATION", "var") in mutations(ep), name
+        assert not {str(n.target) for n in ep.graph.nodes} & {
+            "aten.native_batch_norm.default", "aten.batch_norm_update_stats.default"}, name
