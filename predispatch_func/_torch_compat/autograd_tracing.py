@@ -158,6 +158,38 @@ def hop_autograd_kernel(op: Any) -> Callable[..., Any] | None:
 __all__ += ["hop_autograd_kernel"]
 
 
+@contextlib.contextmanager
+def hop_joint_graphs_traced_apart() -> Iterator[None]:
+    """While it is open, the forward/backward graphs a HOP's autograd kernel builds of its body
+    (``HopGraphMinCutPartitioner.create_partitioned_graph``: ``scan``'s) are traced by a fresh
+    make_fx instead of re-entering the one running. Re-entering a ``pre_dispatch=True`` trace (the
+    joint program's) loses every value autograd saved inside the body: its joint graph reads them
+    as constants holding fake tensors, a program that cannot run (torch 2.11 to 2.15; with an outer
+    ``pre_dispatch=False`` trace the same body comes out right). The graphs it returns are then
+    recorded by the running trace like any body (the HOP's own proxy-mode rule re-enters it)."""
+    import torch.fx.experimental.proxy_tensor as proxy_tensor
+    from torch._higher_order_ops.partitioner import HopGraphMinCutPartitioner
+
+    original = HopGraphMinCutPartitioner.__dict__["create_partitioned_graph"]
+
+    def apart(*args: Any, **kwargs: Any) -> Any:
+        running = proxy_tensor._CURRENT_MAKE_FX_TRACER
+        proxy_tensor._CURRENT_MAKE_FX_TRACER = None
+        try:
+            return original.__func__(*args, **kwargs)
+        finally:
+            proxy_tensor._CURRENT_MAKE_FX_TRACER = running
+
+    HopGraphMinCutPartitioner.create_partitioned_graph = staticmethod(apart)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        HopGraphMinCutPartitioner.create_partitioned_graph = original  # type: ignore[method-assign]
+
+
+__all__ += ["hop_joint_graphs_traced_apart"]
+
+
 def torch_export_forward_backward(ep: Any, joint_loss_index: int = 0) -> Any:
     """torch's joint program of an exported forward (``torch.export.experimental``), for comparisons."""
     import torch.export.experimental as experimental

@@ -91,12 +91,17 @@ class _ForwardReplay(torch.fx.Interpreter):
                 return kernel(*args, **kwargs)
         if target is _SCAN and any(isinstance(t, torch.Tensor) and t.requires_grad
                                    for t in tc.pytree.tree_leaves(args[1:])):
-            raise JointError(
-                f"export_joint: `scan` with an operand that requires grad ({_where(self._node)}): its "
-                "backward is not recorded yet (torch's pre-dispatch recorder of scan runs no autograd, and "
-                "its own autograd kernel traces a joint body this trace cannot record). Write the loop in "
-                "Python (it unrolls), or use while_loop, or train this model eagerly (ep.module() of "
-                "pf.export trains it)", kind=JointProblem.UNSUPPORTED_HOP)
+            # torch's pre-dispatch recorder of scan runs no autograd: its own autograd kernel runs
+            # here (a forward scan saving each step's values, a backward scan over them), its body's
+            # joint graph traced apart from this trace (tc.hop_joint_graphs_traced_apart says why)
+            kernel = tc.hop_autograd_kernel(target)
+            if kernel is None:
+                raise JointError(
+                    f"export_joint: `scan` with an operand that requires grad ({_where(self._node)}): this "
+                    "torch's scan has no autograd kernel. Write the loop in Python (it unrolls), or train "
+                    "this model eagerly (ep.module() of pf.export trains it)", kind=JointProblem.UNSUPPORTED_HOP)
+            with tc.hop_joint_graphs_traced_apart():
+                return kernel(*args, **kwargs)
         self._saved.call = ForwardCall(lambda: target(*args, **kwargs), where=_where(self._node), op=target)
         try:
             return target(*args, **kwargs)

@@ -19,7 +19,7 @@ class JointProblem(enum.Enum):
     UNSUPPORTED_MODEL = ("a model the joint export cannot take yet (an fx GraphModule, a tensor subclass built or "
                          "read apart in forward)")
     UNSUPPORTED_HOOK = "a hook on a parameter the joint program cannot run (post-accumulate-grad)"
-    UNSUPPORTED_HOP = "a torch control-flow op whose backward the joint program cannot record yet (scan)"
+    UNSUPPORTED_HOP = "a torch control-flow op whose backward the joint program cannot record (a value its body reads unrecorded)"
     STATE_WRITTEN_WITH_HISTORY = ("a buffer or input written with a value that requires grad: eager's next "
                                   "step backpropagates through it into this step's graph")
 

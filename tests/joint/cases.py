@@ -553,3 +553,49 @@ class _OneElementWindow(nn.Module):
 @case()
 def one_element_window_of_a_parameter():
     return _OneElementWindow(), (_x(3, grad=True),), {}, None
+
+
+class _Scan(nn.Module):
+    """torch's scan with a parameter and an input requiring grad (its autograd kernel saves each
+    step's values on its ctx; its body's joint graph is traced apart from the joint program's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        def step(carry, row):
+            new = carry * 0.5 + self.lin(row * self.w[0]).tanh()
+            return new, new.clone()
+
+        last, rows = torch._higher_order_ops.scan(step, x[0] * 0, x)
+        return rows.pow(2).mean() + last.sum()
+
+
+@case()  # its linear is in the body, whose joint graphs torch traces below autograd: decomposed there
+def scan_in_training():
+    return _Scan(), (_x(3, 4, grad=True),), {}, None
+
+
+class _ScanCarriesAParameter(nn.Module):
+    """The carry starts from a parameter, and the body holds a no_grad block (a region in the
+    forward program; inside the joint program's body, torch's trace bakes it: no gradient through it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        def step(carry, row):
+            with torch.no_grad():
+                damp = (carry * 0.5).tanh()
+            return (carry * row).sin() + self.w - damp, (carry + row).cos()
+
+        carry, ys = torch._higher_order_ops.scan(step, self.w * 1.0, x)
+        return carry.sum() + ys.pow(2).mean()
+
+
+@case()
+def scan_carry_from_a_parameter():
+    return _ScanCarriesAParameter(), (_x(4, 3),), {}, None

@@ -190,35 +190,6 @@ def test_the_same_buffer_written_under_no_grad_trains_as_eager():
     assert pf.verify_joint(ep, model, (x,), calls=3).ok
 
 
-class _Scans(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.randn(3))
-
-    def forward(self, x):
-        from torch._higher_order_ops.scan import scan
-
-        def step(carry, row):
-            return (carry * row).sin() + self.w, (carry + row).cos()
-
-        carry, ys = scan(step, self.w * 1.0, x)
-        return carry.sum() + ys.pow(2).mean()
-
-
-def test_scan_with_an_operand_that_requires_grad_is_refused_naming_its_line():
-    """torch's pre-dispatch recorder of scan runs no autograd (its result would carry no
-    gradient, and the loss none), and its autograd kernel's joint body is not recorded here: a
-    clear refusal, not a wrong 'the loss does not require grad' or a program with fake constants.
-    Eager trains it; ep.module() of pf.export does too."""
-    x = torch.randn(4, 3)
-    model = _Scans()
-    model(x).backward()  # eager trains it
-    with pytest.raises(JointError) as info:
-        pf.export_joint(_Scans(), (x,))
-    assert info.value.kind is JointProblem.UNSUPPORTED_HOP
-    assert "scan" in str(info.value) and "test_joint_errors.py" in str(info.value)
-
-
 def test_a_program_holding_a_value_its_trace_did_not_record_is_refused_naming_the_op():
     """A backward body torch traces that meets a value with no graph value records it as a
     constant holding a fake tensor (a program that fails when called; seen with cond and map

@@ -77,3 +77,36 @@ def test_recorded_below_autograd_sees_autocast_casts_and_composite_decomposition
     targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
     assert "aten._to_copy.default" in targets and "aten.native_layer_norm.default" in targets
     assert "aten.layer_norm.default" not in targets
+
+
+def _scan_body_joint_graph(pre_dispatch: bool) -> torch.fx.GraphModule:
+    """The joint graph scan's autograd kernel builds of a body (``create_partitioned_graph``),
+    built while an outer make_fx runs, as inside export_joint's trace."""
+    from torch._higher_order_ops.partitioner import HopGraphMinCutPartitioner
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    built = []
+
+    def body(carry, row, w):
+        new = carry * 0.5 + (row * w[0]).tanh()  # tanh saves its result for the backward
+        return [new, new.clone()]
+
+    def outer(x, w):
+        with tc.disable_proxy_modes_tracing():
+            built.append(HopGraphMinCutPartitioner.create_partitioned_graph(body, (x[0] * 0, x[0], w)))
+        return x * 2
+
+    make_fx(outer, tracing_mode="fake", pre_dispatch=pre_dispatch)(torch.randn(3, 4), torch.randn(4, 4, requires_grad=True))
+    return built[0].bw_gm
+
+
+def _constants(gm: torch.fx.GraphModule) -> list[str]:
+    return [n.name for n in gm.graph.nodes if n.op == "get_attr" and isinstance(getattr(gm, n.target), torch.Tensor)]
+
+
+def test_a_hop_body_joint_graph_built_under_a_pre_dispatch_trace_loses_its_saved_values():
+    """Why tc.hop_joint_graphs_traced_apart exists: re-entering the running pre-dispatch trace,
+    the body's saved tanh comes out a constant (after autograd it is right). A torch that fixes
+    this fails here: the workaround can go."""
+    assert _constants(_scan_body_joint_graph(pre_dispatch=True))
+    assert not _constants(_scan_body_joint_graph(pre_dispatch=False))
