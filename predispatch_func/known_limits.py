@@ -196,7 +196,9 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                     '(`torch._check_is_size(n)` for a size), `torch.cond`, or '
                                     "`torch.where`; it is also torch's `GuardOnDataDependentSymNode`"),
     Refusal.OP_NOT_IN_TARGET: ('with `export(..., target=)`, ops that cannot be lowered into the '
-                               'target op set (each named, with its lines)'),
+                               'target op set (each named, with its lines); add them to the set, or give '
+                               'each a decomposition of your own (`target.with_decompositions`, '
+                               '[backends](backends.md#your-own-decompositions-custom-ops))'),
     Refusal.EAGER_OP_UNREACHABLE: ('under `pf.eager.on(target)`, an op with no path into the target (no '
                                    'decomposition into it, no composite kernel); named with the target and '
                                    'the line that called it (see [eager execution](eager.md))'),
