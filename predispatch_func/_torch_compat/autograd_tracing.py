@@ -166,7 +166,9 @@ def hop_joint_graphs_traced_apart() -> Iterator[None]:
     joint program's) loses every value autograd saved inside the body: its joint graph reads them
     as constants holding fake tensors, a program that cannot run (torch 2.11 to 2.15; with an outer
     ``pre_dispatch=False`` trace the same body comes out right). The graphs it returns are then
-    recorded by the running trace like any body (the HOP's own proxy-mode rule re-enters it)."""
+    recorded by the running trace like any body (the HOP's own proxy-mode rule re-enters it).
+    Where the running trace lowers (its decomposition table: ``target=``), the two graphs are
+    traced again through that table, as a re-entered trace would have lowered them."""
     import torch.fx.experimental.proxy_tensor as proxy_tensor
     from torch._higher_order_ops.partitioner import HopGraphMinCutPartitioner
 
@@ -176,7 +178,12 @@ def hop_joint_graphs_traced_apart() -> Iterator[None]:
         running = proxy_tensor._CURRENT_MAKE_FX_TRACER
         proxy_tensor._CURRENT_MAKE_FX_TRACER = None
         try:
-            return original.__func__(*args, **kwargs)
+            partitioned = original.__func__(*args, **kwargs)
+            table = getattr(running, "decomposition_table", None)
+            if table:
+                partitioned.fw_gm = _traced_through(partitioned.fw_gm, table)
+                partitioned.bw_gm = _traced_through(partitioned.bw_gm, table)
+            return partitioned
         finally:
             proxy_tensor._CURRENT_MAKE_FX_TRACER = running
 
@@ -188,6 +195,17 @@ def hop_joint_graphs_traced_apart() -> Iterator[None]:
 
 
 __all__ += ["hop_joint_graphs_traced_apart"]
+
+
+def _traced_through(gm: torch.fx.GraphModule, table: dict) -> torch.fx.GraphModule:
+    """``gm`` traced again over its placeholders' values, each op through ``table``."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    values = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    fake_mode = detect_fake_mode(values)
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        return make_fx(gm, decomposition_table=table, tracing_mode="real")(*values)
 
 
 def torch_export_forward_backward(ep: Any, joint_loss_index: int = 0) -> Any:

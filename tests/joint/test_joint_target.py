@@ -9,20 +9,11 @@ import pytest
 import predispatch_func as pf
 from tests.joint.cases import CASES, case_params
 from tests.joint.reference import export_joint_checked
-from tests.support.torch_release import torch_release
 
 # The forward program of these already differs from eager under target=core_aten (pf.export +
 # pf.verify, on main): bf16 autocast blocks lowered op by op round differently. The joint program
 # inherits it; strict, so a fix shows. (issue_41_repro's no_grad lerp_ EMA update was refused here
 # until lerp with a number weight got a lowering of ours.)
-# refused, naming the op and the body: scan's autograd kernel traces its body's forward and backward
-# itself, apart from our lowering, and functionalizes views into select_copy/alias_copy, which
-# Core ATen lacks and nothing lowers yet (strict: lowering them shows)
-JOINT_TARGET_REFUSED = {
-    "scan_in_training": "scan's body graphs hold select_copy/alias_copy, not lowered",
-    **({"scan_carry_from_a_parameter": "torch before 2.14: scan's body graphs hold detach_copy (the body's no_grad), "
-        "not lowered"} if torch_release() < (2, 14) else {}),
-}
 FORWARD_TARGET_DIFFERS = {
     "autocast_bf16_block": "forward export with target=core_aten: bf16 autocast lowered op by op, grads differ",
     "nested_regions": "forward export with target=core_aten: bf16 autocast lowered op by op, grads differ",
@@ -30,10 +21,7 @@ FORWARD_TARGET_DIFFERS = {
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=FORWARD_TARGET_DIFFERS[n]))
-                                  if n in FORWARD_TARGET_DIFFERS else
-                                  pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=pf.UnsupportedError,
-                                                                          reason=JOINT_TARGET_REFUSED[n]))
-                                  if n in JOINT_TARGET_REFUSED else case_params([n])[0] for n in CASES])
+                                  if n in FORWARD_TARGET_DIFFERS else case_params([n])[0] for n in CASES])
 def test_core_aten_joint_program_equals_eager(name):
     model, args, kwargs, loss_fn = CASES[name].build()
     export_joint_checked(model, args, kwargs, loss_fn=loss_fn, target=pf.OpSet.core_aten())

@@ -243,7 +243,8 @@ WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
 # ops with no OpInfo of their own, checked by hand below (empty_permuted: tests/opsets/test_empty_permuted.py)
 BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default",
            "aten.empty_permuted.default", "aten.bernoulli.p", "aten._batch_norm_with_update_functional.default",
-           "aten.cudnn_grid_sampler.default", "aten.uniform.default"}
+           "aten.cudnn_grid_sampler.default", "aten.uniform.default", "aten.select_copy.int",
+           "aten.slice_copy.Tensor", "aten.detach_copy.default", "aten.split_copy.Tensor"}
 # torch registers a decomposition for these, which ours replaces: adaptive_max_pool2d's declines windows of
 # uneven sizes (returns NotImplemented); _batch_norm_with_update_functional's gives the running statistics
 # autograd history the kernel's lack (ours: Core ATen's one batch-norm node, as on CPU); uniform's is
@@ -1072,3 +1073,17 @@ def test_cudnn_grid_sampler_is_grid_sample_bilinear_zeros_aligned():
     weights = torch.randn_like(expected)
     torch.testing.assert_close(torch.autograd.grad((got * weights).sum(), (x, grid)),
                                torch.autograd.grad((expected * weights).sum(), (x, grid)))
+
+
+@pytest.mark.parametrize("op, args", [
+    ("select_copy.int", (1, -1)), ("slice_copy.Tensor", (1, 1, 4, 2)), ("detach_copy.default", ()),
+    ("split_copy.Tensor", (2, 2))], ids=lambda v: v if isinstance(v, str) else "")
+def test_copies_of_views_no_opinfo_reaches(op, args):
+    """``*_copy`` ops only torch's own HOP-body traces hold: eager's values, a contiguous copy of
+    its own (eager's kernels return one), for a transposed input too."""
+    packet, overload = op.split(".")
+    aten_op = getattr(getattr(torch.ops.aten, packet), overload)
+    for x in (torch.randn(3, 5, 4), torch.randn(4, 5, 3).transpose(0, 2)):
+        expected, got = aten_op(x, *args), TABLE[aten_op](x, *args)
+        for e, g in zip(*(v if isinstance(v, (list, tuple)) else [v] for v in (expected, got))):
+            assert torch.equal(e, g) and g.is_contiguous() and g.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
