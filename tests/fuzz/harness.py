@@ -128,8 +128,34 @@ def check_joint_program(program: Program, *, calls: int = 2, optimizer: str | No
     ep = _exported_leaving_the_caller_untouched(
         lambda: pf.export_joint(model, args, loss_fn=fuzz_loss, optimizer=opt), model, args)
     with _known_refusals_named():  # the program may refuse a later step (a buffer's new shape)
-        pf.verify_joint(ep, reference, args, loss_fn=fuzz_loss, optimizer=opt, calls=calls, raise_on_failure=True)
+        report = pf.verify_joint(ep, reference, args, loss_fn=fuzz_loss, optimizer=opt, calls=calls)
+    if not report.ok:
+        if optimizer is not None and _equal_in_float64(program, args, calls, optimizer):
+            raise DiffersByRounding("; ".join(report.problems[:2]))
+        raise pf.VerificationError(str(report))
     return ep
+
+
+class DiffersByRounding(Exception):
+    """A training step with an optimizer differs from eager's in float32 and equals it in float64
+    (1e-9). Our SGD/Adam updates take the learning rate as a tensor input, ``p - g * lr``: two
+    roundings where eager's ``p.add_(g, alpha=-lr)`` fuses one (a quarter of the elements differ
+    by an ulp a step); a program whose values grow fast amplifies that past the tolerance."""
+
+
+def _equal_in_float64(program: Program, args: tuple, calls: int, optimizer: str) -> bool:
+    model, _ = program.build()
+    model = model.double()
+    wide = tuple(a.double() if a.is_floating_point() else a for a in args)
+    wide = tuple(w.detach().requires_grad_(a.requires_grad) if a.is_floating_point() else w for w, a in zip(wide, args))
+    reference = copy.deepcopy(model)
+    opt = OPTIMIZERS[optimizer]([p for p in model.parameters() if p.requires_grad])
+    try:
+        ep = pf.export_joint(model, wide, loss_fn=fuzz_loss, optimizer=opt)
+        return pf.verify_joint(ep, reference, wide, loss_fn=fuzz_loss, optimizer=opt, calls=calls,
+                               rtol=1e-9, atol=1e-9).ok
+    except Exception:  # noqa: BLE001 (no float64 verdict: the float32 failure stands)
+        return False
 
 
 @contextlib.contextmanager
