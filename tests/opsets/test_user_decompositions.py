@@ -160,3 +160,27 @@ def test_a_target_file_names_decompositions_by_module_and_function(tmp_path):
     path.write_text("pf_user_decomp::scaled_tanh = tests.opsets.test_user_decompositions:no_such_function\n")
     with pytest.raises(ValueError, match=r"backend.txt:1: cannot import the decomposition"):
         pf.OpSet.from_file(path)
+
+
+def test_a_decomposition_given_for_an_op_torch_decomposes_replaces_torchs():
+    """``logit`` is outside Core ATen and torch decomposes it; the user's function is the one
+    traced by export (it is called), and the program is right; eager lowers it too."""
+    used = []
+
+    def logit_by_hand(x, eps=None):
+        used.append(eps)
+        return torch.log(x / (1 - x))
+
+    class Logit(torch.nn.Module):
+        def forward(self, x):
+            return torch.logit(x).sum()
+
+    x = torch.rand(5) * 0.8 + 0.1
+    target = CORE.with_decompositions({"aten.logit.default": logit_by_hand})
+    ep = pf.export(Logit(), (x,), target=target)
+    assert used and "aten.logit.default" not in _ops(ep)
+    pf.verify(ep, Logit(), (x,), raise_on_failure=True)
+    with pf.eager.on(target) as session:
+        got = torch.logit(x)
+    assert "aten.logit.default" in {str(op) for op in session.stats.decomposed}
+    torch.testing.assert_close(got, torch.logit(x))
