@@ -189,12 +189,30 @@ def hop_joint_graphs_traced_apart() -> Iterator[None]:
 
     HopGraphMinCutPartitioner.create_partitioned_graph = staticmethod(apart)  # type: ignore[method-assign]
     try:
-        yield
+        with hop_partitioner_quiet():
+            yield
     finally:
         HopGraphMinCutPartitioner.create_partitioned_graph = original  # type: ignore[method-assign]
 
 
-__all__ += ["hop_joint_graphs_traced_apart"]
+@contextlib.contextmanager
+def hop_partitioner_quiet() -> Iterator[None]:
+    """torch 2.11 and 2.12 set the HOP partitioner's logger to DEBUG when it is imported, so every
+    partition of a body (scan's, with an operand that requires grad) prints its graphs: a thousand
+    lines for one export. While open, the logger takes its parent's level (torch's: warnings)."""
+    import logging
+
+    log = logging.getLogger("torch._higher_order_ops.partitioner")
+    level = log.level
+    if level == logging.DEBUG:
+        log.setLevel(logging.NOTSET)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+__all__ += ["hop_joint_graphs_traced_apart", "hop_partitioner_quiet"]
 
 
 def _traced_through(gm: torch.fx.GraphModule, table: dict) -> torch.fx.GraphModule:

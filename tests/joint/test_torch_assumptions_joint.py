@@ -110,3 +110,23 @@ def test_a_hop_body_joint_graph_built_under_a_pre_dispatch_trace_loses_its_saved
     this fails here: the workaround can go."""
     assert _constants(_scan_body_joint_graph(pre_dispatch=True))
     assert not _constants(_scan_body_joint_graph(pre_dispatch=False))
+
+
+def test_torch_2_11_and_2_12_set_the_hop_partitioners_logger_to_debug_and_exports_keep_it_quiet(capfd):
+    """Why tc.hop_partitioner_quiet exists (a torch that stops doing it fails the first assert:
+    drop the workaround), and that exporting a scan with grad prints none of its graphs."""
+    import logging
+
+    import torch._higher_order_ops.partitioner  # noqa: F401  (sets the level on import)
+
+    import predispatch_func as pf
+    from tests.joint.cases import CASES
+    from tests.support.torch_release import torch_release
+
+    level = logging.getLogger("torch._higher_order_ops.partitioner").level
+    assert (level == logging.DEBUG) == (torch_release() < (2, 13))
+    model, args, kwargs, _ = CASES["scan_in_training"].build()
+    capfd.readouterr()
+    pf.export_joint(model, args, kwargs)
+    assert "min_cut_partition" not in capfd.readouterr().err
+    assert logging.getLogger("torch._higher_order_ops.partitioner").level == level  # restored
