@@ -69,7 +69,7 @@ def register(key: str, target: OpSet, *, floor: OpSet = RUNTIME_FLOOR) -> Regist
         raise BackendLacksFloorError(key, missing)
     mode = EagerMode(target, floor=floor)
     kernels = mode.kernels
-    library = torch.library.Library("aten", "IMPL")
+    libraries: dict[str, torch.library.Library] = {}  # by namespace: aten, and a custom op's the user decomposes
     registered, unreachable = [], []
     with warnings.catch_warnings():  # overriding torch's composite kernels for this key is the point
         warnings.simplefilter("ignore", UserWarning)
@@ -78,13 +78,15 @@ def register(key: str, target: OpSet, *, floor: OpSet = RUNTIME_FLOOR) -> Regist
                 unreachable.append(op)
             if plan.how in (How.UNREACHABLE, How.COMPOSITE_KERNEL):
                 continue  # the backend runs torch's composite kernel itself, or fails by its own means
-            library.impl(op, _kernel(mode, op), key)
+            if op.namespace not in libraries:
+                libraries[op.namespace] = torch.library.Library(op.namespace, "IMPL")
+            libraries[op.namespace].impl(op, _kernel(mode, op), key)
             registered.append(op)
         autograd_library = torch.library.Library("aten", "IMPL")
         for op, decomposition in kernels.lifted:
             autograd_library.impl(op, decomposition, f"Autograd{key}")
             registered.append(op)
-    return Registration(key, target, mode, [library, autograd_library], registered, unreachable)
+    return Registration(key, target, mode, [*libraries.values(), autograd_library], registered, unreachable)
 
 
 def _kernel(mode: EagerMode, op: Any) -> Callable:

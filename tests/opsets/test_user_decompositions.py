@@ -184,3 +184,32 @@ def test_a_decomposition_given_for_an_op_torch_decomposes_replaces_torchs():
         got = torch.logit(x)
     assert "aten.logit.default" in {str(op) for op in session.stats.decomposed}
     torch.testing.assert_close(got, torch.logit(x))
+
+
+@torch.library.custom_op("pf_user_decomp::cpu_only_scale", mutates_args=(), device_types="cpu")
+def cpu_only_scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+@cpu_only_scale.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_a_backend_registered_with_the_decomposition_runs_a_custom_op_it_has_no_kernel_for():
+    """``pf.eager.register(key, target)`` registers the user's decomposition of a custom op on the
+    backend (a kernel of the op's own namespace); the test backend (Core ATen and the floor only)
+    then runs it, where it refused it before."""
+    from tests.eager import backend
+
+    backend.setup()
+    x = backend.to_device(torch.arange(4.0))
+    with pytest.raises(backend.NotOnBackend, match="cpu_only_scale"):
+        torch.ops.pf_user_decomp.cpu_only_scale(x)
+    target = backend.TARGET.with_decompositions({"pf_user_decomp::cpu_only_scale": lambda x: x * 3})
+    registration = pf.eager.register("PrivateUse1", target)
+    try:
+        got = torch.ops.pf_user_decomp.cpu_only_scale(x)
+    finally:
+        registration.remove()
+    assert torch.equal(backend.from_device(got), torch.arange(4.0) * 3)
