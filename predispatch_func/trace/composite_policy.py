@@ -105,7 +105,29 @@ def _honest_twins() -> dict[Any, Any]:
     return {aten.unsafe_split.Tensor: aten.split.Tensor,
             aten.unsafe_split_with_sizes.default: aten.split_with_sizes.default,
             aten.data.default: aten.detach.default,
-            aten.batch_norm_update_stats.default: _batch_norm_update_stats}
+            aten.batch_norm_update_stats.default: _batch_norm_update_stats,
+            aten.batch_norm_gather_stats_with_counts.default: _batch_norm_gather_stats_with_counts}
+
+
+def _batch_norm_gather_stats_with_counts(input: Any, mean: Any, invstd: Any, running_mean: Any, running_var: Any,
+                                         momentum: float, eps: float, counts: Any) -> Any:
+    """``batch_norm_gather_stats_with_counts`` (SyncBatchNorm's merge of every rank's statistics;
+    a CUDA kernel) writes the running statistics its schema does not mark (seen on the H200: the
+    program held a node writing its buffers). Restated with the writes said: the ranks' means
+    weighted by their counts, the variance their pooled sum of squares (the kernel merges them
+    one rank after another, Welford's way: equal in exact arithmetic), in the kernel's
+    accumulation type; the running statistics updated as the kernel does, with grad off."""
+    acc = torch.float32 if mean.dtype in (torch.float16, torch.bfloat16) else mean.dtype
+    means, weights = mean.to(acc), counts.to(acc).unsqueeze(1)
+    total = weights.sum(0)
+    average = (weights * means).sum(0) / total
+    var_n = (weights * (invstd.to(acc).reciprocal().square() - eps)).sum(0) + (weights * (means - average).square()).sum(0)
+    with torch.no_grad():
+        if running_mean is not None:
+            running_mean.copy_(((1 - momentum) * running_mean.to(acc) + momentum * average).to(running_mean.dtype))
+        if running_var is not None:
+            running_var.copy_(((1 - momentum) * running_var.to(acc) + momentum * (var_n / (total - 1))).to(running_var.dtype))
+    return average.to(mean.dtype), (var_n / total + eps).rsqrt().to(mean.dtype)
 
 
 def _batch_norm_update_stats(input: Any, running_mean: Any, running_var: Any, momentum: float) -> Any:

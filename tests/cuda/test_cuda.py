@@ -335,3 +335,31 @@ def test_cudnn_grid_sampler_lowered_equals_cudnns():
     weights = torch.randn_like(expected)
     torch.testing.assert_close(torch.autograd.grad((got * weights).sum(), (x, grid)),
                                torch.autograd.grad((expected * weights).sum(), (x, grid)))
+
+
+class _GathersStats(torch.nn.Module):
+    """SyncBatchNorm's merge of the ranks' statistics, called directly (one process)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(4))
+        self.register_buffer("running_var", torch.ones(4))
+
+    def forward(self, x, means, invstds, counts):
+        mean, invstd = torch.batch_norm_gather_stats_with_counts(
+            x, means, invstds, self.running_mean, self.running_var, 0.1, 1e-5, counts)
+        return (x - mean.view(1, 4, 1)) * invstd.view(1, 4, 1)
+
+
+def test_gather_stats_with_counts_declares_the_running_statistics_it_writes():
+    """Its CUDA kernel writes the running statistics its schema does not mark: the program held a
+    node writing its buffers, the signature silent (pf.verify's hidden-writes check). Restated with
+    the writes said; replayed over 2 calls against the kernel."""
+    model = _GathersStats().to(CUDA)
+    args = (torch.randn(3, 4, 5, device=CUDA), torch.randn(2, 4, device=CUDA),
+            torch.rand(2, 4, device=CUDA) + 0.5, torch.tensor([15.0, 10.0], device=CUDA))
+    ep = pf.export(model, args)
+    assert "aten.batch_norm_gather_stats_with_counts.default" not in call_targets(ep)
+    assert {s.target for s in ep.graph_signature.output_specs if s.kind.name == "BUFFER_MUTATION"} == {
+        "running_mean", "running_var"}
+    pf.verify(ep, model, args, calls=2, raise_on_failure=True)
