@@ -104,9 +104,7 @@ def _honest_twins() -> dict[Any, Any]:
     aten = torch.ops.aten
     return {aten.unsafe_split.Tensor: aten.split.Tensor,
             aten.unsafe_split_with_sizes.default: aten.split_with_sizes.default,
-            aten.data.default: aten.detach.default,
-            aten.batch_norm_update_stats.default: _batch_norm_update_stats,
-            aten.batch_norm_gather_stats_with_counts.default: _batch_norm_gather_stats_with_counts}
+            aten.data.default: aten.detach.default}
 
 
 def _batch_norm_gather_stats_with_counts(input: Any, mean: Any, invstd: Any, running_mean: Any, running_var: Any,
@@ -116,17 +114,17 @@ def _batch_norm_gather_stats_with_counts(input: Any, mean: Any, invstd: Any, run
     program held a node writing its buffers). Restated with the writes said: the ranks' means
     weighted by their counts, the variance their pooled sum of squares (the kernel merges them
     one rank after another, Welford's way: equal in exact arithmetic), in the kernel's
-    accumulation type; the running statistics updated as the kernel does, with grad off."""
+    accumulation type; the running statistics updated as the kernel does, from detached values."""
     acc = torch.float32 if mean.dtype in (torch.float16, torch.bfloat16) else mean.dtype
     means, weights = mean.to(acc), counts.to(acc).unsqueeze(1)
     total = weights.sum(0)
     average = (weights * means).sum(0) / total
     var_n = (weights * (invstd.to(acc).reciprocal().square() - eps)).sum(0) + (weights * (means - average).square()).sum(0)
-    with torch.no_grad():
-        if running_mean is not None:
-            running_mean.copy_(((1 - momentum) * running_mean.to(acc) + momentum * average).to(running_mean.dtype))
-        if running_var is not None:
-            running_var.copy_(((1 - momentum) * running_var.to(acc) + momentum * (var_n / (total - 1))).to(running_var.dtype))
+    if running_mean is not None:  # detached rather than under no_grad: after autograd no region can be
+        running_mean.copy_(((1 - momentum) * running_mean.to(acc) + momentum * average.detach()).to(running_mean.dtype))
+    if running_var is not None:
+        running_var.copy_(((1 - momentum) * running_var.to(acc)
+                           + momentum * (var_n.detach() / (total - 1))).to(running_var.dtype))
     return average.to(mean.dtype), (var_n / total + eps).rsqrt().to(mean.dtype)
 
 
@@ -135,7 +133,7 @@ def _batch_norm_update_stats(input: Any, running_mean: Any, running_var: Any, mo
     CPU kernel; torch tags nothing and has no decomposition of it: the program held a node
     writing its inputs). Restated with the writes said: the batch's mean and biased variance
     per channel, summed in double as the kernel sums a float tensor, and the running statistics
-    updated as the kernel updates them (the unbiased variance), with grad off."""
+    updated as the kernel updates them (the unbiased variance), from detached values."""
     dims = [0, *range(2, input.dim())]
     n = input.numel() // input.size(1)
     result_dtype = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
@@ -143,11 +141,10 @@ def _batch_norm_update_stats(input: Any, running_mean: Any, running_var: Any, mo
     mean = (input.to(acc).sum(dims) / n).to(result_dtype)
     centred = input.to(result_dtype) - mean.view([1, -1] + [1] * (input.dim() - 2))
     var_sum = (centred * centred).to(acc).sum(dims)
-    with torch.no_grad():
-        if running_mean is not None:
-            running_mean.copy_(momentum * mean + (1 - momentum) * running_mean)
-        if running_var is not None:
-            running_var.copy_(momentum * (var_sum / (n - 1)).to(running_var.dtype) + (1 - momentum) * running_var)
+    if running_mean is not None:  # detached rather than under no_grad: after autograd no region can be
+        running_mean.copy_(momentum * mean.detach() + (1 - momentum) * running_mean)
+    if running_var is not None:
+        running_var.copy_(momentum * (var_sum.detach() / (n - 1)).to(running_var.dtype) + (1 - momentum) * running_var)
     return mean, (var_sum / n).to(result_dtype)
 
 
@@ -212,9 +209,22 @@ def _native_batch_norm_training(input: Any, weight: Any, bias: Any, running_mean
 # node that wrote its buffer inputs, and the signature lacked those writes. Such a call is traced
 # as ``_native_batch_norm_legit``, which declares the writes (functionalized: its functional
 # form, the op torch 2.13 on records for CUDA batch norm). Checked on the GPU (tests/cuda/).
+# Likewise ``batch_norm_update_stats`` (CPU) and ``batch_norm_gather_stats_with_counts``
+# (SyncBatchNorm's, CUDA), which write them whenever they are given: restated with the writes said.
 UNDECLARED_STAT_WRITERS: dict[Any, Callable[..., Any]] = {
-    op: _native_batch_norm_training for op in (torch.ops.aten.cudnn_batch_norm.default,
-                                           torch.ops.aten.miopen_batch_norm.default)}
+    **{op: _native_batch_norm_training for op in (torch.ops.aten.cudnn_batch_norm.default,
+                                              torch.ops.aten.miopen_batch_norm.default)},
+    torch.ops.aten.batch_norm_update_stats.default: _batch_norm_update_stats,
+    torch.ops.aten.batch_norm_gather_stats_with_counts.default: _batch_norm_gather_stats_with_counts,
+}
+
+
+def _writes_running_stats(op: tc.OpOverload, args: tuple, kwargs: dict) -> bool:
+    """Whether this call of an op of ``UNDECLARED_STAT_WRITERS`` writes: a ``training`` flag decides
+    where the op has one (cudnn's, miopen's), else the statistics being given."""
+    if any(a.name == "training" for a in tc.schema_of(op).arguments):
+        return _running_stats_written_by_kernel(op, args, kwargs)
+    return any(_argument(op, args, kwargs, stat) is not None for stat in ("running_mean", "running_var"))
 
 
 def _batch_norm_as_on_the_gpu(input: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
@@ -303,7 +313,7 @@ class CompositePolicy:
         twin, may_run_eager_kernel, otherwise = self._reroute_by_op[op]
         if twin is not None:
             return twin
-        if op in UNDECLARED_STAT_WRITERS and _running_stats_written_by_kernel(op, args, kwargs):
+        if op in UNDECLARED_STAT_WRITERS and _writes_running_stats(op, args, kwargs):
             return UNDECLARED_STAT_WRITERS[op]
         # on a GPU, torch's composite takes cuDNN or its native kernel, whose statistics differ in the
         # last bits: amplified by later layers, by 1e-3 (fp32) at a ResNet's output (found on the H200)
@@ -330,6 +340,8 @@ class CompositePolicy:
         """The same with ``pre_dispatch=False``, where autograd already chose the kernels."""
         if writes_besides_out(op) or twin_writes_undeclared(op):
             return lambda *a, **k: call_composite_out(op, a, k, after_autograd=True)
+        if op in UNDECLARED_STAT_WRITERS and _writes_running_stats(op, args, kwargs):
+            return UNDECLARED_STAT_WRITERS[op]
         return HONEST_TWINS.get(op) or self._through_inplace_twin(op) or self._lowered(op)
 
     @staticmethod

@@ -322,16 +322,18 @@ def intermediate_copied_into_buffer_returned_as_view() -> Built:
     return M(), (_r(3),), {}
 
 
+class _RunningStats(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+
 @case()
 def batch_norm_out_variant_writes_running_stats() -> Built:
     """``native_batch_norm.out`` in training: functionalization turned it into
     ``native_batch_norm``, whose kernel writes the running statistics its schema does not mark."""
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("mean", torch.zeros(4))
-            self.register_buffer("var", torch.ones(4))
-
+    class M(_RunningStats):
         def forward(self, x, out, save_mean, save_invstd):
             torch.ops.aten.native_batch_norm.out(x, None, None, self.mean, self.var, True, 0.1, 1e-5,
                                                  out=out, save_mean=save_mean, save_invstd=save_invstd)
@@ -342,12 +344,7 @@ def batch_norm_out_variant_writes_running_stats() -> Built:
 @case()
 def batch_norm_update_stats_writes_running_stats() -> Built:
     """``batch_norm_update_stats``: its kernel writes the running statistics, its schema says nothing."""
-    class M(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("mean", torch.zeros(4))
-            self.register_buffer("var", torch.ones(4))
-
+    class M(_RunningStats):
         def forward(self, x):
             mean, var = torch.batch_norm_update_stats(x, self.mean, self.var, 0.1)
             return (x - mean.view(1, 4, 1)) / (var.view(1, 4, 1) + 1e-5).sqrt()

@@ -75,6 +75,9 @@ def test_torchs_batch_norm_kernels_that_write_undeclared_are_traced_with_their_w
     for name, ep in programs.items():
         model, args, _ = CASES[name].build()
         pf.verify(ep, model, args, calls=3, raise_on_failure=True)
+        after_autograd = pf.export(model, args, pre_dispatch=False)  # the same restatement after autograd
+        pf.verify(after_autograd, model, args, calls=3, raise_on_failure=True)
+        assert ("BUFFER_MUTATION", "mean") in mutations(after_autograd), name
         assert ("BUFFER_MUTATION", "mean") in mutations(ep) and ("BUFFER_MUTATION", "var") in mutations(ep), name
         assert not {str(n.target) for n in ep.graph.nodes} & {
             "aten.native_batch_norm.default", "aten.batch_norm_update_stats.default"}, name
