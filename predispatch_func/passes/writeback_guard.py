@@ -37,16 +37,23 @@ def _saves_nothing(node: torch.fx.Node) -> bool:
     return has(node.target, Fact.SELF_NOT_SAVED)
 
 
-def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
-    seen: set[torch.fx.Node] = set()
-    stack = [node]
+def _feeds(node: torch.fx.Node, final: torch.fx.Node, position: dict[torch.fx.Node, int]) -> bool:
+    """Whether ``final`` is ``node`` or depends on it: a search forward from ``node`` that stops
+    at nodes after ``final`` (a graph is in topological order). An op that saves a written
+    input mostly feeds that input's new value directly (batch norm's running statistics), so
+    this ends in a step or two where the set of all of ``final``'s ancestors took a walk over
+    the whole graph per written input (a twentieth of a training-mode MobileNet's export)."""
+    limit = position[final]
+    seen, stack = {node}, [node]
     while stack:
-        n = stack.pop()
-        for inp in n.all_input_nodes:
-            if inp not in seen:
-                seen.add(inp)
-                stack.append(inp)
-    return seen
+        current = stack.pop()
+        if current is final:
+            return True
+        for user in current.users:
+            if user not in seen and position.get(user, limit) <= limit:  # a clone made here: its op follows
+                seen.add(user)
+                stack.append(user)
+    return False
 
 
 def _view_chain(placeholder: torch.fx.Node) -> list[torch.fx.Node]:
@@ -71,15 +78,15 @@ def guard_saved_mutated_inputs(gm: torch.fx.GraphModule,
     the old tensor, so those ops' backward reads it as it was, where the write-back would
     give it the new value."""
     may_need_grad = nodes_that_may_carry_grad(gm.graph, grad_sources)
+    position = {node: i for i, node in enumerate(gm.graph.nodes)}
     for placeholder, final in written.items():
-        feeding = set(gm.graph.nodes) if placeholder in rebound else _ancestors(final) | {final}
         aliases = _view_chain(placeholder)
         for alias in aliases:
             if not isinstance(alias.meta.get("val"), torch.Tensor):  # split's list: its pieces are aliases
                 continue
             for user in list(alias.users):
-                if (user.op != "call_function" or calls_view_op(user) or user not in feeding
-                        or _saves_nothing(user)):
+                if (user.op != "call_function" or calls_view_op(user) or _saves_nothing(user)
+                        or not (placeholder in rebound or _feeds(user, final, position))):
                     continue
                 others_need_grad = any(i in may_need_grad for i in user.all_input_nodes if i not in aliases)
                 itself_needs_grad = alias in may_need_grad and _may_save_self_for_itself(user)

@@ -241,6 +241,29 @@ def _gpu_batch_norm_in_training(op: Any, args: tuple, kwargs: dict) -> bool:
         and _argument(op, args, kwargs, "input").device.type == "cuda"
 
 
+def _batch_norm_as_on_the_cpu(input: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                              training: bool, momentum: float, eps: float, cudnn_enabled: bool) -> Any:
+    """``batch_norm`` in training on the CPU, traced as the op eager's composite chain ends in
+    (``batch_norm`` -> ``_batch_norm_impl_index`` -> ``native_batch_norm`` ->
+    ``_native_batch_norm_legit``, one C++ kernel throughout): the same node, without three
+    trips through the trace's Python per layer (a tenth of a training-mode MobileNet's export)."""
+    return torch.ops.aten._native_batch_norm_legit.default(input, weight, bias, running_mean, running_var, True,
+                                                           momentum, eps)[0]
+
+
+def _cpu_batch_norm_in_training(op: Any, args: tuple, kwargs: dict) -> bool:
+    """Where the chain is known to end in ``_native_batch_norm_legit``: a CPU input with
+    elements (``_batch_norm_impl_index`` takes another path for an empty one; a symbolic size
+    keeps the chain, which guards as eager branches), outside autocast (whose casts are chosen
+    per op of the chain)."""
+    if op is not torch.ops.aten.batch_norm.default or not _running_stats_written_by_kernel(op, args, kwargs):
+        return False
+    input = _argument(op, args, kwargs, "input")
+    numel = input.numel()
+    return input.device.type == "cpu" and type(numel) is int and numel != 0 \
+        and not torch.is_autocast_enabled("cpu")
+
+
 class CompositePolicy:
     """Decides keep/decompose for one export; remembers trace-time evidence."""
 
@@ -319,6 +342,8 @@ class CompositePolicy:
         # last bits: amplified by later layers, by 1e-3 (fp32) at a ResNet's output (found on the H200)
         if _gpu_batch_norm_in_training(op, args, kwargs):
             return _batch_norm_as_on_the_gpu
+        if _cpu_batch_norm_in_training(op, args, kwargs):
+            return _batch_norm_as_on_the_cpu
         # decided first: the eager-kernel check runs the decomposition on the call's fakes, and a
         # kept op's decomposition must not leave its guards behind (pad_sequence's C++ kernel
         # reads its sizes as ints: a dynamic dim specialised to the example's size)
