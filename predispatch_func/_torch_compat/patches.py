@@ -393,6 +393,32 @@ def outer_autocast_recorders_hidden() -> Iterator[None]:
         _replace_function_mode_stack(modes)
 
 
+@contextlib.contextmanager
+def only_function_modes(kept: Callable[[Any], bool]) -> Iterator[None]:
+    """Only the torch-function modes ``kept`` accepts on the stack while active. Every mode on
+    the stack sees each tensor property read in Python (``t.shape``, ``t.stride()``): a body
+    traced inside a trace, or fakes made outside it, paid the trace in progress's four modes
+    on each (a quarter of a small custom Function's export)."""
+    modes = torch.overrides._get_current_function_mode_stack()
+    left = [m for m in modes if kept(m)]
+    if len(left) == len(modes):
+        yield
+        return
+    _replace_function_mode_stack(left)
+    try:
+        yield
+    finally:
+        _replace_function_mode_stack(modes)
+
+
+def non_strict_export_handler(mode: Any) -> bool:
+    """torch.export's torch-function handler (its rewrites of ``torch.tensor``, scalar-tensor
+    indexing, asserts and collectives), which a body must see as the program's code does."""
+    from torch._export.non_strict_utils import _NonStrictTorchFunctionHandler
+
+    return isinstance(mode, _NonStrictTorchFunctionHandler)
+
+
 def _replace_function_mode_stack(modes: list[Any]) -> None:
     while torch._C._len_torch_function_stack() > 0:
         torch._C._pop_torch_function_stack()
@@ -1032,7 +1058,7 @@ __all__ = [
     "grad_mode_untraced",
     "outside_all_modes",
     "patched_function_apply",
-    "outer_autocast_recorders_hidden", "outside_trace",
+    "non_strict_export_handler", "only_function_modes", "outer_autocast_recorders_hidden", "outside_trace",
     "autocast_state_as",
     "autocast_nesting_restored",
     "patched_tensor_methods",

@@ -230,7 +230,18 @@ def outside_the_trace_in_progress(off: dict[str, tuple[bool, Any]]) -> Manager:
               tc.outer_autocast_recorders_hidden),
         Entry("autocast off", "the body's trace records no autocast region of the caller's "
               "(the caller's graph records it)", lambda: tc.autocast_state_as(off)),
+        Entry("the caller's other torch-function modes hidden", "each sees every tensor property the "
+              "body's trace reads; the body's trace pushes its own, and keeps the caller's node "
+              "metadata mode (``carried_into_bodies``) and torch.export's handler",
+              lambda: tc.only_function_modes(carried_into_bodies)),
     ])
+
+
+def carried_into_bodies(mode: Any) -> bool:
+    """A torch-function mode of the trace in progress that a body's trace keeps: one that says so
+    (the node metadata mode names the body's calls in the caller's count, as eager's user code
+    calls them) and torch.export's handler (its rewrites apply to a body's code too)."""
+    return getattr(mode, "carried_into_bodies", False) or tc.non_strict_export_handler(mode)
 
 
 def around_a_traced_body(ambient: dict[str, tuple[bool, Any]]) -> Manager:

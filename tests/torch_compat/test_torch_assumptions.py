@@ -346,12 +346,12 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "subclass_constructors_unrecorded": lambda: patches.subclass_constructors_unrecorded(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
-                        "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING"}
+                        "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING", "non_strict_export_handler"}
 # change something only inside a fake mode, or a functional one: their own tests
 # or a fully_shard'ed model's hook dicts (a process group: test_dtensor_assumptions.py)
 # autocast_nesting_restored changes nothing on entry; it undoes what the body left: its own test
 CHECKED_APART = {"callers_fake_mode_unset", "functional_mode_off", "fsdp_forward_hooks_suspended",
-                 "autocast_nesting_restored", "outer_autocast_recorders_hidden"}
+                 "autocast_nesting_restored", "outer_autocast_recorders_hidden", "only_function_modes"}
 if torch.cuda.is_available():  # changes nothing where a GPU answers sdpa's kernel choice itself
     for name in ("cuda_sdpa_choice_without_gpu", "cuda_batch_norm_reserve_without_gpu",
                  "cuda_grid_sampler_faked_without_gpu"):
@@ -426,6 +426,36 @@ def test_outer_autocast_recorders_are_off_the_stack_inside_and_back_in_place_aft
     assert [type(m) for m in before[-3:]] == [Other, PreDispatchTorchFunctionMode, Other]
     assert inside == [m for m in before if m is not recorder]
     assert after == before
+
+
+def test_only_the_kept_function_modes_are_on_the_stack_inside_and_all_back_in_place_after_a_raise():
+    from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+
+    class Kept(TorchFunctionMode):
+        pass
+
+    class Other(TorchFunctionMode):
+        pass
+
+    outer, kept, inner = Other(), Kept(), Other()
+    with outer, kept, inner:
+        before = _get_current_function_mode_stack()
+        with pytest.raises(_Boom):
+            with patches.only_function_modes(lambda mode: isinstance(mode, Kept)):
+                inside = _get_current_function_mode_stack()
+                raise _Boom
+        after = _get_current_function_mode_stack()
+    assert inside == [m for m in before if not isinstance(m, Other)] and kept in inside
+    assert after == before
+
+
+def test_torch_exports_handler_is_known_by_its_class():
+    """A body keeps torch.export's handler (trace/environment.py): its class is where we look."""
+    from torch._export.non_strict_utils import _NonStrictTorchFunctionHandler
+    from torch.overrides import TorchFunctionMode
+
+    assert patches.non_strict_export_handler(_NonStrictTorchFunctionHandler())
+    assert not patches.non_strict_export_handler(TorchFunctionMode())
 
 
 def _autocast_nesting() -> int:

@@ -31,7 +31,8 @@ LAYERS = {
                "detach without the mode"],
     "model call": ["state swapped for traced inputs", "tracer noted for leaks", "non-strict call rewrites",
                    "node metadata", "preserved call brackets", "tensor attribute warning", "after the call"],
-    "body trace": ["outside the trace", "the caller's autocast recorder hidden", "autocast off"],
+    "body trace": ["outside the trace", "the caller's autocast recorder hidden", "autocast off",
+                   "the caller's other torch-function modes hidden"],
     "body": ["caller's autocast, unrecorded"],
 }
 

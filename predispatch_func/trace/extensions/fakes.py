@@ -17,10 +17,15 @@ from ... import _torch_compat as tc
 def fresh_like(t: torch.Tensor, contiguous: bool = False) -> torch.Tensor:
     """A new (fake) tensor with ``t``'s metadata, never an alias of an operand."""
     mode = tc.fake_mode_of([t])
-    with tc.outside_trace(), (mode if mode is not None else torch.no_grad()):
+    with tc.outside_trace(), tc.only_function_modes(_none), (mode if mode is not None else torch.no_grad()):
         if contiguous:
             return torch.empty(t.shape, dtype=t.dtype, device=t.device)
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+
+
+def _none(mode: object) -> bool:
+    """No torch-function mode sees a fake being made: it records nothing (``only_function_modes``)."""
+    return False
 
 
 def output_values(gm: torch.fx.GraphModule) -> list[Any]:
