@@ -49,6 +49,15 @@ class TracesBelowAutograd(Protocol):
     def twin_below_autograd(self) -> Any | None: ...
 
 
+@runtime_checkable
+class CarriedIntoBodies(Protocol):
+    """A torch-function mode of the trace in progress that a body traced inside it keeps
+    (``trace/environment.py`` hides the others): the node metadata mode of ``passes/node_meta.py``,
+    which names the body's calls in the caller's count and gives them the user's lines."""
+
+    def carried_into_bodies(self) -> bool: ...
+
+
 class LayoutChanges(Protocol):
     def changed(self) -> dict[int, tuple[tuple, tuple]]:
         """id of each input whose layout changed -> (layout before, layout after)."""

@@ -166,10 +166,11 @@ class _UserStack:
 
 class _TorchFnMode(TorchFunctionMode):
     """Names the outermost torch call (nested ones run with this mode popped, as in torch).
-    A body traced inside the trace keeps it (``carried_into_bodies``, trace/environment.py):
+    A body traced inside the trace keeps it (``CarriedIntoBodies``, trace/environment.py):
     the body's nodes take their names and stack traces from it."""
 
-    carried_into_bodies = True
+    def carried_into_bodies(self) -> bool:
+        return True
 
     def __init__(self, bottom: types.FrameType | None = None) -> None:
         super().__init__()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import _torch_compat as tc
-from ..mode_capabilities import TraceBody
+from ..mode_capabilities import CarriedIntoBodies, TraceBody
 from ..state import leaks
 from ..state.tensor_attribute_writes import warning_on_assigned_tensor_attributes
 from .extensions.autograd_calls import autograd_calls_refused
@@ -232,7 +232,7 @@ def outside_the_trace_in_progress(off: dict[str, tuple[bool, Any]]) -> Manager:
               "(the caller's graph records it)", lambda: tc.autocast_state_as(off)),
         Entry("the caller's other torch-function modes hidden", "each sees every tensor property the "
               "body's trace reads; the body's trace pushes its own, and keeps the caller's node "
-              "metadata mode (``carried_into_bodies``) and torch.export's handler",
+              "metadata mode (``CarriedIntoBodies``) and torch.export's handler",
               lambda: tc.only_function_modes(carried_into_bodies)),
     ])
 
@@ -241,7 +241,7 @@ def carried_into_bodies(mode: Any) -> bool:
     """A torch-function mode of the trace in progress that a body's trace keeps: one that says so
     (the node metadata mode names the body's calls in the caller's count, as eager's user code
     calls them) and torch.export's handler (its rewrites apply to a body's code too)."""
-    return getattr(mode, "carried_into_bodies", False) or tc.non_strict_export_handler(mode)
+    return (isinstance(mode, CarriedIntoBodies) and mode.carried_into_bodies()) or tc.non_strict_export_handler(mode)
 
 
 def around_a_traced_body(ambient: dict[str, tuple[bool, Any]]) -> Manager:
