@@ -12,6 +12,10 @@ checks each against the reference.
 attention weights as its second output where the kernel returns the
 logsumexp (in the kernel's layout); a caller of the op reads it, so ours
 returns the logsumexp, computed in the same pass as the output.
+
+``SAME_KERNEL``: ops torch decomposes into a dozen ops where a Core ATen op runs the very
+kernel eager runs (``native_batch_norm`` -> ``_native_batch_norm_legit``): the result is
+eager's bit for bit, and a BatchNorm layer costs one op instead of five passes over its input.
 """
 
 from __future__ import annotations
@@ -39,11 +43,30 @@ def _index_put_impl(x: torch.Tensor, indices: Any, values: torch.Tensor, accumul
     return aten.index_put.default(x, indices, values, accumulate)
 
 
+def _native_batch_norm(input: torch.Tensor, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                       training: bool, momentum: float, eps: float) -> Any:
+    """Eager's batch norm, as the Core ATen op with its kernel: ``native_batch_norm`` and
+    ``_native_batch_norm_legit`` run the same kernel on the CPU and on CUDA (writing the running
+    statistics where given and training). torch's decomposition spells the normalisation out in
+    a dozen ops over the input, six times the kernel's time a call (tests/eager pins both)."""
+    if running_mean is None and running_var is None:
+        return aten._native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+    if running_mean is None or running_var is None:  # as eager's kernel refuses it
+        raise ValueError("running_mean and running_var must either both be None or neither be None")
+    return aten._native_batch_norm_legit.default(input, weight, bias, running_mean, running_var, training,
+                                                 momentum, eps)
+
+
 TABLE: dict[Any, Callable] = {
     aten.new_empty_strided.default: _new_empty_strided,  # autograd allocates gradients with it
     # autograd's index backward writes with _index_put_impl_ when no Python mode is active; the only
     # kernel of its functional twin clones and calls the in-place op back, a cycle
     tc.resolve_overload("aten", "_index_put_impl.default"): _index_put_impl,
+}
+
+# Ops torch does decompose, into far more work than one Core ATen op that runs the same kernel.
+SAME_KERNEL: dict[Any, Callable] = {
+    aten.native_batch_norm.default: _native_batch_norm,  # every BatchNorm layer of a model, each step
 }
 
 
@@ -127,4 +150,5 @@ CORRECTED: dict[Any, Callable] = {_FLASH_CPU: _flash_attention_for_cpu,
 
 
 def for_op(op: Any) -> Callable | None:
-    return TABLE.get(op) or CORRECTED.get(op) or random_decompositions.DECOMPOSITIONS.get(op)
+    return (TABLE.get(op) or CORRECTED.get(op) or SAME_KERNEL.get(op)
+            or random_decompositions.DECOMPOSITIONS.get(op))

@@ -292,3 +292,31 @@ def test_composite_kernels_that_serve_ops_outside_the_target_call_only_their_lis
         called = {event.name for event in profile.events() if event.name.startswith("aten::")}
         allowed = {name} | {n.split(".")[0] for n in inner} | _DECOMPOSED_OR_VIEWS
         assert called <= allowed, (name, sorted(called - allowed))
+
+
+def test_batch_norm_runs_the_kernel_of_the_core_op_it_is_lowered_to():
+    """``SAME_KERNEL``: in a session, ``native_batch_norm`` is one ``_native_batch_norm_legit`` call
+    whose results (and running statistics written) are eager's bit for bit, in training and not,
+    with statistics and without; one statistic alone is refused as eager's kernel refuses it."""
+    assert aten.native_batch_norm.default in extra_decompositions.SAME_KERNEL
+    session = pf.eager.on(pf.OpSet.core_aten())
+    for training, with_stats in ((True, True), (False, True), (True, False)):
+        x, weight, bias = torch.randn(4, 3, 5, 5), torch.randn(3), torch.randn(3)
+        stats = [torch.randn(3), torch.rand(3) + 0.5] if with_stats else [None, None]
+        theirs = [s.clone() if s is not None else None for s in stats]
+        expected = aten.native_batch_norm.default(x, weight, bias, *theirs, training, 0.1, 1e-5)
+        with session:
+            got = aten.native_batch_norm.default(x, weight, bias, *stats, training, 0.1, 1e-5)
+        assert all(torch.equal(a, b) for a, b in zip(expected, got)), (training, with_stats)
+        assert all(a is b is None or torch.equal(a, b) for a, b in zip(theirs, stats)), (training, with_stats)
+    kernels = [k for k in pf.eager.mode.kernels_for(pf.OpSet.core_aten()).kernels_of(
+        aten.native_batch_norm.default).values()]
+    assert kernels and all(len(k.ops) == 1 and "_native_batch_norm_legit" in str(k.ops[0]) for k in kernels)
+    for refused in (session, None):
+        with session if refused else torch.no_grad():
+            try:
+                aten.native_batch_norm.default(torch.randn(2, 3), None, None, torch.zeros(3), None, True, 0.1, 1e-5)
+            except ValueError as e:  # eager's kernel raises a ValueError
+                assert "both be None or neither" in str(e)
+            else:
+                raise AssertionError("one running statistic alone was accepted")
