@@ -34,3 +34,27 @@ def test_the_floor_replays_as_eager_and_leaves_the_model_untouched():
         assert len(got) == 2 and all(torch.allclose(g, e) for g, e in zip(got, expected))
         if metadata:
             assert any(n.meta.get("stack_trace") for n in gm.graph.nodes if n.op == "call_function")
+
+
+class _Caching(torch.nn.Module):
+    """Fills a cache in ``forward`` (as transformers' LeViT keeps its attention biases)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3))
+        self.cache, self.seen = {}, []
+
+    def forward(self, x):
+        if "w" not in self.cache:
+            self.cache["w"] = self.weight * 2
+        self.seen.append(1)
+        self.note = x.shape[0]
+        return x * self.cache["w"]
+
+
+def test_the_floor_leaves_a_cache_filled_in_forward_as_it_was():
+    model = _Caching()
+    bare_trace(model, (torch.randn(2, 3),))
+    assert model.cache == {} and model.seen == [] and not hasattr(model, "note")
+    model(torch.randn(2, 3))  # eager fills it with a real tensor afterwards
+    assert type(model.cache["w"]) is torch.Tensor and type(model.cache["w"]).__name__ == "Tensor"
