@@ -27,6 +27,7 @@ import contextlib
 import contextvars
 import linecache
 import operator
+import os
 import re
 import sys
 import traceback
@@ -337,15 +338,26 @@ _FRAME = re.compile(r'^ *File "(?P<file>[^"]*)", line \d+, in ', re.MULTILINE)
 
 
 def without_generated_frames(stack_trace: str) -> str:
-    """``stack_trace`` up to the user's innermost line: a torch HOP (``torch.cond``) is
-    called by the graph dynamo generated for it (``<eval_with_key>.N``), whose frame
-    fx records as the innermost one. Drop such frames, keep the rest as written."""
+    """``stack_trace`` with only the model's frames: a torch HOP (``torch.cond``) is called by
+    the graph dynamo generated for it (``<eval_with_key>.N``), whose frame fx records as the
+    innermost one; and a HOP body's trace (fx's) or a wrapper of ours around the model (the joint
+    program's loss, the fast paths) records frames of this package, which a user reading the
+    program's lines never wrote (the demo's model aside). Drop such frames, keep the rest as
+    written; a trace of nothing else is kept whole."""
     starts = [(m.start(), m.group("file")) for m in _FRAME.finditer(stack_trace)]
-    if not any(f.startswith("<eval_with_key>") for _, f in starts):
+    if not any(_not_the_models(f) for _, f in starts):
         return stack_trace
     ends = [s for s, _ in starts[1:]] + [len(stack_trace)]
-    kept = [stack_trace[s:e] for (s, f), e in zip(starts, ends) if not f.startswith("<eval_with_key>")]
+    kept = [stack_trace[s:e] for (s, f), e in zip(starts, ends) if not _not_the_models(f)]
     return "".join(kept) if kept else stack_trace
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_DEMO_MODEL = os.path.join(_PACKAGE_DIR, "commands", "demo_model.py")
+
+
+def _not_the_models(filename: str) -> bool:
+    return filename.startswith("<eval_with_key>") or (filename.startswith(_PACKAGE_DIR) and filename != _DEMO_MODEL)
 
 
 def _bodies_inherit_torch_fn(gm: torch.fx.GraphModule) -> None:
