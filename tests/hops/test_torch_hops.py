@@ -413,10 +413,10 @@ class HopsTest(TestCase):
             pf.export(FunctionInsideCond(), (self.x,))
         self.assertIn("autograd.Function DoubleGrad is called inside the body", str(caught.exception))
 
-    @torch_limit("dynamo's capture of cond inside a custom Function's forward fails its own guard "
-                 "('Guard failed on the same frame it was created ... torch_fn_counts') on torch 2.11",
-                 lifted_in=(2, 12))
     def test_cond_inside_function_forward(self):
+        """On torch 2.11 dynamo's capture of the branch failed its own guard on the caller's
+        tracer's ``torch_fn_counts`` ('Guard failed on the same frame it was created'): the body's
+        trace no longer sees the caller's torch-function modes (trace/environment.py)."""
         class M(torch.nn.Module):
             def forward(self, x):
                 return CondInsideFunction.apply(x)
