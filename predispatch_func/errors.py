@@ -18,11 +18,8 @@ import torch
 
 from . import _torch_compat as tc
 
-_SKIP_DIRS = tuple(
-    os.path.dirname(m.__file__) + os.sep  # type: ignore[operator, type-var]
-    for m in (torch, sys.modules[__name__.rsplit(".", 1)[0]])
-    if getattr(m, "__file__", None)
-)
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # this package's frames are never the user's
+_SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, PACKAGE_DIR)
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 
 

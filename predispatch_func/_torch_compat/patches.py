@@ -373,32 +373,14 @@ def patched_function_apply(apply: Callable[..., Any]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def outer_autocast_recorders_hidden() -> Iterator[None]:
-    """Off the torch-function mode stack while active: the trace in progress's
-    ``PreDispatchTorchFunctionMode``. torch's ``autocast.__enter__``/``__exit__`` record the
-    region into the *first* such mode of the stack (``amp/autocast_mode.py``), which, while a
-    body is traced inside a trace, is the caller's: the body's own autocast block was recorded
-    in the caller's graph and lost from the body's (whose trace pushes its own mode)."""
-    from torch.fx.experimental.proxy_tensor import PreDispatchTorchFunctionMode
-
-    modes = torch.overrides._get_current_function_mode_stack()
-    kept = [m for m in modes if not isinstance(m, PreDispatchTorchFunctionMode)]
-    if len(kept) == len(modes):
-        yield
-        return
-    _replace_function_mode_stack(kept)
-    try:
-        yield
-    finally:
-        _replace_function_mode_stack(modes)
-
-
-@contextlib.contextmanager
 def only_function_modes(kept: Callable[[Any], bool]) -> Iterator[None]:
-    """Only the torch-function modes ``kept`` accepts on the stack while active. Every mode on
-    the stack sees each tensor property read in Python (``t.shape``, ``t.stride()``): a body
-    traced inside a trace, or fakes made outside it, paid the trace in progress's four modes
-    on each (a quarter of a small custom Function's export)."""
+    """Only the torch-function modes ``kept`` accepts on the stack while active; the stack is the
+    same objects in the same order after, on every path. Every mode on the stack sees each
+    tensor property read in Python (``t.shape``, ``t.stride()``): a body traced inside a trace,
+    or fakes made outside it, paid the trace in progress's five modes on each (a quarter of a
+    small custom Function's export); and torch's ``autocast.__enter__``/``__exit__`` record the
+    region into the *first* ``PreDispatchTorchFunctionMode`` of the stack (``amp/autocast_mode.py``),
+    which, while a body is traced inside a trace, is the caller's unless hidden."""
     modes = torch.overrides._get_current_function_mode_stack()
     left = [m for m in modes if kept(m)]
     if len(left) == len(modes):
@@ -1058,7 +1040,7 @@ __all__ = [
     "grad_mode_untraced",
     "outside_all_modes",
     "patched_function_apply",
-    "non_strict_export_handler", "only_function_modes", "outer_autocast_recorders_hidden", "outside_trace",
+    "non_strict_export_handler", "only_function_modes", "outside_trace",
     "autocast_state_as",
     "autocast_nesting_restored",
     "patched_tensor_methods",

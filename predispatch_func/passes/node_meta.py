@@ -40,6 +40,7 @@ import torch.fx.traceback as fx_traceback
 from torch.overrides import TorchFunctionMode
 
 from .. import _torch_compat as tc
+from ..errors import PACKAGE_DIR
 from ..graphs import all_graph_modules
 from ..state import module_access
 from .stack_trace_files import dropped_files
@@ -352,12 +353,11 @@ def without_generated_frames(stack_trace: str) -> str:
     return "".join(kept) if kept else stack_trace
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_DEMO_MODEL = os.path.join(_PACKAGE_DIR, "commands", "demo_model.py")
+_DEMO_MODEL = os.path.join(PACKAGE_DIR, "commands", "demo_model.py")
 
 
 def _not_the_models(filename: str) -> bool:
-    return filename.startswith("<eval_with_key>") or (filename.startswith(_PACKAGE_DIR) and filename != _DEMO_MODEL)
+    return filename.startswith("<eval_with_key>") or (filename.startswith(PACKAGE_DIR) and filename != _DEMO_MODEL)
 
 
 def _bodies_inherit_torch_fn(gm: torch.fx.GraphModule) -> None:

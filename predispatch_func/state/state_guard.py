@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..errors import Refusal, UnsupportedError, _is_user_frame
+from ..errors import PACKAGE_DIR, Refusal, UnsupportedError, _is_user_frame
 from . import state_memos
 from .python_state import Written, judge_over_calls
 
@@ -42,7 +42,6 @@ _RECORDED = ("__setattr__", "__delattr__", "register_buffer", "register_paramete
 _CONTAINERS = (list, dict, set)
 _CONTENTS_CHANGED = "changes the contents of attribute"
 _MODULE_TABLES = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "submodule"}  # what each holds
-_OUR_DIR = __file__.rsplit("/", 2)[0] + "/"  # the package, not program/
 _TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
 
 
@@ -280,7 +279,7 @@ def _user_line_of_caller() -> str | None:
     frame = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename.startswith(_OUR_DIR):
+        if filename.startswith(PACKAGE_DIR):
             return None
         if _is_user_frame(filename):
             line = linecache.getline(filename, frame.f_lineno).strip()

@@ -236,9 +236,6 @@ def _batch_norm_as_on_the_gpu(input: Any, weight: Any, bias: Any, running_mean: 
                                                           momentum, eps)[0]
 
 
-def _gpu_batch_norm_in_training(op: Any, args: tuple, kwargs: dict) -> bool:
-    return op is torch.ops.aten.batch_norm.default and _running_stats_written_by_kernel(op, args, kwargs) \
-        and _argument(op, args, kwargs, "input").device.type == "cuda"
 
 
 def _batch_norm_as_on_the_cpu(input: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
@@ -251,17 +248,26 @@ def _batch_norm_as_on_the_cpu(input: Any, weight: Any, bias: Any, running_mean: 
                                                            momentum, eps)[0]
 
 
-def _cpu_batch_norm_in_training(op: Any, args: tuple, kwargs: dict) -> bool:
-    """Where the chain is known to end in ``_native_batch_norm_legit``: a CPU input with
+def _cpu_chain_known(input: Any) -> bool:
+    """Where eager's chain is known to end in ``_native_batch_norm_legit``: a CPU input with
     elements (``_batch_norm_impl_index`` takes another path for an empty one; a symbolic size
     keeps the chain, which guards as eager branches), outside autocast (whose casts are chosen
     per op of the chain)."""
-    if op is not torch.ops.aten.batch_norm.default or not _running_stats_written_by_kernel(op, args, kwargs):
-        return False
-    input = _argument(op, args, kwargs, "input")
     numel = input.numel()
-    return input.device.type == "cpu" and type(numel) is int and numel != 0 \
-        and not torch.is_autocast_enabled("cpu")
+    return input.device.type == "cpu" and type(numel) is int and numel != 0 and not torch.is_autocast_enabled("cpu")
+
+
+def _training_batch_norm_rerouted(op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
+    """``batch_norm`` writing its running statistics, traced as the op its device's kernel choice
+    ends in: on a GPU, torch's composite takes cuDNN or its native kernel, whose statistics differ
+    in the last bits (amplified by later layers, by 1e-3 (fp32) at a ResNet's output: found on
+    the H200), so the op that chooses at run time; on the CPU the chain's last op, directly."""
+    if op is not torch.ops.aten.batch_norm.default or not _running_stats_written_by_kernel(op, args, kwargs):
+        return None
+    input = _argument(op, args, kwargs, "input")
+    if input.device.type == "cuda":
+        return _batch_norm_as_on_the_gpu
+    return _batch_norm_as_on_the_cpu if _cpu_chain_known(input) else None
 
 
 class CompositePolicy:
@@ -338,12 +344,9 @@ class CompositePolicy:
             return twin
         if op in UNDECLARED_STAT_WRITERS and _writes_running_stats(op, args, kwargs):
             return UNDECLARED_STAT_WRITERS[op]
-        # on a GPU, torch's composite takes cuDNN or its native kernel, whose statistics differ in the
-        # last bits: amplified by later layers, by 1e-3 (fp32) at a ResNet's output (found on the H200)
-        if _gpu_batch_norm_in_training(op, args, kwargs):
-            return _batch_norm_as_on_the_gpu
-        if _cpu_batch_norm_in_training(op, args, kwargs):
-            return _batch_norm_as_on_the_cpu
+        batch_norm = _training_batch_norm_rerouted(op, args, kwargs)
+        if batch_norm is not None:
+            return batch_norm
         # decided first: the eager-kernel check runs the decomposition on the call's fakes, and a
         # kept op's decomposition must not leave its guards behind (pad_sequence's C++ kernel
         # reads its sizes as ints: a dynamic dim specialised to the example's size)

@@ -225,22 +225,22 @@ def outside_the_trace_in_progress(off: dict[str, tuple[bool, Any]]) -> Manager:
     return _entered(BODY_TRACE, [
         Entry("outside the trace", "the body gets its own tracer and modes; the trace in progress "
               "resumes after", tc.outside_trace),
-        Entry("the caller's autocast recorder hidden", "torch records an autocast block into the first "
-              "pre-dispatch recorder of the stack: the body's block must reach the body's graph",
-              tc.outer_autocast_recorders_hidden),
+        Entry("the caller's torch-function modes hidden", "torch records an autocast block into the "
+              "first pre-dispatch recorder of the stack (the body's block must reach the body's graph), "
+              "and each mode sees every tensor property the body's trace reads; the body's trace pushes "
+              "its own, and keeps the caller's node metadata mode and torch.export's handler",
+              lambda: tc.only_function_modes(carried_into_bodies)),
         Entry("autocast off", "the body's trace records no autocast region of the caller's "
               "(the caller's graph records it)", lambda: tc.autocast_state_as(off)),
-        Entry("the caller's other torch-function modes hidden", "each sees every tensor property the "
-              "body's trace reads; the body's trace pushes its own, and keeps the caller's node "
-              "metadata mode (``CarriedIntoBodies``) and torch.export's handler",
-              lambda: tc.only_function_modes(carried_into_bodies)),
     ])
 
 
 def carried_into_bodies(mode: Any) -> bool:
     """A torch-function mode of the trace in progress that a body's trace keeps: one that says so
-    (the node metadata mode names the body's calls in the caller's count, as eager's user code
-    calls them) and torch.export's handler (its rewrites apply to a body's code too)."""
+    (``CarriedIntoBodies``: the node metadata mode names the body's calls in the caller's count,
+    as eager's user code calls them) and torch.export's handler (its rewrites apply to a body's
+    code too). The caller's pre-dispatch recorder is never kept: torch's ``autocast.__enter__``
+    records into the first one of the stack, which would put the body's block in the caller's graph."""
     return (isinstance(mode, CarriedIntoBodies) and mode.carried_into_bodies()) or tc.non_strict_export_handler(mode)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-import predispatch_func as pf
+from tests.support.reference import export_checked
 
 
 class _Double(torch.autograd.Function):
@@ -32,7 +32,7 @@ def _body(ep: torch.export.ExportedProgram, name: str) -> torch.fx.GraphModule:
 
 
 def test_body_nodes_name_the_users_line_and_torch_call():
-    ep = pf.export(_Model(), (torch.randn(3, requires_grad=True),))
+    ep = export_checked(_Model(), (torch.randn(3, requires_grad=True),))  # replayed against eager, gradients too
     for body, line in (("autograd_function_fwd", "the forward's line"), ("autograd_function_bwd", "the call's line")):
         ops = [n for n in _body(ep, body).graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.mul.Tensor]
         assert ops, body

@@ -351,7 +351,7 @@ NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_to
 # or a fully_shard'ed model's hook dicts (a process group: test_dtensor_assumptions.py)
 # autocast_nesting_restored changes nothing on entry; it undoes what the body left: its own test
 CHECKED_APART = {"callers_fake_mode_unset", "functional_mode_off", "fsdp_forward_hooks_suspended",
-                 "autocast_nesting_restored", "outer_autocast_recorders_hidden", "only_function_modes"}
+                 "autocast_nesting_restored", "only_function_modes"}
 if torch.cuda.is_available():  # changes nothing where a GPU answers sdpa's kernel choice itself
     for name in ("cuda_sdpa_choice_without_gpu", "cuda_batch_norm_reserve_without_gpu",
                  "cuda_grid_sampler_faked_without_gpu"):
@@ -404,28 +404,6 @@ def test_patch_restores_what_it_changed_when_the_body_raises(name):
         after = _state()
     assert inside != before, f"{name} changed nothing this test sees: add what it patches to _state()"
     assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
-
-
-def test_outer_autocast_recorders_are_off_the_stack_inside_and_back_in_place_after_a_raise():
-    """Only torch's pre-dispatch recorders leave the torch-function mode stack; the others stay
-    in order, and the stack is the same objects in the same order after a raise."""
-    from torch.fx.experimental.proxy_tensor import PreDispatchTorchFunctionMode
-    from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
-
-    class Other(TorchFunctionMode):
-        pass
-
-    other, recorder, inner = Other(), PreDispatchTorchFunctionMode(tracer=None), Other()
-    with other, recorder, inner:
-        before = _get_current_function_mode_stack()
-        with pytest.raises(_Boom):
-            with patches.outer_autocast_recorders_hidden():
-                inside = _get_current_function_mode_stack()
-                raise _Boom
-        after = _get_current_function_mode_stack()
-    assert [type(m) for m in before[-3:]] == [Other, PreDispatchTorchFunctionMode, Other]
-    assert inside == [m for m in before if m is not recorder]
-    assert after == before
 
 
 def test_only_the_kept_function_modes_are_on_the_stack_inside_and_all_back_in_place_after_a_raise():

@@ -36,7 +36,7 @@ def test_the_shortcut_gives_the_program_of_the_composite_chain(monkeypatch: pyte
     elsewhere, the shortcut would give another program than the chain and this fails."""
     model, args = _ConvNet().train(), (torch.randn(4, 3, 10, 10),)
     shortcut = _program(model, args)
-    monkeypatch.setattr(composite_policy, "_cpu_batch_norm_in_training", lambda *a: False)
+    monkeypatch.setattr(composite_policy, "_cpu_chain_known", lambda *a: False)
     assert _program(model, args) == shortcut
 
 

@@ -31,8 +31,7 @@ LAYERS = {
                "detach without the mode"],
     "model call": ["state swapped for traced inputs", "tracer noted for leaks", "non-strict call rewrites",
                    "node metadata", "preserved call brackets", "tensor attribute warning", "after the call"],
-    "body trace": ["outside the trace", "the caller's autocast recorder hidden", "autocast off",
-                   "the caller's other torch-function modes hidden"],
+    "body trace": ["outside the trace", "the caller's torch-function modes hidden", "autocast off"],
     "body": ["caller's autocast, unrecorded"],
 }
 
@@ -135,3 +134,18 @@ def test_the_check_sees_a_manager_left_entered():
         _assert_exited_in_reverse([("enter", "tracer", "exporting")])
     with pytest.raises(AssertionError, match="out of order"):
         _assert_exited_in_reverse([("enter", "tracer", "a"), ("enter", "tracer", "b"), ("exit", "tracer", "a")])
+
+
+def test_a_body_trace_keeps_only_the_metadata_mode_and_torch_exports_handler():
+    """Not the caller's pre-dispatch recorder (torch's autocast records into the first one of the
+    stack), nor its other modes: the body's trace pushes its own."""
+    from torch._export.non_strict_utils import _NonStrictTorchFunctionHandler
+    from torch.fx.experimental.proxy_tensor import PreDispatchTorchFunctionMode
+    from torch.overrides import TorchFunctionMode
+
+    from predispatch_func.passes.node_meta import _TorchFnMode
+    from predispatch_func.trace.environment import carried_into_bodies
+
+    assert carried_into_bodies(_TorchFnMode()) and carried_into_bodies(_NonStrictTorchFunctionHandler())
+    assert not carried_into_bodies(PreDispatchTorchFunctionMode(tracer=None))
+    assert not carried_into_bodies(TorchFunctionMode())
