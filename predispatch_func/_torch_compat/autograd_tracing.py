@@ -280,3 +280,17 @@ def autocast_recorded(device: str, enabled: bool, dtype: Any) -> Iterator[None]:
 
 
 __all__ += ["autocast_recorded"]
+
+
+def autograd_sequence_nr() -> int:
+    """The sequence number the next autograd node made on this thread will take: the nodes an
+    op creates are numbered from the value before it up to the value after it."""
+    return torch.autograd._get_sequence_nr()  # type: ignore[attr-defined]
+
+
+def sequence_nr_of(grad_fn: Any) -> int:
+    """The number ``grad_fn`` (an autograd graph node) took when it was made."""
+    return grad_fn._sequence_nr()
+
+
+__all__ += ["autograd_sequence_nr", "sequence_nr_of"]

@@ -29,6 +29,7 @@ from ..trace.extensions.fakes import fresh_like
 from .errors import JointError, JointProblem
 from .extensions import replay_extension
 from .saved_values import ForwardCall, SavedValues
+from .step_meta import ForwardOrigins, attributed_backward, marked_as_the_update
 
 _WHILE_LOOP = torch.ops.higher_order.while_loop
 _SCAN = torch.ops.higher_order.scan
@@ -54,30 +55,33 @@ class _ForwardReplay(torch.fx.Interpreter):
     """Runs the forward graph's nodes as calls the trace records; a region HOP is entered
     as its mode and its body replayed inline; each call is announced to ``saved``."""
 
-    def __init__(self, gm: torch.fx.GraphModule, saved: SavedValues, tracer: Any):
+    def __init__(self, gm: torch.fx.GraphModule, saved: SavedValues, tracer: Any, origins: ForwardOrigins):
         super().__init__(gm, garbage_collect_values=False)
         self._saved = saved
         self._tracer = tracer
+        self._origins = origins
         self._node: torch.fx.Node | None = None
 
     def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op != "call_function":
+            return super().run_node(n)
         last = next(iter(reversed(self._tracer.graph.nodes)), None)  # 2.11: reversed() gives a list
         self._node = n
-        out = super().run_node(n)
-        if n.op == "call_function":
-            _copy_meta(n, self._tracer.graph, after=last)
+        with self._origins.replaying(n):
+            out = super().run_node(n)
+        _copy_meta(n, self._tracer.graph, after=last)
         return out
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         if target is pf_grad_region:
             enabled, identity_of, body, *operands = args
             with torch.set_grad_enabled(enabled):
-                outs = tuple(_ForwardReplay(body, self._saved, self._tracer).run(*operands))
+                outs = tuple(_ForwardReplay(body, self._saved, self._tracer, self._origins).run(*operands))
             return _carry(tuple(operands), outs, tuple(identity_of))
         if target is pf_autocast_region:
             device, dtype, enabled, cache, identity_of, body, *operands = args
             with torch.autocast(device, dtype, enabled, cache):
-                outs = tuple(_ForwardReplay(body, self._saved, self._tracer).run(*operands))
+                outs = tuple(_ForwardReplay(body, self._saved, self._tracer, self._origins).run(*operands))
             return _carry(tuple(operands), outs, tuple(identity_of))
         replayed, result = replay_extension(target, args)
         if replayed:
@@ -159,13 +163,15 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
         flat, extras = everything[:len(inputs)], everything[len(inputs):]
         mode = tc.pre_dispatch_proxy_mode()
         saved = SavedValues(mode)
+        origins = ForwardOrigins()
         with saved.hooks():
-            outs = _ForwardReplay(forward, saved, mode.tracer).run(*flat)
+            outs = _ForwardReplay(forward, saved, mode.tracer, origins).run(*flat)
         saved.read_at_final_value([(flat[i], outs[m]) for i, m in (read_after_hidden_writes or {}).items()])
         loss = outs[loss_index]
         _check_loss(forward, loss, loss_index)
         _check_state_writes(forward, outs, state_writes or {})
-        with tc.untracked_arguments_resolved(mode, saved.resolve):
+        with tc.untracked_arguments_resolved(mode, saved.resolve), \
+                attributed_backward([loss.grad_fn], origins, mode.tracer.graph):
             grads = torch.autograd.grad(loss, [flat[i] for i in asked], allow_unused=True)
         state["grad_of"] = tuple(i for i, g in zip(asked, grads) if g is not None)
         state["recomputed"] = tuple(saved.recomputed_calls)
@@ -174,7 +180,9 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
             after_forward = list(flat)
             for i, m in (written_inputs or {}).items():
                 after_forward[i] = outs[m]
-            writes = after_backward(after_forward, {i: g for i, g in zip(asked, grads) if g is not None}, extras)
+            with marked_as_the_update(mode.tracer.graph):
+                writes = after_backward(after_forward, {i: g for i, g in zip(asked, grads) if g is not None},
+                                        extras)
         state["n_writes"] = len(writes)
         return (*outs[:n_mutations], *writes, *outs[n_mutations:], *(g for g in grads if g is not None))
 

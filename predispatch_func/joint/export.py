@@ -59,8 +59,9 @@ def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None
             kind=JointProblem.UNSUPPORTED_MODEL)
     plan = plan_for(optimizer, model) if optimizer is not None else None
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
-    forward = export(training_step(model, loss_fn), args, kwargs, dynamic_shapes=dynamic_shapes, target=target,
-                     python_state=python_state, composite_overrides=composite_overrides)
+    with node_meta.frames_recorded_of(loss_fn):  # the loss's nodes name the user's loss function
+        forward = export(training_step(model, loss_fn), args, kwargs, dynamic_shapes=dynamic_shapes, target=target,
+                         python_state=python_state, composite_overrides=composite_overrides)
     return differentiate_program(forward, args, kwargs, target=target, optimizer=plan)
 
 

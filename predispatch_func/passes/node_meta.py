@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import linecache
 import operator
 import os
@@ -49,6 +50,9 @@ NN_MODULE_STACK = "nn_module_stack"
 TORCH_FN = "torch_fn"
 STACK_TRACE = "stack_trace"
 ROOT_KEY = "L__self__"
+# a node made by no line of the user's (an optimizer's update in a joint program): fill_missing
+# gives it no stack trace from its neighbours (and drops this mark)
+NO_USER_LINE = "pf_no_user_line"
 
 Stack = dict[str, tuple[str, str]]
 
@@ -112,6 +116,7 @@ class _UserStack:
 
     def __init__(self, bottom: types.FrameType | None = None) -> None:
         self.anchors, self.dropped = tc.stack_trace_anchors(), dropped_files()
+        self.also = _ALSO_RECORDED.get()
         self.formatted: dict[tuple, str] = {}
         self.kept: dict[types.CodeType, bool] = {}  # per code object: is its frame recorded?
         # per caller frame: (its line, the recorded frames from it down, whether that walk met the stop)
@@ -145,7 +150,8 @@ class _UserStack:
                     walked.append((frame, lineno, len(chain)))
             keep = kept.get(code)
             if keep is None:
-                keep = kept[code] = (code.co_name == "forward" or (code.co_filename, code.co_name) in self.anchors) \
+                keep = kept[code] = (code.co_name == "forward" or code in self.also
+                                     or (code.co_filename, code.co_name) in self.anchors) \
                     and code.co_filename not in self.dropped
             if keep:
                 chain.append((code.co_filename, lineno, code.co_name))
@@ -164,6 +170,29 @@ class _UserStack:
                       for f, n, name in reversed(key)]
             text = self.formatted[key] = "".join(traceback.StackSummary.from_list(frames).format()).strip()
         return text
+
+
+# code objects whose frames a stack trace records besides ``forward`` frames (frames_recorded_of)
+_ALSO_RECORDED: contextvars.ContextVar[frozenset[types.CodeType]] = contextvars.ContextVar(
+    "pf_also_recorded", default=frozenset())
+
+
+@contextlib.contextmanager
+def frames_recorded_of(fn: Any) -> Iterator[None]:
+    """Stack traces record the frames of ``fn`` too, as they record ``forward`` frames: a loss
+    function of ``export_joint`` is the user's code, and without its frame the loss's nodes
+    would name only the call that wraps it. A module (its ``forward`` is recorded anyway) or a
+    callable without Python code adds nothing."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)  # a bound method
+    code = getattr(fn, "__code__", None) if isinstance(fn, types.FunctionType) else None
+    token = _ALSO_RECORDED.set(_ALSO_RECORDED.get() | {code}) if code is not None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _ALSO_RECORDED.reset(token)
 
 
 class _TorchFnMode(TorchFunctionMode):
@@ -232,7 +261,7 @@ def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
     its results (getitem) and the ``get_attr`` of its body take the call's;
     anything else made after tracing takes the root's. A call made without a
     user frame on the stack (a clone functionalization adds) takes the
-    ``stack_trace`` of the node it feeds or reads.
+    ``stack_trace`` of the node it feeds or reads, unless marked ``NO_USER_LINE``.
     """
     for _, sub in reversed(list(all_graph_modules(gm))):  # bodies first: a HOP reads them
         hop_counts: dict[str, int] = {}
@@ -248,6 +277,9 @@ def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
         for node in sub.graph.nodes:
             if node.op not in ("call_function", "get_attr"):
                 continue
+            if node.meta.pop(NO_USER_LINE, False):
+                node.meta.setdefault(NN_MODULE_STACK, root_stack(root_cls))
+                continue
             if NN_MODULE_STACK not in node.meta:
                 source = _neighbour_with(node, NN_MODULE_STACK)
                 node.meta[NN_MODULE_STACK] = (dict(source.meta[NN_MODULE_STACK]) if source is not None
@@ -258,7 +290,7 @@ def fill_missing(gm: torch.fx.GraphModule, root_cls: type) -> None:
                 source = _neighbour_with(node, STACK_TRACE)
                 if source is not None:
                     node.meta[STACK_TRACE] = source.meta[STACK_TRACE]
-    _bodies_inherit_torch_fn(gm)
+    _bodies_inherit_from_their_call(gm)
     for _, sub in all_graph_modules(gm):
         for node in sub.graph.nodes:
             if node.meta.get(STACK_TRACE):
@@ -360,14 +392,16 @@ def _not_the_models(filename: str) -> bool:
     return filename.startswith("<eval_with_key>") or (filename.startswith(PACKAGE_DIR) and filename != _DEMO_MODEL)
 
 
-def _bodies_inherit_torch_fn(gm: torch.fx.GraphModule) -> None:
+def _bodies_inherit_from_their_call(gm: torch.fx.GraphModule) -> None:
     """The calls of a HOP body (a ``torch.cond`` branch dynamo captured, traced with our
     observers popped) take the torch call dynamo recorded for them (``source_fn_stack``),
     counted afresh in each body, as torch.export's tracer of that body names them; a call
-    dynamo recorded none for is part of the HOP call's torch_fn."""
+    dynamo recorded none for is part of the HOP call's torch_fn. A call with no stack trace
+    (a body torch's own autograd of the HOP traced: a joint program's cond branches, forward
+    and backward) takes the HOP call's, the nearest line of the user's."""
     for _, sub in all_graph_modules(gm):  # parents first
         for node in sub.graph.nodes:
-            if not isinstance(node.target, tc.HigherOrderOperator) or TORCH_FN not in node.meta:
+            if not isinstance(node.target, tc.HigherOrderOperator):
                 continue
             for arg in node.args:
                 body = getattr(sub, str(arg.target), None) if isinstance(arg, torch.fx.Node) \
@@ -375,8 +409,12 @@ def _bodies_inherit_torch_fn(gm: torch.fx.GraphModule) -> None:
                 if isinstance(body, torch.fx.GraphModule):
                     named = _CapturedTorchCalls()
                     for inner in body.graph.nodes:
-                        if inner.op == "call_function" and TORCH_FN not in inner.meta:
+                        if inner.op != "call_function":
+                            continue
+                        if TORCH_FN not in inner.meta and TORCH_FN in node.meta:
                             inner.meta[TORCH_FN] = named.of(inner) or node.meta[TORCH_FN]
+                        if not inner.meta.get(STACK_TRACE) and node.meta.get(STACK_TRACE):
+                            inner.meta[STACK_TRACE] = node.meta[STACK_TRACE]
 
 
 _OPERATORS = frozenset(getattr(operator, name) for name in dir(operator) if not name.startswith("_"))

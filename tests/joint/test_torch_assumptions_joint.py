@@ -130,3 +130,26 @@ def test_torch_2_11_and_2_12_set_the_hop_partitioners_logger_to_debug_and_export
     pf.export_joint(model, args, kwargs)
     assert "min_cut_partition" not in capfd.readouterr().err
     assert logging.getLogger("torch._higher_order_ops.partitioner").level == level  # restored
+
+
+def test_autograd_nodes_an_op_makes_are_numbered_between_the_counter_before_and_after():
+    """What joint/step_meta.py's ForwardOrigins reads: each autograd node takes the thread's next
+    sequence number, so the nodes one op made lie in [before, after); and a pre-hook on an
+    autograd node runs before the engine dispatches that node's backward ops."""
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(5, 4, requires_grad=True)
+    before = tc.autograd_sequence_nr()
+    y = torch.nn.functional.linear(x, w)  # CompositeImplicit: t and mm, two autograd nodes
+    after = tc.autograd_sequence_nr()
+    assert after - before == 2
+    assert before <= tc.sequence_nr_of(y.grad_fn) < after
+    transpose = y.grad_fn.next_functions[1][0]
+    assert before <= tc.sequence_nr_of(transpose) < after
+    z = y.sin().sum()
+    assert tc.sequence_nr_of(z.grad_fn) >= after
+    mode = _Args(torch.ops.aten.mm.default)
+    mm_calls_at_prehook = []
+    y.grad_fn.register_prehook(lambda grad_outputs: mm_calls_at_prehook.append(len(mode.seen)))
+    with mode:
+        z.backward()
+    assert mm_calls_at_prehook == [0] and len(mode.seen) == 2  # the node's two mm ran after its pre-hook
