@@ -107,14 +107,18 @@ class Kernels:
 
     def lifted_kernels_of(self, op: Any) -> dict[tuple, Any]:
         """The traces of ``op``'s decomposition above autograd by signature (``above_autograd``)."""
-        return self._by_signature(self.lifted_graphs, op)
+        return self._by_signature("lifted_kernels", self.lifted_graphs, op)
 
     def kernels_of(self, op: Any) -> dict[tuple, Any]:
-        """The op's traced kernels by signature (the dict the keyed kernels read)."""
-        return self._by_signature(self.graphs, op)
+        """The op's traced kernels by signature (the dict the keyed kernels read); the first ask
+        unpickles what the disk holds of the op."""
+        return self._by_signature("kernels", self.graphs, op)
 
-    def _by_signature(self, table: dict[int, dict[tuple, Any]], op: Any) -> dict[tuple, Any]:
+    def _by_signature(self, name: str, table: dict[int, dict[tuple, Any]], op: Any) -> dict[tuple, Any]:
         found = table.get(id(op))
+        if found is None:
+            self.persisted.take(name, op)
+            found = table.get(id(op))
         if found is None:
             found = table[id(op)] = {}
             self.graph_ops[id(op)] = op  # the file names each table's entries by op
@@ -179,6 +183,7 @@ class EagerMode(tc.TorchDispatchMode):
         self._direct_ids = self.kernels.direct_ids
         self._reached = self.stats.reached.by_id
         self._graphs = self.kernels.graphs
+        self._persisted = self.kernels.persisted
         self._decomposed, self._hits = self.stats.decomposed.by_id, self.stats.cache_hits.by_id
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -196,6 +201,8 @@ class EagerMode(tc.TorchDispatchMode):
         """``op(*args, **kwargs)`` with only target ops reaching the backend; called with
         this mode off (inside dispatch)."""
         by_signature = self._graphs.get(id(op)) if self.use_cache else None
+        if by_signature is None and self.use_cache and self._persisted.holds("kernels", op):
+            by_signature = self.kernels.kernels_of(op)  # the first call of an op the disk holds
         if by_signature is not None:  # the steady state: a kernel traced for this signature, replayed
             signature, tensors = cache.signature(args, kwargs)
             graph = by_signature.get(signature)

@@ -13,6 +13,11 @@ directory (``disk_cache``), and a later process starts from it: no plans are
 decided for registering, and a call whose signature is on file replays the
 kernel (compiled on its first call) without tracing or deciding anything.
 
+Each op's kernels are pickled apart inside the file and unpickled when a process first asks
+for that op (``take``): the file holds the kernels of every model run with the target (some
+1,500 for a few hundred ops after a benchmark), a process calls a few dozen, and unpickling
+them all was most of a small model's first step.
+
 The fingerprint covers the target and floor by name and the code that
 decides plans and decompositions (``eager/``, ``opsets/``, ``op_schema.py``,
 ``_torch_compat/``): a change to any starts a new file. Each kernel is kept as its
@@ -43,7 +48,7 @@ from . import cache
 from .replay import TracedKernel
 
 _PACKAGE = Path(__file__).resolve().parent.parent
-_FORMAT = 2  # 2: each kernel's compiled code beside its source
+_FORMAT = 3  # 2: each kernel's compiled code beside its source; 3: each op's kernels pickled apart
 
 
 def _code() -> list[Path]:
@@ -75,6 +80,8 @@ class PersistedKernels:
         self._names, self._graphs, self._ops = names, graphs, ops  # Kernels' graphs, and the op of each id
         # the file's tables of kernels by op id: below autograd, and the traces of the ops decomposed above it
         self._tables = {"kernels": graphs, "lifted_kernels": lifted_graphs}
+        # per table: op name -> its kernels as the file holds them (pickled), until a process asks
+        self._pending: dict[str, dict[str, bytes]] = {table: {} for table in self._tables}
         self._path: Path | None = None
         self.registrations: list[tuple[str, str]] | None = None
         self.lifted: list[str] | None = None  # names of the ops decomposed above autograd
@@ -96,18 +103,34 @@ class PersistedKernels:
             return
         self.registrations = found.get("registrations")
         self.lifted = found.get("lifted")
-        for table, graphs in self._tables.items():
-            for name, entries in found.get(table, {}).items():
-                op = tc.resolve_overload(*name.split("::", 1))
-                if op is None:
-                    continue
-                self._ops[id(op)] = op
-                by_signature = graphs.setdefault(id(op), {})
-                for signature, saved in entries:
-                    kernel = _restored(saved)
-                    if kernel is not None:
-                        by_signature.setdefault(signature, kernel)
+        for table in self._tables:
+            self._pending[table] = dict(found.get(table, {}))
         self._saved_count = self._count()
+
+    def holds(self, table: str, op: Any) -> bool:
+        """Whether the file's kernels of ``op`` in ``table`` are still pickled."""
+        pending = self._pending[table]
+        return bool(pending) and op.name() in pending
+
+    def take(self, table: str, op: Any) -> None:
+        """Unpickle the file's kernels of ``op`` into ``table`` (once; nothing if it has none)."""
+        pending = self._pending[table]
+        blob = pending.pop(op.name(), None) if pending else None
+        if blob is None:
+            return
+        try:
+            entries = _unpickled(blob)
+        except Exception:  # noqa: BLE001  (an unreadable entry only costs its traces)
+            return
+        self._ops[id(op)] = op
+        by_signature = self._tables[table].setdefault(id(op), {})
+        restored = 0
+        for signature, saved in entries:
+            kernel = _restored(saved)
+            if kernel is not None and signature not in by_signature:
+                by_signature[signature] = kernel
+                restored += 1
+        self._saved_count += restored  # read, not learned: nothing new to write
 
     def _count(self) -> int:
         return (sum(len(entries) for graphs in self._tables.values() for entries in graphs.values())
@@ -123,7 +146,7 @@ class PersistedKernels:
         value: dict[str, Any] = {"format": _FORMAT, "registrations": self.registrations, "lifted": self.lifted}
         on_disk = self._on_disk()
         for table, graphs in self._tables.items():
-            value[table] = self._merged(graphs, on_disk.get(table, {}))
+            value[table] = self._merged(graphs, {**self._pending[table], **on_disk.get(table, {})})
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -133,9 +156,10 @@ class PersistedKernels:
             return
         self._saved_count = self._count()
 
-    def _merged(self, graphs: dict[int, dict[tuple, Any]], on_disk: dict[str, list]) -> dict[str, list]:
-        """What one table of the file holds: this process's kernels, then another process's,
-        written since this one read the file."""
+    def _merged(self, graphs: dict[int, dict[tuple, Any]], on_disk: dict[str, bytes]) -> dict[str, bytes]:
+        """What one table of the file holds, each op's kernels pickled apart: this process's
+        kernels, then what the file holds besides (another process's, written since this one
+        read it); an op this process never asked for is written back as it was read."""
         kernels: dict[str, list[tuple[tuple, Any]]] = {}
         for key, entries in graphs.items():
             op = self._ops.get(key)
@@ -144,10 +168,16 @@ class PersistedKernels:
                     written = _written(kernel)
                     if written is not False:
                         kernels.setdefault(op.name(), []).append((signature, written))
-        for name, saved in on_disk.items():
-            known = {signature for signature, _ in kernels.get(name, [])}
-            kernels.setdefault(name, []).extend(entry for entry in saved if entry[0] not in known)
-        return kernels
+        merged = {name: blob for name, blob in on_disk.items() if name not in kernels}
+        for name, ours in kernels.items():
+            if name in on_disk:
+                known = {signature for signature, _ in ours}
+                try:
+                    ours += [entry for entry in _unpickled(on_disk[name]) if entry[0] not in known]
+                except Exception:  # noqa: BLE001  (an unreadable entry is dropped)
+                    pass
+            merged[name] = pickle.dumps(ours, protocol=pickle.HIGHEST_PROTOCOL)
+        return merged
 
 
 def _unpickled(data: bytes) -> Any:

@@ -102,11 +102,14 @@ def test_kernels_traced_in_one_process_are_replayed_by_the_next_without_tracing(
     try:
         with pf.eager.on(CORE) as first:
             traced = (torch.logit(x.sigmoid(), 1e-3), torch.rot90(x, 3), x.clone().addcmul_(x, y, value=0.5))
+            only_first = torch.sinc(x)  # a kernel the next process never asks for
         assert first.stats.cache_misses[aten.logit.default] == 1
         kernels_for(CORE).persisted.save()  # what the process writes at its exit
         assert list(tmp_path.glob("eager-kernels-*.pkl"))
         _fresh_process_state()
-        restored = _graphs_of(aten.logit.default)  # the next process reads the file: each kernel's
+        kernels = kernels_for(CORE)  # the next process reads the file; each op's kernels stay pickled
+        assert id(aten.logit.default) not in kernels.graphs and kernels.persisted.holds("kernels", aten.logit.default)
+        restored = dict(kernels.kernels_of(aten.logit.default))  # until the op is first asked for:
         assert restored and all(kernel.saved is not None for kernel in restored.values())  # compiled code too
         # read as written until called: a file holds every model's kernels, a process calls few
         assert all(kernel._constants is None and kernel._code_object is None for kernel in restored.values())
@@ -123,6 +126,13 @@ def test_kernels_traced_in_one_process_are_replayed_by_the_next_without_tracing(
             torch.testing.assert_close(value, want)
         # the registrations came from disk: no plan was decided for an op the session never met
         assert id(aten.hypot.default) not in kernels_for(CORE).plans
+        assert kernels_for(CORE).persisted.holds("kernels", aten.sinc.default)  # never asked: never unpickled
+        kernels_for(CORE).persisted.save()  # written back as it was read
+        _fresh_process_state()
+        with pf.eager.on(CORE) as third:
+            again = torch.sinc(x)
+        assert torch.equal(again, only_first)
+        assert third.stats.cache_hits[aten.sinc.default] == 1 and len(third.stats.cache_misses) == 0
     finally:
         _fresh_process_state()
 
