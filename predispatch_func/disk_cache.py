@@ -55,3 +55,25 @@ def read_json(path: Path | None) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def keep_recent(directory: Path, pattern: str, keep: int, in_use: Path) -> None:
+    """Remove the files of ``directory`` matching ``pattern`` beyond the ``keep`` most recently
+    used (written, or read and touched), ``in_use`` never among them. A cache keyed by a
+    fingerprint of the code and the target starts a new file at every upgrade of this package
+    and every new target: without a bound the directory only grows (hundreds of files of a few
+    megabytes each on a machine that ran a few hundred targets)."""
+    try:
+        files = [(path.stat().st_mtime_ns, path) for path in directory.glob(pattern) if path != in_use]
+        for _, path in sorted(files, reverse=True)[max(keep - 1, 0):]:
+            path.unlink(missing_ok=True)
+    except OSError:  # another process removed or replaced one meanwhile: the next write prunes again
+        return
+
+
+def touch(path: Path) -> None:
+    """Mark ``path`` as used now (``keep_recent`` orders by it); nothing where it cannot."""
+    try:
+        os.utime(path)
+    except OSError:
+        return

@@ -9,7 +9,8 @@ process learned (the registrations and each kernel traced per signature; not
 a signature that could not be traced, tried again by the next process) is
 written at its exit to one file,
 ``eager-kernels-<torch build>-<fingerprint>.pkl`` under the package's cache
-directory (``disk_cache``), and a later process starts from it: no plans are
+directory (``disk_cache``; the 32 files of a torch build used last are kept), and a later process
+starts from it: no plans are
 decided for registering, and a call whose signature is on file replays the
 kernel (compiled on its first call) without tracing or deciding anything.
 
@@ -43,12 +44,13 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..disk_cache import cache_root, torch_build
+from ..disk_cache import cache_root, keep_recent, torch_build, touch
 from . import cache
 from .replay import TracedKernel
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _FORMAT = 3  # 2: each kernel's compiled code beside its source; 3: each op's kernels pickled apart
+_KEEP = 32  # files kept per torch build: the targets (and code versions) used most recently
 
 
 def _code() -> list[Path]:
@@ -98,9 +100,11 @@ class PersistedKernels:
         return self._path
 
     def restore(self) -> None:
-        found = _read(self.path())
-        if found is None:
+        path = self.path()
+        found = _read(path)
+        if found is None or path is None:
             return
+        touch(path)  # in use: the last to be pruned
         self.registrations = found.get("registrations")
         self.lifted = found.get("lifted")
         for table in self._tables:
@@ -155,6 +159,7 @@ class PersistedKernels:
         except (OSError, pickle.PicklingError, TypeError, AttributeError):
             return
         self._saved_count = self._count()
+        keep_recent(path.parent, f"eager-kernels-{torch_build()}-*.pkl", _KEEP, in_use=path)
 
     def _merged(self, graphs: dict[int, dict[tuple, Any]], on_disk: dict[str, bytes]) -> dict[str, bytes]:
         """What one table of the file holds, each op's kernels pickled apart: this process's
