@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _torch_compat as tc
-from ..disk_cache import cache_root, read_json, torch_build, write_json
+from ..disk_cache import cache_root, keep_recent, read_json, torch_build, touch, write_json
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 # the code a verdict depends on besides torch: a change to it starts a new file
@@ -31,6 +31,9 @@ def _code_fingerprint() -> str:
     for path in _GUARD_CODE:
         crc = zlib.crc32(path.read_bytes(), crc)
     return f"{crc:08x}"
+
+
+_KEEP = 8  # files kept per cache and torch build
 
 
 class PersistedVerdicts:
@@ -57,8 +60,11 @@ class PersistedVerdicts:
         if text is None:
             return False
         if self._disk is None:
-            found = read_json(self.path())
+            path = self.path()
+            found = read_json(path)
             self._disk = found if isinstance(found, dict) else {}
+            if self._disk and path is not None:
+                touch(path)  # in use: the last to be pruned
         if text in self._disk:
             self._memory[key] = self._disk[text]
             return True
@@ -82,6 +88,8 @@ class PersistedVerdicts:
         merged = {**(found if isinstance(found, dict) else {}), **self._learned}
         if write_json(path, merged):
             self._learned = {}
+            # one file per code version: the ones used last are kept
+            keep_recent(path.parent, f"{self.name}-{torch_build()}-*.json", _KEEP, in_use=path)
 
     def forget(self) -> None:
         """Drop the process's verdicts and what was read from disk (tests of the cache)."""

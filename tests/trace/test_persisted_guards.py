@@ -92,3 +92,25 @@ def test_an_empty_cache_setting_writes_nothing(tmp_path, monkeypatch):
         assert composite_policy._STATIC_GUARDS.path() is None
     finally:
         composite_policy._STATIC_GUARDS.forget()
+
+
+def test_the_verdict_files_of_a_torch_build_are_bounded_to_those_used_last(cache_dir):
+    """One file per code version: writing keeps the 8 used last, the one written among them; a
+    file read by a process counts as used; another torch build's files stay."""
+    import os
+
+    from predispatch_func.disk_cache import torch_build
+
+    old = [cache_dir / f"composite-guards-{torch_build()}-{i:08x}.json" for i in range(12)]
+    for i, path in enumerate(old):
+        path.write_text("{}")
+        os.utime(path, ns=(10**18 + i * 10**9, 10**18 + i * 10**9))
+    other = cache_dir / "composite-guards-0.0.0-unknown-00000000.json"
+    other.write_text("{}")
+    os.utime(other, ns=(10**18, 10**18))
+    export_checked(Composites(), (torch.randn(3, 4),))
+    composite_policy._STATIC_GUARDS.save()
+    written = composite_policy._STATIC_GUARDS.path()
+    left = set(cache_dir.glob(f"composite-guards-{torch_build()}-*.json"))
+    assert len(left) == 8 and written in left and left - {written} == set(old[-7:])
+    assert other.exists()
