@@ -57,16 +57,25 @@ def read_json(path: Path | None) -> Any:
         return None
 
 
-def keep_recent(directory: Path, pattern: str, keep: int, in_use: Path) -> None:
+def keep_recent(directory: Path, pattern: str, keep: int, in_use: Path, max_bytes: int | None = None) -> None:
     """Remove the files of ``directory`` matching ``pattern`` beyond the ``keep`` most recently
-    used (written, or read and touched), ``in_use`` never among them. A cache keyed by a
-    fingerprint of the code and the target starts a new file at every upgrade of this package
-    and every new target: without a bound the directory only grows (hundreds of files of a few
-    megabytes each on a machine that ran a few hundred targets)."""
+    used (written, or read and touched), and beyond ``max_bytes`` in all, ``in_use`` always kept
+    and counted first. A cache keyed by a fingerprint of the code and the target starts a new
+    file at every upgrade of this package and every new target: without a bound the directory
+    only grows (hundreds of files of a few megabytes each on a machine that ran a few hundred
+    targets)."""
     try:
-        files = [(path.stat().st_mtime_ns, path) for path in directory.glob(pattern) if path != in_use]
-        for _, path in sorted(files, reverse=True)[max(keep - 1, 0):]:
-            path.unlink(missing_ok=True)
+        total = in_use.stat().st_size if in_use.exists() else 0
+        files = sorted(((path.stat().st_mtime_ns, path) for path in directory.glob(pattern) if path != in_use),
+                       reverse=True)
+        kept, full = 1, False
+        for _, path in files:  # newest first: once one is over a bound, it and every older one go
+            size = path.stat().st_size
+            full = full or kept >= keep or (max_bytes is not None and total + size > max_bytes)
+            if full:
+                path.unlink(missing_ok=True)
+            else:
+                kept, total = kept + 1, total + size
     except OSError:  # another process removed or replaced one meanwhile: the next write prunes again
         return
 

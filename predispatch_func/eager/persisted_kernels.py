@@ -9,7 +9,7 @@ process learned (the registrations and each kernel traced per signature; not
 a signature that could not be traced, tried again by the next process) is
 written at its exit to one file,
 ``eager-kernels-<torch build>-<fingerprint>.pkl`` under the package's cache
-directory (``disk_cache``; the 32 files of a torch build used last are kept), and a later process
+directory (``disk_cache``; the 64 files of a torch build used last are kept, 256 MB at most), and a later process
 starts from it: no plans are
 decided for registering, and a call whose signature is on file replays the
 kernel (compiled on its first call) without tracing or deciding anything.
@@ -50,7 +50,9 @@ from .replay import TracedKernel
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _FORMAT = 3  # 2: each kernel's compiled code beside its source; 3: each op's kernels pickled apart
-_KEEP = 32  # files kept per torch build: the targets (and code versions) used most recently
+# files kept per torch build, the targets (and code versions) used most recently: at most 64 and
+# 256 MB (the test suite alone uses some 30 targets; a benchmark's file holds 5-9 MB)
+_KEEP, _KEEP_BYTES = 64, 256 << 20
 
 
 def _code() -> list[Path]:
@@ -159,7 +161,7 @@ class PersistedKernels:
         except (OSError, pickle.PicklingError, TypeError, AttributeError):
             return
         self._saved_count = self._count()
-        keep_recent(path.parent, f"eager-kernels-{torch_build()}-*.pkl", _KEEP, in_use=path)
+        keep_recent(path.parent, f"eager-kernels-{torch_build()}-*.pkl", _KEEP, in_use=path, max_bytes=_KEEP_BYTES)
 
     def _merged(self, graphs: dict[int, dict[tuple, Any]], on_disk: dict[str, bytes]) -> dict[str, bytes]:
         """What one table of the file holds, each op's kernels pickled apart: this process's

@@ -242,14 +242,14 @@ def test_traces_above_autograd_are_replayed_by_the_next_process(tmp_path, monkey
 
 def test_the_kernel_files_of_a_torch_build_are_bounded_to_those_used_last(tmp_path, monkeypatch):
     """A file per target and code version: each upgrade and each new target starts one. Writing
-    keeps the 32 used last (read counts as use), the one just written among them; another torch
-    build's files are left alone."""
+    keeps the 64 used last (read counts as use), the one just written among them, and at most
+    256 MB; another torch build's files are left alone."""
     monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", str(tmp_path))
     build = persisted_kernels.torch_build()
-    old = [tmp_path / f"eager-kernels-{build}-py311-{i:08x}.pkl" for i in range(40)]
+    old = [tmp_path / f"eager-kernels-{build}-py311-{i:08x}.pkl" for i in range(70)]
     for i, path in enumerate(old):
         path.write_bytes(b"")
-        os.utime(path, ns=(10**18 + i * 10**9, 10**18 + i * 10**9))  # the 40th written last
+        os.utime(path, ns=(10**18 + i * 10**9, 10**18 + i * 10**9))  # the 70th written last
     other = tmp_path / "eager-kernels-0.0.0-unknown-py311-00000000.pkl"
     other.write_bytes(b"")
     os.utime(other, ns=(10**18, 10**18))
@@ -258,12 +258,23 @@ def test_the_kernel_files_of_a_torch_build_are_bounded_to_those_used_last(tmp_pa
     try:
         with pf.eager.on(CORE):
             torch.rot90(x, 1)
-        written = kernels_for(CORE).persisted.path()
+        persisted = kernels_for(CORE).persisted
+        written = persisted.path()
         persisted_kernels.touch(old[0])  # the oldest, read by a process now
-        kernels_for(CORE).persisted.save()
+        persisted.save()
         left = set(tmp_path.glob(f"eager-kernels-{build}-*.pkl"))
-        assert len(left) == 32 and written in left and old[0] in left
-        assert left - {written, old[0]} == set(old[-30:])  # the 30 written last besides
+        assert len(left) == 64 and written in left and old[0] in left
+        assert left - {written, old[0]} == set(old[-62:])  # the 62 written last besides
         assert other.exists()
+        # the bytes bound: two big files of the newest, and the rest goes
+        for path in old[-2:]:
+            with open(path, "wb") as f:
+                f.truncate(130 << 20)  # sparse: no disk used
+        for i, path in enumerate(old[-2:]):
+            os.utime(path, ns=(2 * 10**18 + i, 2 * 10**18 + i))
+        monkeypatch.setattr(persisted, "_saved_count", -1)  # something new to write
+        persisted.save()
+        left = set(tmp_path.glob(f"eager-kernels-{build}-*.pkl"))
+        assert left == {written, old[-1]}  # the newest big one fits beside it; the next does not, nor any older
     finally:
         _fresh_process_state()
