@@ -9,9 +9,8 @@ process learned (the registrations and each kernel traced per signature; not
 a signature that could not be traced, tried again by the next process) is
 written at its exit to one file,
 ``eager-kernels-<torch build>-<fingerprint>.pkl`` under the package's cache
-directory (``disk_cache``; the 64 files of a torch build used last are kept, 256 MB at most), and a later process
-starts from it: no plans are
-decided for registering, and a call whose signature is on file replays the
+directory (``disk_cache``; the 64 files of a torch build used last are kept, 256 MB
+at most), and a later process starts from it: no plans are decided for registering, and a call whose signature is on file replays the
 kernel (compiled on its first call) without tracing or deciding anything.
 
 Each op's kernels are pickled apart inside the file and unpickled when a process first asks

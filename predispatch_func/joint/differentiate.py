@@ -29,11 +29,10 @@ from ..trace.extensions.fakes import fresh_like
 from .errors import JointError, JointProblem
 from .extensions import replay_extension
 from .saved_values import ForwardCall, SavedValues
-from .step_meta import ForwardOrigins, attributed_backward, marked_as_the_update
+from .step_meta import ForwardOrigins, attributed_backward, marked_as_the_update, stamped
 
 _WHILE_LOOP = torch.ops.higher_order.while_loop
 _SCAN = torch.ops.higher_order.scan
-_KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "seq_nr", "custom")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,12 +64,9 @@ class _ForwardReplay(torch.fx.Interpreter):
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op != "call_function":
             return super().run_node(n)
-        last = next(iter(reversed(self._tracer.graph.nodes)), None)  # 2.11: reversed() gives a list
         self._node = n
-        with self._origins.replaying(n):
-            out = super().run_node(n)
-        _copy_meta(n, self._tracer.graph, after=last)
-        return out
+        with stamped(n, self._tracer.graph), self._origins.replaying(n):
+            return super().run_node(n)
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         if target is pf_grad_region:
@@ -121,16 +117,6 @@ def _where(node: torch.fx.Node | None) -> str:
     target = node.target if isinstance(node.target, str) or hasattr(node.target, "overloadpacket") \
         else getattr(node.target, "__name__", node.target)  # operator.getitem: "getitem", not its repr
     return f"`{node.name}` ({target})" + (f" at {line}" if line else "")
-
-
-def _copy_meta(source: torch.fx.Node, graph: torch.fx.Graph, after: torch.fx.Node | None) -> None:
-    """The forward node's source metadata on every node its replay recorded."""
-    node = after.next if after is not None else next(iter(graph.nodes), None)
-    while node is not None and node.op != "root":
-        for key in _KEPT_META:
-            if key in source.meta and key not in node.meta:
-                node.meta[key] = source.meta[key]
-        node = node.next
 
 
 def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_index: int,
@@ -192,7 +178,7 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     for index, hooks in (gradient_hooks or {}).items():
         for hook in hooks:
             fresh[index].register_hook(hook)
-    # no stack traces recorded: a forward node takes its forward node's (_copy_meta); a backward
+    # no stack traces recorded: a forward node takes its forward node's (step_meta.stamped); a backward
     # node's would point into autograd and this module, and extracting them was half the trace
     tracer = tc.make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="real", pre_dispatch=True,
                         record_stack_traces=False)

@@ -1,24 +1,23 @@
-"""The metadata of a training step's nodes past the forward: each backward node named after the
-forward op it differentiates, the optimizer's update named after no line of the user's.
+"""The metadata of a training step's nodes, each named after the forward node it comes from.
 
-The autograd engine runs a backward op from autograd's frames, not the user's: it has no stack
-of its own, and the neighbour rule of ``passes/node_meta.fill_missing`` would give it whatever
-node sits beside it in the graph (a linear's backward named after the ``torch.cond`` next to
-it). torch's joint tracing names a backward node after the forward node whose autograd node ran
-it: that node's ``stack_trace`` and autograd sequence number (``seq_nr``), and
-``autograd_backward`` (which torch's passes over forward+loss+backward graphs read, e.g. the
-activation-checkpointing rematerialisation). So does the joint trace here, with the forward
-node's module stack too (a partitioner by module keeps a layer's backward with the layer):
+The joint trace records from calls that are not the user's (the forward program replayed node
+by node, autograd's engine, the optimizer), so no node gets a stack of its own, and the
+neighbour rule of ``passes/node_meta.fill_missing`` would give it whatever node sits beside it
+(a linear's backward named after the ``torch.cond`` next to it). So:
 
-* :class:`ForwardOrigins`: while the forward replays, which autograd nodes (by sequence number)
-  each forward node made;
-* :func:`attributed_backward`: while the engine runs the backward, a pre-hook on each autograd
-  node marks where its ops start in the graph; afterwards each stretch of nodes takes its forward
-  node's metadata. A gradient sum the engine adds between two autograd nodes belongs to the one
-  that produced it; the loss's gradient seed is a backward node of no forward node;
+* :func:`stamped`: the nodes the replay of one forward node records take its metadata
+  (``FORWARD_META``);
+* :class:`ForwardOrigins` and :func:`attributed_backward`: as torch's joint tracing does, a
+  backward node takes the ``stack_trace`` and autograd sequence number (``seq_nr``) of the
+  forward node whose autograd node ran it, and ``autograd_backward`` (which torch's passes over
+  forward+loss+backward graphs read, e.g. the activation-checkpointing rematerialisation); here
+  its module stack too (a partitioner by module keeps a layer's backward with the layer). While
+  the forward replays, each forward node notes the autograd nodes (by sequence number) it made;
+  while the engine runs the backward, a pre-hook on each autograd node marks where its ops
+  start in the graph. A gradient sum the engine adds between two autograd nodes belongs to the
+  one that produced it; the loss's gradient seed is a backward node of no forward node;
 * :func:`marked_as_the_update`: the optimizer's ops come from torch.optim's code and ours, no
-  line of the user's; without a mark the neighbour rule would name them after the gradient they
-  read (a linear's line on its weight's momentum update).
+  line of the user's: they keep none (not the line of the gradient they read).
 """
 
 from __future__ import annotations
@@ -33,7 +32,21 @@ from .. import _torch_compat as tc
 from ..passes.node_meta import NO_USER_LINE
 
 AUTOGRAD_BACKWARD = "autograd_backward"
-_FROM_FORWARD = ("stack_trace", "nn_module_stack", "seq_nr", "custom")
+# what a forward node gives the nodes its replay records, and its backward nodes (not the torch
+# call it names: a matcher of forward calls by ``torch_fn`` must not catch their backward, and
+# torch's joint graphs give backward nodes none)
+FORWARD_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "seq_nr", "custom")
+BACKWARD_META = ("stack_trace", "nn_module_stack", "seq_nr", "custom")
+
+
+@contextlib.contextmanager
+def stamped(source: torch.fx.Node, graph: torch.fx.Graph) -> Iterator[None]:
+    """Around the replay of ``source`` (a forward node): the nodes it records into ``graph`` take
+    its metadata (where they have none of their own)."""
+    start = _last(graph)
+    yield
+    for node in _after(graph, start):
+        _take_meta(node, source, FORWARD_META)
 
 
 class ForwardOrigins:
@@ -80,16 +93,10 @@ def attributed_backward(roots: Sequence[Any], origins: ForwardOrigins, graph: to
         for handle in handles:
             handle.remove()
     for (start, forward), (stop, _) in zip(marks, [*marks[1:], (end, None)]):
-        node = start.next if start is not None else next(iter(graph.nodes), None)
-        while node is not None and node.op != "root" and stop is not None:
+        for node in _after(graph, start, stop):
             node.meta[AUTOGRAD_BACKWARD] = True
             if forward is not None:
-                for key in _FROM_FORWARD:
-                    if key in forward.meta:
-                        node.meta[key] = forward.meta[key]
-            if node is stop:
-                break
-            node = node.next
+                _take_meta(node, forward, BACKWARD_META, overwrite=True)  # over what a lowering copied
 
 
 @contextlib.contextmanager
@@ -97,10 +104,8 @@ def marked_as_the_update(graph: torch.fx.Graph) -> Iterator[None]:
     """Around the optimizer's step in the trace: its nodes keep no stack trace."""
     start = _last(graph)
     yield
-    node = start.next if start is not None else next(iter(graph.nodes), None)
-    while node is not None and node.op != "root":
+    for node in _after(graph, start):
         node.meta[NO_USER_LINE] = True
-        node = node.next
 
 
 def _reachable(roots: Sequence[Any]) -> list[Any]:
@@ -116,7 +121,27 @@ def _reachable(roots: Sequence[Any]) -> list[Any]:
 
 
 def _last(graph: torch.fx.Graph) -> torch.fx.Node | None:
-    return next(iter(reversed(graph.nodes)), None)
+    return next(iter(reversed(graph.nodes)), None)  # torch 2.11: reversed() gives a list
 
 
-__all__ = ["AUTOGRAD_BACKWARD", "ForwardOrigins", "attributed_backward", "marked_as_the_update"]
+def _after(graph: torch.fx.Graph, start: torch.fx.Node | None,
+           stop: torch.fx.Node | None = None) -> Iterator[torch.fx.Node]:
+    """The nodes recorded after ``start`` (from the first when None), up to ``stop`` included
+    (to the last when None)."""
+    node = start.next if start is not None else next(iter(graph.nodes), None)
+    while node is not None and node.op != "root":
+        following = node.next
+        yield node
+        if node is stop:
+            return
+        node = following
+
+
+def _take_meta(node: torch.fx.Node, source: torch.fx.Node, keys: tuple[str, ...], overwrite: bool = False) -> None:
+    for key in keys:
+        if key in source.meta and (overwrite or key not in node.meta):
+            node.meta[key] = source.meta[key]
+
+
+__all__ = ["AUTOGRAD_BACKWARD", "BACKWARD_META", "FORWARD_META", "ForwardOrigins", "attributed_backward",
+           "marked_as_the_update", "stamped"]

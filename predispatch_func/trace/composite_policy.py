@@ -236,8 +236,6 @@ def _batch_norm_as_on_the_gpu(input: Any, weight: Any, bias: Any, running_mean: 
                                                           momentum, eps)[0]
 
 
-
-
 def _batch_norm_as_on_the_cpu(input: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
                               training: bool, momentum: float, eps: float, cudnn_enabled: bool) -> Any:
     """``batch_norm`` in training on the CPU, traced as the op eager's composite chain ends in

@@ -2,12 +2,14 @@
 re-running decompositions, and the program it traces is the one a cold process traces."""
 
 import json
+import os
 
 import pytest
 import torch
 from torch import nn
 
 import predispatch_func as pf
+from predispatch_func.disk_cache import torch_build
 from predispatch_func.trace import composite_policy
 from tests.support.reference import export_checked
 
@@ -95,12 +97,8 @@ def test_an_empty_cache_setting_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_the_verdict_files_of_a_torch_build_are_bounded_to_those_used_last(cache_dir):
-    """One file per code version: writing keeps the 8 used last, the one written among them; a
-    file read by a process counts as used; another torch build's files stay."""
-    import os
-
-    from predispatch_func.disk_cache import torch_build
-
+    """One file per code version: writing keeps the 8 used last, the one written among them;
+    another torch build's files stay."""
     old = [cache_dir / f"composite-guards-{torch_build()}-{i:08x}.json" for i in range(12)]
     for i, path in enumerate(old):
         path.write_text("{}")
