@@ -116,6 +116,8 @@ CASES: dict[str, list[tuple[str, str]]] = {
     "aten.adaptive_max_pool3d.default": [("nn.functional.adaptive_max_pool3d", "")],
     "aten.linalg_vector_norm.default": [("linalg.vector_norm", ""), ("nn.functional.normalize", ""),
                                         ("linalg.norm", "subgradients_at_zero")],
+    "aten._safe_softmax.default": [("torch.ops.aten._safe_softmax.default", "")],
+    "aten.special_log_ndtr.default": [("special.log_ndtr", "")],
     "aten.cholesky.default": [("cholesky", "")],
     "aten.sort.stable": [("sort", ""), ("argsort", "")],
     "aten._unique2.default": [("unique", "")],
@@ -250,7 +252,9 @@ BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.
 # autograd history the kernel's lack (ours: Core ATen's one batch-norm node, as on CPU); uniform's is
 # prims' uniform, outside Core ATen (ours: rand, drawing eager's numbers)
 REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_functional.default",
-            "aten.uniform.default"}
+            "aten.uniform.default",
+            # torch's gradients above autograd are NaN where eager's are not (singular_points.py)
+            "aten.linalg_vector_norm.default", "aten._safe_softmax.default", "aten.special_log_ndtr.default"}
 
 
 def _opinfo(name: str, variant: str):

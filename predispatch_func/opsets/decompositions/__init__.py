@@ -37,6 +37,8 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
   in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``);
 * ``ldl``: LAPACK's symmetric indefinite factorization (Bunch-Kaufman pivoting) and its solve;
+* ``singular_points``: ops torch decomposes itself, but whose gradient above autograd is NaN where
+  eager's formula gives a value (a zero norm, a fully masked softmax row, ``log_ndtr``'s other branch);
 * ``spectral``: symmetric eigendecomposition and SVD by Jacobi rotations, and from them ``pinv``, ``polar``,
   ``matrix_sqrth``, ``lstsq``.
 """
@@ -67,6 +69,7 @@ from . import (
     scans,
     searching,
     segments,
+    singular_points,
     spectral,
     structure,
 )
@@ -94,6 +97,7 @@ TABLE: dict[Any, Callable] = {
     **draws.DECOMPOSITIONS,
     **products.DECOMPOSITIONS,
     **sampling.DECOMPOSITIONS,
+    **singular_points.DECOMPOSITIONS,
 }
 
 # ops whose decomposition reads tensor data for a size or a Python value (``.item()``): pf.eager runs

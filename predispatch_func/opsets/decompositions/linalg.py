@@ -456,39 +456,7 @@ DECOMPOSITIONS: dict[Any, Callable] = {
 }
 
 
-# --- for torch releases that lack these (2.13 has no ATen decomposition of either) -----------
-
-
-def _safe_root(total: torch.Tensor, root: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """``root(total)``, 0 at 0 with gradient 0 there (eager's norm backward masks the zero
-    norm; a plain root's derivative is infinite there and gives NaN)."""
-    zero = total == 0
-    return torch.where(zero, torch.zeros_like(total), root(torch.where(zero, torch.ones_like(total), total)))
-
-
-def vector_norm(x: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
-                dtype: Any = None) -> torch.Tensor:
-    if dtype is not None:
-        x = x.to(dtype)
-    dims = list(range(x.dim())) if dim is None or (not isinstance(dim, int) and len(dim) == 0) else dim
-    magnitude = x.abs()
-    if ord == 0:
-        return (x != 0).sum(dims, keepdim=keepdim).to(magnitude.dtype)
-    if ord == float("inf"):
-        return magnitude.amax(dims, keepdim=keepdim)
-    if ord == float("-inf"):
-        return magnitude.amin(dims, keepdim=keepdim)
-    if ord == 1:
-        return magnitude.sum(dims, keepdim=keepdim)
-    if ord == 2:
-        return _safe_root((magnitude * magnitude).sum(dims, keepdim=keepdim), torch.sqrt)
-    if ord > 0:  # |x|^p at x = 0: 0 with gradient 0 (eager's backward masks zeros; for p < 1 pow's is inf)
-        zero = magnitude == 0
-        powered = torch.where(zero, torch.zeros_like(magnitude),
-                              torch.where(zero, torch.ones_like(magnitude), magnitude).pow(ord))
-    else:
-        powered = magnitude.pow(ord)
-    return _safe_root(powered.sum(dims, keepdim=keepdim), lambda t: t.pow(1.0 / ord))
+# --- for torch releases that lack it -------------------------------------------------------
 
 
 def cholesky(a: torch.Tensor, upper: bool = False) -> torch.Tensor:
@@ -499,6 +467,5 @@ def cholesky(a: torch.Tensor, upper: bool = False) -> torch.Tensor:
 
 # (torch.cholesky's op is gone from later releases: resolved by name, kept only if it exists)
 FALLBACK: dict[Any, Callable] = {op: decomposition for op, decomposition in (
-    (aten.linalg_vector_norm.default, vector_norm),
     (tc.resolve_overload("aten", "cholesky.default"), cholesky),
 ) if op is not None}

@@ -1,0 +1,94 @@
+"""Decompositions whose gradient is eager's where torch's own is NaN.
+
+``export(..., target=)``, ``export_joint(..., target=)`` and ``pf.eager`` lower a forward op
+above autograd, so autograd differentiates the decomposition, not eager's derivative
+formula. The two agree wherever the function is smooth; at the points eager's formula
+handles on purpose they do not, and torch's decompositions (written for a compiler that
+lowers below autograd) give NaN there:
+
+* ``linalg_vector_norm`` at a zero vector: eager's backward masks the zero norm (gradient 0,
+  the subgradient ``F.normalize`` of a zero row relies on); ``sqrt(sum(x * x))``'s derivative
+  is infinite there;
+* ``_safe_softmax`` over a fully masked row (every score ``-inf``: ``scaled_dot_product_attention``
+  with a padding mask that hides a whole query): eager's backward reads its result, 0 in that row;
+  torch's decomposition differentiates the NaN of a softmax over ``-inf`` before masking it;
+* ``special_log_ndtr``: eager's formula is one expression; torch's decomposition selects between
+  two branches with ``where``, and the branch not taken overflows (its NaN gradient survives the
+  selection: 0 * inf).
+
+Each is the same values, written so no unselected branch sees an argument where it is not finite
+(the "double where": each branch is fed a harmless value where it is not used).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ... import _torch_compat as tc
+
+aten = torch.ops.aten
+
+
+def _safe_root(total: torch.Tensor, root: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``root(total)``, 0 at 0 with gradient 0 there (eager's norm backward masks the zero
+    norm; a plain root's derivative is infinite there and gives NaN)."""
+    zero = total == 0
+    return torch.where(zero, torch.zeros_like(total), root(torch.where(zero, torch.ones_like(total), total)))
+
+
+def vector_norm(x: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
+                dtype: Any = None) -> torch.Tensor:
+    if dtype is not None:
+        x = x.to(dtype)
+    dims = list(range(x.dim())) if dim is None or (not isinstance(dim, int) and len(dim) == 0) else dim
+    magnitude = x.abs()
+    if ord == 0:
+        return (x != 0).sum(dims, keepdim=keepdim).to(magnitude.dtype)
+    if ord == float("inf"):
+        return magnitude.amax(dims, keepdim=keepdim)
+    if ord == float("-inf"):
+        return magnitude.amin(dims, keepdim=keepdim)
+    if ord == 1:
+        return magnitude.sum(dims, keepdim=keepdim)
+    if ord == 2:
+        return _safe_root((magnitude * magnitude).sum(dims, keepdim=keepdim), torch.sqrt)
+    if ord > 0:  # |x|^p at x = 0: 0 with gradient 0 (eager's backward masks zeros; for p < 1 pow's is inf)
+        zero = magnitude == 0
+        powered = torch.where(zero, torch.zeros_like(magnitude),
+                              torch.where(zero, torch.ones_like(magnitude), magnitude).pow(ord))
+    else:
+        powered = magnitude.pow(ord)
+    return _safe_root(powered.sum(dims, keepdim=keepdim), lambda t: t.pow(1.0 / ord))
+
+
+def safe_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``softmax``, 0 over a row whose every element is ``-inf``; the softmax itself runs over a
+    row of zeros there, so its backward sees finite values and the row's gradient is 0."""
+    masked_rows = (x == float("-inf")).all(dim, keepdim=True)
+    finite = torch.where(masked_rows, torch.zeros_like(x), x)
+    out = torch.softmax(finite, dim, dtype=dtype)
+    return torch.where(masked_rows, torch.zeros_like(out), out)
+
+
+def log_ndtr(x: torch.Tensor) -> torch.Tensor:
+    """``log(ndtr(x))``: through ``erfcx`` below 1 (no underflow far left), ``log1p(-erfc/2)``
+    from 1 on; each branch evaluated only where it is taken."""
+    if not x.is_floating_point():
+        x = x.to(torch.get_default_dtype())
+    lower = x < 1.0
+    t_low = torch.where(lower, x, torch.zeros_like(x)) * math.sqrt(0.5)
+    t_high = torch.where(lower, torch.ones_like(x), x) * math.sqrt(0.5)
+    low = torch.log(torch.special.erfcx(-t_low) / 2) - t_low * t_low
+    high = torch.log1p(-torch.special.erfc(t_high) / 2)
+    return torch.where(lower, low, high)
+
+
+DECOMPOSITIONS: dict[Any, Callable] = {
+    aten.linalg_vector_norm.default: vector_norm,
+    tc.resolve_overload("aten", "_safe_softmax.default"): safe_softmax,
+    aten.special_log_ndtr.default: log_ndtr,
+}
