@@ -156,7 +156,15 @@ def _refuse_unrecorded_values(gm: torch.fx.GraphModule) -> None:
     rather than a program that fails when called."""
     for name, module in all_graph_modules(gm):
         for node in module.graph.nodes:
-            if node.op == "get_attr" and isinstance(getattr(module, str(node.target), None), tc.FakeTensor):
+            value = getattr(module, str(node.target), None) if node.op == "get_attr" else None
+            if isinstance(value, tc.FakeTensor) and value.layout != torch.strided:
+                raise JointError(
+                    f"export_joint: the backward reads a {value.layout} tensor autograd saved ({node.name}, "
+                    f"{tuple(value.shape)}; e.g. to_dense's input): a sparse tensor has no storage the trace can "
+                    "map to a graph value, so the joint program cannot carry it. Densify before the op that "
+                    "saves it, or train this model eagerly (ep.module() of pf.export trains it)",
+                    kind=JointProblem.UNSUPPORTED_MODEL)
+            if isinstance(value, tc.FakeTensor):
                 hop = _caller_of(gm, name.split(".")[0])
                 raise JointError(
                     f"export_joint: {f'the backward of `{hop}`' if hop else 'the backward'} reads a value its "

@@ -137,12 +137,15 @@ class SavedValues:
             return value  # a constant of the forward
         plain = tc.detached_untraced(value)
         tc.track_as(self._tracer, plain, value)
-        self._by_layout[_layout_key(plain)] = plain
+        key = _layout_key(plain)
+        if key is not None:
+            self._by_layout[key] = plain
         return plain
 
     def resolve(self, t: torch.Tensor) -> None:
         """A backward op's argument the graph does not know: the engine's copy of an unpacked value."""
-        known = self._by_layout.get(_layout_key(t))
+        key = _layout_key(t)
+        known = self._by_layout.get(key) if key is not None else None
         if known is not None:
             tc.track_as(self._tracer, t, known)
 
@@ -150,7 +153,7 @@ class SavedValues:
 def _at_final_value(t: Any, finals: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
     """``t`` as eager's backward reads it after the ``.data`` writes: a tensor in the storage of
     an input written only that way is the same view of the input's final value."""
-    if not finals or not isinstance(t, torch.Tensor):
+    if not finals or not isinstance(t, torch.Tensor) or t.layout != torch.strided:
         return t
     storage = tc.StorageWeakRef(t.untyped_storage())
     for base, final in finals:
@@ -192,7 +195,10 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
     return True
 
 
-def _layout_key(t: torch.Tensor) -> tuple:
-    """Storage, layout and dtype; sizes as text (a symbolic size is not hashable, its expression is)."""
+def _layout_key(t: torch.Tensor) -> tuple | None:
+    """Storage, layout and dtype; sizes as text (a symbolic size is not hashable, its expression is).
+    None for a sparse tensor (no storage to key by: ``to_sparse``'s backward saves one)."""
+    if t.layout != torch.strided:
+        return None
     return (tc.StorageWeakRef(t.untyped_storage()), str(tuple(t.shape)), str(tuple(t.stride())),
             str(t.storage_offset()), t.dtype)

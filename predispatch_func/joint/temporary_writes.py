@@ -8,9 +8,19 @@ the engine lays a gradient out in a fresh buffer through ``new_zeros`` +
 ``as_strided`` + ``copy_`` (timm's convnext on the GPU). A write that touches only
 a value the backward made, which nothing else views, is its functional twin
 (``add``, ``masked_fill``; ``as_strided_scatter`` for a copy into a strided window
-of the buffer), with the later readers of the temporary reading the result. A
-write that could reach anything else (an input, a forward value, a temporary a
-view was taken of) is left for the contract check, which refuses the program.
+of the buffer), with the later readers of the temporary reading the result.
+
+Backward formulas also write through views of their temporaries: ``svd``'s and
+``eigh``'s set a diagonal (``E.diagonal().fill_(1)``), ``irfft``'s doubles a
+``narrow`` of its spectrum (``mul_``), ``pad``'s circular backward copies into
+slices, the chunked ``linear_cross_entropy`` writes ``mm(out=)`` into rows of a
+buffer. There the written window is scattered into the temporary
+(``as_strided_scatter`` at the window's sizes, strides and offset, which its fake
+value records), and every view of the temporary read after the write is taken
+again from the result: how functionalization restates a write through a view,
+done here only for temporaries all of whose aliases are views in the graph.
+A write that could reach anything else (an input, a forward value) is left for
+the contract check, which refuses the program.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..op_schema import Match, functional_twin
+from ..op_schema import Match, functional_twin, written_besides_out
 
 aten = torch.ops.aten
 
@@ -48,6 +58,9 @@ def functional_writes(graph: torch.fx.Graph, first: torch.fx.Node | None = None,
         elif _copies_into_a_window_of_a_temporary(node, made_here, position):
             by_index = allows is not None and not allows(aten.as_strided_scatter.default)
             _as_strided_scatter(graph, node, position, by_index=by_index)
+    by_index = allows is not None and not allows(aten.as_strided_scatter.default)
+    while _one_write_through_a_view(graph, made_here, by_index=by_index):
+        pass
 
 
 def _writes_a_temporary(node: torch.fx.Node, made_here: set[torch.fx.Node], position: dict) -> tc.OpOverload | None:
@@ -150,8 +163,160 @@ def _returns_a_view(node: torch.fx.Node) -> bool:
     target = node.target
     if not isinstance(target, tc.OpOverload):  # a region call: functional, its results fresh
         return False
+    if target.overloadpacket is aten.to and _converts(node):  # `to` returns its input only when it changes nothing
+        return False
     schema = tc.schema_of(target)
     return not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
+
+
+def _converts(node: torch.fx.Node) -> bool:
+    source = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+    result = node.meta.get("val")
+    return (isinstance(source, torch.Tensor) and isinstance(result, torch.Tensor)
+            and (source.dtype != result.dtype or source.device != result.device))
+
+
+def _one_write_through_a_view(graph: torch.fx.Graph, made_here: set[torch.fx.Node], *, by_index: bool) -> bool:
+    """Rewrite the first write (in-place, or ``out=`` one tensor) into an alias of a temporary
+    whose aliases are all known; False when none is left."""
+    nodes = list(graph.nodes)
+    position = {n: i for i, n in enumerate(nodes)}
+    for writer in nodes:
+        written = _written_tensor(writer)
+        if written is None or writer not in made_here:
+            continue
+        base = _base_of(written)
+        family = _aliases_of(base, nodes) if _fresh_dense(base, made_here) else None
+        if family is None or writer not in family:
+            continue
+        twin = functional_twin(writer.target)
+        if twin is None:
+            continue
+        if _scatter_the_write(graph, writer, twin, written, base, family, position, made_here, by_index=by_index):
+            return True
+    return False
+
+
+def _written_tensor(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The one tensor ``node`` writes: an in-place op's first argument, or its single ``out=``."""
+    if node.op != "call_function" or not isinstance(node.target, tc.OpOverload):
+        return None
+    written = [name for _, name in tc.written_arguments(node.target)]
+    if written == ["out"] and not written_besides_out(node.target) and isinstance(node.kwargs.get("out"), torch.fx.Node):
+        return node.kwargs["out"]  # type: ignore[return-value]
+    if [i for i, _ in tc.written_arguments(node.target)] == [0] and node.args and isinstance(node.args[0], torch.fx.Node):
+        return node.args[0]
+    return None
+
+
+def _aliased(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor ``node``'s result aliases: a view's input, what an in-place or ``out=`` op wrote."""
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem:
+        return _aliased(node.args[0]) if isinstance(node.args[0], torch.fx.Node) and _returns_a_view(node) else None
+    if _returns_a_view(node):
+        first = node.args[0] if node.args else None
+        return first if isinstance(first, torch.fx.Node) else None
+    return _written_tensor(node)
+
+
+def _base_of(node: torch.fx.Node) -> torch.fx.Node:
+    while (inner := _aliased(node)) is not None:
+        node = inner
+    return node
+
+
+def _fresh_dense(base: torch.fx.Node, made_here: set[torch.fx.Node]) -> bool:
+    value = base.meta.get("val")
+    return bool(base in made_here and _aliased(base) is None and isinstance(base.target, tc.OpOverload)
+            and not tc.schema_of(base.target).is_mutable and isinstance(value, torch.Tensor)
+            and _dense(value) and value.storage_offset() == 0)
+
+
+def _dense(value: torch.Tensor) -> bool:
+    """Its elements fill its storage, each once (contiguous in some order of its dimensions), so a
+    window of it is a window of a functional copy that keeps its strides (``as_strided_scatter``)."""
+    if not _static(value):
+        return False  # symbolic sizes: no window of it to state with constants
+    if value.numel() == 0:
+        return True
+    expected = 1
+    for size, stride in sorted(((s, st) for s, st in zip(value.shape, value.stride()) if s != 1), key=lambda d: d[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _static(value: torch.Tensor) -> bool:
+    return all(type(n) is int for n in (*value.shape, *value.stride(), value.storage_offset()))
+
+
+def _aliases_of(base: torch.fx.Node, nodes: list[torch.fx.Node]) -> list[torch.fx.Node] | None:
+    """Every node whose result aliases ``base`` (views, writes into them), in graph order; None when
+    one is read by something that could alias it unseen (a call that is not an aten op)."""
+    family = [node for node in nodes if node is not base and _aliased(node) is not None and _base_of(node) is base]
+    for member in (base, *family):
+        if any(u.op == "call_function" and not isinstance(u.target, tc.OpOverload) and u.target is not operator.getitem
+               for u in member.users):
+            return None
+    return family
+
+
+def _scatter_the_write(graph: torch.fx.Graph, writer: torch.fx.Node, twin: tc.OpOverload, window: torch.fx.Node,
+                       base: torch.fx.Node, family: list[torch.fx.Node], position: dict, made_here: set[torch.fx.Node],
+                       *, by_index: bool) -> bool:
+    """``writer`` computed functionally and scattered into ``base`` at the window's place; readers
+    after it of ``base`` read the result, of an alias taken before it the same view of the result."""
+    view = window.meta.get("val")
+    if window is not base and (not isinstance(view, torch.Tensor) or view.dtype != base.meta["val"].dtype
+                               or not _static(view)):
+        return False  # a window of another dtype (real of a complex temporary): no strided scatter states it
+    if by_index and window is not base and not base.meta["val"].is_contiguous():
+        return False  # written by flat index: only into a contiguous temporary
+    kwargs = {k: v for k, v in writer.kwargs.items() if k != "out"}
+    later = {n for n in graph.nodes if position[n] > position[writer]}
+    with graph.inserting_before(writer):
+        value = graph.call_function(twin, writer.args, kwargs)
+        value.meta.update(writer.meta)
+        value.meta["val"] = view if "out" in writer.kwargs else writer.meta.get("val")
+        if window is base:
+            result = value
+        elif by_index and base.meta["val"].is_contiguous():
+            result = _written_by_index(graph, base, value, list(view.shape), list(view.stride()),
+                                       view.storage_offset())
+        else:
+            result = graph.call_function(aten.as_strided_scatter.default, (
+                base, value, list(view.shape), list(view.stride()), view.storage_offset()))
+            result.meta.update({k: v for k, v in writer.meta.items() if k != "val"})
+            result.meta["val"] = base.meta["val"]
+        made_here.update({value, result})
+        again: dict[torch.fx.Node, torch.fx.Node] = {base: result}
+        for member in [m for m in family if position[m] < position[writer]] + [writer]:
+            readers = [u for u in member.users if u in later]
+            if readers:
+                taken = _taken_again(graph, window if member is writer else member, again, made_here)
+                for reader in readers:
+                    reader.replace_input_with(member, taken)
+    for reader in [u for u in base.users if u in later]:
+        reader.replace_input_with(base, result)
+    graph.erase_node(writer)
+    return True
+
+
+def _taken_again(graph: torch.fx.Graph, alias: torch.fx.Node, again: dict[torch.fx.Node, torch.fx.Node],
+                 made_here: set[torch.fx.Node]) -> torch.fx.Node:
+    """``alias`` (a chain of views of the base) taken again from the written result."""
+    if alias not in again:
+        source, target = alias.args[0], alias.target
+        assert isinstance(source, torch.fx.Node) and callable(target)
+        node = graph.call_function(target, (_taken_again(graph, source, again, made_here), *alias.args[1:]),
+                                   dict(alias.kwargs))
+        node.meta.update(alias.meta)
+        again[alias] = node
+        made_here.add(node)
+    return again[alias]
 
 
 __all__ = ["functional_writes"]

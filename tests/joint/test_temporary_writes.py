@@ -10,7 +10,6 @@ import operator
 import pytest
 import torch
 from torch.fx import Graph, GraphModule
-from torch.fx.passes.shape_prop import ShapeProp
 
 import predispatch_func as pf
 from predispatch_func.joint.temporary_writes import functional_writes
@@ -84,14 +83,18 @@ def test_copy_into_a_strided_window_of_a_fresh_buffer(target, window):
 
 
 def _with_values(build, *inputs) -> Graph:
-    """``build()`` with each node's ``meta["val"]`` filled by running it."""
+    """``build()`` with each node's ``meta["val"]`` filled by running it: the tensor each node
+    returned, whose sizes, strides and storage offset the rewrite reads, as a trace's fakes."""
     graph = build()
-    gm = GraphModule(torch.nn.Module(), graph)
-    ShapeProp(gm).propagate(*inputs)
-    for node in graph.nodes:
-        if hasattr(node.meta.get("tensor_meta"), "shape"):
-            meta = node.meta["tensor_meta"]
-            node.meta["val"] = torch.empty_strided(meta.shape, meta.stride, dtype=meta.dtype)
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            result = super().run_node(node)
+            if isinstance(result, torch.Tensor):
+                node.meta["val"] = result
+            return result
+
+    Recorder(GraphModule(torch.nn.Module(), graph)).run(*(t.clone() for t in inputs))
     return graph
 
 
@@ -111,3 +114,53 @@ def test_writes_that_reach_more_than_a_temporary_stay_for_the_contract_check():
         return g
     graph = _rewritten(build, torch.randn(4, 2))
     assert _mutable(graph) == ["aten.add_.Scalar", "aten.mul_.Scalar", "aten.sub_.Scalar"]
+
+
+def test_writes_through_views_of_a_temporary_are_scattered_into_it():
+    """A write through a view (a diagonal, a split's half, a window of a strided temporary, an
+    ``out=`` into rows) is scattered into its temporary; views taken before it and read after it
+    read the written values; a write to an input stays (the program's own mutation)."""
+    def build():
+        g = Graph()
+        x = g.placeholder("x")
+        g.call_function(aten.add_.Scalar, (x, 1.0))  # an input: stays
+        square = g.call_function(aten.mul.Tensor, (x, x))
+        diagonal = g.call_function(aten.diagonal.default, (square, 0, -2, -1))
+        g.call_function(aten.fill_.Scalar, (diagonal, 1.0))  # svd's backward: E.diagonal().fill_(1)
+        halves = g.call_function(aten.split.Tensor, (square, 2))
+        first = g.call_function(operator.getitem, (halves, 0))  # taken before the next write
+        rows = g.call_function(aten.narrow.default, (square, 0, 2, 2))
+        g.call_function(aten.mul_.Scalar, (rows, 3.0))  # irfft's backward: a narrow doubled
+        buffer = g.call_function(aten.empty.memory_format, ([4, 4],), {"dtype": torch.float32})
+        top = g.call_function(aten.narrow.default, (buffer, 0, 0, 2))
+        g.call_function(aten.mm.out, (first, square), {"out": top})  # linear_cross_entropy: rows by mm(out=)
+        g.call_function(aten.fill_.Scalar, (g.call_function(aten.narrow.default, (buffer, 0, 2, 2)), 0.5))
+        g.output((square, first, buffer, diagonal))
+        return g
+    x = torch.randn(4, 4)
+    before = _run(build(), x)
+    graph = _with_values(build, x)
+    functional_writes(graph)
+    after = _run(graph, x)
+    for b, a in zip(before, after):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert _mutable(graph) == ["aten.add_.Scalar"]
+
+
+def test_a_strided_temporary_is_written_in_its_own_layout():
+    """irfft's backward writes a window of ``_fft_r2c``'s output, whose strides are not contiguous."""
+    def build():
+        g = Graph()
+        x = g.placeholder("x")
+        t = g.call_function(aten.permute.default, (g.call_function(aten.mul.Tensor, (x, 2.0)), [1, 0]))
+        fresh = g.call_function(aten.mul.Tensor, (t, 1.0))  # keeps t's (transposed) strides
+        g.call_function(aten.mul_.Scalar, (g.call_function(aten.narrow.default, (fresh, 1, 1, 2)), 2.0))
+        g.output((fresh,))
+        return g
+    x = torch.randn(4, 3)
+    before = _run(build(), x)
+    graph = _with_values(build, x)
+    assert not graph.find_nodes(op="call_function", target=aten.mul.Tensor)[1].meta["val"].is_contiguous()
+    functional_writes(graph)
+    torch.testing.assert_close(_run(graph, x)[0], before[0], rtol=0, atol=0)
+    assert _mutable(graph) == []
