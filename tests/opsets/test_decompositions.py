@@ -118,6 +118,9 @@ CASES: dict[str, list[tuple[str, str]]] = {
                                         ("linalg.norm", "subgradients_at_zero")],
     "aten._safe_softmax.default": [("torch.ops.aten._safe_softmax.default", "")],
     "aten.special_log_ndtr.default": [("special.log_ndtr", "")],
+    "aten.sinc.default": [("sinc", "")],
+    "aten.xlogy.Tensor": [("xlogy", "")],
+    "aten.special_xlog1py.default": [("special.xlog1py", "")],
     "aten.cholesky.default": [("cholesky", "")],
     "aten.sort.stable": [("sort", ""), ("argsort", "")],
     "aten._unique2.default": [("unique", "")],
@@ -246,7 +249,12 @@ WITHOUT_GRAD = {"aten._embedding_bag_forward_only.default"}
 BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.rrelu_with_noise_functional.default",
            "aten.empty_permuted.default", "aten.bernoulli.p", "aten._batch_norm_with_update_functional.default",
            "aten.cudnn_grid_sampler.default", "aten.uniform.default", "aten.select_copy.int",
-           "aten.slice_copy.Tensor", "aten.detach_copy.default", "aten.split_copy.Tensor"}
+           "aten.slice_copy.Tensor", "aten.detach_copy.default", "aten.split_copy.Tensor",
+           # the Python-number and special_ spellings of sinc, xlogy and xlog1py (the decomposition of the
+           # Tensor overload): tests/opsets/test_singular_points.py::test_scalar_and_special_spellings
+           "aten.special_sinc.default", "aten.xlogy.Scalar_Self", "aten.xlogy.Scalar_Other",
+           "aten.special_xlogy.default", "aten.special_xlogy.self_scalar", "aten.special_xlogy.other_scalar",
+           "aten.special_xlog1py.self_scalar", "aten.special_xlog1py.other_scalar"}
 # torch registers a decomposition for these, which ours replaces: adaptive_max_pool2d's declines windows of
 # uneven sizes (returns NotImplemented); _batch_norm_with_update_functional's gives the running statistics
 # autograd history the kernel's lack (ours: Core ATen's one batch-norm node, as on CPU); uniform's is
@@ -254,7 +262,11 @@ BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.
 REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_functional.default",
             "aten.uniform.default",
             # torch's gradients above autograd are NaN where eager's are not (singular_points.py)
-            "aten.linalg_vector_norm.default", "aten._safe_softmax.default", "aten.special_log_ndtr.default"}
+            "aten.linalg_vector_norm.default", "aten._safe_softmax.default", "aten.special_log_ndtr.default",
+            "aten.sinc.default", "aten.special_sinc.default", "aten.xlogy.Tensor", "aten.xlogy.Scalar_Self",
+            "aten.xlogy.Scalar_Other", "aten.special_xlogy.default", "aten.special_xlogy.self_scalar",
+            "aten.special_xlogy.other_scalar", "aten.special_xlog1py.default", "aten.special_xlog1py.self_scalar",
+            "aten.special_xlog1py.other_scalar"}
 
 
 def _opinfo(name: str, variant: str):

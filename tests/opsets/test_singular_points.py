@@ -2,10 +2,14 @@
 
 A lowered forward op is differentiated as its decomposition (``export(..., target=)`` and
 ``export_joint(..., target=)`` lower above autograd). torch's decompositions of
-``linalg_vector_norm``, ``_safe_softmax`` and ``special_log_ndtr`` have NaN gradients where
-eager's formulas give a value: a zero row through ``F.normalize``, attention with a query whose
-every key is masked (padding), ``log_ndtr`` right of 1. Each model here meets one such point;
-every path must give eager's gradients (opsets/decompositions/singular_points.py).
+``linalg_vector_norm``, ``_safe_softmax``, ``special_log_ndtr``, ``sinc``, ``xlogy`` and
+``xlog1py`` have NaN gradients where eager's formulas give a value: a zero row through
+``F.normalize``, attention with a query whose every key is masked (padding), ``log_ndtr`` right
+of 1, ``sinc`` at 0, ``xlogy(0, 0)``; our decomposition of ``i1`` differentiated ``|x|`` (0 at 0
+where I1' is 1/2). Each model here meets one such point; every path must give eager's gradients
+(opsets/decompositions/singular_points.py). Found by probing every unary and binary ufunc OpInfo
+at 0, ±1, ±2, ±3, ±6, ±20, 100 (values where eager's own gradient is infinite or NaN, at a
+pole, are not compared: ours may be finite there).
 """
 
 from __future__ import annotations
@@ -97,3 +101,88 @@ def test_eager_session_equals_eager(name):
     with pf.eager.on(CORE):
         _loss(model(*args)).backward()
     torch.testing.assert_close(model.w.grad, expected)
+
+
+class LogProductsWithZeros(torch.nn.Module):
+    """``xlogy(p, q)`` (a cross term of a KL divergence) where ``p`` and ``q`` are both 0: eager's
+    gradient in ``p`` is 0 there; torch's decomposition gave NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([0.0, 1.0, -900.0, 2.0], dtype=torch.float64))
+
+    def forward(self, x):
+        p = torch.softmax(self.w * x, -1)  # underflows to exactly 0 at -900
+        q = torch.tensor([0.2, 0.3, 0.0, 0.5], dtype=torch.float64)
+        return torch.xlogy(p, q) + torch.special.xlog1py(p, q - 1)
+
+
+class SincAtZero(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([0.0, 0.5, -1.5, 2.0], dtype=torch.float64))
+
+    def forward(self, x):
+        return torch.sinc(self.w * x)
+
+
+class BesselI1AtZero(torch.nn.Module):
+    """Our decomposition of I1 differentiated |x| (derivative 0 at 0; I1'(0) = 1/2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([0.0, 0.5, -1.5, 45.0, -45.0], dtype=torch.float64))
+
+    def forward(self, x):
+        return torch.special.i1(self.w * x) + torch.special.i1e(self.w * x)
+
+
+_MORE = {
+    "log_products_with_zeros": lambda: (LogProductsWithZeros(), (torch.ones(3, 4, dtype=torch.float64),)),
+    "sinc_at_zero": lambda: (SincAtZero(), (torch.ones(4, dtype=torch.float64),)),
+    "bessel_i1_at_zero": lambda: (BesselI1AtZero(), (torch.ones(5, dtype=torch.float64),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MORE))
+def test_more_singular_points_train_as_eager(name):
+    model, args = _MORE[name]()
+    expected = _eager_grad(model, args)
+    program = pf.export(copy.deepcopy(model), args, target=CORE).module()
+    _loss(program(*args)).backward()
+    torch.testing.assert_close(dict(program.named_parameters())["w"].grad, expected)
+    ep = pf.export_joint(model, args, loss_fn=_loss, target=CORE)
+    report = pf.verify_joint(ep, model, args, loss_fn=_loss, calls=2, target=CORE)
+    assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("call", [
+    lambda t: torch.xlogy(2.0, t), lambda t: torch.xlogy(t, 3.0), lambda t: torch.special.xlogy(t, t.abs() + 0.25),
+    lambda t: torch.special.xlogy(0.5, t), lambda t: torch.special.xlogy(t, 0.5),
+    lambda t: torch.special.xlog1py(t, t.abs() - 0.75), lambda t: torch.special.xlog1py(1.5, t),
+    lambda t: torch.special.xlog1py(t, 2.0), lambda t: torch.special.sinc(t),
+], ids=["xlogy_scalar_self", "xlogy_scalar_other", "special_xlogy", "special_xlogy_self_scalar",
+        "special_xlogy_other_scalar", "special_xlog1py", "special_xlog1py_self_scalar",
+        "special_xlog1py_other_scalar", "special_sinc"])
+def test_scalar_and_special_spellings(call):
+    """Each spelling the decompositions are registered for: values and gradients equal eager's,
+    zeros and a pole included."""
+    base = torch.tensor([0.0, 0.5, -1.0, 2.0, 0.0], dtype=torch.float64)
+
+    class Call(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(base.clone())
+
+        def forward(self, x):
+            return call(self.w * x)
+
+    model, args = Call(), (torch.ones(5, dtype=torch.float64),)
+    expected_grad = copy.deepcopy(model)
+    out = expected_grad(*args)
+    _loss(out).backward()
+    program = pf.export(copy.deepcopy(model), args, target=CORE).module()
+    got = program(*args)
+    torch.testing.assert_close(got, out.detach(), equal_nan=True)
+    _loss(got).backward()
+    torch.testing.assert_close(dict(program.named_parameters())["w"].grad, expected_grad.w.grad, equal_nan=True)

@@ -65,12 +65,14 @@ def _scaled_i(x: torch.Tensor, order: int) -> torch.Tensor:
     """``exp(-|x|) I_nu(x)`` for finite x: the series near 0, the expansion far out; I1 is odd."""
     magnitude = x.abs()
     near = magnitude <= _SERIES_TO
-    series = _i_series(torch.where(near, magnitude, torch.zeros_like(x)), order) * torch.exp(
+    # I1's series in x itself (odd, the same values): through |x| its derivative at 0 was 0, not 1/2
+    series = _i_series(torch.where(near, x if order else magnitude, torch.zeros_like(x)), order) * torch.exp(
         -torch.where(near, magnitude, torch.zeros_like(x)))
     far = torch.where(near, _full(x, _SERIES_TO * 2), magnitude)
     expansion = _asymptotic_sum(far, order, alternating=True) / torch.sqrt(2 * math.pi * far)
-    result = torch.where(near, series, expansion)
-    return torch.where(x < 0, -result, result) if order else result
+    if order:
+        expansion = torch.where(x < 0, -expansion, expansion)
+    return torch.where(near, series, expansion)
 
 
 def _i(order: int, scaled: bool) -> Callable[[torch.Tensor], torch.Tensor]:

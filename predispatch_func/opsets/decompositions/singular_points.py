@@ -14,7 +14,12 @@ lowers below autograd) give NaN there:
   torch's decomposition differentiates the NaN of a softmax over ``-inf`` before masking it;
 * ``special_log_ndtr``: eager's formula is one expression; torch's decomposition selects between
   two branches with ``where``, and the branch not taken overflows (its NaN gradient survives the
-  selection: 0 * inf).
+  selection: 0 * inf);
+* ``sinc`` at 0 (eager's gradient 0, the masked ``sin(x)/x``'s NaN);
+* ``xlogy`` and ``xlog1py`` where ``x`` is 0: eager's gradient in ``x`` is ``log(y)`` (0 where
+  ``y`` is at or below the log's pole), torch's decomposition masks the product and gives NaN
+  where ``log(y)`` is infinite and 0 everywhere else (an entropy ``-xlogy(p, p)`` of a softmax
+  that underflowed to 0 got NaN).
 
 Each is the same values, written so no unselected branch sees an argument where it is not finite
 (the "double where": each branch is fed a harmless value where it is not used).
@@ -87,8 +92,49 @@ def log_ndtr(x: torch.Tensor) -> torch.Tensor:
     return torch.where(lower, low, high)
 
 
+def sinc(x: torch.Tensor) -> torch.Tensor:
+    """``sin(pi x) / (pi x)``, 1 at 0, where the quotient is fed 1 (gradient 0 there, as eager's)."""
+    if not (x.is_floating_point() or x.is_complex()):
+        x = x.to(torch.get_default_dtype())
+    zero = x == 0
+    scaled = torch.where(zero, torch.ones_like(x), x) * math.pi
+    return torch.where(zero, torch.ones_like(x), torch.sin(scaled) / scaled)
+
+
+def _log_product(x: Any, y: Any, log: Callable[[torch.Tensor], torch.Tensor], pole: float) -> torch.Tensor:
+    """``x * log(y)``, 0 where x is 0 (NaN where y is), with eager's gradient: in x ``log(y)``, 0
+    where x is 0 and y at or below the pole; in y ``x / (y - pole)``."""
+    dtype = torch.result_type(x, y)  # a Python number takes part as a scalar does
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    device = (x if isinstance(x, torch.Tensor) else y).device
+    x, y = (v.to(dtype) if isinstance(v, torch.Tensor) else torch.scalar_tensor(v, dtype=dtype, device=device)
+            for v in (x, y))
+    at_pole = (x == 0) & (y <= pole)
+    return x * log(torch.where(at_pole, torch.full_like(y, pole + 1), y)) + 0.0  # + 0.0: 0 * log(y < 1) is -0
+
+
+def xlogy(x: Any, y: Any) -> torch.Tensor:
+    return _log_product(x, y, torch.log, 0.0)
+
+
+def xlog1py(x: Any, y: Any) -> torch.Tensor:
+    return _log_product(x, y, torch.log1p, -1.0)
+
+
 DECOMPOSITIONS: dict[Any, Callable] = {
     aten.linalg_vector_norm.default: vector_norm,
     tc.resolve_overload("aten", "_safe_softmax.default"): safe_softmax,
     aten.special_log_ndtr.default: log_ndtr,
+    aten.sinc.default: sinc,
+    aten.special_sinc.default: sinc,
+    aten.xlogy.Tensor: xlogy,
+    aten.xlogy.Scalar_Self: xlogy,
+    aten.xlogy.Scalar_Other: xlogy,
+    aten.special_xlogy.default: xlogy,
+    aten.special_xlogy.self_scalar: xlogy,
+    aten.special_xlogy.other_scalar: xlogy,
+    aten.special_xlog1py.default: xlog1py,
+    aten.special_xlog1py.self_scalar: xlog1py,
+    aten.special_xlog1py.other_scalar: xlog1py,
 }
