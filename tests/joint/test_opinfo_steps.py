@@ -43,3 +43,18 @@ def test_a_saved_sparse_tensor_is_refused_by_name():
     model, inputs = step_of("to_sparse", 0)  # its OpInfo's processing densifies the result
     with pytest.raises(pf.JointError, match="sparse_coo tensor autograd saved"):
         pf.export_joint(model, inputs, loss_fn=ramp_loss)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_cpu_flash_attention_called_directly_lowers_with_its_logsumexp(index):
+    """torch's decomposition of ``_scaled_dot_product_flash_attention_for_cpu`` returns the attention
+    weights as its second output; the kernel returns the logsumexp. Lowered with torch's, a direct
+    call's program returned the weights, silently (opsets/decompositions/attention.py)."""
+    name = "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu"
+    if name not in differentiable_ops():
+        pytest.skip(f"this torch's op_db has no {name}")
+    model, inputs = step_of(name, index)
+    core = pf.OpSet.core_aten()
+    ep = pf.export_joint(model, inputs, loss_fn=ramp_loss, target=core)
+    report = pf.verify_joint(ep, model, inputs, loss_fn=ramp_loss, calls=2, target=core)
+    assert report.ok, report.problems

@@ -37,6 +37,7 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
   in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``);
 * ``ldl``: LAPACK's symmetric indefinite factorization (Bunch-Kaufman pivoting) and its solve;
+* ``attention``: CPU flash attention and its backward (torch's returns the weights for the logsumexp);
 * ``singular_points``: ops torch decomposes itself, but whose gradient above autograd is NaN where
   eager's formula gives a value (a zero norm, a fully masked softmax row, ``log_ndtr``'s other branch);
 * ``spectral``: symmetric eigendecomposition and SVD by Jacobi rotations, and from them ``pinv``, ``polar``,
@@ -50,6 +51,7 @@ from typing import Any
 
 from . import (
     antialias,
+    attention,
     backward,
     bessel,
     complex_parts,
@@ -98,6 +100,7 @@ TABLE: dict[Any, Callable] = {
     **products.DECOMPOSITIONS,
     **sampling.DECOMPOSITIONS,
     **singular_points.DECOMPOSITIONS,
+    **attention.DECOMPOSITIONS,
 }
 
 # ops whose decomposition reads tensor data for a size or a Python value (``.item()``): pf.eager runs
