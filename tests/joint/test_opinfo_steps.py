@@ -97,14 +97,13 @@ REFUSED["core_aten"] = {
         "special.polygamma.special_polygamma_n_0", "to_sparse")},
     **{name: _EFFECT_TOKEN for name in (
         "linalg.cholesky", "linalg.inv", "linalg.lu_factor", "linalg.solve", "linalg.tensorinv", "linalg.tensorsolve")},
-    # the decomposition does not depend on the input (zero_) or not on the sample's upper triangle
-    # (cholesky_inverse), where eager's formula gives a zero gradient: nothing to differentiate
-    "cholesky_inverse": "the loss does not require grad", "zero_": "the loss does not require grad",
+    # the decomposition does not depend on the sample's upper triangle, where eager's formula gives a
+    # zero gradient: nothing to differentiate
+    "cholesky_inverse": "the loss does not require grad",
 }
 DIFFERS = {"core_aten": {
     "as_strided_scatter": "eager's derivative gives self the gradient on the positions src overwrote; the "
                           "decomposition's is the definition's (tests/opsets/test_decompositions.py)",
-    "copysign": "eager's gradient in `other` is a zero tensor; the decomposition does not depend on `other`: None",
 }}
 
 

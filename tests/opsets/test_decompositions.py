@@ -260,7 +260,8 @@ BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.
            # Tensor overload): tests/opsets/test_singular_points.py::test_scalar_and_special_spellings
            "aten.special_sinc.default", "aten.xlogy.Scalar_Self", "aten.xlogy.Scalar_Other",
            "aten.special_xlogy.default", "aten.special_xlogy.self_scalar", "aten.special_xlogy.other_scalar",
-           "aten.special_xlog1py.self_scalar", "aten.special_xlog1py.other_scalar"}
+           "aten.special_xlog1py.self_scalar", "aten.special_xlog1py.other_scalar",
+           "aten.zero.default"}  # zero_ (its OpInfo reaches the in-place op): test_zero_gradients_stay_tensors
 # torch registers a decomposition for these, which ours replaces: adaptive_max_pool2d's declines windows of
 # uneven sizes (returns NotImplemented); _batch_norm_with_update_functional's gives the running statistics
 # autograd history the kernel's lack (ours: Core ATen's one batch-norm node, as on CPU); uniform's is
@@ -273,6 +274,7 @@ REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_fu
             "aten.xlogy.Scalar_Other", "aten.special_xlogy.default", "aten.special_xlogy.self_scalar",
             "aten.special_xlogy.other_scalar", "aten.special_xlog1py.default", "aten.special_xlog1py.self_scalar",
             "aten.special_xlog1py.other_scalar",
+            "aten.zero.default",  # torch's does not depend on its input: gradient None, eager's is zeros
             # torch's returns the attention weights where the kernel returns the logsumexp (attention.py)
             "aten._scaled_dot_product_flash_attention_for_cpu.default"}
 

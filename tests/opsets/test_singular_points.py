@@ -186,3 +186,32 @@ def test_scalar_and_special_spellings(call):
     torch.testing.assert_close(got, out.detach(), equal_nan=True)
     _loss(got).backward()
     torch.testing.assert_close(dict(program.named_parameters())["w"].grad, expected_grad.w.grad, equal_nan=True)
+
+
+class ZeroTensorGradients(torch.nn.Module):
+    """``x.zero_()`` and ``copysign(x, y)`` in ``y``: eager's gradient is a zero tensor, which an
+    optimizer steps (weight decay, momentum) where it skips a None."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([0.5, -1.5, 2.0], dtype=torch.float64))
+        self.v = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.0], dtype=torch.float64))
+
+    def forward(self, x):
+        return torch.copysign(self.w * x, self.v) + (self.v * 1.0).zero_()
+
+
+def test_zero_gradients_stay_tensors():
+    model, args = ZeroTensorGradients(), (torch.ones(3, dtype=torch.float64),)
+    eager = copy.deepcopy(model)
+    _loss(eager(*args)).backward()
+    assert eager.v.grad is not None and not eager.v.grad.any()
+    program = pf.export(copy.deepcopy(model), args, target=CORE).module()
+    _loss(program(*args)).backward()
+    grads = {n: p.grad for n, p in program.named_parameters()}
+    assert grads["v"] is not None
+    torch.testing.assert_close(grads["v"], eager.v.grad)
+    torch.testing.assert_close(grads["w"], eager.w.grad)
+    ep = pf.export_joint(model, args, loss_fn=_loss, target=CORE)
+    report = pf.verify_joint(ep, model, args, loss_fn=_loss, calls=2, target=CORE)
+    assert report.ok, report.problems

@@ -59,8 +59,14 @@ def _flash_attention_for_cpu(query: torch.Tensor, key: torch.Tensor, value: torc
         raise NotImplementedError(f"{_FLASH_CPU}: no decomposition with dropout (dropout_p={dropout_p})")
     accumulate, groups = _accumulate(query), query.size(1) // key.size(1)
     scores, _ = _scores(query, _per_query_head(key, groups), is_causal, attn_mask, scale, accumulate)
+    # a row with nothing to attend to (every score -inf): its logsumexp taken over zeros and its weights
+    # set to 0, so differentiated above autograd (export) it has eager's gradient 0, not softmax's NaN
+    empty = (scores == float("-inf")).all(-1, keepdim=True)
+    scores = torch.where(empty, torch.zeros_like(scores), scores)
     logsumexp = scores.logsumexp(-1, keepdim=True)
-    output = ((scores - _finite(logsumexp)).exp() @ _per_query_head(value, groups).to(accumulate)).to(query.dtype)
+    weights = torch.where(empty, torch.zeros_like(scores), (scores - logsumexp).exp())
+    output = (weights @ _per_query_head(value, groups).to(accumulate)).to(query.dtype)
+    logsumexp = torch.where(empty, torch.full_like(logsumexp, float("-inf")), logsumexp)
     if not query.is_contiguous() and query.transpose(1, 2).is_contiguous():  # the kernel's output is laid out
         output = output.transpose(1, 2).contiguous().transpose(1, 2)  # like the query: (batch, len, heads)
     # eager's derivative treats the logsumexp as not differentiable; kept in the kernel's (batch, len, heads) memory

@@ -63,7 +63,10 @@ def copysign(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         b = b.to(magnitude.dtype)
     dtype = torch.result_type(magnitude, b)
     magnitude = magnitude.to(dtype)
-    return torch.where(signbit(b), -magnitude, magnitude)
+    result = torch.where(signbit(b), -magnitude, magnitude)
+    if b.requires_grad:  # eager's gradient in b is a zero tensor, not None (an optimizer skips None)
+        result = torch.where(torch.zeros((), dtype=torch.bool, device=result.device), b, result)
+    return result
 
 
 def angle(x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Decompositions whose gradient is eager's where torch's own is NaN.
+"""Decompositions whose gradient is eager's where torch's own is NaN, or missing.
 
 ``export(..., target=)``, ``export_joint(..., target=)`` and ``pf.eager`` lower a forward op
 above autograd, so autograd differentiates the decomposition, not eager's derivative
@@ -23,6 +23,10 @@ lowers below autograd) give NaN there:
 
 Each is the same values, written so no unselected branch sees an argument where it is not finite
 (the "double where": each branch is fed a harmless value where it is not used).
+
+And ``zero`` (``x.zero_()``): eager's gradient in ``x`` is a zero tensor; torch's decomposition
+(``zeros_like``) does not depend on ``x``, so a program's gradient was None, or its loss did not
+require grad at all. ``fill(x, 0)`` has eager's. (``copysign``'s, ours, in elementwise.py.)
 """
 
 from __future__ import annotations
@@ -122,7 +126,12 @@ def xlog1py(x: Any, y: Any) -> torch.Tensor:
     return _log_product(x, y, torch.log1p, -1.0)
 
 
+def zero(x: torch.Tensor) -> torch.Tensor:
+    return aten.fill.Scalar(x, 0) if x.requires_grad else torch.zeros_like(x)
+
+
 DECOMPOSITIONS: dict[Any, Callable] = {
+    aten.zero.default: zero,
     aten.linalg_vector_norm.default: vector_norm,
     tc.resolve_overload("aten", "_safe_softmax.default"): safe_softmax,
     aten.special_log_ndtr.default: log_ndtr,
