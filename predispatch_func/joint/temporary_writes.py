@@ -186,7 +186,7 @@ def _one_write_through_a_view(graph: torch.fx.Graph, made_here: set[torch.fx.Nod
         if written is None or writer not in made_here:
             continue
         base = _base_of(written)
-        family = _aliases_of(base, nodes) if _fresh_dense(base, made_here) else None
+        family = _aliases_of(base, nodes) if _fresh(base, made_here) else None
         if family is None or writer not in family:
             continue
         twin = functional_twin(writer.target)
@@ -227,26 +227,10 @@ def _base_of(node: torch.fx.Node) -> torch.fx.Node:
     return node
 
 
-def _fresh_dense(base: torch.fx.Node, made_here: set[torch.fx.Node]) -> bool:
-    value = base.meta.get("val")
+def _fresh(base: torch.fx.Node, made_here: set[torch.fx.Node]) -> bool:
+    """A value the backward made by an op that returns a new tensor (not a view, not a write)."""
     return bool(base in made_here and _aliased(base) is None and isinstance(base.target, tc.OpOverload)
-            and not tc.schema_of(base.target).is_mutable and isinstance(value, torch.Tensor)
-            and _dense(value) and value.storage_offset() == 0)
-
-
-def _dense(value: torch.Tensor) -> bool:
-    """Its elements fill its storage, each once (contiguous in some order of its dimensions), so a
-    window of it is a window of a functional copy that keeps its strides (``as_strided_scatter``)."""
-    if not _static(value):
-        return False  # symbolic sizes: no window of it to state with constants
-    if value.numel() == 0:
-        return True
-    expected = 1
-    for size, stride in sorted(((s, st) for s, st in zip(value.shape, value.stride()) if s != 1), key=lambda d: d[1]):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+                and not tc.schema_of(base.target).is_mutable and isinstance(base.meta.get("val"), torch.Tensor))
 
 
 def _static(value: torch.Tensor) -> bool:
@@ -267,31 +251,29 @@ def _aliases_of(base: torch.fx.Node, nodes: list[torch.fx.Node]) -> list[torch.f
 def _scatter_the_write(graph: torch.fx.Graph, writer: torch.fx.Node, twin: tc.OpOverload, window: torch.fx.Node,
                        base: torch.fx.Node, family: list[torch.fx.Node], position: dict, made_here: set[torch.fx.Node],
                        *, by_index: bool) -> bool:
-    """``writer`` computed functionally and scattered into ``base`` at the window's place; readers
-    after it of ``base`` read the result, of an alias taken before it the same view of the result."""
-    view = window.meta.get("val")
-    if window is not base and (not isinstance(view, torch.Tensor) or view.dtype != base.meta["val"].dtype
-                               or not _static(view)):
-        return False  # a window of another dtype (real of a complex temporary): no strided scatter states it
-    if by_index and window is not base and not base.meta["val"].is_contiguous():
-        return False  # written by flat index: only into a contiguous temporary
+    """``writer`` computed functionally and scattered back into ``base`` view by view (each view's
+    inverse: ``slice_scatter`` for a ``narrow``, ``diagonal_scatter`` for a ``diagonal``, ...: by
+    logical index, so the result does not depend on strides, which a fake value may record
+    otherwise than the kernel lays out: ``_fft_r2c`` on torch 2.11); readers after it of ``base``
+    read the result, of an alias taken before it the same view of the result."""
+    chain = []
+    node = window
+    while node is not base:
+        if not _invertible(node, by_index):
+            return False
+        chain.append(node)
+        node = _source_of(node)
     kwargs = {k: v for k, v in writer.kwargs.items() if k != "out"}
     later = {n for n in graph.nodes if position[n] > position[writer]}
     with graph.inserting_before(writer):
         value = graph.call_function(twin, writer.args, kwargs)
         value.meta.update(writer.meta)
-        value.meta["val"] = view if "out" in writer.kwargs else writer.meta.get("val")
-        if window is base:
-            result = value
-        elif by_index and base.meta["val"].is_contiguous():
-            result = _written_by_index(graph, base, value, list(view.shape), list(view.stride()),
-                                       view.storage_offset())
-        else:
-            result = graph.call_function(aten.as_strided_scatter.default, (
-                base, value, list(view.shape), list(view.stride()), view.storage_offset()))
-            result.meta.update({k: v for k, v in writer.meta.items() if k != "val"})
-            result.meta["val"] = base.meta["val"]
-        made_here.update({value, result})
+        value.meta["val"] = window.meta.get("val") if "out" in writer.kwargs else writer.meta.get("val")
+        made_here.add(value)
+        result = value
+        for view in chain:
+            result = _scattered_back(graph, view, result, writer)
+            made_here.add(result)
         again: dict[torch.fx.Node, torch.fx.Node] = {base: result}
         for member in [m for m in family if position[m] < position[writer]] + [writer]:
             readers = [u for u in member.users if u in later]
@@ -303,6 +285,92 @@ def _scatter_the_write(graph: torch.fx.Graph, writer: torch.fx.Node, twin: tc.Op
         reader.replace_input_with(base, result)
     graph.erase_node(writer)
     return True
+
+
+_SPLITS = (aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int)
+_SAME_ELEMENTS = (aten.view.default, tc.resolve_overload("aten", "_unsafe_view.default"), aten.reshape.default, aten.squeeze.dim,
+                  aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default, aten.flatten.using_ints)
+
+
+def _source_of(view: torch.fx.Node) -> torch.fx.Node:
+    source = view.args[0]
+    if view.target is operator.getitem:
+        assert isinstance(source, torch.fx.Node)
+        source = source.args[0]
+    assert isinstance(source, torch.fx.Node)
+    return source
+
+
+def _invertible(view: torch.fx.Node, by_index: bool) -> bool:
+    """A view whose write-back by logical index is written below (``_scattered_back``)."""
+    target = view.target
+    if target is operator.getitem:
+        multi = view.args[0]
+        return isinstance(multi, torch.fx.Node) and multi.target in _SPLITS and isinstance(view.args[1], int) \
+            and all(_static(t) for t in multi.meta.get("val", ()))
+    if target in _SAME_ELEMENTS:
+        source = view.args[0]
+        return isinstance(source, torch.fx.Node) and isinstance(source.meta.get("val"), torch.Tensor) \
+            and _static(source.meta["val"])
+    if target is aten.as_strided.default:
+        return not by_index
+    if target is aten.real.default:  # of a real tensor: the tensor itself (qr's backward halves a diagonal's real part)
+        source = view.args[0]
+        return isinstance(source, torch.fx.Node) and isinstance(source.meta.get("val"), torch.Tensor) \
+            and not source.meta["val"].is_complex()
+    return target in (aten.narrow.default, aten.slice.Tensor, aten.select.int, aten.diagonal.default,
+                      aten.permute.default, aten.transpose.int, aten.t.default, aten.alias.default,
+                      aten.detach.default) \
+        and all(not isinstance(a, torch.fx.Node) for a in view.args[1:])
+
+
+def _scattered_back(graph: torch.fx.Graph, view: torch.fx.Node, content: torch.fx.Node,
+                    writer: torch.fx.Node) -> torch.fx.Node:
+    """The source of ``view`` with ``view``'s elements replaced by ``content``."""
+    source = _source_of(view)
+    target: Any = view.target
+    rest: list[Any] = list(view.args[1:])
+    call: tuple[Any, tuple]
+    if target is operator.getitem:
+        multi: Any = view.args[0]
+        index: Any = view.args[1]
+        dim: Any = _argument(multi, 2 if multi.target is not aten.unbind.int else 1, "dim", 0)
+        if multi.target is aten.unbind.int:
+            call = (aten.select_scatter.default, (source, content, dim, index))
+        else:
+            sizes = [t.shape[dim] for t in multi.meta["val"]]
+            start = sum(sizes[:index])
+            call = (aten.slice_scatter.default, (source, content, dim, start, start + sizes[index], 1))
+    elif target is aten.narrow.default:
+        along, start, length = rest
+        call = (aten.slice_scatter.default, (source, content, along, start, start + length, 1))
+    elif target is aten.slice.Tensor:
+        call = (aten.slice_scatter.default, (source, content, *rest))
+    elif target is aten.select.int:
+        call = (aten.select_scatter.default, (source, content, *rest))
+    elif target is aten.diagonal.default:
+        call = (aten.diagonal_scatter.default, (source, content, *rest))
+    elif target is aten.as_strided.default:
+        call = (aten.as_strided_scatter.default, (source, content, *rest))
+    elif target in _SAME_ELEMENTS:
+        call = (aten.view.default, (content, list(source.meta["val"].shape)))
+    elif target is aten.permute.default:
+        dims = [d % len(rest[0]) for d in rest[0]]
+        call = (aten.permute.default, (content, sorted(range(len(dims)), key=dims.__getitem__)))
+    elif target in (aten.transpose.int, aten.t.default):
+        call = (target, (content, *rest))
+    else:  # alias, detach, real of a real tensor: the same elements
+        return content
+    node = graph.call_function(call[0], call[1], dict(view.kwargs) if call[0] is target else {})
+    node.meta.update({k: v for k, v in writer.meta.items() if k != "val"})
+    node.meta["val"] = source.meta.get("val")
+    return node
+
+
+def _argument(node: torch.fx.Node, position: int, name: str, default: Any) -> Any:
+    if len(node.args) > position:
+        return node.args[position]
+    return node.kwargs.get(name, default)
 
 
 def _taken_again(graph: torch.fx.Graph, alias: torch.fx.Node, again: dict[torch.fx.Node, torch.fx.Node],

@@ -164,3 +164,25 @@ def test_a_strided_temporary_is_written_in_its_own_layout():
     functional_writes(graph)
     torch.testing.assert_close(_run(graph, x)[0], before[0], rtol=0, atol=0)
     assert _mutable(graph) == []
+
+
+def test_the_write_back_does_not_read_strides_from_fake_values():
+    """A fake value may record other strides than the kernel lays out (torch 2.11's ``_fft_r2c``:
+    contiguous in the fake, not at run time): the window is scattered back by logical index
+    (``slice_scatter`` for a ``narrow``), so the program is right whatever the layout. With the
+    fake's strides in an ``as_strided_scatter`` the gradient of irfft was off by 4.5, silently."""
+    def build():
+        g = Graph()
+        x = g.placeholder("x")
+        fresh = g.call_function(aten.mul.Tensor, (x, 2.0))
+        g.call_function(aten.mul_.Scalar, (g.call_function(aten.narrow.default, (fresh, 1, 1, 2)), 3.0))
+        g.output((fresh,))
+        return g
+    x = torch.randn(4, 3)
+    before = _run(build(), x)
+    graph = _with_values(build, x)
+    fresh = graph.find_nodes(op="call_function", target=aten.mul.Tensor)[0]
+    fresh.meta["val"] = torch.empty_strided((4, 3), (1, 4))  # what a fake kernel might have said
+    functional_writes(graph)
+    assert _mutable(graph) == []
+    torch.testing.assert_close(_run(graph, x)[0], before[0], rtol=0, atol=0)
