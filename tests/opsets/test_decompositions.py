@@ -205,6 +205,10 @@ CASES: dict[str, list[tuple[str, str]]] = {
 # float32 gradients of logcumsumexp on the sample of 1e4-sized values: one ulp of the forward at 1e4 is
 # 1e-3, which the backward's exp(x - out) turns into a relative 1e-3 (eager's own error is as large)
 LOOSER = {("aten._logcumsumexp.default", False): {"rtol": 1e-2, "atol": 1e-3},
+          # float32 attention over scores of magnitude ~100 (the OpInfo's samples reach 9): the kernel sums
+          # blockwise with an online softmax, ours in one pass; 4e-5 apart on outputs of ~10 (4e-6 relative)
+          ("aten._scaled_dot_product_flash_attention_for_cpu.default", False): {"rtol": 1e-5, "atol": 1e-4},
+          ("aten._scaled_dot_product_flash_attention_for_cpu_backward.default", False): {"rtol": 1e-5, "atol": 1e-4},
           # float32 sums of some 50 products of magnitude 10-100 cancelling: eager's own error
           # against float64 is 2e-4 there, and two summation orders differ by as much
           ("aten.addbmm.default", False): {"rtol": 1e-4, "atol": 1e-3},
