@@ -209,6 +209,9 @@ LOOSER = {("aten._logcumsumexp.default", False): {"rtol": 1e-2, "atol": 1e-3},
           # blockwise with an online softmax, ours in one pass; 4e-5 apart on outputs of ~10 (4e-6 relative)
           ("aten._scaled_dot_product_flash_attention_for_cpu.default", False): {"rtol": 1e-5, "atol": 1e-4},
           ("aten._scaled_dot_product_flash_attention_for_cpu_backward.default", False): {"rtol": 1e-5, "atol": 1e-4},
+          # float32 log_ndtr's derivative far left (about |x|: 8.5 at x = -8.5) through erfcx in float32: 3e-6
+          # relative from eager's formula
+          ("aten.special_log_ndtr.default", False): {"rtol": 1e-5, "atol": 1e-4},
           # float32 sums of some 50 products of magnitude 10-100 cancelling: eager's own error
           # against float64 is 2e-4 there, and two summation orders differ by as much
           ("aten.addbmm.default", False): {"rtol": 1e-4, "atol": 1e-3},
