@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..op_schema import Match, functional_twin, written_besides_out
+from ..op_schema import Match, functional_twin
 
 aten = torch.ops.aten
 
@@ -201,10 +201,10 @@ def _written_tensor(node: torch.fx.Node) -> torch.fx.Node | None:
     """The one tensor ``node`` writes: an in-place op's first argument, or its single ``out=``."""
     if node.op != "call_function" or not isinstance(node.target, tc.OpOverload):
         return None
-    written = [name for _, name in tc.written_arguments(node.target)]
-    if written == ["out"] and not written_besides_out(node.target) and isinstance(node.kwargs.get("out"), torch.fx.Node):
+    written = tc.written_arguments(node.target)
+    if [name for _, name in written] == ["out"] and isinstance(node.kwargs.get("out"), torch.fx.Node):
         return node.kwargs["out"]  # type: ignore[return-value]
-    if [i for i, _ in tc.written_arguments(node.target)] == [0] and node.args and isinstance(node.args[0], torch.fx.Node):
+    if [i for i, _ in written] == [0] and node.args and isinstance(node.args[0], torch.fx.Node):
         return node.args[0]
     return None
 
@@ -288,8 +288,10 @@ def _scatter_the_write(graph: torch.fx.Graph, writer: torch.fx.Node, twin: tc.Op
 
 
 _SPLITS = (aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int)
-_SAME_ELEMENTS = (aten.view.default, tc.resolve_overload("aten", "_unsafe_view.default"), aten.reshape.default, aten.squeeze.dim,
-                  aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default, aten.flatten.using_ints)
+# views of the same elements in another shape (not reshape or flatten: they copy a tensor no view can
+# reshape, and a write into the copy leaves the source as it was)
+_SAME_ELEMENTS = (aten.view.default, tc.resolve_overload("aten", "_unsafe_view.default"), aten.squeeze.dim,
+                  aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default)
 
 
 def _source_of(view: torch.fx.Node) -> torch.fx.Node:

@@ -147,42 +147,47 @@ def test_writes_through_views_of_a_temporary_are_scattered_into_it():
     assert _mutable(graph) == ["aten.add_.Scalar"]
 
 
-def test_a_strided_temporary_is_written_in_its_own_layout():
-    """irfft's backward writes a window of ``_fft_r2c``'s output, whose strides are not contiguous."""
+@pytest.mark.parametrize("fake_strides", [None, (1, 4)], ids=["fake_as_run", "fake_other_strides"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "transposed"])
+def test_a_window_is_written_back_whatever_the_layout(transposed, fake_strides):
+    """irfft's backward writes a window of ``_fft_r2c``'s output, whose strides are not contiguous,
+    and a fake value may record other strides than the kernel lays out (torch 2.11's ``_fft_r2c``:
+    contiguous in the fake, not at run time). The window is written back by logical index
+    (``slice_scatter`` for a ``narrow``): with the fake's strides in an ``as_strided_scatter`` the
+    gradient of irfft was off by 4.5, silently."""
     def build():
         g = Graph()
         x = g.placeholder("x")
-        t = g.call_function(aten.permute.default, (g.call_function(aten.mul.Tensor, (x, 2.0)), [1, 0]))
-        fresh = g.call_function(aten.mul.Tensor, (t, 1.0))  # keeps t's (transposed) strides
-        g.call_function(aten.mul_.Scalar, (g.call_function(aten.narrow.default, (fresh, 1, 1, 2)), 2.0))
-        g.output((fresh,))
+        doubled = g.call_function(aten.mul.Tensor, (x, 2.0))
+        if transposed:  # a temporary that keeps a transposed layout
+            doubled = g.call_function(aten.mul.Tensor, (g.call_function(aten.permute.default, (doubled, [1, 0])), 1.0))
+        g.call_function(aten.mul_.Scalar, (g.call_function(aten.narrow.default, (doubled, 1, 1, 2)), 3.0))
+        g.output((doubled,))
         return g
-    x = torch.randn(4, 3)
+    x = torch.randn(4, 3) if not transposed else torch.randn(3, 4)
     before = _run(build(), x)
     graph = _with_values(build, x)
-    assert not graph.find_nodes(op="call_function", target=aten.mul.Tensor)[1].meta["val"].is_contiguous()
+    fresh = graph.find_nodes(op="call_function", target=aten.mul.Tensor)[-1]
+    assert fresh.meta["val"].is_contiguous() != transposed
+    if fake_strides is not None:
+        fresh.meta["val"] = torch.empty_strided((4, 3), fake_strides)  # what a fake kernel might have said
     functional_writes(graph)
-    torch.testing.assert_close(_run(graph, x)[0], before[0], rtol=0, atol=0)
     assert _mutable(graph) == []
+    torch.testing.assert_close(_run(graph, x)[0], before[0], rtol=0, atol=0)
 
 
-def test_the_write_back_does_not_read_strides_from_fake_values():
-    """A fake value may record other strides than the kernel lays out (torch 2.11's ``_fft_r2c``:
-    contiguous in the fake, not at run time): the window is scattered back by logical index
-    (``slice_scatter`` for a ``narrow``), so the program is right whatever the layout. With the
-    fake's strides in an ``as_strided_scatter`` the gradient of irfft was off by 4.5, silently."""
+def test_a_write_into_a_reshape_stays_for_the_contract_check():
+    """``reshape`` of a tensor no view can reshape copies it: a write into the copy leaves the
+    temporary as it was, so it is not scattered back (eager's values), but left, and refused."""
     def build():
         g = Graph()
         x = g.placeholder("x")
-        fresh = g.call_function(aten.mul.Tensor, (x, 2.0))
-        g.call_function(aten.mul_.Scalar, (g.call_function(aten.narrow.default, (fresh, 1, 1, 2)), 3.0))
+        fresh = g.call_function(aten.permute.default, (g.call_function(aten.mul.Tensor, (x, 2.0)), [1, 0]))
+        copy = g.call_function(aten.reshape.default, (g.call_function(aten.mul.Tensor, (fresh, 1.0)), [-1]))
+        g.call_function(aten.mul_.Scalar, (copy, 3.0))
         g.output((fresh,))
         return g
     x = torch.randn(4, 3)
-    before = _run(build(), x)
     graph = _with_values(build, x)
-    fresh = graph.find_nodes(op="call_function", target=aten.mul.Tensor)[0]
-    fresh.meta["val"] = torch.empty_strided((4, 3), (1, 4))  # what a fake kernel might have said
     functional_writes(graph)
-    assert _mutable(graph) == []
-    torch.testing.assert_close(_run(graph, x)[0], before[0], rtol=0, atol=0)
+    assert _mutable(graph) == ["aten.mul_.Scalar"]
