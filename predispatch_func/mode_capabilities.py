@@ -32,7 +32,8 @@ class ObservesOpaqueCalls(Protocol):
     def before_opaque_call(self, operands: list[Any]) -> None: ...
 
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
-                            non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None: ...
+                            non_differentiable: Sequence[int] = (), backward_unchecked: bool = False,
+                            saved_results: Sequence[int] = ()) -> None: ...
 
     def opaque_body(self) -> AbstractContextManager[None]:
         """Around torch's functionalization of a HOP's bodies, which run under this mode on

@@ -35,8 +35,12 @@ class _ReplayedFunction(torch.autograd.Function):
         results, saved = flat[:n_results], flat[n_results:]
         ctx.save_for_backward(*saved)
         ctx.bwd, ctx.n_outputs, ctx.grads_for, ctx.n_operands = bwd, n_outputs, grads_for, len(operands)
-        ctx.mark_non_differentiable(*(results[i] for i in non_differentiable), *saved)
-        return (*results, *saved)
+        # an output the user saved (or kept on ctx) is one tensor in both groups: returned again as
+        # itself and marked non-differentiable, it made the output so too (the loss then needed no
+        # grad, or its gradient silently skipped the Function), so the saved group gets an alias
+        returned_saved = tuple(s.detach() if any(s is r for r in results) else s for s in saved)
+        ctx.mark_non_differentiable(*(results[i] for i in non_differentiable), *returned_saved)
+        return (*results, *returned_saved)
 
     @staticmethod
     def backward(ctx, *grads):

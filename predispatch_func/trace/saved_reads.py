@@ -116,6 +116,14 @@ class SavedReads:
                 continue
             self._saved.setdefault(key, what)
 
+    def note_saved_results(self, what: str, results: list[Any]) -> None:
+        """Results of such a call that its backward reads (a custom Function that saved its output)."""
+        if not torch.is_grad_enabled():
+            return
+        for t in results:
+            if isinstance(t, tc.FunctionalTensor) and may_carry_grad(t):
+                self._saved.setdefault(tc.storage_key(t), f"{what} (as its result)")
+
     def note_unchecked_read(self, what: str, operands: list[Any]) -> None:
         """A HOP whose eager backward reads its operands without autograd's version check
         (``while_loop``, ``scan`` in torch 2.13): after an in-place write to one, eager's

@@ -143,7 +143,8 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             self.identity.opaque_bodies -= 1
 
     def observe_opaque_call(self, what: str, operands: list[Any], results: list[Any], *, keeps_inputs: bool,
-                            non_differentiable: Sequence[int] = (), backward_unchecked: bool = False) -> None:
+                            non_differentiable: Sequence[int] = (), backward_unchecked: bool = False,
+                            saved_results: Sequence[int] = ()) -> None:
         """A call this mode does not dispatch as one op (a torch HOP, a custom autograd.Function),
         observed as an op's: its reads by the saved-read watch (saved_reads.SavedReads), its
         results by every observer. Without it a write through a result found no base to keep its
@@ -152,6 +153,7 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
             self.saved_reads.note_opaque_read(what, operands, keeps_inputs=keeps_inputs)
             if backward_unchecked:
                 self.saved_reads.note_unchecked_read(what, operands)
+            self.saved_reads.note_saved_results(what, [results[i] for i in saved_results])
         call = OpCall(what, tuple(t for t in operands if isinstance(t, torch.Tensor)), {}, [])
         for observer in self._observers:
             observer.after(call, results)

@@ -110,12 +110,18 @@ def gen_function(b) -> bool:
         return False
     (out,) = _fresh_names(b, 1)
     n = b.counter
-    kind = b.one_of(["saved", "dirty", "region", "identity", "no_materialize"])
+    kind = b.one_of(["saved", "saved_output", "ctx_output", "dirty", "region", "identity", "no_materialize"])
     scale = b.one_of([2.0, -1.0, 0.5])
     grads, pick = "g", ""
     if kind == "saved":
         forward = ["        ctx.save_for_backward(a)", f"        return {_body_expr(b, 'a')}"]
         backward = ["        (a,) = ctx.saved_tensors", f"        return g * a.cos() * {scale}"]
+    elif kind == "saved_output":  # the backward reads the output (a hand-written sigmoid or exp)
+        forward = [f"        y = {_body_expr(b, 'a')}", "        ctx.save_for_backward(y)", "        return y"]
+        backward = ["        (y,) = ctx.saved_tensors", f"        return g * (y + {scale})"]
+    elif kind == "ctx_output":  # the same, kept as a ctx attribute instead of saved
+        forward = [f"        y = {_body_expr(b, 'a')}", "        ctx.y = y", "        return y"]
+        backward = [f"        return g * (ctx.y * {scale} + 1.0)"]
     elif kind == "dirty":
         forward = ["        a.mul_(2)", "        ctx.mark_dirty(a)", "        return a"]
         backward = [f"        return g * {scale}"]

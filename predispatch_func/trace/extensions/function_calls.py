@@ -66,8 +66,20 @@ def record_call(hop: Any, constants: tuple, fwd_gm: torch.fx.GraphModule, bwd_gm
     mode = observer_of_opaque_calls(tc.active_functional_mode())
     if mode is not None:  # reads and results as an op's (a `.data` write must not slip past what it saved)
         mode.observe_opaque_call(f"autograd.Function {constants[0]}", operands, wrapped, keeps_inputs=True,
-                                 non_differentiable=constants[3])
+                                 non_differentiable=constants[3],
+                                 saved_results=_results_it_saves(values, constants[2], exposed))
     return wrapped
+
+
+def _results_it_saves(values: tuple, n_results: int, exposed: int) -> list[int]:
+    """The results (among the first ``exposed``) whose storage a saved value shares: the Function
+    saved its output, or kept it (or a view of it) on ``ctx``, so its backward reads it as eager
+    leaves it then (a ``.data`` write after the call changes what eager's backward reads)."""
+    saved = {tc.StorageWeakRef(v.untyped_storage()) for v in values[n_results:]
+             if isinstance(v, torch.Tensor) and v.layout == torch.strided}
+    return [i for i, v in enumerate(values[:exposed])
+            if isinstance(v, torch.Tensor) and v.layout == torch.strided
+            and tc.StorageWeakRef(v.untyped_storage()) in saved]
 
 
 def read_operands(operands: list[Any]) -> list[Any]:
