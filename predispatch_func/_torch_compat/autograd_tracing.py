@@ -77,6 +77,12 @@ def untracked_arguments_resolved(mode: Any, resolve: Callable[[torch.Tensor], No
     a backward op a new tensor object for each saved tensor that had autograd history; the
     proxy mode tracks tensors by object and would otherwise record it as a constant.
 
+    Where ``resolve`` knows no value for it either, the argument is read as the value the mode
+    tracks in the same storage with the same layout: a tensor made below the recording level
+    from a graph value, kept outside autograd's saved tensors (the chunked
+    ``linear_cross_entropy`` keeps detached forward outputs on its ctx). The traced program is
+    functional, so one storage and layout hold one value.
+
     Any other proxy mode meeting such an argument meanwhile is one a torch HOP's backward
     traces its body with (``cond``'s, the engine running inside that trace): it reads the
     argument as the value it tracks in the same storage and layout. A HOP's own arguments
@@ -90,7 +96,7 @@ def untracked_arguments_resolved(mode: Any, resolve: Callable[[torch.Tensor], No
         if isinstance(t, torch.Tensor) and get_proxy_slot(t, tracer, None) is None:
             if tracer is mode.tracer:
                 resolve(t)
-            else:
+            if get_proxy_slot(t, tracer, None) is None and t.layout == torch.strided:
                 _resolve_by_storage(tracer, t)
 
     def dispatch(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:

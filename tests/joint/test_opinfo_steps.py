@@ -15,6 +15,9 @@ import predispatch_func as pf
 from tests.joint.opinfo_steps import differentiable_ops, ramp_loss, step_of
 from tests.support.torch_release import torch_release
 
+# the chunked ``linear_cross_entropy`` (torch 2.13 on) keeps the gradients it computes in forward
+# on its autograd ctx (detached outputs, not saved tensors): its backward reads them by storage
+UNSAVED_CTX_VALUES = ["nn.functional.linear_cross_entropy.chunked"]
 WRITE_THROUGH_VIEWS = ["svd", "linalg.svd", "linalg.eigh", "fft.irfft", "fft.hfft", "linalg.qr",
                        "linalg.householder_product", "ormqr", "nn.functional.pad.circular", "as_strided_scatter",
                        "nn.functional.linear_cross_entropy.chunked_none"]
@@ -22,6 +25,19 @@ WRITE_THROUGH_VIEWS = ["svd", "linalg.svd", "linalg.eigh", "fft.irfft", "fft.hff
 
 @pytest.mark.parametrize("name", WRITE_THROUGH_VIEWS)
 def test_backward_writing_through_views_trains_as_eager(name):
+    if name not in differentiable_ops():
+        pytest.skip(f"this torch's op_db has no {name}")
+    model, inputs = step_of(name, 0)
+    ep = pf.export_joint(model, inputs, loss_fn=ramp_loss)
+    report = pf.verify_joint(ep, model, inputs, loss_fn=ramp_loss, calls=2)
+    assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("name", UNSAVED_CTX_VALUES)
+def test_backward_reading_values_kept_on_its_ctx_trains_as_eager(name):
+    """Refused before ("the backward reads a value its trace did not record"): the detached outputs
+    the op keeps on its ctx are made below the recording level; the backward now reads each as the
+    graph value in the same storage with the same layout."""
     if name not in differentiable_ops():
         pytest.skip(f"this torch's op_db has no {name}")
     model, inputs = step_of(name, 0)
@@ -81,14 +97,13 @@ REFUSED: dict[str, dict[str, str]] = {
         "nn.functional.ctc_loss": "DynamicOutputShapeException",
         "masked_select": "data-dependent expression", "tensor_split": "data-dependent expression",
         "nn.functional.gaussian_nll_loss": "data-dependent expression",
-        # torch's joint paths train these two (Known gaps in docs/joint.md)
-        "nn.functional.linear_cross_entropy.chunked": "its trace did not record",
+        # torch's joint paths train this one (Known gaps in docs/joint.md)
         "to_sparse": "sparse_coo tensor autograd saved",
     },
 }
 REFUSED["core_aten"] = {
     **{name: why for name, why in REFUSED["plain"].items() if name not in (
-        "nn.functional.ctc_loss", "nn.functional.linear_cross_entropy.chunked", "to_sparse")},
+        "nn.functional.ctc_loss", "to_sparse")},
     **{name: _UNLOWERABLE for name in (
         "cholesky_solve", "fft.hfft", "fft.hfft2", "fft.hfftn", "fft.irfft", "fft.irfft2", "fft.irfftn",
         "linalg.eig", "logcumsumexp", "masked_scatter", "matrix_exp", "nn.functional.linear_cross_entropy.chunked",
