@@ -14,12 +14,18 @@ calling the op; ``loss = sum over floating outputs of (out * w).sum()`` with a f
   ``_export_forward_backward`` (which lowers to Core ATen), right only if its graph is in Core ATen
   (it keeps what it cannot lower; we refuse that, naming the op).
 
+``--region autocast`` calls the op inside ``torch.autocast("cpu", dtype=torch.bfloat16)`` (run it
+with ``--dtype float32``: autocast leaves float64 alone), ``--region nested_grad`` inside
+``torch.no_grad()`` then ``torch.enable_grad()``: the op's forward in a region HOP, its backward
+what eager's autograd computes there. Ours is compared with eager only (torch's joint paths bake
+regions; ``torch`` is still reported).
+
 A sample is *short* when ours is refused or wrong and torch's path is right: the list this
 script exists for. One line per sample that is not right for us, then a summary. ``--shard i/n``
 splits the ops between processes.
 
 Run: python -m scripts.joint_opinfo [--ops add,mul] [--samples 2] [--dtype float64]
-     [--shard 0/2] [--json out.json]
+     [--region autocast|nested_grad] [--shard 0/2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -45,9 +51,9 @@ from tests.conformance.case import seeded  # noqa: E402
 from tests.joint.opinfo_steps import OnParameters, differentiable_ops, ramp_loss, samples  # noqa: E402
 
 
-def one(name: str, sample: Any, target: Any) -> dict[str, Any]:
+def one(name: str, sample: Any, target: Any, region: str = "") -> dict[str, Any]:
     args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
-    model = OnParameters(_call_of(name), args, kwargs, sample.output_process_fn_grad)
+    model = OnParameters(_in_region(_call_of(name), region), args, kwargs, sample.output_process_fn_grad)
     if not list(model.parameters()):
         return {"status": "not applicable", "detail": "no differentiable input"}
     inputs = tuple(model.inputs)
@@ -95,6 +101,20 @@ def _torch(model: torch.nn.Module, inputs: tuple, target: Any) -> str:
 _OPS: dict[str, Any] = {}
 
 
+def _in_region(fn: Any, region: str) -> Any:
+    """``fn`` called inside the region ``region`` names ("" for none)."""
+    if not region:
+        return fn
+
+    def called_in_region(*args: Any, **kwargs: Any) -> Any:
+        if region == "autocast":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return fn(*args, **kwargs)
+        with torch.no_grad(), torch.enable_grad():
+            return fn(*args, **kwargs)
+    return called_in_region
+
+
 def _call_of(name: str) -> Any:
     return _OPS[name].op
 
@@ -106,6 +126,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float64")
     parser.add_argument("--shard", default="0/1")
     parser.add_argument("--skip-target", action="store_true")
+    parser.add_argument("--region", choices=("", "autocast", "nested_grad"), default="")
     parser.add_argument("--json")
     opts = parser.parse_args()
     _OPS.update(differentiable_ops())
@@ -129,7 +150,7 @@ def main() -> None:
             for run, target in runs.items():
                 key = f"{name}/{i}/{run}"
                 try:
-                    r = one(name, sample, target)
+                    r = one(name, sample, target, opts.region)
                 except Exception as exc:  # noqa: BLE001 (the harness itself: reported, never hidden)
                     r = {"status": "harness error", "detail": f"{type(exc).__name__}: {exc}"}
                 results[key] = r
