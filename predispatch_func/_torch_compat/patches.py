@@ -197,6 +197,34 @@ def cuda_batch_norm_reserve_without_gpu() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def lstm_decomposed_for_training() -> Iterator[None]:
+    """torch's Python decomposition of ``lstm`` (what a trace runs: torch registers it for the
+    Autograd key too) takes the oneDNN layer in inference mode (``train=False``, no workspace)
+    whenever the *input* does not require grad, even where the weights do (a model's first LSTM
+    over data). Autograd then records oneDNN's backward, which needs the workspace: the traced
+    step fails when run ("got None for argument 'workspace'"; torch's own joint path fails
+    alike). While inside, the oneDNN layer is taken only where no operand requires grad or grad
+    is off; otherwise torch's per-step decomposition, which autograd differentiates."""
+    from torch._decomp import decompositions
+
+    original = decompositions.select_one_layer_lstm_function
+
+    def select(input: torch.Tensor, hx: Any, params: Any) -> Any:
+        chosen = original(input, hx, params)
+        operands = [input, *hx, *(t for layer in params for t in layer)]
+        if chosen is decompositions.mkldnn_one_layer_lstm and torch.is_grad_enabled() and any(
+                isinstance(t, torch.Tensor) and t.requires_grad for t in operands):
+            return decompositions.one_layer_lstm
+        return chosen
+
+    decompositions.select_one_layer_lstm_function = select
+    try:
+        yield
+    finally:
+        decompositions.select_one_layer_lstm_function = original
+
+
+@contextlib.contextmanager
 def below_pre_dispatch() -> Iterator[None]:
     """Run ops on fake tensors without our PreDispatch modes or proxy tracing."""
     keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PreDispatch) | torch._C.DispatchKeySet(
@@ -1018,6 +1046,7 @@ __all__ = [
     "cuda_autocast_kept_without_gpu",
     "cuda_sdpa_choice_without_gpu",
     "cuda_batch_norm_reserve_without_gpu",
+    "lstm_decomposed_for_training",
     "cuda_grid_sampler_faked_without_gpu",
     "CUDA_AUTOCAST_KEPT_WARNING",
     "callers_fake_mode_unset",

@@ -153,3 +153,27 @@ def test_autograd_nodes_an_op_makes_are_numbered_between_the_counter_before_and_
     with mode:
         z.backward()
     assert mm_calls_at_prehook == [0] and len(mode.seen) == 2  # the node's two mm ran after its pre-hook
+
+
+def test_torchs_lstm_decomposition_takes_onednns_inference_layer_when_only_the_weights_require_grad():
+    """Why tc.lstm_decomposed_for_training exists: torch picks oneDNN's layer by the input's
+    requires_grad alone and runs it with ``train=False`` (no workspace for its backward). A torch
+    that checks the weights too fails the first assert: drop the patch."""
+    import inspect
+
+    from torch._decomp import decompositions
+
+    from predispatch_func import _torch_compat as tc
+
+    if not torch._C._get_mkldnn_enabled():
+        pytest.skip("this torch has oneDNN off: the decomposition never takes its layer")
+    lstm = torch.nn.LSTM(4, 6)
+    x, hx = torch.randn(5, 2, 4), (torch.zeros(1, 2, 6), torch.zeros(1, 2, 6))
+    params = [list(lstm.parameters())]
+    assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.mkldnn_one_layer_lstm
+    assert "train = False" in inspect.getsource(decompositions.mkldnn_one_layer_lstm)
+    with tc.lstm_decomposed_for_training():
+        assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.one_layer_lstm
+        with torch.no_grad():  # inference keeps torch's choice
+            assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.mkldnn_one_layer_lstm
+    assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.mkldnn_one_layer_lstm
