@@ -18,7 +18,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch._dynamo.exc import UserError as TorchUserError
 from torch._dynamo.exc import UserErrorType as TorchUserErrorType
-from torch._ops import HigherOrderOperator, OpOverload
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.export.dynamic_shapes import _IntWrapper as IntInputWrapper
@@ -31,7 +31,7 @@ from torch.utils._sympy.numbers import int_oo as INT_OO
 
 __all__ = [  # the private names the rest of the package uses as they are, then our wrappers
     "INT_OO", "IntInputWrapper", "FakeTensor", "FakeTensorMode", "FunctionalTensor", "FunctionalTensorMode",
-    "FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE", "HigherOrderOperator", "OpOverload", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
+    "FUNCTIONAL_MODE_ASKS_CAN_DECOMPOSE", "HigherOrderOperator", "OpOverload", "OpOverloadPacket", "ShapeEnv", "StorageWeakRef", "disable_proxy_modes_tracing", "make_fx",
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",

@@ -56,6 +56,43 @@ class Decision(str, enum.Enum):  # noqa: UP042 (StrEnum would change what str() 
         return self.value
 
 
+def named_overrides(overrides: dict[Any, Any]) -> dict[str, Decision]:
+    """``composite_overrides`` by overload name. A key is an overload or a packet (``torch.ops.aten.
+    linear``: each of its overloads), or its name (``"aten.linear.default"``, ``"aten.linear"``); a
+    key that names no op, or a decision that is not "keep" or "decompose", is refused: ignoring it
+    silently would export a program other than the one asked for."""
+    named: dict[str, Decision] = {}
+    for key, decision in overrides.items():
+        try:
+            chosen = Decision(decision)
+        except ValueError:
+            raise ValueError(f"composite_overrides[{key!r}] = {decision!r}: the decision is 'keep' or "
+                             "'decompose'") from None
+        for op in _overloads_named(key):
+            named[str(op)] = chosen
+    return named
+
+
+def _overloads_named(key: Any) -> list[Any]:
+    if isinstance(key, tc.OpOverload):
+        return [key]
+    packet = key if isinstance(key, tc.OpOverloadPacket) else None
+    if isinstance(key, str):
+        namespace, _, rest = key.replace("::", ".").partition(".")
+        name, _, overload = rest.partition(".")
+        found = tc.resolve_overload(namespace, f"{name}.{overload}") if overload else None
+        if found is not None:
+            return [found]
+        if not overload:
+            packet = getattr(getattr(torch.ops, namespace, None), name, None) if namespace and name else None
+    if isinstance(packet, tc.OpOverloadPacket):
+        return [getattr(packet, overload) for overload in packet.overloads()]
+    raise ValueError(
+        f"composite_overrides: {key!r} names no op torch knows; name an overload as "
+        "'aten.linear.default' (or every overload of an op as 'aten.linear'), or pass the op itself "
+        "(torch.ops.aten.linear.default)")
+
+
 AuditLookup = Callable[[tc.OpOverload], "str | None"]  # the audit's "keep" / "decompose"
 # the sparse layouts ("sparse_csr", ...) the op accepts but the audit never ran it on
 LayoutLookup = Callable[[tc.OpOverload], "Sequence[str]"]
@@ -279,7 +316,7 @@ class CompositePolicy:
                  untested_layouts: LayoutLookup | None = None):
         self.audit_lookup = audit_lookup
         self.untested_layouts = untested_layouts
-        self.overrides = {name: Decision(d) for name, d in (overrides or {}).items()}
+        self.overrides = named_overrides(overrides or {})
         # an ``opsets.Lowering`` when exporting to a target op set: its composites
         # outside the target are decomposed whatever the audit says
         self.lowering = lowering
