@@ -170,6 +170,7 @@ class Refusal(enum.Enum):
     UNMATERIALIZED_GRADS = ("set_materialize_grads(False) in a Function with several differentiable outputs",
                             False)
     TENSOR_HOOK_NOT_EXPRESSIBLE = ("a tensor hook removed inside forward, or one returning None", False)
+    MODULE_BACKWARD_HOOK = ("a module's full backward hook (register_full_backward_hook / _pre_hook)", False)
     REQUIRES_GRAD_OFF_ON_INPUT = ("requires_grad_(False) on a parameter, buffer or input in forward", False)
     HOP_BODY_WRITES_OPERANDS = ("a torch HOP body that writes its operands or a closed-over tensor", True)
     FUNC_TRANSFORM_IN_HOP_BODY = ("torch.vmap or another torch.func transform inside a torch HOP's body", True)

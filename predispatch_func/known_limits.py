@@ -163,6 +163,12 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                    'differentiable outputs: eager passes `None` for each output the '
                                    'loss leaves unused, which code after the program decides (with one '
                                    'differentiable output it is carried exactly)'),
+    Refusal.MODULE_BACKWARD_HOOK: ("a module's full backward hook (`register_full_backward_hook`, "
+                                   '`register_full_backward_pre_hook`, or the global ones): torch runs it '
+                                   "from the autograd nodes of the module call's inputs and outputs, which "
+                                   'a program has no place for (torch.export drops it, so its '
+                                   "`ep.module()` trains without it); register a tensor hook in `forward` "
+                                   "(`out.register_hook`), which the program carries"),
     Refusal.TENSOR_HOOK_NOT_EXPRESSIBLE: ('a tensor hook registered and removed inside `forward`, or '
                                           'one that returns None (side effects only)'),
     Refusal.REQUIRES_GRAD_OFF_ON_INPUT: ('`requires_grad_(False)` on a parameter, buffer or input '

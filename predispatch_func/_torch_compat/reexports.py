@@ -35,6 +35,8 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "pytree", "TORCH_INTERNAL_ANNOTATIONS", "TorchUserError", "TorchUserErrorType", "ConstraintViolationError",
     "insert_deferred_runtime_asserts", "GuardOnDataDependentSymNode", "recompute_unbacked_bindings",
     "has_composite_implicit_kernel",
+    "is_module_backward_hook_function",
+    "module_backward_hooks",
     "has_autocast_kernel",
     "autocast_casts_of",
     "calls_after_autocast",
@@ -630,6 +632,32 @@ def torch_aot_export_module(mod: torch.nn.Module, args: tuple, kwargs: dict | No
 def all_op_names() -> list[str]:
     """Every registered operator, as ``ns::name.overload`` (overload may be absent)."""
     return list(torch._C._dispatch_get_all_op_names())
+
+
+def is_module_backward_hook_function(cls: type) -> bool:
+    """The autograd.Function torch wraps a module call's inputs and outputs in when the module
+    (or the global registry) has a full backward hook."""
+    from torch.nn.modules._functions import BackwardHookFunction
+
+    return cls is BackwardHookFunction
+
+
+def module_backward_hooks(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """(module name, kind of hook) for every backward hook torch would run on ``model``'s calls:
+    the global registries first, then each submodule's own."""
+    from torch.nn.modules import module as module_module
+
+    found = [("every module", f"global {kind}") for kind, registry in (
+        ("register_module_full_backward_hook", module_module._global_backward_hooks),
+        ("register_module_full_backward_pre_hook", module_module._global_backward_pre_hooks)) if registry]
+    for name, sub in model.named_modules():
+        where = f"module {name!r} ({type(sub).__name__})" if name else f"the model ({type(sub).__name__})"
+        if sub._backward_pre_hooks:
+            found.append((where, "register_full_backward_pre_hook"))
+        if sub._backward_hooks:
+            full = sub._is_full_backward_hook
+            found.append((where, "register_full_backward_hook" if full else "register_backward_hook"))
+    return found
 
 
 def resolve_overload(namespace: str, name_and_overload: str) -> torch._ops.OpOverload | None:

@@ -65,6 +65,7 @@ def checked_call(model: Any, args: Any, kwargs: Any) -> tuple[tuple, dict]:
     if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise InputError(f"kwargs must be a dict from argument name to value, got {type(kwargs).__name__}")
     refuse_fully_sharded(model)
+    refuse_module_backward_hooks(model)
     _check_binds(model, args, kwargs)
     _check_leaves(args, kwargs)
     return args, dict(kwargs)
@@ -84,6 +85,22 @@ def refuse_fully_sharded(model: torch.nn.Module) -> None:
             "on it too); export each rank's program with pf.distributed.export_local (forward) or "
             "pf.distributed.export_local_joint (training step), which take the local shards and all-gather them "
             "in the graph (docs/distributed.md)", kind=Refusal.FULLY_SHARDED_MODULE)
+
+
+def refuse_module_backward_hooks(model: torch.nn.Module) -> None:
+    """A module backward hook (``register_full_backward_hook``, its ``_pre_hook``, the deprecated
+    ``register_backward_hook``, or a global one) is run by torch from autograd nodes around the
+    module call: a program has no place for it, so its gradients would silently differ from eager's
+    (the deprecated kind exported "fine" and trained without the hook). Refused, naming the module."""
+    hooked = tc.module_backward_hooks(model)
+    if hooked:
+        where, how = hooked[0]
+        raise UnsupportedError(
+            f"{where} has a backward hook ({how}): torch calls it from the autograd nodes around the module's "
+            "inputs and outputs, which a program has no place for, so the program's gradients would differ "
+            "from eager's (torch.export drops the hook). Remove it before exporting (handle.remove()), or "
+            "register a tensor hook in forward (out.register_hook(fn)), which the program carries",
+            kind=Refusal.MODULE_BACKWARD_HOOK)
 
 
 def _check_binds(model: torch.nn.Module, args: tuple, kwargs: dict) -> None:

@@ -80,6 +80,14 @@ def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -
             "distribute_tensor, no input/output hooks), or take each rank's inference program over local "
             "shards with pf.distributed.export_local, which traces below DTensor",
             kind=Refusal.DTENSOR_BOUNDARY_IN_FORWARD, op=f"{cls.__name__}.apply", source=user_source_line())
+    if settings is not None and tc.is_module_backward_hook_function(cls):
+        raise UnsupportedError(
+            "a module's full backward hook (register_full_backward_hook or register_full_backward_pre_hook, "
+            "or a global one) runs on this call: torch calls it from the autograd nodes around the module's "
+            "inputs and outputs, which a program has no place for, so its gradients would differ from eager's "
+            "(torch.export drops the hook). Remove the hook before exporting, or register a tensor hook in "
+            "forward (out.register_hook(fn)), which the program carries",
+            kind=Refusal.MODULE_BACKWARD_HOOK, op="Module.register_full_backward_hook", source=user_source_line())
     if settings is not None and not settings.pre_dispatch:
         raise UnsupportedError(
             f"autograd.Function {cls.__name__} with pre_dispatch=False: a program after autograd "
