@@ -25,6 +25,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--optimizer", choices=("sgd", "adamw"),
                    help="with --joint: the optimizer step in the program (SGD momentum 0.9, or AdamW)")
     p.add_argument("--lr", type=float, default=1e-3, help="with --optimizer: the learning rate (an input later)")
+    p.add_argument("--clip-grad-norm", type=float, metavar="MAX_NORM",
+                   help="with --optimizer: clip the gradients to this total norm before the step (clip_grad_norm_)")
     p.add_argument("--target", metavar="FILE|core_aten", help="lower every op into this op set")
     add_post_dispatch_flag(p)
     p.set_defaults(run=run)
@@ -46,6 +48,9 @@ def run(ns: argparse.Namespace, console: Console) -> int:
     if getattr(ns, "optimizer", None):
         console.print("--optimizer needs --joint")
         return 2
+    if getattr(ns, "clip_grad_norm", None) is not None:
+        console.print("--clip-grad-norm needs --joint and --optimizer")
+        return 2
     return export_and_show(model, args, kwargs, ns, console)
 
 
@@ -61,7 +66,11 @@ def export_joint_and_show(model: torch.nn.Module, args: tuple, kwargs: dict, ns:
     elif ns.optimizer == "adamw":
         optimizer = torch.optim.AdamW(model.parameters(), lr=ns.lr)
     target = load_target(getattr(ns, "target", None))
-    ep = export_joint(model, args, kwargs, optimizer=optimizer, target=target)
+    clip = getattr(ns, "clip_grad_norm", None)
+    if clip is not None and optimizer is None:
+        console.print("--clip-grad-norm needs --optimizer (it clips the gradients before the step)")
+        return 2
+    ep = export_joint(model, args, kwargs, optimizer=optimizer, target=target, clip_grad_norm=clip)
     render_program(ep, console)
     if getattr(ns, "save", None):
         torch.export.save(ep, ns.save)

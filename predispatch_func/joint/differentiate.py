@@ -122,6 +122,7 @@ def _where(node: torch.fx.Node | None) -> str:
 def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_index: int,
                 wants_grad: Sequence[bool], decompositions: dict | None = None, n_mutations: int = 0,
                 extra_inputs: Sequence[Any] = (), after_backward: AfterBackward | None = None,
+                clip_gradients: Callable[[dict[int, Any]], dict[int, Any]] | None = None,
                 gradient_hooks: dict[int, list[Callable[..., Any]]] | None = None,
                 state_writes: dict[int, str] | None = None,
                 read_after_hidden_writes: dict[int, int] | None = None,
@@ -129,7 +130,8 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     """Trace ``forward`` (over ``inputs``, fakes) and the gradients of its output ``loss_index``
     with respect to each input flagged in ``wants_grad``.
 
-    ``after_backward`` (an optimizer step, optimizer.py) runs after the backward, over the
+    ``clip_gradients`` maps the gradients (by input index) to the ones the program returns and the
+    update reads (``clip_grad_norm``). ``after_backward`` (an optimizer step, optimizer.py) runs after the backward, over the
     gradients and ``extra_inputs`` (placeholders after the forward's; the caller moves them);
     the values it returns are outputs right after the forward's ``n_mutations`` mutations.
     ``gradient_hooks``: per input index, the hooks the user registered on that leaf
@@ -158,7 +160,11 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
         _check_state_writes(forward, outs, state_writes or {})
         with tc.untracked_arguments_resolved(mode, saved.resolve), \
                 attributed_backward([loss.grad_fn], origins, mode.tracer.graph):
-            grads = torch.autograd.grad(loss, [flat[i] for i in asked], allow_unused=True)
+            grads: tuple[Any, ...] = torch.autograd.grad(loss, [flat[i] for i in asked], allow_unused=True)
+        if clip_gradients is not None:  # after the engine (and the leaves' hooks), before the step
+            with marked_as_the_update(mode.tracer.graph):
+                clipped = clip_gradients({i: g for i, g in zip(asked, grads) if g is not None})
+            grads = tuple(clipped.get(i) for i in asked)
         state["grad_of"] = tuple(i for i, g in zip(asked, grads) if g is not None)
         state["recomputed"] = tuple(saved.recomputed_calls)
         writes = []

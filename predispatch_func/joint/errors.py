@@ -15,6 +15,7 @@ class JointProblem(enum.Enum):
     LOSS_WITHOUT_GRAD = "the loss does not require grad"
     FOREIGN_OPTIMIZER_PARAMETERS = "the optimizer updates tensors that are not the model's parameters"
     UNSUPPORTED_OPTIMIZER = "an optimizer (or an option of it) the joint program cannot carry"
+    BAD_ARGUMENT = "an argument of export_joint out of its range (clip_grad_norm not positive, or without an optimizer)"
     SAVED_VALUE_NOT_RECOMPUTABLE = "the backward reads a value a kept op made that cannot be recomputed"
     UNSUPPORTED_MODEL = ("a model the joint export cannot take yet (an fx GraphModule, a tensor subclass built or "
                          "read apart in forward)")

@@ -40,7 +40,8 @@ from .temporary_writes import functional_writes
 def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                  loss_fn: Callable[..., Any] | None = None, optimizer: Any = None, dynamic_shapes: Any = None,
                  target: Any = None, python_state: str = "error",
-                 composite_overrides: dict[str, str] | None = None) -> JointExportedProgram:
+                 composite_overrides: dict[str, str] | None = None,
+                 clip_grad_norm: float | None = None) -> JointExportedProgram:
     """Export one training step of ``model``: forward, loss and backward in one functional program.
 
     Without ``loss_fn`` the model returns the loss (a scalar tensor, or a tuple/list whose first
@@ -50,14 +51,20 @@ def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None
     (``LOSS_OUTPUT``), the other outputs, then one gradient per parameter that requires grad
     (``GRADIENT_TO_PARAMETER``) and per user input that requires grad (``GRADIENT_TO_USER_INPUT``)
     the loss reaches. ``ep.module()`` runs one step: see docs/joint.md. ``target`` lowers forward
-    and backward into an :class:`~predispatch_func.OpSet`.
+    and backward into an :class:`~predispatch_func.OpSet`. ``clip_grad_norm`` (with ``optimizer``):
+    the step is eager's ``zero_grad(); loss.backward(); clip_grad_norm_(model.parameters(),
+    clip_grad_norm); optimizer.step()``: the gradients returned and stepped with are the clipped ones.
     """
     if isinstance(model, torch.fx.GraphModule):
         raise JointError(
             f"export_joint of a torch.fx.GraphModule ({type(model).__name__}, e.g. an ep.module()) is not supported "
             "yet: its training step does not replay as eager's. Export the original nn.Module",
             kind=JointProblem.UNSUPPORTED_MODEL)
-    plan = plan_for(optimizer, model) if optimizer is not None else None
+    if clip_grad_norm is not None and optimizer is None:
+        raise JointError("export_joint: clip_grad_norm clips the gradients between the backward and the optimizer's "
+                         "step (a training loop's zero_grad(); backward(); clip_grad_norm_(); step()): pass the "
+                         "optimizer too", kind=JointProblem.BAD_ARGUMENT)
+    plan = plan_for(optimizer, model, clip_grad_norm) if optimizer is not None else None
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     with node_meta.frames_recorded_of(loss_fn):  # the loss's nodes name the user's loss function
         forward = export(training_step(model, loss_fn), args, kwargs, dynamic_shapes=dynamic_shapes, target=target,
@@ -99,7 +106,8 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
                         written_inputs=_final_values_of_writes(forward, placeholders),
                         decompositions=lowering.proxy_table() if lowering is not None else None,
                         n_mutations=n_mutations, extra_inputs=list(optimizer.initial.values()) if optimizer else (),
-                        after_backward=update, gradient_hooks={i: h for i, h in hooks.items() if h},
+                        after_backward=update, clip_gradients=update.clip if update is not None else None,
+                        gradient_hooks={i: h for i, h in hooks.items() if h},
                         state_writes={i: (f"buffer {s.target!r}" if s.kind is OutputKind.BUFFER_MUTATION
                                           else f"input {s.target!r}")
                                       for i, s in enumerate(sig.output_specs[:n_mutations])

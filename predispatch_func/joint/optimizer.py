@@ -50,6 +50,7 @@ class OptimizerPlan:
     hyper: tuple[dict[str, Any], ...]  # per group, constants of the graph
     updates: tuple[ParameterUpdate, ...]
     initial: dict[str, torch.Tensor]  # buffer name -> its value at export (state, then lrs)
+    clip_grad_norm: float | None = None  # clip_grad_norm_(model.parameters(), it) before the step
 
     def buffer(self, update: ParameterUpdate, key: str) -> str:
         return f"optim.{update.name}.{key}"
@@ -71,8 +72,13 @@ class OptimizerPlan:
         return new_params, new_state
 
 
-def plan_for(optimizer: Any, model: torch.nn.Module) -> OptimizerPlan:
-    """Read ``optimizer`` (a ``torch.optim`` instance over ``model``'s parameters) into a plan."""
+def plan_for(optimizer: Any, model: torch.nn.Module, clip_grad_norm: float | None = None) -> OptimizerPlan:
+    """Read ``optimizer`` (a ``torch.optim`` instance over ``model``'s parameters) into a plan;
+    ``clip_grad_norm``: the step clips the gradients first, as ``torch.nn.utils.clip_grad_norm_``."""
+    if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and not isinstance(
+            clip_grad_norm, bool) and 0 < clip_grad_norm < float("inf")):
+        raise JointError(f"export_joint: clip_grad_norm={clip_grad_norm!r}: give the largest total gradient norm, "
+                         "a positive finite number (clip_grad_norm_'s max_norm)", kind=JointProblem.BAD_ARGUMENT)
     kind = type(optimizer).__name__
     if kind not in _SUPPORTED or type(optimizer).__module__.split(".")[:2] != ["torch", "optim"]:
         raise JointError(f"export_joint: optimizer {type(optimizer).__qualname__} is not supported; the joint "
@@ -101,7 +107,24 @@ def plan_for(optimizer: Any, model: torch.nn.Module) -> OptimizerPlan:
             update = ParameterUpdate(names[id(p)], g, keys)
             updates.append(update)
             initial.update({f"optim.{update.name}.{key}": value for key, value in zip(keys, values)})
-    return OptimizerPlan(kind, tuple(hyper), tuple(updates), initial)
+    return OptimizerPlan(kind, tuple(hyper), tuple(updates), initial,
+                         float(clip_grad_norm) if clip_grad_norm is not None else None)
+
+
+def clipped_by_total_norm(grads: list[Any], max_norm: float) -> list[Any]:
+    """``torch.nn.utils.clip_grad_norm_(..., max_norm)`` (2-norm) as functional ops, op for op as
+    its per-tensor path: each gradient's norm, grouped by device and dtype in order of first
+    appearance as torch groups them, the norm of their stack, the coefficient
+    ``max_norm / (total + 1e-6)`` clamped at 1, and every gradient times it."""
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for i, g in enumerate(grads):
+        groups.setdefault((g.device, g.dtype), []).append(i)
+    order = [i for members in groups.values() for i in members]
+    norms = [torch.linalg.vector_norm(grads[i], 2.0) for i in order]
+    first = grads[order[0]].device
+    total = torch.linalg.vector_norm(torch.stack([n.to(first) for n in norms]), 2.0)
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    return [g * coefficient.to(g.device) for g in grads]
 
 
 def _state_of(kind: str, group: dict, p: torch.Tensor, state: dict) -> tuple[tuple[str, ...], list[torch.Tensor]]:
@@ -169,7 +192,7 @@ def optimizer_names(plan: OptimizerPlan, forward_params: Sequence[str]) -> list[
     return [name for name in forward_params if name in updated]
 
 
-__all__ = ["OptimizerPlan", "ParameterUpdate", "optimizer_names", "plan_for"]
+__all__ = ["OptimizerPlan", "ParameterUpdate", "clipped_by_total_norm", "optimizer_names", "plan_for"]
 
 
 class OptimizerInTrace:
@@ -181,6 +204,17 @@ class OptimizerInTrace:
         self.param_index = {s.target: i for i, s in enumerate(forward_inputs) if s.kind.name == "PARAMETER"}
         self.state_names = list(plan.initial)
         self.writes: list[tuple[Any, str]] = []
+
+    def clip(self, grads: dict[int, Any]) -> dict[int, Any]:
+        """The parameters' gradients clipped by their total norm (the plan's ``clip_grad_norm``);
+        a user input's gradient is not clipped (``clip_grad_norm_`` is over the parameters)."""
+        if self.plan.clip_grad_norm is None:
+            return grads
+        of_parameters = [i for i in self.param_index.values() if grads.get(i) is not None]
+        if not of_parameters:
+            return grads
+        clipped = clipped_by_total_norm([grads[i] for i in of_parameters], self.plan.clip_grad_norm)
+        return {**grads, **dict(zip(of_parameters, clipped))}
 
     def __call__(self, flat: Sequence[Any], grads: dict[int, Any], extras: Sequence[Any]) -> list[Any]:
         from torch.export.graph_signature import OutputKind

@@ -28,7 +28,8 @@ from ..verify import VerifyReport, check_contract
 def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                  loss_fn: Callable[..., Any] | None = None, optimizer: Any = None, calls: int = 1,
                  rtol: float = 1e-5, atol: float = 1e-5, seed: int = 0, target: Any = None,
-                 raise_on_failure: bool = False, judge_float64: bool = False) -> VerifyReport:
+                 raise_on_failure: bool = False, judge_float64: bool = False,
+                 clip_grad_norm: float | None = None) -> VerifyReport:
     """Check ``ep`` (from ``export_joint(model, args, kwargs, loss_fn=..., optimizer=...)``) against
     eager over ``calls`` steps. ``model`` and ``optimizer`` are as they were at export (they are
     copied, never stepped).
@@ -36,7 +37,12 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
     ``judge_float64``: where values differ (and nothing else), say whether that is rounding:
     the program re-exported in float64 against eager in float64, and each float32 gradient's
     distance to the float64 one against eager's (``report.rounding``, joint/rounding.py). The
-    report stays not ok: the float32 values do differ."""
+    report stays not ok: the float32 values do differ.
+
+    ``clip_grad_norm``: eager clips (``clip_grad_norm_(model.parameters(), it)``) before its step;
+    by default the program's own (``export_joint(..., clip_grad_norm=)``), where it was exported so."""
+    if clip_grad_norm is None:
+        clip_grad_norm = getattr(getattr(ep, "optimizer_plan", None), "clip_grad_norm", None)
     report = check_contract(ep)
     if target is not None:
         from ..opsets import Lowering
@@ -59,6 +65,8 @@ def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | No
         e_loss, e_rest = (loss_fn(e_out), e_out) if loss_fn is not None else _split(e_out)
         e_loss.backward()
         if eager_optimizer is not None:
+            if clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(eager.parameters(), clip_grad_norm)
             eager_optimizer.step()
         torch.manual_seed(seed + step)
         p_loss, *p_rest = program(*p_args, **p_kwargs)

@@ -48,3 +48,14 @@ def test_joint_export_lowered_to_core_aten(tmp_path):
 def test_joint_export_refuses_a_flag_it_cannot_honour(tmp_path):
     done = _run(tmp_path, "--joint", "--post-dispatch")
     assert done.returncode == 2 and "--post-dispatch does not apply to --joint" in done.stdout, done.stdout + done.stderr
+
+
+def test_joint_export_clips_the_gradients_before_the_step(tmp_path):
+    done = _run(tmp_path, "--joint", "--optimizer", "sgd", "--clip-grad-norm", "0.01", "--verify")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "verify: OK" in done.stdout and "linalg_vector_norm" in done.stdout
+
+
+def test_clip_grad_norm_without_an_optimizer_is_refused(tmp_path):
+    done = _run(tmp_path, "--joint", "--clip-grad-norm", "1.0")
+    assert done.returncode == 2 and "--clip-grad-norm needs --optimizer" in done.stdout, done.stdout + done.stderr
