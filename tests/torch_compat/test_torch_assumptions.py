@@ -258,6 +258,7 @@ def _state() -> dict:
         "pipeline_exporter": _pipeline_exporter(),
         "functional_tensor_getattr": tc.FunctionalTensor.__dict__.get("__getattr__"),
         "export_wrapper_finder": _export_wrappers()._maybe_find_pre_dispatch_tf_mode_for_export,
+        "lstm_layer_choice": torch._decomp.decompositions.select_one_layer_lstm_function,
     }
 
 
@@ -344,6 +345,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "pipeline_traced_by": lambda: patches.pipeline_traced_by(lambda mod, args, kwargs: None),
     "functional_tensor_attributes": lambda: patches.functional_tensor_attributes(lambda t, name: None),
     "subclass_constructors_unrecorded": lambda: patches.subclass_constructors_unrecorded(),
+    "lstm_decomposed_for_training": lambda: patches.lstm_decomposed_for_training(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING", "non_strict_export_handler"}
