@@ -197,31 +197,89 @@ def cuda_batch_norm_reserve_without_gpu() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def lstm_decomposed_for_training() -> Iterator[None]:
-    """torch's Python decomposition of ``lstm`` (what a trace runs: torch registers it for the
-    Autograd key too) takes the oneDNN layer in inference mode (``train=False``, no workspace)
-    whenever the *input* does not require grad, even where the weights do (a model's first LSTM
-    over data). Autograd then records oneDNN's backward, which needs the workspace: the traced
-    step fails when run ("got None for argument 'workspace'"; torch's own joint path fails
-    alike). While inside, the oneDNN layer is taken only where no operand requires grad or grad
-    is off; otherwise torch's per-step decomposition, which autograd differentiates."""
+def rnn_decompositions_as_eager() -> Iterator[None]:
+    """torch's Python decompositions of ``lstm``, ``gru`` and ``rnn_*`` (what a trace runs: torch
+    registers them for the Autograd key too) differ from eager's kernels in two ways, fixed while
+    inside:
+
+    * ``lstm`` takes oneDNN's layer in inference mode (``train=False``, no workspace) whenever the
+      *input* does not require grad, even where the weights do (a model's first LSTM over data):
+      autograd then records oneDNN's backward, which needs the workspace, and the traced step fails
+      when run (torch's own joint path fails alike). The oneDNN layer is taken here only where no
+      operand requires grad or grad is off; otherwise the per-step decomposition.
+    * the dropout between layers (``nn.LSTM(..., dropout=p)`` in training) is never applied: the
+      helper zeroes it on every layer (``num_layers < i - 1``). A lowered program ran without it;
+      a kept node's backward, recomputed through the decomposition, was silently wrong. Here each
+      layer after the first gets its input through ``torch.dropout`` as eager's kernel drops the
+      layer below's output (the same draws, in the same order); only where torch's helper is
+      seen to drop nothing (``_rnn_helper_drops_nothing``), so a torch that fixes it is left as is.
+    """
     from torch._decomp import decompositions
 
-    original = decompositions.select_one_layer_lstm_function
+    original_select = decompositions.select_one_layer_lstm_function
+    original_helper = decompositions._rnn_helper
 
     def select(input: torch.Tensor, hx: Any, params: Any) -> Any:
-        chosen = original(input, hx, params)
+        chosen = original_select(input, hx, params)
         operands = [input, *hx, *(t for layer in params for t in layer)]
         if chosen is decompositions.mkldnn_one_layer_lstm and torch.is_grad_enabled() and any(
                 isinstance(t, torch.Tensor) and t.requires_grad for t in operands):
             return decompositions.one_layer_lstm
         return chosen
 
+    def helper(input: Any, hidden: Any, params: Any, has_biases: bool, num_layers: int, dropout: float,
+               train: bool, bidirectional: bool, batch_first: bool, layer_fn: Any) -> Any:
+        if dropout and train and num_layers > 1 and _rnn_helper_drops_nothing():
+            layer_fn = _dropping_between_layers(layer_fn, float(dropout))
+        return original_helper(input, hidden, params, has_biases, num_layers, dropout, train, bidirectional,
+                               batch_first, layer_fn)
+
+    _rnn_helper_drops_nothing()  # probed once per process, before any layer asks
     decompositions.select_one_layer_lstm_function = select
+    decompositions._rnn_helper = helper
     try:
         yield
     finally:
-        decompositions.select_one_layer_lstm_function = original
+        decompositions.select_one_layer_lstm_function = original_select
+        decompositions._rnn_helper = original_helper
+
+
+def _dropping_between_layers(layer_fn: Callable[..., Any], p: float) -> Callable[..., Any]:
+    """``layer_fn`` whose input, from the second layer on, is the layer below's output dropped once
+    (a bidirectional layer's two directions read the same dropped tensor)."""
+    first: list[Any] = []
+    last: list[Any] = []  # (the raw input, its dropped value) of the latest layer after the first
+
+    def layer(inp: Any, *args: Any, **kwargs: Any) -> Any:
+        if not first:
+            first.append(inp)
+        elif inp is not first[0]:
+            if not last or last[0][0] is not inp:
+                last[:] = [(inp, torch.dropout(inp, p, True))]
+            inp = last[0][1]
+        return layer_fn(inp, *args, **kwargs)
+    return layer
+
+
+@functools.cache
+def _rnn_helper_drops_nothing() -> bool:
+    """Whether torch's ``_rnn_helper`` skips the dropout between layers, seen by running it once
+    with layers that return their input (an all-ones input comes back unchanged only if nothing
+    dropped it)."""
+    from torch._decomp import decompositions
+
+    def identity_layer(inp: Any, hidden: Any, params: Any, has_biases: bool, reverse: bool = False) -> Any:
+        return inp, hidden
+
+    with outside_all_modes():  # real tensors, whatever trace is running (the answer is cached)
+        ones = torch.ones(4, 1, 64)
+        state = torch.get_rng_state()
+        try:
+            out, _ = decompositions._rnn_helper(ones, [None, None], [(), ()], True, 2, 0.5, True, False, False,
+                                                identity_layer)
+        finally:
+            torch.set_rng_state(state)
+        return bool(torch.equal(out, ones))
 
 
 @contextlib.contextmanager
@@ -1046,7 +1104,7 @@ __all__ = [
     "cuda_autocast_kept_without_gpu",
     "cuda_sdpa_choice_without_gpu",
     "cuda_batch_norm_reserve_without_gpu",
-    "lstm_decomposed_for_training",
+    "rnn_decompositions_as_eager",
     "cuda_grid_sampler_faked_without_gpu",
     "CUDA_AUTOCAST_KEPT_WARNING",
     "callers_fake_mode_unset",

@@ -189,7 +189,7 @@ def trace_joint(forward: torch.fx.GraphModule, inputs: Sequence[Any], *, loss_in
     tracer = tc.make_fx(joint, decomposition_table=decompositions or {}, tracing_mode="real", pre_dispatch=True,
                         record_stack_traces=False)
     # speed, as the forward trace (trace/environment.py says what each does)
-    with fake_mode, tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules(), tc.lstm_decomposed_for_training(), \
+    with fake_mode, tc.pre_dispatch_pushes_without_uncache(), tc.lazy_graph_modules(), tc.rnn_decompositions_as_eager(), \
             tc.tensor_metadata_recorded_through(tc.static_tensor_metadata), \
             tc.op_calls_recorded_through(tc.record_op_call):
         gm = tracer(*fresh, *(fake_mode.from_tensor(t) for t in extra_inputs))

@@ -115,9 +115,10 @@ def around_the_tracer(ambient: AmbientModes, fake_mode: Any) -> Manager:
               "and the caller's later autocast regions would reuse stale weight casts", tc.autocast_nesting_restored),
         Entry("exporting", "torch.compiler.is_exporting() is true, as under torch.export (transformers "
               "branches on it)", tc.exporting_state),
-        Entry("lstm decomposed for training", "torch's decomposition of lstm takes oneDNN's inference "
-              "layer when only the weights require grad: its backward fails when run",
-              tc.lstm_decomposed_for_training),
+        Entry("rnn decompositions as eager", "torch's decomposition of lstm takes oneDNN's inference "
+              "layer when only the weights require grad (its backward fails when run), and its RNN helper "
+              "drops no dropout between layers",
+              tc.rnn_decompositions_as_eager),
         Entry("HOP partitioner quiet", "torch 2.11/2.12 log every partition of a HOP body (scan with grad) "
               "at DEBUG", tc.hop_partitioner_quiet),
         Entry("pre-dispatch pushes without uncache", "speed: torch's loop over every used op on each push "

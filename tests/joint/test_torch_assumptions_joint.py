@@ -156,7 +156,7 @@ def test_autograd_nodes_an_op_makes_are_numbered_between_the_counter_before_and_
 
 
 def test_torchs_lstm_decomposition_takes_onednns_inference_layer_when_only_the_weights_require_grad():
-    """Why tc.lstm_decomposed_for_training exists: torch picks oneDNN's layer by the input's
+    """Why tc.rnn_decompositions_as_eager exists: torch picks oneDNN's layer by the input's
     requires_grad alone and runs it with ``train=False`` (no workspace for its backward). A torch
     that checks the weights too fails the first assert: drop the patch."""
     import inspect
@@ -172,8 +172,17 @@ def test_torchs_lstm_decomposition_takes_onednns_inference_layer_when_only_the_w
     params = [list(lstm.parameters())]
     assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.mkldnn_one_layer_lstm
     assert "train = False" in inspect.getsource(decompositions.mkldnn_one_layer_lstm)
-    with tc.lstm_decomposed_for_training():
+    with tc.rnn_decompositions_as_eager():
         assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.one_layer_lstm
         with torch.no_grad():  # inference keeps torch's choice
             assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.mkldnn_one_layer_lstm
     assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.mkldnn_one_layer_lstm
+
+
+def test_torchs_rnn_decomposition_applies_no_dropout_between_layers():
+    """Why tc.rnn_decompositions_as_eager drops between layers itself: torch's ``_rnn_helper`` zeroes
+    the dropout on every layer. A torch that fixes it fails here, and the patch's own check of the
+    helper (``_rnn_helper_drops_nothing``) then leaves it alone: drop that part of the patch."""
+    from predispatch_func._torch_compat.patches import _rnn_helper_drops_nothing
+
+    assert _rnn_helper_drops_nothing()

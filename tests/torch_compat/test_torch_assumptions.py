@@ -345,7 +345,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "pipeline_traced_by": lambda: patches.pipeline_traced_by(lambda mod, args, kwargs: None),
     "functional_tensor_attributes": lambda: patches.functional_tensor_attributes(lambda t, name: None),
     "subclass_constructors_unrecorded": lambda: patches.subclass_constructors_unrecorded(),
-    "lstm_decomposed_for_training": lambda: patches.lstm_decomposed_for_training(),
+    "rnn_decompositions_as_eager": lambda: patches.rnn_decompositions_as_eager(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING", "non_strict_export_handler"}

@@ -18,7 +18,7 @@ LAYERS = {
     "export": ["caller's fake mode unset"],
     "call": ["module inputs flattened", "fake tensor leaks watched"],
     "model state": ["state guard"],
-    "tracer": ["caller's modes neutral", "autocast nesting", "exporting", "lstm decomposed for training", "HOP partitioner quiet",
+    "tracer": ["caller's modes neutral", "autocast nesting", "exporting", "rnn decompositions as eager", "HOP partitioner quiet",
                "pre-dispatch pushes without uncache", "lazy graph modules",
                "static tensor metadata", "op calls recorded directly", "node values unsnapshotted", "fake mode"],
     "traced function": ["functional mode", "grad on", "caller's autocast cache", "torch HOP rules",
