@@ -27,9 +27,11 @@ from ..opsets.lowering import Lowering
 from ..passes import node_meta
 from ..passes.graph_cleanup import eliminate_dead_code
 from ..regions import outline_regions
+from ..trace.composite_policy import decomposed_for_the_backward
 from ..verify import check_contract
 from .differentiate import trace_joint
 from .errors import JointError, JointProblem
+from .formula_fixes import backward_reads_what_the_forward_drew
 from .loss import training_step
 from .optimizer import OptimizerInTrace, OptimizerPlan, plan_for
 from .program import JointExportedProgram
@@ -66,10 +68,31 @@ def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None
                          "optimizer too", kind=JointProblem.BAD_ARGUMENT)
     plan = plan_for(optimizer, model, clip_grad_norm) if optimizer is not None else None
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
-    with node_meta.frames_recorded_of(loss_fn):  # the loss's nodes name the user's loss function
-        forward = export(training_step(model, loss_fn), args, kwargs, dynamic_shapes=dynamic_shapes, target=target,
-                         python_state=python_state, composite_overrides=composite_overrides)
-    return differentiate_program(forward, args, kwargs, target=target, optimizer=plan)
+    decomposed: dict[str, str] = {}
+    while True:
+        with node_meta.frames_recorded_of(loss_fn), decomposed_for_the_backward(decomposed):
+            # the loss's nodes name the user's loss function
+            forward = export(training_step(model, loss_fn), args, kwargs, dynamic_shapes=dynamic_shapes,
+                             target=target, python_state=python_state, composite_overrides=composite_overrides)
+        try:
+            return differentiate_program(forward, args, kwargs, target=target, optimizer=plan)
+        except JointError as error:
+            op = _kept_op_to_decompose(error, decomposed)
+            if op is None:
+                raise
+            decomposed[op] = ("its backward reads a value it computed that the joint program cannot recompute "
+                              "(drawn from random numbers: attention's dropout)")
+
+
+def _kept_op_to_decompose(error: JointError, decomposed: dict[str, str]) -> str | None:
+    """The kept composite whose saved value the backward cannot recompute (attention with dropout
+    drew its mask inside the node), to export again with that op decomposed, so what the backward
+    reads is a value of the forward's graph; None where decomposing would not help (another
+    problem, an op decomposed already, or one the user asked to keep)."""
+    op = getattr(error, "op", None)
+    if error.kind is not JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE or not isinstance(op, tc.OpOverload):
+        return None
+    return str(op) if str(op) not in decomposed else None
 
 
 def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, target: Any = None,
@@ -124,6 +147,7 @@ def differentiate_program(forward: Any, args: tuple, kwargs: dict | None, *, tar
         _place_state_inputs(gm, traced[len(placeholders):], list(optimizer.initial), sig)
     outline_regions(gm, grad_enabled=True, grad_sources=grad_sources)
     functional_writes(gm.graph, allows=lowering.allows if lowering is not None else None)  # the backward's temporaries
+    backward_reads_what_the_forward_drew(gm)
     eliminate_dead_code(gm)
     _refuse_unrecorded_values(gm)
     if lowering is not None:

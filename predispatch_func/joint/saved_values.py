@@ -119,17 +119,21 @@ class SavedValues:
                     self.recomputed_calls.append(packed.call.where)
                 recomputed = packed.call.recomputed(self._mode)
                 if packed.index >= len(recomputed) or not tc.is_tracked(self._tracer, recomputed[packed.index]):
-                    raise JointError(
+                    error = JointError(
                         f"the backward reads a value computed inside {packed.call.where} that the joint "
                         "program cannot recompute; decompose that op (composite_overrides) and export again",
                         kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
+                    error.op = packed.call.op
+                    raise error
                 value = recomputed[packed.index]
                 if not _same_layout(value, packed.tensor):  # the recomputation saved something else there
-                    raise JointError(
+                    error = JointError(
                         f"the backward reads a value computed inside {packed.call.where}; recomputing the call "
                         f"saved {_layout(value)} where the forward saved {_layout(packed.tensor)}, so the joint "
                         "program cannot recover it. Decompose that op (composite_overrides={op: 'decompose'})",
                         kind=JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE)
+                    error.op = packed.call.op
+                    raise error
         else:
             value = packed
         value = _at_final_value(value, self._finals)

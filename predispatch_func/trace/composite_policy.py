@@ -26,9 +26,11 @@ C++ composite kernel eager runs where torch's Python one differs.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -91,6 +93,22 @@ def _overloads_named(key: Any) -> list[Any]:
         f"composite_overrides: {key!r} names no op torch knows; name an overload as "
         "'aten.linear.default' (or every overload of an op as 'aten.linear'), or pass the op itself "
         "(torch.ops.aten.linear.default)")
+
+
+# composites export_joint asks to decompose (op name -> why): a kept node whose backward reads
+# values the joint program cannot recompute (drawn from random numbers: attention's dropout)
+_DECOMPOSED_FOR_THE_BACKWARD: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "decomposed_for_the_backward", default=None)
+
+
+@contextlib.contextmanager
+def decomposed_for_the_backward(reasons: dict[str, str]) -> Iterator[None]:
+    """While inside, the composites named in ``reasons`` are decomposed (a user's override wins)."""
+    token = _DECOMPOSED_FOR_THE_BACKWARD.set(dict(reasons))
+    try:
+        yield
+    finally:
+        _DECOMPOSED_FOR_THE_BACKWARD.reset(token)
 
 
 AuditLookup = Callable[[tc.OpOverload], "str | None"]  # the audit's "keep" / "decompose"
@@ -363,6 +381,9 @@ class CompositePolicy:
         name = str(op)
         if name in self.overrides:
             return self._record(op, self.overrides[name], "user override")
+        for_the_backward = (_DECOMPOSED_FOR_THE_BACKWARD.get() or {}).get(name)
+        if for_the_backward is not None:
+            return self._record(op, Decision.DECOMPOSE, for_the_backward)
         audited = self.audit_lookup(op) if self.audit_lookup is not None else None
         if audited == Decision.DECOMPOSE and op not in GUARD_DECIDES_PER_CALL and op not in WRITES_ONLY_WHEN:
             return self._record(op, Decision.DECOMPOSE, "schema audit")

@@ -75,11 +75,12 @@ def test_refusals_leave_the_model_as_it_was():
     assert all(p.grad is None for p in model.parameters())
 
 
-def test_a_kept_composite_whose_saved_values_are_random_draws_is_refused():
-    """rrelu keeps its noise inside the kept node; recomputing it in the backward would draw new noise."""
+def test_a_kept_composite_whose_saved_values_are_random_draws_is_refused_where_the_user_keeps_it():
+    """rrelu keeps its noise inside the kept node; recomputing it in the backward would draw new
+    noise. export_joint decomposes it (tests/joint/test_random_composites.py) unless told to keep it."""
     model = _Returns(lambda y: torch.nn.functional.rrelu(y, training=True).sum())
     with pytest.raises(JointError) as info:
-        pf.export_joint(model, (torch.randn(2, 3),))
+        pf.export_joint(model, (torch.randn(2, 3),), composite_overrides={"aten.rrelu.default": "keep"})
     assert info.value.kind is JointProblem.SAVED_VALUE_NOT_RECOMPUTABLE
     assert "aten.rrelu" in str(info.value) and "test_joint_errors.py" in str(info.value)
 
