@@ -395,6 +395,27 @@ def activation_checkpoint():
     return _Checkpointed(), (_x(3, 4, grad=True),), {}, None
 
 
+class _CheckpointedReentrant(nn.Module):
+    """transformers' default gradient checkpointing (``use_reentrant=True``): a dropout inside,
+    whose mask eager's recomputation redraws from the forward's RNG state; the input comes from a
+    layer with parameters (so it requires grad, as a hidden state does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x):
+        h = torch.utils.checkpoint.checkpoint(lambda t: self.drop(torch.relu(self.a(t))), self.embed(x),
+                                              use_reentrant=True)
+        return self.b(h).pow(2).mean()
+
+
+@case("aten.linear.default")
+def activation_checkpoint_reentrant():
+    return _CheckpointedReentrant().train(), (_x(3, 4),), {}, None
+
+
 class _DataWrite(nn.Module):
     def __init__(self):
         super().__init__()

@@ -80,6 +80,8 @@ def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -
             "distribute_tensor, no input/output hooks), or take each rank's inference program over local "
             "shards with pf.distributed.export_local, which traces below DTensor",
             kind=Refusal.DTENSOR_BOUNDARY_IN_FORWARD, op=f"{cls.__name__}.apply", source=user_source_line())
+    if settings is not None and cls is torch.utils.checkpoint.CheckpointFunction:
+        return _reentrant_checkpoint_inlined(*args)
     if settings is not None and tc.is_module_backward_hook_function(cls):
         raise UnsupportedError(
             "a module's full backward hook (register_full_backward_hook or register_full_backward_pre_hook, "
@@ -100,6 +102,26 @@ def _route(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -
         # (flex_attention's mask_mod indexing a captured tensor: torch's ModIndex): torch's Function
         return original(*args, **kwargs)
     return trace_call(cls, args, kwargs, settings)
+
+
+def _reentrant_checkpoint_inlined(run_function: Callable[..., Any], preserve_rng_state: bool, *args: Any) -> Any:
+    """``checkpoint(fn, *args, use_reentrant=True)`` (transformers' default for gradient
+    checkpointing) as ``fn(*args)``, as the non-reentrant kind is inlined: eager runs ``fn`` under
+    ``no_grad`` and again with grad in its backward, under the forward's RNG state, so values and
+    gradients are ``fn``'s; the memory trade-off is not carried (docs/joint.md). As eager's, the
+    outputs require grad only if a tensor argument does (else ``fn``'s parameters get no
+    gradient). Without ``preserve_rng_state`` eager's recomputation draws other numbers than its
+    forward: refused, as a program cannot draw both."""
+    if not preserve_rng_state:
+        raise UnsupportedError(
+            "torch.utils.checkpoint(..., use_reentrant=True, preserve_rng_state=False): eager recomputes the "
+            "function in its backward with other random numbers than its forward drew, which one program "
+            "cannot do; keep preserve_rng_state=True (the default) or use use_reentrant=False",
+            kind=Refusal.AUTOGRAD_FUNCTION_NOT_TRACEABLE, op="CheckpointFunction.apply", source=user_source_line())
+    if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        return run_function(*args)
+    with torch.no_grad():
+        return run_function(*args)
 
 
 _DTENSOR_STEPS_INLINE: contextvars.ContextVar[bool] = contextvars.ContextVar("dtensor_steps_inline", default=False)
