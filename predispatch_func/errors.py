@@ -157,6 +157,8 @@ class Refusal(enum.Enum):
     VIEW_DTYPE_REBUILD = ("a view(dtype) made under no_grad of a tensor written before", True)
     PYTHON_STATE_CHANGED = ("a Python attribute, buffer, parameter or submodule set in forward", False)
     RNG_STATE_SET = ("torch.manual_seed, torch.seed or a changed set_rng_state in forward", False)
+    RNG_STREAM_NOT_REPRODUCIBLE = ("random numbers a kernel draws from a generator state no program op reads "
+                                   "(cuDNN's RNN dropout)", True)
     DATA_ASSIGN_NEW_METADATA = ("tensor.data = value with another shape, dtype or device", False)
     DATA_ASSIGN_ALIASED = ("tensor.data = value while an alias tells the copy from eager's storage swap", False)
     DATA_WRITE_AFTER_SAVED_READ = ("a .data write to a tensor an op read for backward at an intermediate value",

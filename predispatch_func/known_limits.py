@@ -163,6 +163,11 @@ WHAT_IS_REFUSED: dict[Refusal, str] = {
                                    'differentiable outputs: eager passes `None` for each output the '
                                    'loss leaves unused, which code after the program decides (with one '
                                    'differentiable output it is carried exactly)'),
+    Refusal.RNG_STREAM_NOT_REPRODUCIBLE: ("an `LSTM`/`GRU`/`RNN` with dropout between layers in "
+                                          "`export_joint`, training on CUDA with cuDNN: cuDNN draws that mask "
+                                          "from its own dropout state, which no op of a program reads, so "
+                                          "neither recomputing the node for its backward nor decomposing it "
+                                          "drops what eager drops (`pf.export` keeps it one `lstm` node)"),
     Refusal.MODULE_BACKWARD_HOOK: ("a module's full backward hook (`register_full_backward_hook`, "
                                    '`register_full_backward_pre_hook`, or the global ones): torch runs it '
                                    "from the autograd nodes of the module call's inputs and outputs, which "

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from .reexports import (
+    FakeTensor,
+    FunctionalTensor,
     all_higher_order_ops,
     autocast_state,
     disable_proxy_modes_tracing,
@@ -196,6 +198,17 @@ def cuda_batch_norm_reserve_without_gpu() -> Iterator[None]:
         setattr(torch._C, name, original)
 
 
+def cudnn_draws_rnn_dropout(op: Any, args: tuple) -> bool:
+    """Whether a call of ``lstm``/``gru``/``rnn_*`` drops between layers inside cuDNN (training on
+    CUDA with cuDNN on): its mask comes from cuDNN's own dropout state, which no op reads."""
+    names = ("aten.lstm.input", "aten.gru.input", "aten.rnn_tanh.input", "aten.rnn_relu.input")
+    if str(op) not in names or len(args) < 7:
+        return False
+    first, num_layers, dropout, train = args[0], args[4], args[5], args[6]
+    return (isinstance(first, torch.Tensor) and first.is_cuda and bool(torch.backends.cudnn.enabled)
+            and bool(dropout) and bool(train) and num_layers > 1)
+
+
 @contextlib.contextmanager
 def rnn_decompositions_as_eager() -> Iterator[None]:
     """torch's Python decompositions of ``lstm``, ``gru`` and ``rnn_*`` (what a trace runs: torch
@@ -242,6 +255,27 @@ def rnn_decompositions_as_eager() -> Iterator[None]:
     finally:
         decompositions.select_one_layer_lstm_function = original_select
         decompositions._rnn_helper = original_helper
+
+
+@contextlib.contextmanager
+def rnn_weights_left_unflattened() -> Iterator[None]:
+    """``nn.LSTM``/``GRU``/``RNN`` on CUDA flatten their weights into one cuDNN buffer when they see
+    new weight tensors (a trace's fakes are new), reading each one's ``data_ptr()``, which a fake
+    tensor has none of: the export failed ("Cannot access data pointer"). While inside, weights
+    that are a trace's tensors are left as they are: the flattening only lays out memory for
+    cuDNN, and the recorded ``lstm`` call takes the weights either way."""
+    original = torch.nn.RNNBase.flatten_parameters
+
+    def flatten_parameters(self: torch.nn.RNNBase) -> None:
+        if any(isinstance(w, (FakeTensor, FunctionalTensor)) for w in self._flat_weights):
+            return
+        original(self)
+
+    torch.nn.RNNBase.flatten_parameters = flatten_parameters  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.RNNBase.flatten_parameters = original  # type: ignore[method-assign]
 
 
 def _dropping_between_layers(layer_fn: Callable[..., Any], p: float) -> Callable[..., Any]:
@@ -1105,6 +1139,8 @@ __all__ = [
     "cuda_sdpa_choice_without_gpu",
     "cuda_batch_norm_reserve_without_gpu",
     "rnn_decompositions_as_eager",
+    "cudnn_draws_rnn_dropout",
+    "rnn_weights_left_unflattened",
     "cuda_grid_sampler_faked_without_gpu",
     "CUDA_AUTOCAST_KEPT_WARNING",
     "callers_fake_mode_unset",

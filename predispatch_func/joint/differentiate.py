@@ -102,7 +102,8 @@ class _ForwardReplay(torch.fx.Interpreter):
                     "this model eagerly (ep.module() of pf.export trains it)", kind=JointProblem.UNSUPPORTED_HOP)
             with tc.hop_joint_graphs_traced_apart():
                 return kernel(*args, **kwargs)
-        self._saved.call = ForwardCall(lambda: target(*args, **kwargs), where=_where(self._node), op=target)
+        self._saved.call = ForwardCall(lambda: target(*args, **kwargs), where=_where(self._node), op=target,
+                                       args=args)
         try:
             return target(*args, **kwargs)
         finally:

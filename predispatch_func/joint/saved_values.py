@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
+from ..errors import Refusal, UnsupportedError
 from .errors import JointError, JointProblem
 from .temporary_writes import functional_writes
 
@@ -35,11 +36,11 @@ from .temporary_writes import functional_writes
 class ForwardCall:
     """One call of the forward graph: how to run it again, and what autograd saved of it."""
 
-    __slots__ = ("run", "op", "grad_enabled", "autocast", "where", "saved_count", "_recomputed")
+    __slots__ = ("run", "op", "args", "grad_enabled", "autocast", "where", "saved_count", "_recomputed")
 
-    def __init__(self, run: Callable[[], Any], where: str, op: Any = None):
+    def __init__(self, run: Callable[[], Any], where: str, op: Any = None, args: tuple = ()):
         self.run = run  # the op with its (traced) arguments
-        self.op = op
+        self.op, self.args = op, args
         self.grad_enabled = torch.is_grad_enabled()
         self.autocast = tc.autocast_state()
         self.where = where  # the forward node, for errors
@@ -65,6 +66,14 @@ class ForwardCall:
             if last.next.op != "root":  # the recomputation recorded something
                 functional_writes(tracer.graph, last.next)
             drawn = [n for n in list(tracer.graph.nodes)[before:] if _draws_random_numbers(n)]
+            if drawn and tc.cudnn_draws_rnn_dropout(self.op, self.args):  # decomposing would not help either
+                raise UnsupportedError(
+                    f"{self.where}: an RNN with dropout between its layers, training on CUDA: cuDNN draws that mask "
+                    "from its own dropout state, which no op of a program reads, so neither recomputing it for the "
+                    "backward nor decomposing it drops the elements eager drops. Train with dropout=0 between "
+                    "layers (a Dropout module between single-layer RNNs draws as eager), or with "
+                    "torch.backends.cudnn.enabled = False, or export the forward alone (pf.export keeps it one node)",
+                    kind=Refusal.RNG_STREAM_NOT_REPRODUCIBLE, op=str(self.op))
             if drawn:  # recomputing would draw new random numbers: not the values the forward saved
                 error = JointError(
                     f"the backward reads a value {self.where} computed from random numbers ({drawn[0].target}); "

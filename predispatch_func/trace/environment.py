@@ -119,6 +119,8 @@ def around_the_tracer(ambient: AmbientModes, fake_mode: Any) -> Manager:
               "layer when only the weights require grad (its backward fails when run), and its RNN helper "
               "drops no dropout between layers",
               tc.rnn_decompositions_as_eager),
+        Entry("rnn weights left unflattened", "an RNN on CUDA flattens new weights for cuDNN by their "
+              "data pointers, which a trace's fakes have none of", tc.rnn_weights_left_unflattened),
         Entry("HOP partitioner quiet", "torch 2.11/2.12 log every partition of a HOP body (scan with grad) "
               "at DEBUG", tc.hop_partitioner_quiet),
         Entry("pre-dispatch pushes without uncache", "speed: torch's loop over every used op on each push "

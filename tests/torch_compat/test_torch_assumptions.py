@@ -259,6 +259,8 @@ def _state() -> dict:
         "functional_tensor_getattr": tc.FunctionalTensor.__dict__.get("__getattr__"),
         "export_wrapper_finder": _export_wrappers()._maybe_find_pre_dispatch_tf_mode_for_export,
         "lstm_layer_choice": torch._decomp.decompositions.select_one_layer_lstm_function,
+        "rnn_flatten": torch.nn.RNNBase.__dict__["flatten_parameters"],
+
     }
 
 
@@ -346,8 +348,10 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "functional_tensor_attributes": lambda: patches.functional_tensor_attributes(lambda t, name: None),
     "subclass_constructors_unrecorded": lambda: patches.subclass_constructors_unrecorded(),
     "rnn_decompositions_as_eager": lambda: patches.rnn_decompositions_as_eager(),
+    "rnn_weights_left_unflattened": lambda: patches.rnn_weights_left_unflattened(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
+                        "cudnn_draws_rnn_dropout",
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING", "non_strict_export_handler"}
 # change something only inside a fake mode, or a functional one: their own tests
 # or a fully_shard'ed model's hook dicts (a process group: test_dtensor_assumptions.py)
