@@ -266,7 +266,9 @@ class PolicyFunctionalMode(tc.FunctionalTensorMode):
                 instead = self.autocast_composites.instead(func, args, call.kwargs, instead) or instead
             if instead is not None:
                 with self:
-                    return instead(*args, **call.kwargs)
+                    out = instead(*args, **call.kwargs)
+                if out is not NotImplemented:  # a lowering that declines these arguments: the op itself
+                    return out
             for observer in self._observers:
                 observer.before(call)
             with tc.grad_mode_untraced(False) if call.without_autograd else contextlib.nullcontext():

@@ -268,7 +268,9 @@ BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.
            "aten.special_sinc.default", "aten.xlogy.Scalar_Self", "aten.xlogy.Scalar_Other",
            "aten.special_xlogy.default", "aten.special_xlogy.self_scalar", "aten.special_xlogy.other_scalar",
            "aten.special_xlog1py.self_scalar", "aten.special_xlog1py.other_scalar",
-           "aten.zero.default"}  # zero_ (its OpInfo reaches the in-place op): test_zero_gradients_stay_tensors
+           "aten.zero.default",  # zero_ (its OpInfo reaches the in-place op): test_zero_gradients_stay_tensors
+           # random: test_like_draws_eagers_numbers_through_the_fresh_factory
+           "aten.randn_like.default", "aten.rand_like.default"}
 # torch registers a decomposition for these, which ours replaces: adaptive_max_pool2d's declines windows of
 # uneven sizes (returns NotImplemented); _batch_norm_with_update_functional's gives the running statistics
 # autograd history the kernel's lack (ours: Core ATen's one batch-norm node, as on CPU); uniform's is
@@ -1122,3 +1124,26 @@ def test_copies_of_views_no_opinfo_reaches(op, args):
         expected, got = aten_op(x, *args), TABLE[aten_op](x, *args)
         for e, g in zip(*(v if isinstance(v, (list, tuple)) else [v] for v in (expected, got))):
             assert torch.equal(e, g) and g.is_contiguous() and g.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["randn_like", "rand_like"])
+def test_like_draws_eagers_numbers_through_the_fresh_factory(name, dtype):
+    """``randn_like``/``rand_like`` (a VAE's noise) as Core ATen's ``randn``/``rand`` of the same sizes:
+    the same numbers from the same seed, the layout ``preserve_format`` gives (contiguous), the
+    generator left where eager leaves it; it declines where eager's fresh tensor is not contiguous."""
+    op = getattr(torch.ops.aten, name).default
+    decomposition = TABLE[op]
+    for x in (torch.zeros(7, dtype=dtype), torch.zeros(3, 5, 2, dtype=dtype), torch.zeros(70_000, dtype=dtype),
+              torch.zeros(5, 8, dtype=dtype)[:, :2], torch.zeros(6, 4, dtype=dtype)[::2]):
+        torch.manual_seed(7)
+        expected, after = op(x), torch.rand(2)
+        torch.manual_seed(7)
+        got = decomposition(x)
+        assert torch.equal(got, expected) and got.stride() == expected.stride(), (tuple(x.shape), x.stride())
+        assert torch.equal(torch.rand(2), after)
+    torch.manual_seed(7)
+    expected = op(torch.zeros(3, 4), dtype=torch.float64)
+    torch.manual_seed(7)
+    assert torch.equal(decomposition(torch.zeros(3, 4), dtype=torch.float64), expected)
+    assert decomposition(torch.zeros(4, 6, dtype=dtype).t()) is NotImplemented  # dense, transposed

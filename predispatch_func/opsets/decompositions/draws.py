@@ -29,6 +29,13 @@
   kernel maps a draw that rounds up to ``high`` back to ``low``: 1 element in 4M differed on an
   H200) it stays undecomposed. torch decomposes ``uniform`` only into prims.
 
+* ``randn_like`` and ``rand_like`` (a VAE's reparameterisation noise, ``torch.randn_like(std)``):
+  Core ATen's ``randn`` and ``rand`` over the same sizes, which fill a fresh contiguous tensor by
+  the same ``normal_``/``uniform_`` kernel as the ``_like`` op fills its fresh tensor, so the same
+  numbers come out, on the CPU and on CUDA; where the fresh tensor would not be contiguous (a
+  non-contiguous input whose layout ``preserve_format`` keeps) the kernel fills it in another order,
+  and it stays undecomposed.
+
 multinomial and rrelu read the data (the validity checks, the count of non-positive elements),
 so ``pf.eager`` runs them uncached and export names them (``reads_data``).
 """
@@ -153,6 +160,40 @@ uniform.declines = (  # type: ignore[attr-defined]  # the refusal's reason (Lowe
     "non-contiguous tensor, or CUDA; add uniform to the target, or draw with torch.rand")
 
 
+def _dense(x: torch.Tensor) -> bool:
+    """Non-overlapping and dense (its elements fill one block): ``preserve_format`` keeps the
+    strides of such a tensor only; any other gets contiguous ones."""
+    expected = 1
+    for size, stride in sorted(zip(x.shape, x.stride()), key=lambda pair: pair[1]):
+        if size == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _like_drawn_fresh(op_name: str) -> Callable[..., Any]:
+    def like(x: torch.Tensor, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+             device: Any = None, pin_memory: bool | None = None, memory_format: Any = None) -> Any:
+        contiguous = x.is_contiguous() or memory_format is torch.contiguous_format or not _dense(x)
+        if not contiguous or layout not in (None, torch.strided) or pin_memory \
+                or memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+            return NotImplemented
+        fresh = getattr(torch.ops.aten, op_name).default
+        return fresh(list(x.shape), dtype=dtype or x.dtype, device=device if device is not None else x.device)
+    like.__name__ = f"{op_name}_like"
+    like.declines = (  # type: ignore[attr-defined]
+        f"where the fresh tensor would not be contiguous (a non-contiguous input, preserve_format), or another "
+        f"layout: {op_name}'s kernel would fill it in another order; make the input contiguous, or draw with "
+        f"torch.{op_name}(x.shape)")
+    return like
+
+
+randn_like = _like_drawn_fresh("randn")
+rand_like = _like_drawn_fresh("rand")
+
+
 for _decomposition in (multinomial, rrelu_with_noise, rrelu_with_noise_, rrelu_with_noise_functional):
     _decomposition.reads_data = True  # type: ignore[attr-defined]
 
@@ -161,6 +202,8 @@ DECOMPOSITIONS: dict[Any, Callable] = {op: decomposition for op, decomposition i
     (tc.resolve_overload("aten", "multinomial.default"), multinomial),
     (tc.resolve_overload("aten", "bernoulli.p"), bernoulli_p),
     (tc.resolve_overload("aten", "uniform.default"), uniform),
+    (tc.resolve_overload("aten", "randn_like.default"), randn_like),
+    (tc.resolve_overload("aten", "rand_like.default"), rand_like),
     (tc.resolve_overload("aten", "rrelu_with_noise.default"), rrelu_with_noise),
     (tc.resolve_overload("aten", "rrelu_with_noise_.default"), rrelu_with_noise_),
     (tc.resolve_overload("aten", "rrelu_with_noise_functional.default"), rrelu_with_noise_functional),
