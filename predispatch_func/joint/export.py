@@ -80,8 +80,7 @@ def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None
             op = _kept_op_to_decompose(error, decomposed)
             if op is None:
                 raise
-            decomposed[op] = ("its backward reads a value it computed that the joint program cannot recompute "
-                              "(drawn from random numbers: attention's dropout)")
+            decomposed[op] = " ".join(str(error).split())  # the refusal it answers, on one line, as the reason
 
 
 def _kept_op_to_decompose(error: JointError, decomposed: dict[str, str]) -> str | None:

@@ -23,21 +23,11 @@ WRITE_THROUGH_VIEWS = ["svd", "linalg.svd", "linalg.eigh", "fft.irfft", "fft.hff
                        "nn.functional.linear_cross_entropy.chunked_none"]
 
 
-@pytest.mark.parametrize("name", WRITE_THROUGH_VIEWS)
-def test_backward_writing_through_views_trains_as_eager(name):
-    if name not in differentiable_ops():
-        pytest.skip(f"this torch's op_db has no {name}")
-    model, inputs = step_of(name, 0)
-    ep = pf.export_joint(model, inputs, loss_fn=ramp_loss)
-    report = pf.verify_joint(ep, model, inputs, loss_fn=ramp_loss, calls=2)
-    assert report.ok, report.problems
-
-
-@pytest.mark.parametrize("name", UNSAVED_CTX_VALUES)
-def test_backward_reading_values_kept_on_its_ctx_trains_as_eager(name):
-    """Refused before ("the backward reads a value its trace did not record"): the detached outputs
-    the op keeps on its ctx are made below the recording level; the backward now reads each as the
-    graph value in the same storage with the same layout."""
+@pytest.mark.parametrize("name", WRITE_THROUGH_VIEWS + UNSAVED_CTX_VALUES)
+def test_backward_formula_a_plain_trace_could_not_carry_trains_as_eager(name):
+    """Each was refused where torch's joint paths train it: a backward writing through views of its
+    temporaries (a mutable node left in the program), or reading values its op kept on its ctx
+    below the recording level (read now as the graph value in the same storage and layout)."""
     if name not in differentiable_ops():
         pytest.skip(f"this torch's op_db has no {name}")
     model, inputs = step_of(name, 0)

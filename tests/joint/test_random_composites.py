@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import predispatch_func as pf
+from predispatch_func.artifacts import program_facts
 from predispatch_func.opsets import TargetUnreachableError
 from tests.joint.reference import export_joint_checked, forward_targets
 
@@ -97,6 +98,8 @@ def test_the_drawing_composite_is_decomposed_and_the_others_kept():
     targets = forward_targets(ep)
     assert "aten.scaled_dot_product_attention.default" not in targets
     assert "aten.linear.default" in targets  # kept: only the op that draws is decomposed
+    decision, why = program_facts(ep.graph_module).composite_decisions["aten.scaled_dot_product_attention.default"]
+    assert decision == "decompose" and "computed from random numbers" in why, why
 
 
 def test_without_dropout_attention_stays_one_node():
