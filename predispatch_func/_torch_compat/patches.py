@@ -91,6 +91,33 @@ def cuda_autocast_kept_without_gpu() -> Iterator[None]:
         cls.__init__ = original  # type: ignore[method-assign]
 
 
+# each fused attention backend's switch, as ``torch.backends.cuda.sdpa_kernel`` sets them (the
+# CPU's flash kernel included): the getter and the setter, for those this torch has
+_FUSED_SDP_SWITCHES = [(getattr(torch._C, f"_get_{name}_sdp_enabled"), getattr(torch._C, f"_set_sdp_use_{name}"))
+                       for name in ("flash", "mem_efficient", "cudnn", "fa3", "fa4", "overrideable")
+                       if hasattr(torch._C, f"_get_{name}_sdp_enabled") and hasattr(torch._C, f"_set_sdp_use_{name}")]
+
+
+@contextlib.contextmanager
+def fused_attention_switched_off() -> Iterator[None]:
+    """sdpa's fused backends off, as ``sdpa_kernel([SDPBackend.MATH])`` leaves them: the
+    composite then runs its math path on every device. The switches are process-wide, so
+    this is for the length of one call; each is restored as it was."""
+    was = [get() for get, _ in _FUSED_SDP_SWITCHES]
+    for _, set_ in _FUSED_SDP_SWITCHES:
+        set_(False)
+    try:
+        yield
+    finally:
+        for (_, set_), on in zip(_FUSED_SDP_SWITCHES, was):
+            set_(on)
+
+
+def math_attention_allowed() -> bool:
+    """Whether the user left sdpa's math backend on (``sdpa_kernel`` can turn it off)."""
+    return bool(torch._C._get_math_sdp_enabled())
+
+
 @contextlib.contextmanager
 def cuda_sdpa_choice_without_gpu() -> Iterator[None]:
     """On a host without a GPU, sdpa of fake CUDA tensors computes its result with the
@@ -1137,6 +1164,8 @@ __all__ = [
     "functional_tensor_detach_without_mode",
     "cuda_autocast_kept_without_gpu",
     "cuda_sdpa_choice_without_gpu",
+    "fused_attention_switched_off",
+    "math_attention_allowed",
     "cuda_batch_norm_reserve_without_gpu",
     "rnn_decompositions_as_eager",
     "cudnn_draws_rnn_dropout",

@@ -21,6 +21,7 @@ gradients) and checked by a test that torch still lacks the decomposition.
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Callable
@@ -71,33 +72,48 @@ class AutogradKernels:
 
     def __init__(self, ops: list[tuple[tc.OpOverload, Callable]], key: str = "Autograd",
                  on_call: Callable[[tc.OpOverload], None] | None = None,
-                 traces_of: Callable[[tc.OpOverload], dict[tuple, Any]] | None = None):
+                 traces_of: Callable[[tc.OpOverload], dict[tuple, Any]] | None = None,
+                 kernels: list[tuple[tc.OpOverload, str, Callable]] = ()):  # type: ignore[assignment]
         self._ops, self._key, self._on_call = ops, key, on_call
         # where each op's traces are kept (``Kernels.lifted_kernels_of``: on disk between processes)
         self._traces_of = traces_of or (lambda op: {})
+        # kernels registered as given on the key given, not traced (``attention_path``)
+        self._kernels = list(kernels)
 
     def __enter__(self) -> AutogradKernels:
         with _lock:
-            for op, decomposition in self._ops:
-                slot = _active.setdefault((str(op), self._key), [None, 0])
+            for op, key, kernel in self._all():
+                slot = _active.setdefault((str(op), key), [None, 0])
                 if slot[1] == 0:
                     library = torch.library.Library("aten", "IMPL")
                     with warnings.catch_warnings():  # "overriding a previously registered kernel": we mean to
                         warnings.simplefilter("ignore", UserWarning)
-                        library.impl(op, _kernel(op, decomposition, self._on_call, self._traces_of(op)),
-                                     self._key)
+                        library.impl(op, kernel(), key)
                     slot[0] = library
                 slot[1] += 1
         return self
 
+    def _all(self) -> list[tuple[tc.OpOverload, str, Callable[[], Callable]]]:
+        """Each op with its key and what builds its kernel (built only where this entry registers it)."""
+        traced: list[tuple[tc.OpOverload, str, Callable[[], Callable]]] = [
+            (op, self._key, functools.partial(self._traced_kernel, op, d)) for op, d in self._ops]
+        return traced + [(op, key, functools.partial(_given, k)) for op, key, k in self._kernels]
+
+    def _traced_kernel(self, op: tc.OpOverload, decomposition: Callable) -> Callable:
+        return _kernel(op, decomposition, self._on_call, self._traces_of(op))
+
     def __exit__(self, *exc: object) -> None:
         with _lock:
-            for op, _ in self._ops:
-                slot = _active[(str(op), self._key)]
+            for op, key, _ in self._all():
+                slot = _active[(str(op), key)]
                 slot[1] -= 1
                 if slot[1] == 0:
                     slot[0]._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
-                    del _active[(str(op), self._key)]
+                    del _active[(str(op), key)]
+
+
+def _given(kernel: Callable) -> Callable:
+    return kernel
 
 
 def _kernel(op: tc.OpOverload, decomposition: Callable, on_call: Callable[[tc.OpOverload], None] | None,

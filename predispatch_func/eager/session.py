@@ -15,7 +15,7 @@ import contextlib
 
 from .. import _torch_compat as tc
 from ..opsets import OpSet
-from . import above_autograd
+from . import above_autograd, attention_path
 from .floor import RUNTIME_FLOOR
 from .mode import EagerMode
 from .session_key import KeyedSession
@@ -39,13 +39,17 @@ class on(contextlib.ContextDecorator):  # noqa: N801  (reads as pf.eager.on(targ
         self._mode = EagerMode(target, **options)  # type: ignore[arg-type]
         self._keyed_mode = None if observe else EagerMode(target, keyed=True, **options)  # type: ignore[arg-type]
         self.keyed = False
+        self._math_attention = attention_path.math_path_kernels(
+            attention_path.devices_taking_math(frozenset(op.name() for op in self._mode.kernels.direct)),
+            on_call=self.stats.above_autograd.add)
         self._stack: list[contextlib.ExitStack] = []
 
     def __enter__(self) -> on:
         stack = contextlib.ExitStack()
         kernels = self._mode.kernels
         stack.enter_context(above_autograd.AutogradKernels(
-            kernels.lifted, on_call=self._count_lifted, traces_of=kernels.lifted_kernels_of))
+            kernels.lifted, on_call=self._count_lifted, traces_of=kernels.lifted_kernels_of,
+            kernels=self._math_attention))
         self.keyed = self._keyed_mode is not None and KeyedSession.available(self._keyed_mode)
         stack.enter_context(KeyedSession(self._keyed_mode) if self.keyed else self._mode)  # type: ignore[arg-type]
         self._stack.append(stack)

@@ -80,16 +80,66 @@ def test_gradients_equal_eager_through_decomposed_ops():
     assert session.stats.decomposed  # the forward and the backward both lowered
 
 
-def test_sdpa_gradient_through_the_fused_backwards_decomposition():
+def test_cpu_flash_attention_called_directly_lowers_with_its_fused_backward():
+    # sdpa itself takes the math path in a session (test_sdpa_takes_the_math_path...); a direct
+    # call of the fused kernel still lowers, its backward by our decomposition
+    flash = aten._scaled_dot_product_flash_attention_for_cpu.default
     q, k, v = (torch.randn(2, 2, 5, 8, requires_grad=True) for _ in range(3))
-    F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    flash(q, k, v, 0.0, True)[0].sum().backward()
     expected = [t.grad.clone() for t in (q, k, v)]
     for t in (q, k, v):
         t.grad = None
     with pf.eager.on(CORE) as session:
-        F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        flash(q, k, v, 0.0, True)[0].sum().backward()
     torch.testing.assert_close([t.grad for t in (q, k, v)], expected)
     assert aten._scaled_dot_product_flash_attention_for_cpu_backward.default in session.stats.decomposed
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float"])
+def test_sdpa_takes_the_math_path_as_on_a_backend_without_fused_attention(mask):
+    # a backend with none of the device's fused kernels is answered "math" by sdpa's choice;
+    # the session makes that choice too: no fused kernel, no trip into Python for it
+    q, k, v = (torch.randn(2, 2, 5, 8, requires_grad=True) for _ in range(3))
+    options = {"none": {}, "causal": {"is_causal": True},
+               "bool": {"attn_mask": torch.rand(5, 5) > 0.3},
+               "float": {"attn_mask": torch.randn(2, 1, 5, 5)}}[mask]
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+        out = F.scaled_dot_product_attention(q, k, v, **options)
+        out.pow(2).sum().backward()
+    expected = [out.detach(), *(t.grad.clone() for t in (q, k, v))]
+    for t in (q, k, v):
+        t.grad = None
+    with pf.eager.on(CORE) as session:
+        out = F.scaled_dot_product_attention(q, k, v, **options)
+        out.pow(2).sum().backward()
+    torch.testing.assert_close(out.detach(), expected[0], rtol=0, atol=0)  # the math kernel's own result
+    # the gradients through the backward's lowered ops (``_softmax_backward_data``): rounding apart
+    torch.testing.assert_close([t.grad for t in (q, k, v)], expected[1:])
+    assert session.stats.above_autograd[aten.scaled_dot_product_attention.default] == 1
+    fused = [op for op in session.stats.decomposed if "flash" in str(op)]
+    assert not fused, fused
+    assert torch.backends.cuda.flash_sdp_enabled()  # the switches are back as they were
+
+
+def test_sdpa_keeps_the_fused_kernel_where_the_target_has_it():
+    flash = aten._scaled_dot_product_flash_attention_for_cpu.default
+    target = CORE | pf.OpSet.from_names([str(flash), str(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)],
+                                        name="with_flash")
+    q, k, v = (torch.randn(2, 2, 5, 8, requires_grad=True) for _ in range(3))
+    with pf.eager.on(target, observe=True) as session:
+        F.scaled_dot_product_attention(q, k, v).sum().backward()
+    assert session.stats.reached[flash] == 1
+    assert aten.scaled_dot_product_attention.default not in session.stats.above_autograd
+
+
+def test_sdpa_with_the_math_backend_switched_off_by_the_user_runs_as_it_would():
+    q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
+    expected = F.scaled_dot_product_attention(q, k, v)
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
+        with pf.eager.on(CORE) as session:
+            got = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(got, expected)
+    assert aten._scaled_dot_product_flash_attention_for_cpu.default in session.stats.decomposed
 
 
 def test_sdpa_with_grouped_heads_and_a_padding_mask_like_eager():

@@ -200,13 +200,14 @@ def test_a_tensor_passed_by_keyword_is_an_input_of_the_trace_and_the_call_is_rep
     # trace, which then failed, and every call ran the decomposition uncached
     q, k, v = (torch.randn(2, 3, 7, 6) for _ in range(3))  # a signature no other test traces
     masks = [torch.randn(1, 3, 7, 7), torch.randn(1, 3, 7, 7)]
-    with pf.eager.on(CORE) as session:
-        got = [torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) for mask in masks]
+    # (called directly: sdpa itself takes its math path in a session, attention_path.py)
     flash = aten._scaled_dot_product_flash_attention_for_cpu.default
+    with pf.eager.on(CORE) as session:
+        got = [flash(q, k, v, attn_mask=mask)[0] for mask in masks]
     assert session.stats.cache_misses[flash] <= 1 and session.stats.cache_hits[flash] >= 1
     assert flash not in session.stats.uncached
     for mask, value in zip(masks, got):  # the second mask's values, not the traced first one's
-        torch.testing.assert_close(value, torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+        torch.testing.assert_close(value, flash(q, k, v, attn_mask=mask)[0])
 
 
 def test_traces_above_autograd_are_replayed_by_the_next_process(tmp_path, monkeypatch):

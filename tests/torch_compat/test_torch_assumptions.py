@@ -244,6 +244,7 @@ def _state() -> dict:
         "encoder_forward": torch.nn.TransformerEncoder.__dict__["forward"],
         "node_is_impure": torch.fx.node.Node.__dict__["is_impure"],
         "function_modes": torch._C._len_torch_function_stack(),
+        "sdp_backends": [getattr(torch._C, n)() for n in dir(torch._C) if n.startswith("_get_") and n.endswith("_sdp_enabled")],
         "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
         "pre_dispatch_modes": torch._ops._len_torch_dispatch_stack_pre_dispatch(),
         "func_transform_levels": _func_transform_names(),
@@ -340,6 +341,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
                                                        lambda original: lambda self, *a, **k: original(self, *a, **k)),
     "cuda_autocast_kept_without_gpu": lambda: patches.cuda_autocast_kept_without_gpu(),
     "cuda_sdpa_choice_without_gpu": lambda: patches.cuda_sdpa_choice_without_gpu(),
+    "fused_attention_switched_off": lambda: patches.fused_attention_switched_off(),
     "cuda_batch_norm_reserve_without_gpu": lambda: patches.cuda_batch_norm_reserve_without_gpu(),
     "cuda_grid_sampler_faked_without_gpu": lambda: patches.cuda_grid_sampler_faked_without_gpu(),
     "calls_kept_by_dead_code_elimination": lambda: patches.calls_kept_by_dead_code_elimination(lambda node: False),
@@ -351,6 +353,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "rnn_weights_left_unflattened": lambda: patches.rnn_weights_left_unflattened(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
+                        "math_attention_allowed",
                         "cudnn_draws_rnn_dropout",
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING", "non_strict_export_handler"}
 # change something only inside a fake mode, or a functional one: their own tests
