@@ -84,7 +84,8 @@ def numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
     with: beside a float or complex tensor with dimensions, that tensor's opmath dtype (float64
     0.8 beside a float64 tensor: a float32 0.8 was off by 2e-8 there; float32 beside bfloat16);
     beside a tensor with dimensions of a higher kind, the widest of its own; else the dtype of a
-    0-dim tensor of its kind or above, or its default dtype, as the result takes."""
+    0-dim tensor of its kind or above, or its default dtype, as the result takes. Made with the
+    session's key off."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
 
     def as_tensor(value: Any) -> torch.Tensor:
@@ -102,8 +103,11 @@ def numbers_as_tensors(args: tuple, positions: tuple[int, ...]) -> tuple:
             return torch.tensor(value, dtype=functools.reduce(torch.promote_types, governing))
         return torch.tensor(value)  # the number raises the kind: its default dtype, as eager
 
-    return tuple(as_tensor(value) if i in positions and type(value) in _NUMBERS else value
-                 for i, value in enumerate(args))
+    # ``torch.tensor`` calls ``lift_fresh`` and ``detach_`` itself: the conversion's own ops, not
+    # the model's, which would each make a trip into Python (``detach_`` outside the target)
+    with tc.excluding_spare_key():
+        return tuple(as_tensor(value) if i in positions and type(value) in _NUMBERS else value
+                     for i, value in enumerate(args))
 
 
 def _replaying(op: tc.OpOverload, kernels: Kernels, modes: list[EagerMode], idle: EagerMode) -> Callable[..., Any]:

@@ -103,3 +103,17 @@ def test_an_in_place_cast_eager_refuses_is_refused_with_eagers_text(dtype, numbe
     with pf.eager.on(pf.OpSet.core_aten()), pytest.raises(RuntimeError) as ours:
         call()
     assert str(ours.value) == str(eager.value)
+
+
+def test_making_the_numbers_tensor_makes_no_trip_of_its_own():
+    # ``torch.tensor`` calls ``detach_`` and ``lift_fresh`` itself: made with the session's key on,
+    # each was a trip into Python (``detach_`` decomposed), three a BatchNorm layer a step
+    # (``num_batches_tracked.add_(1)``)
+    bn = torch.nn.BatchNorm2d(4).train()
+    x = torch.randn(2, 4, 5, 5, requires_grad=True)
+    with pf.eager.on(pf.OpSet.core_aten()) as session:
+        bn(x).sum().backward()
+    assert torch.ops.aten.add_.Tensor in session.stats.decomposed  # the number reached a kernel of ours
+    made = [str(op) for op in session.stats.decomposed if "detach" in str(op) or "lift" in str(op)]
+    assert not made, made
+    assert bn.num_batches_tracked.item() == 1
