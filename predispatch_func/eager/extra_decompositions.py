@@ -1,10 +1,9 @@
 """ATen decompositions torch lacks, or gets wrong for eager, for ops eager kernels call.
 
-torch decomposes these only into prims (``torch._refs``), which no ATen op set
-holds, and export never meets them: autograd
-allocates gradient buffers with ``new_empty_strided``; ``_index_put_impl``
-(the functional twin of what autograd's index backward writes with) has only
-a kernel that calls its in-place form back.
+export never meets these: ``_index_put_impl`` (the functional twin of what
+autograd's index backward writes with) has only a kernel that calls its
+in-place form back. (``new_empty_strided``, with which autograd allocates
+gradient buffers, is in the shared table now: a model may call it too.)
 Each is a one-line restatement in ops of Core ATen; the op_db coverage run
 checks each against the reference.
 
@@ -32,12 +31,6 @@ from . import random_decompositions
 aten = torch.ops.aten
 
 
-def _new_empty_strided(x: torch.Tensor, size: Any, stride: Any, *, dtype: Any = None, layout: Any = None,
-                       device: Any = None, pin_memory: Any = None) -> torch.Tensor:
-    return aten.empty_strided.default(size, stride, dtype=dtype or x.dtype, layout=layout or x.layout,
-                                      device=device or x.device, pin_memory=pin_memory)
-
-
 def _index_put_impl(x: torch.Tensor, indices: Any, values: torch.Tensor, accumulate: bool = False,
                     unsafe: bool = False) -> torch.Tensor:
     return aten.index_put.default(x, indices, values, accumulate)
@@ -58,7 +51,6 @@ def _native_batch_norm(input: torch.Tensor, weight: Any, bias: Any, running_mean
 
 
 TABLE: dict[Any, Callable] = {
-    aten.new_empty_strided.default: _new_empty_strided,  # autograd allocates gradients with it
     # autograd's index backward writes with _index_put_impl_ when no Python mode is active; the only
     # kernel of its functional twin clones and calls the in-place op back, a cycle
     tc.resolve_overload("aten", "_index_put_impl.default"): _index_put_impl,

@@ -4,8 +4,8 @@
   kernel returns the logsumexp its backward reads (why it is decomposed above
   autograd, ``above_autograd.WHY``);
 * ``_weight_norm_interface_backward`` has no ATen decomposition (likewise);
-* ``new_empty_strided`` has no ATen-level decomposition (why ``extra_decompositions``
-  restates it; ``var_mean.correction``, which export meets too, is in the shared table);
+* ``new_empty_strided`` has no ATen-level decomposition (why the shared table restates it,
+  as it does ``var_mean.correction``);
 * a Python-only PrivateUse1 backend can be set up (the test backend);
 * a Python fallback on the spare key gets ``(keyset, op, *args)``, can send the op on below the
   key (``tc.fall_through_spare_key``) and can register the op's own kernel there while it runs
@@ -58,7 +58,7 @@ def test_extra_decompositions_are_still_missing_from_torch():
 
 def test_extra_decompositions_equal_eager():
     x = torch.randn(3, 5, dtype=torch.float64)
-    made = extra_decompositions.TABLE[aten.new_empty_strided.default](x, (2, 3), (1, 2))
+    made = core_decompositions()[aten.new_empty_strided.default](x, (2, 3), (1, 2))
     assert (made.shape, made.stride(), made.dtype) == ((2, 3), (1, 2), x.dtype)
     for rows, accumulate in (([2, 0], False), ([0, 2, 2], True)):
         indices, values = [torch.tensor(rows)], torch.randn(len(rows), 5, dtype=torch.float64)

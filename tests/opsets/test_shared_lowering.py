@@ -147,3 +147,54 @@ def test_spectral_ops_lower_the_same_way_on_both_paths():
     assert all(op in session.stats.decomposed for op in SPECTRAL_OPS), session.stats.decomposed
     for path, got in (("export", exported), ("pf.eager", eager)):
         torch.testing.assert_close(got, expected, msg=lambda m, path=path: f"{path}: {m}")
+
+
+class PublicOverPrivate(torch.nn.Module):
+    """Ops whose eager kernel calls a private op with our decomposition: pf.eager (below autograd)
+    meets the private one, export (above it) the public one. Only the private one had a decomposition,
+    so export refused what pf.eager ran ("torch has no decomposition")."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(2, 2, 3))
+
+    def forward(self, x, factor):
+        scan = torch.logcumsumexp(x * self.weight, -1)
+        solved = torch.cholesky_solve(self.weight, factor)  # factor (2, 2) broadcast over the batch
+        buffer = x.new_empty_strided((2, 3), (1, 2))  # uninitialised: only its layout is compared
+        return scan.sum() + solved.pow(2).sum(), buffer
+
+
+def _public_over_private():
+    torch.manual_seed(0)
+    a = torch.randn(2, 2, dtype=torch.float64)
+    factor = torch.linalg.cholesky(a @ a.T + 2 * torch.eye(2, dtype=torch.float64))
+    return PublicOverPrivate(), (torch.randn(2, 2, 3, dtype=torch.float64), factor)
+
+
+@pytest.mark.parametrize("target", [CORE, None], ids=["core_aten", "plain"])
+def test_a_public_op_lowers_as_the_private_op_its_kernel_calls(target):
+    model, args = _public_over_private()
+    ep = pf.export(model, args, target=target)
+    public = {aten.logcumsumexp.default, aten.cholesky_solve.default, aten.new_empty_strided.default}
+    assert not _ops(ep) & public if target is not None else public <= _ops(ep)
+    program = ep.module()
+    loss, buffer = program(*args)
+    loss.backward()
+    expected_loss, expected_buffer = model(*args)
+    expected_loss.backward()
+    torch.testing.assert_close(loss, expected_loss)
+    torch.testing.assert_close(dict(program.named_parameters())["weight"].grad, model.weight.grad)
+    assert (buffer.shape, buffer.stride(), buffer.dtype) == (expected_buffer.shape, expected_buffer.stride(),
+                                                             expected_buffer.dtype)
+
+
+class _Zeroed(PublicOverPrivate):
+    def forward(self, x, factor):  # the uninitialised buffer zeroed: an output the replay can compare
+        loss, buffer = super().forward(x, factor)
+        return loss, buffer.zero_()
+
+
+def test_a_public_op_lowers_in_the_joint_program_too():
+    _, args = _public_over_private()
+    export_joint_checked(_Zeroed(), args, loss_fn=lambda out: out[0], target=CORE)

@@ -318,6 +318,15 @@ def cholesky_solve_helper(b: torch.Tensor, factor: torch.Tensor, upper: bool) ->
     return _solve_lower_left(lower.mT, y, unit=False, reverse=True)
 
 
+def cholesky_solve(b: torch.Tensor, factor: torch.Tensor, upper: bool = False) -> torch.Tensor:
+    """The public op, as its kernel: batch dims broadcast, then the helper eager's kernel calls
+    (export meets this one, pf.eager the helper)."""
+    if not _real(b, factor):
+        return NotImplemented
+    batch = torch.broadcast_shapes(b.shape[:-2], factor.shape[:-2])
+    return cholesky_solve_helper(b.expand(*batch, *b.shape[-2:]), factor.expand(*batch, *factor.shape[-2:]), upper)
+
+
 def _reflector(a: torch.Tensor, i: int) -> torch.Tensor:
     """The i-th Householder vector LAPACK stores below the diagonal of column i: zeros above,
     an implicit 1 on the diagonal, ``a[i+1:, i]`` below; shape (..., rows, 1)."""
@@ -452,7 +461,9 @@ DECOMPOSITIONS: dict[Any, Callable] = {
     tc.resolve_overload("aten", "_linalg_slogdet.default"): slogdet,
     aten.linalg_cholesky_ex.default: cholesky_ex,
     aten.cholesky_inverse.default: cholesky_inverse,
-    tc.resolve_overload("aten", "_cholesky_solve_helper.default"): cholesky_solve_helper,
+    # the public op, which export meets above autograd (its eager kernel broadcasts, then calls
+    # ``_cholesky_solve_helper``, which pf.eager met below it while only that one had a decomposition)
+    aten.cholesky_solve.default: cholesky_solve,
 }
 
 

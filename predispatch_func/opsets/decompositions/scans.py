@@ -17,8 +17,6 @@ from typing import Any
 
 import torch
 
-from ... import _torch_compat as tc
-
 aten = torch.ops.aten
 
 
@@ -98,7 +96,9 @@ def _later_is_min(earlier: torch.Tensor, later: torch.Tensor) -> torch.Tensor:
 
 DECOMPOSITIONS: dict[Any, Callable] = {
     aten.cumprod.default: cumprod,
-    tc.resolve_overload("aten", "_logcumsumexp.default"): logcumsumexp,
+    # the public op, which export meets above autograd (its eager kernel calls ``_logcumsumexp``,
+    # which pf.eager met below it while only that one had this decomposition)
+    aten.logcumsumexp.default: logcumsumexp,
     aten.cummax.default: _cumulative_extreme(_later_is_max),
     aten.cummin.default: _cumulative_extreme(_later_is_min),
 }

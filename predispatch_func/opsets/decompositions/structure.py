@@ -139,6 +139,14 @@ def empty_permuted(size: Any, physical_layout: Any, *, dtype: Any = None, layout
                                       pin_memory=pin_memory)
 
 
+def new_empty_strided(x: torch.Tensor, size: Any, stride: Any, *, dtype: Any = None, layout: Any = None,
+                      device: Any = None, pin_memory: Any = None) -> torch.Tensor:
+    """``empty_strided`` with ``x``'s dtype, layout and device where none is given (torch decomposes
+    it into prims only; autograd allocates gradient buffers with it, so pf.eager meets it each step)."""
+    return aten.empty_strided.default(size, stride, dtype=dtype or x.dtype, layout=layout or x.layout,
+                                      device=device or x.device, pin_memory=pin_memory)
+
+
 def index_reduce(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, reduce: str, *,
                  include_self: bool = True) -> torch.Tensor:
     """``scatter_reduce`` with ``index`` spread along ``dim`` over ``source``'s shape."""
@@ -174,6 +182,7 @@ bincount.reads_data = True  # type: ignore[attr-defined]
 DECOMPOSITIONS.update({
     tc.resolve_overload("aten", "_efficientzerotensor.default"): efficient_zero_tensor,
     aten.empty_permuted.default: empty_permuted,
+    aten.new_empty_strided.default: new_empty_strided,
     aten.index_reduce.default: index_reduce,
     aten.put.default: put,
     aten.bincount.default: bincount,
