@@ -13,6 +13,10 @@ For every corpus model (train mode, a loss over the floating outputs):
   timed after a ``gc.collect()``, as a process that has built its model has had one;
 * ``warm``: the median step of a session (keyed: the default) with the caches
   full, over plain;
+* ``eager, math attention``: the plain step with sdpa on its math path
+  (``sdpa_kernel([SDPBackend.MATH])``), over plain: what eager itself costs on a backend
+  without fused attention, which is what a session on Core ATen runs (``eager/attention_path.py``);
+  the floor of ``warm`` for a model with attention;
 * ``observed``: the same under ``observe=True`` (a Python dispatch mode that sees
   every op; what the fast path replaced), over plain;
 * ``pass``: the median step under a dispatch mode that only forwards each op,
@@ -52,6 +56,7 @@ import warnings
 import torch
 from rich.console import Console
 from rich.table import Table
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.simplefilter("ignore")
@@ -229,12 +234,14 @@ def bench(name: str, rounds: int, quick: bool = False, threads: int = 1) -> dict
     observed = pf.eager.on(target, observe=True)
     with observed:
         step()
-    plain, warm, seen, through = [], [], [], []
+    plain, warm, seen, through, math = [], [], [], [], []
     calls_before = sum(n for _, n in session.stats.decomposed.items())
     for _ in range(rounds):
         plain.append(_timed(step))
         with session:
             warm.append(_timed(step))
+        with sdpa_kernel([SDPBackend.MATH]):  # what a backend without fused attention runs
+            math.append(_timed(step))
         if not quick:
             with observed:
                 seen.append(_timed(step))
@@ -254,6 +261,7 @@ def bench(name: str, rounds: int, quick: bool = False, threads: int = 1) -> dict
             "cold_disk": fresh["cold"] / fresh["plain"] if fresh else float("nan"),
             "cold_disk_misses": fresh["misses"] if fresh else -1,
             "warm": statistics.median(warm) / base, "warm_spread": (min(warm) / base, max(warm) / base),
+            "eager_math": statistics.median(math) / base,
             "observed": statistics.median(seen) / base if seen else float("nan"),
             "pass": statistics.median(through) / base if through else float("nan"),
             "calls": calls, "grads": grads,
@@ -276,8 +284,10 @@ def _summary(rows: list[dict], label: str) -> str:
     warm, cold = [r["warm"] for r in rows], [r["cold_disk"] for r in rows]
     worst_warm = max(rows, key=lambda r: r["warm"])
     worst_cold = max(rows, key=lambda r: r["cold_disk"])
+    over_math = [r["warm"] / r["eager_math"] for r in rows if "eager_math" in r]
     return (f"{label} ({len(rows)} models): warm median {statistics.median(warm):.2f}x, worst "
-            f"{worst_warm['warm']:.2f}x ({worst_warm['model']}); cold with the disk cache median "
+            f"{worst_warm['warm']:.2f}x ({worst_warm['model']}); over eager with math attention, median "
+            f"{statistics.median(over_math) if over_math else float('nan'):.2f}x; cold with the disk cache median "
             f"{statistics.median(cold):.1f}x, worst {worst_cold['cold_disk']:.1f}x ({worst_cold['model']})")
 
 
@@ -322,11 +332,12 @@ def main() -> None:
             with open(ns.json, "w") as f:
                 json.dump({"rows": rows, "failed": failed}, f, indent=1)
     table = Table(title=f"pf.eager.on(core_aten) step time over plain eager, torch {torch.__version__}")
-    cols = ["model", "eager ms", "cold", "cold, disk", "warm", "warm min-max", "observed (Python mode)",
+    cols = ["model", "eager ms", "eager, math attention", "cold", "cold, disk", "warm", "warm min-max",
+            "observed (Python mode)",
             "pass-through mode", "calls/step", "ops plain", "ops under mode", "decomposed", "grads vs eager"]
     for c in cols:
         table.add_column(c)
-    cells = [[r["model"], f"{r['eager_ms']:.1f}", f"{r['cold']:.1f}x", f"{r['cold_disk']:.1f}x", f"{r['warm']:.2f}x",
+    cells = [[r["model"], f"{r['eager_ms']:.1f}", f"{r.get('eager_math', float('nan')):.2f}x", f"{r['cold']:.1f}x", f"{r['cold_disk']:.1f}x", f"{r['warm']:.2f}x",
               f"{r['warm_spread'][0]:.2f}-{r['warm_spread'][1]:.2f}x", f"{r['observed']:.2f}x",
               f"{r['pass']:.2f}x", f"{r['calls']:.0f}", str(r["ops_plain"]), str(r["ops_mode"]), str(r["decomposed"]),
               f"{r['grads']:.1e}"]
