@@ -30,7 +30,7 @@ FUSED_KERNELS: dict[str, tuple[str, ...]] = {
     "cpu": ("aten::_scaled_dot_product_flash_attention_for_cpu",),
     "cuda": ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
              "aten::_scaled_dot_product_cudnn_attention", "aten::_flash_attention_forward",
-             "aten::_efficient_attention_forward"),
+             "aten::_efficient_attention_forward", "aten::_cudnn_attention_forward"),
 }
 
 
