@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from . import cache
+from . import cache, native_kernels
 from .mode import EagerMode, Kernels
 from .plans import How, Plan, check_in_place_cast
 
@@ -168,3 +168,53 @@ def _through_twin_in_place(op: tc.OpOverload, plan: Plan, kernels: Kernels, mode
         stats.reached.add(copy)
         return destination
     return through_twin
+
+
+class NativeTwin:
+    """``op``'s C++ kernel on the key (``native/through_twin.cpp``): ``_through_twin_in_place``'s
+    fast path without a trip into Python, the Python kernel taking every other call. The calls it
+    serves are counted in C++; ``take_served`` adds them to a session's stats as the Python
+    kernel counts its own."""
+
+    __slots__ = ("op", "twin", "_native", "_index")
+
+    def __init__(self, op: tc.OpOverload, twin: tc.OpOverload, native: Any, index: int):
+        self.op, self.twin, self._native, self._index = op, twin, native, index
+
+    def take_served(self, mode: EagerMode) -> None:
+        served = self._native.take_served(self._index)
+        if served:
+            mode.stats.decomposed.add(self.op, served)
+            mode.stats.reached.add(self.twin, served)
+            mode.stats.reached.add(torch.ops.aten.copy_.default, served)
+
+    def unregister(self) -> None:
+        self._native.unregister(self._index)
+
+
+def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callable[..., Any],
+                        key: str) -> NativeTwin | None:
+    """Registers ``op``'s C++ kernel on ``key`` where its plan is an in-place op through a twin of
+    the target taking the same arguments (``add_``, ``mul_``, ``masked_fill_``), ``kernel`` (its
+    Python kernel) serving what the C++ one leaves; None where it does not apply or the C++
+    kernels are not built here (``native_kernels``)."""
+    if how is not How.THROUGH_TWIN:
+        return None
+    plan = kernels.plan(op)
+    if plan is None or not _in_place_with_same_arguments(plan) or plan.twin is None \
+            or id(plan.twin) not in kernels.direct_ids or id(torch.ops.aten.copy_.default) not in kernels.direct_ids:
+        return None
+    native = native_kernels.module()
+    if native is None:
+        return None
+    arguments = [(a.name, a.kwarg_only) for a in tc.schema_of(op).arguments]
+
+    def in_python(values: tuple) -> Any:  # the positional values of the schema, as C++ holds them
+        args = [value for (_, keyword), value in zip(arguments, values) if not keyword]
+        kwargs = {name: value for (name, keyword), value in zip(arguments, values) if keyword}
+        return kernel(*args, **kwargs)
+
+    schema, twin_schema = tc.schema_of(op), tc.schema_of(plan.twin)
+    index = native.register_through_twin(schema.name, schema.overload_name, twin_schema.name,
+                                         twin_schema.overload_name, key, in_python)
+    return NativeTwin(op, plan.twin, native, index)

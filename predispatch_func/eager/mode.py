@@ -321,7 +321,10 @@ class EagerMode(tc.TorchDispatchMode):
         if in_place and isinstance(results[0], torch.Tensor):
             check_in_place_cast(results[0], destinations[0])
         for destination, value in zip(destinations, results):
-            if destination.shape != value.shape:
+            if destination.shape != value.shape and in_place:  # eager's kernels never grow self
+                raise RuntimeError(f"output with shape {list(destination.shape)} doesn't match the broadcast "
+                                   f"shape {list(value.shape)}")
+            if destination.shape != value.shape:  # an out= tensor: resized, as eager resizes it
                 self._call(aten.resize_.default, (destination, value.shape), {})
             self._call(aten.copy_.default, (destination, value), {})
         if isinstance(result, (tuple, list)):

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from .keyed_kernels import kernel_for, numbers_as_tensors, tensor_positions
+from .keyed_kernels import NativeTwin, kernel_for, native_through_twin, numbers_as_tensors, tensor_positions
 from .mode import EagerMode, Kernels
 from .plans import How, Plan
 
@@ -68,6 +68,7 @@ class _Registered:
         self._met: dict[str, tuple[str, Callable | None]] = {}
         self._libraries: dict[str, torch.library.Library] = {"_": torch.library.Library("_", "IMPL")}
         self._registering = threading.RLock()  # a kernel built on first meeting may run ops itself
+        self.native: list[NativeTwin] = []  # the C++ kernels registered (keyed_kernels.native_through_twin)
         if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
             self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
             for name in MET_FROM_CPP_WRAPPERS:
@@ -115,8 +116,13 @@ class _Registered:
             how = self._how.get(name)
             kernel = None if how is None else (_as_backend_kernel(op) if how == _BACKEND
                                                else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
+            native = None
+            if tc.PYTHON_FALLBACK_ON_SPARE_KEY and kernel is not None and how not in (None, _BACKEND):
+                native = native_through_twin(op, How[how], self.kernels, kernel, tc.SPARE_KEY)
+            if native is not None:  # its C++ kernel is registered, the Python one serving through it
+                self.native.append(native)
             # (torch 2.11, 2.12: an op with a kernel of ours is registered up front, and this is its first call)
-            if tc.PYTHON_FALLBACK_ON_SPARE_KEY or how is None:
+            elif tc.PYTHON_FALLBACK_ON_SPARE_KEY or how is None:
                 library = self._libraries.get(op.namespace)
                 if library is None:
                     library = self._libraries[op.namespace] = torch.library.Library(op.namespace, "IMPL")
@@ -136,6 +142,15 @@ class _Registered:
         for library in self._libraries.values():
             library._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
         self._libraries = {}
+        for native in self.native:
+            native.take_served(self.idle)
+            native.unregister()
+        self.native = []
+
+    def count_native_calls(self, mode: EagerMode) -> None:
+        """Adds the calls the C++ kernels served since the last count to ``mode``'s stats."""
+        for native in list(self.native):
+            native.take_served(mode)
 
 
 # Ops that torch's C++ calls and then wraps the result in a new Python object, which fails if the
@@ -287,6 +302,7 @@ class KeyedSession:
         self._guard.__exit__(*exc)
         with _lock:
             assert self._held is not None
+            self._held.count_native_calls(self.mode)
             self._held.modes.remove(self.mode)
             self._held = None
 

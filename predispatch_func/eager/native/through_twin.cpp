@@ -1,0 +1,144 @@
+// In-place ops outside the target, served in C++: the functional twin, then a copy into ``self``.
+//
+// A keyed pf.eager session meets an in-place op outside its target (``add_``: the autograd
+// engine's gradient accumulation, the optimizers' updates) hundreds of times a step. Its Python
+// kernel (keyed_kernels._through_twin_in_place) costs a trip into Python each time; this kernel
+// does the same in C++: where every tensor argument is strided, the twin (an op of the target)
+// is called with the op's own arguments and the session's key off, and when its result has
+// ``self``'s shape and casts into ``self``'s dtype, ``copy_`` (the floor's) writes it there.
+// Anything else goes to the Python kernel, which decides it (resizing, refusing a lossy cast,
+// sparse arguments). Calls served here are counted, and the session adds the counts to its
+// statistics.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+class ThroughTwin final : public c10::OperatorKernel {
+ public:
+  ThroughTwin(c10::OperatorHandle twin, std::shared_ptr<std::atomic<int64_t>> served, py::object fallback,
+              c10::DispatchKey key)
+      : twin_(std::move(twin)), served_(std::move(served)), fallback_(std::move(fallback)), key_(key) {}
+
+  ~ThroughTwin() override {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      fallback_ = py::object();
+    } else {
+      fallback_.release();  // the interpreter is gone: nothing to give the reference back to
+    }
+  }
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t n = op.schema().arguments().size();
+    auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+    for (auto it = first; it != stack->end(); ++it) {
+      if (it->isTensor() && it->toTensor().layout() != c10::kStrided) {
+        return to_python(op, stack);
+      }
+    }
+    at::Tensor self = first->toTensor();
+    torch::jit::Stack arguments(first, stack->end());  // kept for the Python kernel
+    {
+      c10::impl::ExcludeDispatchKeyGuard off(key_);
+      twin_.callBoxed(&arguments);
+    }
+    const c10::IValue& out = arguments.back();
+    if (arguments.size() != 1 || !out.isTensor()) {
+      return to_python(op, stack);
+    }
+    const at::Tensor& result = out.toTensor();
+    if (!result.sizes().equals(self.sizes()) ||
+        (result.scalar_type() != self.scalar_type() && !c10::canCast(result.scalar_type(), self.scalar_type()))) {
+      return to_python(op, stack);
+    }
+    {
+      c10::impl::ExcludeDispatchKeyGuard off(key_);
+      at::_ops::copy_::call(self, result, false);
+    }
+    torch::jit::drop(*stack, n);
+    stack->emplace_back(self);
+    served_->fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  void to_python(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    const auto& schema = op.schema();
+    const size_t n = schema.arguments().size();
+    py::gil_scoped_acquire gil;
+    py::tuple values(n);
+    for (size_t i = 0; i < n; ++i) {
+      values[i] = torch::jit::toPyObject((*stack)[stack->size() - n + i]);
+    }
+    py::object result = fallback_(values);
+    torch::jit::drop(*stack, n);
+    stack->emplace_back(torch::jit::toIValue(result, schema.returns()[0].type()));
+  }
+
+  c10::OperatorHandle twin_;
+  std::shared_ptr<std::atomic<int64_t>> served_;
+  py::object fallback_;
+  c10::DispatchKey key_;
+};
+
+// One registration: the library holding the kernel (destroyed to unregister) and its count.
+struct Registration {
+  std::unique_ptr<torch::Library> library;
+  std::shared_ptr<std::atomic<int64_t>> served;
+};
+
+std::vector<std::unique_ptr<Registration>>& registrations() {
+  // never destroyed: at exit the dispatcher and the interpreter may be gone before it
+  static auto* all = new std::vector<std::unique_ptr<Registration>>();
+  return *all;
+}
+
+c10::OperatorHandle handle(const std::string& name, const std::string& overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+}
+
+// Registers the kernel for ``op`` on dispatch key ``key``; returns its index (for ``served``).
+int64_t register_through_twin(const std::string& op_name, const std::string& op_overload,
+                              const std::string& twin_name, const std::string& twin_overload,
+                              const std::string& key_name, py::object fallback) {
+  const auto key = c10::parseDispatchKey(key_name);
+  auto twin = handle(twin_name, twin_overload);
+  handle(op_name, op_overload);  // throws for an op this torch lacks
+  auto served = std::make_shared<std::atomic<int64_t>>(0);
+  const auto colon = op_name.find("::");
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, op_name.substr(0, colon), key,
+                                                  __FILE__, __LINE__);
+  const std::string qualified = op_name.substr(colon + 2) + (op_overload.empty() ? "" : "." + op_overload);
+  library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunctor(
+                                       std::make_unique<ThroughTwin>(twin, served, std::move(fallback), key)));
+  registrations().push_back(std::make_unique<Registration>(Registration{std::move(library), served}));
+  return static_cast<int64_t>(registrations().size()) - 1;
+}
+
+// The calls served since the last ask, and zero again.
+int64_t take_served(int64_t index) {
+  return registrations().at(static_cast<size_t>(index))->served->exchange(0);
+}
+
+// Unregisters one kernel (a session's ``release``); its count stays readable.
+void unregister(int64_t index) {
+  registrations().at(static_cast<size_t>(index))->library.reset();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("register_through_twin", &register_through_twin);
+  m.def("take_served", &take_served);
+  m.def("unregister", &unregister);
+}

@@ -1,0 +1,111 @@
+"""The session's C++ kernel for in-place ops through their twin (``keyed_kernels.NativeTwin``):
+``add_`` (the autograd engine's gradient accumulation, the optimizers' updates) was a trip into
+Python on every call, 334 a step of rwkv. It serves the calls whose outcome it does not decide;
+the Python kernel the rest, as before (pinned here: a lossy cast refused with eager's text, a
+broadcast that does not fit ``self``, a sparse argument)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+import predispatch_func as pf
+from predispatch_func import _torch_compat as tc
+from predispatch_func.eager import native_kernels, session_key
+
+CORE = pf.OpSet.core_aten()
+aten = torch.ops.aten
+NATIVE = tc.PYTHON_FALLBACK_ON_SPARE_KEY and native_kernels.module() is not None
+needs_native = pytest.mark.skipif(not NATIVE, reason=f"no C++ kernels here: {native_kernels.why_unavailable}"
+                                  if tc.PYTHON_FALLBACK_ON_SPARE_KEY else "torch 2.11/2.12 register Python kernels up front")
+
+
+def test_the_kernels_build_where_a_compiler_is():
+    if not tc.PYTHON_FALLBACK_ON_SPARE_KEY:
+        pytest.skip("torch 2.11/2.12: the session registers its Python kernels up front, the C++ ones not at all")
+    if not (shutil.which("c++") and shutil.which("ninja")):
+        pytest.skip("no C++ compiler or ninja on this machine: the Python kernels serve")
+    assert native_kernels.module() is not None, native_kernels.why_unavailable
+
+
+def _native_for(op):
+    registered = session_key._registered  # noqa: SLF001 (the test reads what the session registered)
+    return next(n for n in registered.native if n.op is op)
+
+
+@needs_native
+def test_add_in_place_is_served_in_cpp_and_counted():
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    expected = a.clone().add_(b, alpha=0.5).add_(b)
+    with pf.eager.on(CORE) as session:
+        torch.zeros(1).add_(torch.ones(1))  # the op's first meeting registers its kernel (run in Python)
+        native = _native_for(aten.add_.Tensor)
+        native._native.take_served(native._index)  # noqa: SLF001
+        calls = dict(session.stats.decomposed.items()).get(aten.add_.Tensor, 0)
+        got = a.clone()
+        got.add_(b, alpha=0.5)
+        got.add_(b)
+        assert native._native.take_served(native._index) == 2  # noqa: SLF001 (both served in C++)
+        got.add_(b)  # counted into the session's stats when it exits
+    torch.testing.assert_close(got, expected.add_(b), rtol=0, atol=0)
+    assert session.stats.decomposed[aten.add_.Tensor] == calls + 1
+
+
+@needs_native
+def test_what_the_cpp_kernel_leaves_goes_to_the_python_kernel():
+    _what_eager_refuses_in_place()
+
+
+def test_an_in_place_op_that_would_grow_self_is_refused_as_eager_refuses_it():
+    """The Python kernel resized ``self`` to the broadcast shape and wrote it (``ones(3).add_(ones(2, 3))``
+    returned a 2x3 tensor where eager raises): right for an ``out=`` tensor, not for ``self``."""
+    with pf.eager.on(CORE, observe=True):  # the Python path alone
+        for call in (lambda: torch.ones(3).add_(torch.ones(2, 3)), lambda: torch.ones(3).lerp_(torch.ones(2, 3), 0.5),
+                     lambda: torch.ones(1, 3).masked_fill_(torch.ones(2, 3, dtype=torch.bool), 1.0)):
+            with pytest.raises(RuntimeError, match=r"output with shape \[1?,? ?3\] doesn't match the broadcast shape"):
+                call()
+
+
+def _what_eager_refuses_in_place():
+    sparse = torch.eye(2).to_sparse()  # made outside: to_sparse is not Core ATen
+    with pf.eager.on(CORE):
+        # a lossy cast: eager's text
+        with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Int"):
+            torch.ones(3, dtype=torch.int32).add_(0.8)
+        # a broadcast that does not fit self: eager's error, not a silent resize
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            torch.ones(3).add_(torch.ones(2, 3))
+        # a sparse argument: lowered by the Python kernel or named unreachable there, never written here
+        dense = torch.ones(2, 2)
+        try:
+            out = dense.add_(sparse)
+        except pf.UnsupportedError:
+            out = None
+    if out is not None:
+        torch.testing.assert_close(out, torch.ones(2, 2) + torch.eye(2))
+
+
+@needs_native
+def test_training_with_the_cpp_kernel_equals_eager():
+    def steps(model):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(3):
+            optimizer.zero_grad()
+            x = torch.linspace(-1, 1, 12).reshape(3, 4)
+            (model(x).pow(2).sum() + model(x * 2).sum()).backward()  # two uses: gradients accumulate
+            optimizer.step()
+        return [p.detach() for p in model.parameters()]
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    reference = [p.detach().clone() for p in model.parameters()]
+    expected = steps(model)
+    with torch.no_grad():
+        for p, r in zip(model.parameters(), reference):
+            p.copy_(r)
+    with pf.eager.on(CORE) as session:
+        got = steps(model)
+    torch.testing.assert_close(got, expected)
+    assert session.stats.decomposed[aten.add_.Tensor] > 0
