@@ -22,7 +22,8 @@ For every corpus model (train mode, a loss over the floating outputs):
 * ``pass``: the median step under a dispatch mode that only forwards each op,
   over plain: what any Python dispatch mode costs before it decides anything;
 * ``calls/step``: calls into our kernels per warm step (ops outside the target,
-  each a trip into Python); ``ops plain`` / ``ops under mode``: distinct aten
+  each a trip into Python but ``of them in C++``: the in-place ops the session's C++ kernel
+  serves, ``keyed_kernels.NativeTwin``); ``ops plain`` / ``ops under mode``: distinct aten
   ops that reach the backend plainly, and under the (observed) mode; and
   ``decomposed``: distinct ops the backend was spared;
 * ``grads``: the largest difference between a plain step's gradients and a
@@ -236,6 +237,7 @@ def bench(name: str, rounds: int, quick: bool = False, threads: int = 1) -> dict
         step()
     plain, warm, seen, through, math = [], [], [], [], []
     calls_before = sum(n for _, n in session.stats.decomposed.items())
+    cpp_before = sum(n for _, n in getattr(session.stats, "served_in_cpp", {}).items())
     for _ in range(rounds):
         plain.append(_timed(step))
         with session:
@@ -248,6 +250,7 @@ def bench(name: str, rounds: int, quick: bool = False, threads: int = 1) -> dict
             with PassThrough():
                 through.append(_timed(step))
     calls = (sum(n for _, n in session.stats.decomposed.items()) - calls_before) / rounds
+    cpp = (sum(n for _, n in getattr(session.stats, "served_in_cpp", {}).items()) - cpp_before) / rounds
     torch.manual_seed(0)  # dropout draws alike in both (the session draws as eager does)
     step()
     plain_grads = _grads(model)
@@ -264,7 +267,7 @@ def bench(name: str, rounds: int, quick: bool = False, threads: int = 1) -> dict
             "eager_math": statistics.median(math) / base,
             "observed": statistics.median(seen) / base if seen else float("nan"),
             "pass": statistics.median(through) / base if through else float("nan"),
-            "calls": calls, "grads": grads,
+            "calls": calls, "calls_in_cpp": cpp, "grads": grads,
             "ops_plain": len({op for op in passing.ops if getattr(op, "namespace", None) == "aten"}),
             "ops_mode": len({op for op in observed.stats.reached if getattr(op, "namespace", None) == "aten"}),
             "decomposed": len(observed.stats.decomposed)}
@@ -334,12 +337,12 @@ def main() -> None:
     table = Table(title=f"pf.eager.on(core_aten) step time over plain eager, torch {torch.__version__}")
     cols = ["model", "eager ms", "eager, math attention", "cold", "cold, disk", "warm", "warm min-max",
             "observed (Python mode)",
-            "pass-through mode", "calls/step", "ops plain", "ops under mode", "decomposed", "grads vs eager"]
+            "pass-through mode", "calls/step", "of them in C++", "ops plain", "ops under mode", "decomposed", "grads vs eager"]
     for c in cols:
         table.add_column(c)
     cells = [[r["model"], f"{r['eager_ms']:.1f}", f"{r.get('eager_math', float('nan')):.2f}x", f"{r['cold']:.1f}x", f"{r['cold_disk']:.1f}x", f"{r['warm']:.2f}x",
               f"{r['warm_spread'][0]:.2f}-{r['warm_spread'][1]:.2f}x", f"{r['observed']:.2f}x",
-              f"{r['pass']:.2f}x", f"{r['calls']:.0f}", str(r["ops_plain"]), str(r["ops_mode"]), str(r["decomposed"]),
+              f"{r['pass']:.2f}x", f"{r['calls']:.0f}", f"{r.get('calls_in_cpp', 0):.0f}", str(r["ops_plain"]), str(r["ops_mode"]), str(r["decomposed"]),
               f"{r['grads']:.1e}"]
              for r in rows]
     for row in cells:

@@ -185,6 +185,7 @@ class NativeTwin:
         served = self._native.take_served(self._index)
         if served:
             mode.stats.decomposed.add(self.op, served)
+            mode.stats.served_in_cpp.add(self.op, served)
             mode.stats.reached.add(self.twin, served)
             mode.stats.reached.add(torch.ops.aten.copy_.default, served)
 

@@ -52,7 +52,9 @@ class EagerStats:
     ``decomposed``: calls of ops outside the target, run as their decomposition.
     ``cache_hits`` / ``cache_misses``: replays of a traced kernel / traces made.
     ``uncached``: decompositions run as Python each call (data-dependent, or a
-    trace the fake tensors could not make). ``unreachable``: ops with no path
+    trace the fake tensors could not make). ``served_in_cpp``: the decomposed calls the
+    session's C++ kernels served (``keyed_kernels.NativeTwin``), no trip into Python; counted
+    in ``decomposed`` too. ``unreachable``: ops with no path
     into the target, with the user's lines that called them (only filled when
     the session runs them anyway, ``on_unreachable="run"``).
     """
@@ -63,6 +65,7 @@ class EagerStats:
     cache_misses: OpCounter = dataclasses.field(default_factory=OpCounter)
     uncached: OpCounter = dataclasses.field(default_factory=OpCounter)
     above_autograd: OpCounter = dataclasses.field(default_factory=OpCounter)
+    served_in_cpp: OpCounter = dataclasses.field(default_factory=OpCounter)
     unreachable: dict[Any, list[str]] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -75,6 +78,7 @@ class EagerStats:
             "cache_misses": named(self.cache_misses),
             "uncached": named(self.uncached),
             "above_autograd": named(self.above_autograd),
+            "served_in_cpp": named(self.served_in_cpp),
             "unreachable": {str(op): lines for op, lines in sorted(self.unreachable.items(), key=lambda kv: str(kv[0]))},
         }
 
