@@ -31,7 +31,7 @@ import torch
 from .. import _torch_compat as tc
 from . import cache, native_kernels
 from .mode import EagerMode, Kernels
-from .plans import How, Plan, check_in_place_cast
+from .plans import How, Plan, check_in_place_cast, check_no_partial_overlap
 
 _NUMBERS = frozenset({int, float, bool, complex})
 _COPY = tc.entry_point(torch.ops.aten.copy_.default)
@@ -151,6 +151,7 @@ def _through_twin_in_place(op: tc.OpOverload, plan: Plan, kernels: Kernels, mode
         for value in args:  # a sparse argument is run's to refuse
             if isinstance(value, torch.Tensor) and value.layout is not strided:
                 return mode.run(op, args, kwargs)
+        check_no_partial_overlap(destination, (*args, *kwargs.values()))
         if twin_in_target:
             with excluding():
                 result = twin_entry(*args, **kwargs)

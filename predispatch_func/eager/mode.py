@@ -41,7 +41,7 @@ from ..opsets import Lowering, OpSet, is_infrastructure
 from . import above_autograd, cache
 from .floor import RUNTIME_FLOOR
 from .persisted_kernels import PersistedKernels
-from .plans import How, Plan, check_in_place_cast, plan_for
+from .plans import How, Plan, check_in_place_cast, check_no_partial_overlap, plan_for
 from .stats import EagerStats
 
 aten = torch.ops.aten
@@ -316,6 +316,9 @@ class EagerMode(tc.TorchDispatchMode):
         twin: tc.OpOverload = plan.twin  # type: ignore[assignment]
         twin_args = tuple(bound[n] for n in plan.twin_positional if n in bound)
         twin_kwargs = {n: bound[n] for n in plan.twin_keyword if n in bound}
+        for destination in destinations:
+            if isinstance(destination, torch.Tensor):
+                check_no_partial_overlap(destination, (*twin_args, *twin_kwargs.values()))
         result = self._call(twin, twin_args, twin_kwargs)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         if in_place and isinstance(results[0], torch.Tensor):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -127,6 +127,52 @@ _SCALAR_TYPE_NAMES = {torch.float64: "Double", torch.float32: "Float", torch.flo
                       torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
                       torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
                       torch.complex128: "ComplexDouble", torch.complex64: "ComplexFloat", torch.complex32: "ComplexHalf"}
+
+
+_PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                    "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def check_no_partial_overlap(destination: torch.Tensor, values: Iterable[object]) -> None:
+    """A write whose input shares part of the destination's memory (``x[1:].add_(x[:-1])``, or
+    the same memory through other strides: ``x.add_(x.t())``): eager's kernels refuse it (reading
+    and writing at once would mix old and new values), a functional twin and a ``copy_`` would
+    compute it from the old values silently. Raised as eager raises it, by eager's rule
+    (``get_overlap_status``: only between tensors dense in memory; the same tensor, or the same
+    memory with the same strides, is allowed)."""
+    storage = None
+    for value in values:
+        if not isinstance(value, torch.Tensor) or value is destination or value.layout is not torch.strided \
+                or value.device.type == "meta" or value.device != destination.device:
+            continue
+        if storage is None:
+            storage = destination.untyped_storage().data_ptr()
+        if value.untyped_storage().data_ptr() == storage and _partially_overlapping(destination, value):
+            raise RuntimeError(_PARTIAL_OVERLAP)
+
+
+def _partially_overlapping(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.numel() == 0 or b.numel() == 0 or not (_dense(a) and _dense(b)):
+        return False  # eager's status "too hard" (or none): not refused
+    a_begin, b_begin = a.data_ptr(), b.data_ptr()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    if a_begin == b_begin and a_end == b_end:
+        return a.stride() != b.stride()
+    return a_begin < b_end and b_begin < a_end
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: its elements fill a block of memory, each once (any dim order)."""
+    if t.dim() == 1:
+        return t.size(0) < 2 or t.stride(0) == 1
+    expected = 1
+    for d in sorted(range(t.dim()), key=t.stride):
+        if t.size(d) < 2:
+            continue
+        if t.stride(d) != expected:
+            return False
+        expected *= t.size(d)
+    return True
 
 
 def check_in_place_cast(result: torch.Tensor, destination: torch.Tensor) -> None:

@@ -109,3 +109,34 @@ def test_training_with_the_cpp_kernel_equals_eager():
         got = steps(model)
     torch.testing.assert_close(got, expected)
     assert session.stats.decomposed[aten.add_.Tensor] > 0
+
+
+OVERLAPS = {  # a write whose input shares part of the destination: eager refuses, by its rule
+    "shifted": (lambda: (lambda x: x[1:].add_(x[:-1]))(torch.arange(5.0)), "refused"),
+    "shifted, mul_": (lambda: (lambda x: x[1:].mul_(x[:-1]))(torch.arange(1.0, 6.0)), "refused"),
+    "transposed": (lambda: (lambda x: x.add_(x.t()))(torch.arange(9.0).reshape(3, 3)), "refused"),
+    "out= shifted": (lambda: (lambda x: torch.add(x[:-1], 1, out=x[1:]))(torch.arange(5.0)), "refused"),
+    "itself": (lambda: (lambda x: x.add_(x))(torch.arange(5.0)), [0.0, 2.0, 4.0, 6.0, 8.0]),
+    "a strided read": (lambda: (lambda x: x[:3].add_(x[::2]))(torch.arange(6.0)), None),  # eager's "too hard"
+}
+
+
+@pytest.mark.parametrize("observe", [False, True], ids=["keyed", "observed"])
+@pytest.mark.parametrize("name", list(OVERLAPS))
+def test_a_write_from_a_partly_shared_input_is_refused_as_eager_refuses_it(name, observe):
+    """The twin computed from the old values and ``copy_`` wrote them: ``x[1:].add_(x[:-1])`` gave
+    [1, 3, 5, 7] where eager raises. Both kernels (C++ and Python) and the general path check it."""
+    call, outcome = OVERLAPS[name]
+    with pf.eager.on(CORE, observe=observe):
+        for warm in range(2):  # the first meeting (Python), then the registered kernel
+            if outcome == "refused":
+                with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor"):
+                    call()
+            else:
+                expected = call()  # eager's, with the session's kernels: compared below
+    if outcome not in ("refused", None):
+        assert expected.tolist() == outcome
+    if outcome is None:
+        with pf.eager.on(CORE, observe=observe):
+            got = call()
+        assert torch.equal(got, call())

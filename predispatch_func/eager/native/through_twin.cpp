@@ -3,7 +3,8 @@
 // A keyed pf.eager session meets an in-place op outside its target (``add_``: the autograd
 // engine's gradient accumulation, the optimizers' updates) hundreds of times a step. Its Python
 // kernel (keyed_kernels._through_twin_in_place) costs a trip into Python each time; this kernel
-// does the same in C++: where every tensor argument is strided, the twin (an op of the target)
+// does the same in C++: where every tensor argument is strided (and none shares part of
+// ``self``'s memory, which eager refuses as here), the twin (an op of the target)
 // is called with the op's own arguments and the session's key off, and when its result has
 // ``self``'s shape and casts into ``self``'s dtype, ``copy_`` (the floor's) writes it there.
 // Anything else goes to the Python kernel, which decides it (resizing, refusing a lossy cast,
@@ -11,6 +12,7 @@
 // statistics.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/library.h>
@@ -48,6 +50,11 @@ class ThroughTwin final : public c10::OperatorKernel {
       }
     }
     at::Tensor self = first->toTensor();
+    for (auto it = first + 1; it != stack->end(); ++it) {  // eager's refusal of a partly shared input
+      if (it->isTensor()) {
+        at::assert_no_partial_overlap(self, it->toTensor());
+      }
+    }
     torch::jit::Stack arguments(first, stack->end());  // kept for the Python kernel
     {
       c10::impl::ExcludeDispatchKeyGuard off(key_);
