@@ -41,7 +41,7 @@ from ..opsets import Lowering, OpSet, is_infrastructure
 from . import above_autograd, cache
 from .floor import RUNTIME_FLOOR
 from .persisted_kernels import PersistedKernels
-from .plans import How, Plan, check_in_place_cast, check_no_partial_overlap, plan_for
+from .plans import How, Plan, check_in_place_cast, check_no_partial_overlap, check_out_as_eager, plan_for
 from .stats import EagerStats
 
 aten = torch.ops.aten
@@ -314,14 +314,20 @@ class EagerMode(tc.TorchDispatchMode):
         # in place: self is both an argument and the destination
         destinations = [bound[plan.written[0]]] if in_place else [bound.pop(name) for name in plan.written]
         twin: tc.OpOverload = plan.twin  # type: ignore[assignment]
+        if not in_place and "dtype" in plan.twin_keyword and bound.get("dtype") is None \
+                and len(destinations) == 1 and isinstance(destinations[0], torch.Tensor):
+            # a reduction into out= computes in the out tensor's dtype (eager's get_dtype_from_result:
+            # cumsum(x, out=long_tensor) sums x cast to long, not x then cast)
+            bound["dtype"] = destinations[0].dtype
         twin_args = tuple(bound[n] for n in plan.twin_positional if n in bound)
         twin_kwargs = {n: bound[n] for n in plan.twin_keyword if n in bound}
         for destination in destinations:
             if isinstance(destination, torch.Tensor):
                 check_no_partial_overlap(destination, (*twin_args, *twin_kwargs.values()))
+        cast_refused = not in_place and check_out_as_eager(plan.op, args, kwargs)
         result = self._call(twin, twin_args, twin_kwargs)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
-        if in_place and isinstance(results[0], torch.Tensor):
+        if (in_place or cast_refused) and isinstance(results[0], torch.Tensor):
             check_in_place_cast(results[0], destinations[0])
         for destination, value in zip(destinations, results):
             if destination.shape != value.shape and in_place:  # eager's kernels never grow self

@@ -175,6 +175,38 @@ def _dense(t: torch.Tensor) -> bool:
     return True
 
 
+# what eager's out= checks say (structured kernels' ``resize_out``, TensorIterator), and the meta
+# kernels' (torch._refs) wording of TensorIterator's cast check
+_OUT_REFUSALS = ("can't be cast to the desired output type", "Expected out tensor to have dtype")
+_REFS_CAST_REFUSAL = "but this can't be cast because it is not safe"
+
+
+def check_out_as_eager(op: tc.OpOverload, args: tuple, kwargs: dict) -> bool:
+    """An ``out=`` op's checks of its destination, as eager makes them: the op run on meta copies
+    of its tensors, where torch's meta kernels check what the CPU kernels check (an out tensor of
+    another dtype where the kernel allows none, ``torch.mm(a, b, out=long_tensor)``, raised here;
+    a result dtype that cannot be cast into it, ``torch.add(x, 0.5, out=long_tensor)``: True, for
+    the caller to raise in eager's words with the result's dtype, ``check_in_place_cast``). The
+    twin and a ``copy_`` would cast silently. Only those refusals count: a meta kernel that
+    cannot run (data-dependent, missing) says nothing about eager."""
+    def on_meta(t: torch.Tensor) -> torch.Tensor:
+        return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta")
+
+    random = torch.Tag.nondeterministic_seeded in op.tags  # bernoulli.out fills any dtype; its meta refuses
+    try:
+        with tc.outside_trace(), tc.excluding_spare_key():
+            meta_args, meta_kwargs = tc.pytree.tree_map_only(torch.Tensor, on_meta, (args, kwargs))
+            op(*meta_args, **meta_kwargs)
+    except RuntimeError as exc:
+        if _REFS_CAST_REFUSAL in str(exc):
+            return not random
+        if any(text in str(exc) for text in _OUT_REFUSALS):
+            raise RuntimeError(str(exc).splitlines()[0]) from None
+    except Exception:  # noqa: BLE001, S110 (no meta kernel for it: nothing to say)
+        pass
+    return False
+
+
 def check_in_place_cast(result: torch.Tensor, destination: torch.Tensor) -> None:
     """An in-place op computes in the result type of its arguments and casts into ``self``, which
     eager refuses where the cast would lose a kind (``int_tensor.add_(0.8)``); its functional twin
