@@ -40,7 +40,9 @@ from ..autograd_facts import may_carry_grad
 from ..op_schema import writes_besides_out
 from .out_variants import (
     call_composite_out,
+    call_in_out_dtype,
     call_inplace_through_twin,
+    computes_in_out_dtype,
     inplace_twin,
     is_composite_out,
     twin_writes_undeclared,
@@ -418,6 +420,8 @@ class CompositePolicy:
             otherwise: Callable[..., Any] | None = lambda *a, **k: call_composite_out(op, a, k)  # noqa: E731
         else:
             otherwise = self._through_inplace_twin(op) or self._lowered(op)
+            if otherwise is None and computes_in_out_dtype(op):
+                otherwise = lambda *a, **k: call_in_out_dtype(op, a, k)  # noqa: E731
         return HONEST_TWINS.get(op), _has_two_composites(op), otherwise
 
     def rerouted_after_autograd(self, op: Any, args: tuple, kwargs: dict) -> Callable[..., Any] | None:
@@ -426,7 +430,8 @@ class CompositePolicy:
             return lambda *a, **k: call_composite_out(op, a, k, after_autograd=True)
         if op in UNDECLARED_STAT_WRITERS and _writes_running_stats(op, args, kwargs):
             return UNDECLARED_STAT_WRITERS[op]
-        return HONEST_TWINS.get(op) or self._through_inplace_twin(op) or self._lowered(op)
+        in_out_dtype = (lambda *a, **k: call_in_out_dtype(op, a, k)) if computes_in_out_dtype(op) else None
+        return HONEST_TWINS.get(op) or self._through_inplace_twin(op) or self._lowered(op) or in_out_dtype
 
     @staticmethod
     def _through_inplace_twin(op: Any) -> Callable[..., Any] | None:

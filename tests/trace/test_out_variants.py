@@ -146,3 +146,31 @@ def test_fused_adam_out_variant_is_refused_with_its_kind():
                                    torch.zeros(3)))
     assert info.value.kind is pf.Refusal.OUT_WITH_OTHER_WRITES
     assert os.path.basename(__file__) in str(info.value)
+
+
+class ReducedIntoOut(torch.nn.Module):
+    """A reduction into an ``out=`` tensor of another dtype: eager computes in out's dtype
+    (``torch.sum(x, 1, out=long_tensor)`` sums x cast to long); torch's functionalization summed
+    the floats and cast the sums (``sum``, ``prod``: [3, 4] where eager gives [1, 3]; a float64 out
+    got float32 sums). ``cumsum``/``cumprod`` were right and stay the same program."""
+
+    def forward(self, x, as_long, as_double):
+        torch.sum(x, 1, out=as_long[0])
+        torch.prod(x + 1, 1, out=as_long[1])
+        torch.cumsum(x, 1, out=as_long[2])
+        torch.sum(x, 1, out=as_double)
+        return x.sum()
+
+
+def _reduced_inputs():
+    x = torch.tensor([[0.5, 0.7, 1.9], [1.5, 2.5, 0.2]])
+    return x, (torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)), \
+        torch.zeros(2, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("pre_dispatch", [True, False])
+def test_a_reduction_into_out_computes_in_outs_dtype(pre_dispatch):
+    export_checked(ReducedIntoOut(), _reduced_inputs(), pre_dispatch=pre_dispatch)
+    x, longs, double = _reduced_inputs()
+    ReducedIntoOut()(x, longs, double)
+    assert [t.tolist() for t in longs[:2]] == [[1, 3], [2, 6]]  # what the program's writes are checked against
