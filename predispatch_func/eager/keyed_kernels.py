@@ -177,17 +177,18 @@ class NativeTwin:
     serves are counted in C++; ``take_served`` adds them to a session's stats as the Python
     kernel counts its own."""
 
-    __slots__ = ("op", "twin", "_native", "_index")
+    __slots__ = ("op", "twin", "twin_in_target", "_native", "_index")
 
-    def __init__(self, op: tc.OpOverload, twin: tc.OpOverload, native: Any, index: int):
-        self.op, self.twin, self._native, self._index = op, twin, native, index
+    def __init__(self, op: tc.OpOverload, twin: tc.OpOverload, twin_in_target: bool, native: Any, index: int):
+        self.op, self.twin, self.twin_in_target, self._native, self._index = op, twin, twin_in_target, native, index
 
     def take_served(self, mode: EagerMode) -> None:
         served = self._native.take_served(self._index)
         if served:
             mode.stats.decomposed.add(self.op, served)
             mode.stats.served_in_cpp.add(self.op, served)
-            mode.stats.reached.add(self.twin, served)
+            if self.twin_in_target:  # (another twin's kernel counts its own calls)
+                mode.stats.reached.add(self.twin, served)
             mode.stats.reached.add(torch.ops.aten.copy_.default, served)
 
     def unregister(self) -> None:
@@ -196,15 +197,16 @@ class NativeTwin:
 
 def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callable[..., Any],
                         key: str) -> NativeTwin | None:
-    """Registers ``op``'s C++ kernel on ``key`` where its plan is an in-place op through a twin of
-    the target taking the same arguments (``add_``, ``mul_``, ``masked_fill_``), ``kernel`` (its
-    Python kernel) serving what the C++ one leaves; None where it does not apply or the C++
-    kernels are not built here (``native_kernels``)."""
+    """Registers ``op``'s C++ kernel on ``key`` where its plan is an in-place op through a twin
+    taking the same arguments (``add_``, ``mul_``; ``masked_fill_`` and ``silu_``, whose twins are
+    lowered by their own kernels on the key), ``kernel`` (its Python kernel) serving what the C++
+    one leaves; None where it does not apply or the C++ kernels are not built here
+    (``native_kernels``)."""
     if how is not How.THROUGH_TWIN:
         return None
     plan = kernels.plan(op)
     if plan is None or not _in_place_with_same_arguments(plan) or plan.twin is None \
-            or id(plan.twin) not in kernels.direct_ids or id(torch.ops.aten.copy_.default) not in kernels.direct_ids:
+            or id(torch.ops.aten.copy_.default) not in kernels.direct_ids:
         return None
     native = native_kernels.module()
     if native is None:
@@ -217,6 +219,7 @@ def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: C
         return kernel(*args, **kwargs)
 
     schema, twin_schema = tc.schema_of(op), tc.schema_of(plan.twin)
+    twin_in_target = id(plan.twin) in kernels.direct_ids
     index = native.register_through_twin(schema.name, schema.overload_name, twin_schema.name,
-                                         twin_schema.overload_name, key, in_python)
-    return NativeTwin(op, plan.twin, native, index)
+                                         twin_schema.overload_name, twin_in_target, key, in_python)
+    return NativeTwin(op, plan.twin, twin_in_target, native, index)

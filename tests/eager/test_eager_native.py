@@ -128,7 +128,7 @@ def test_a_write_from_a_partly_shared_input_is_refused_as_eager_refuses_it(name,
     [1, 3, 5, 7] where eager raises. Both kernels (C++ and Python) and the general path check it."""
     call, outcome = OVERLAPS[name]
     with pf.eager.on(CORE, observe=observe):
-        for warm in range(2):  # the first meeting (Python), then the registered kernel
+        for _warm in range(2):  # the first meeting (Python), then the registered kernel
             if outcome == "refused":
                 with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor"):
                     call()
@@ -140,3 +140,19 @@ def test_a_write_from_a_partly_shared_input_is_refused_as_eager_refuses_it(name,
         with pf.eager.on(CORE, observe=observe):
             got = call()
         assert torch.equal(got, call())
+
+
+@needs_native
+def test_an_in_place_op_whose_twin_is_lowered_is_served_in_cpp_too():
+    # silu_'s twin silu is outside Core ATen: the C++ kernel calls it through the key (its own
+    # kernel lowers it) and writes the result; masked_fill_ likewise
+    x = torch.linspace(-3, 3, 12).reshape(3, 4)
+    mask = x > 1
+    expected = (torch.nn.functional.silu(x.clone(), inplace=True), x.clone().masked_fill_(mask, 0.5))
+    with pf.eager.on(CORE) as session:
+        for _ in range(2):  # the first meeting runs in Python
+            got = (torch.nn.functional.silu(x.clone(), inplace=True), x.clone().masked_fill_(mask, 0.5))
+    torch.testing.assert_close(got, expected)
+    assert session.stats.served_in_cpp[aten.silu_.default] == 1
+    assert session.stats.served_in_cpp[aten.masked_fill_.Scalar] == 1
+    assert session.stats.decomposed[aten.silu.default] == 2  # the twin, lowered each time

@@ -4,8 +4,9 @@
 // engine's gradient accumulation, the optimizers' updates) hundreds of times a step. Its Python
 // kernel (keyed_kernels._through_twin_in_place) costs a trip into Python each time; this kernel
 // does the same in C++: where every tensor argument is strided (and none shares part of
-// ``self``'s memory, which eager refuses as here), the twin (an op of the target)
-// is called with the op's own arguments and the session's key off, and when its result has
+// ``self``'s memory, which eager refuses as here), the twin is called with the op's own
+// arguments (an op of the target with the session's key off; any other through the key, whose
+// kernel for it lowers it), and when its result has
 // ``self``'s shape and casts into ``self``'s dtype, ``copy_`` (the floor's) writes it there.
 // Anything else goes to the Python kernel, which decides it (resizing, refusing a lossy cast,
 // sparse arguments). Calls served here are counted, and the session adds the counts to its
@@ -28,9 +29,10 @@ namespace {
 
 class ThroughTwin final : public c10::OperatorKernel {
  public:
-  ThroughTwin(c10::OperatorHandle twin, std::shared_ptr<std::atomic<int64_t>> served, py::object fallback,
-              c10::DispatchKey key)
-      : twin_(std::move(twin)), served_(std::move(served)), fallback_(std::move(fallback)), key_(key) {}
+  ThroughTwin(c10::OperatorHandle twin, bool twin_in_target, std::shared_ptr<std::atomic<int64_t>> served,
+              py::object fallback, c10::DispatchKey key)
+      : twin_(std::move(twin)), twin_in_target_(twin_in_target), served_(std::move(served)),
+        fallback_(std::move(fallback)), key_(key) {}
 
   ~ThroughTwin() override {
     if (Py_IsInitialized()) {
@@ -56,8 +58,10 @@ class ThroughTwin final : public c10::OperatorKernel {
       }
     }
     torch::jit::Stack arguments(first, stack->end());  // kept for the Python kernel
-    {
+    if (twin_in_target_) {
       c10::impl::ExcludeDispatchKeyGuard off(key_);
+      twin_.callBoxed(&arguments);
+    } else {  // the twin's own kernel on the key lowers it
       twin_.callBoxed(&arguments);
     }
     const c10::IValue& out = arguments.back();
@@ -93,6 +97,7 @@ class ThroughTwin final : public c10::OperatorKernel {
   }
 
   c10::OperatorHandle twin_;
+  bool twin_in_target_;
   std::shared_ptr<std::atomic<int64_t>> served_;
   py::object fallback_;
   c10::DispatchKey key_;
@@ -117,7 +122,7 @@ c10::OperatorHandle handle(const std::string& name, const std::string& overload)
 // Registers the kernel for ``op`` on dispatch key ``key``; returns its index (for ``served``).
 int64_t register_through_twin(const std::string& op_name, const std::string& op_overload,
                               const std::string& twin_name, const std::string& twin_overload,
-                              const std::string& key_name, py::object fallback) {
+                              bool twin_in_target, const std::string& key_name, py::object fallback) {
   const auto key = c10::parseDispatchKey(key_name);
   auto twin = handle(twin_name, twin_overload);
   handle(op_name, op_overload);  // throws for an op this torch lacks
@@ -127,7 +132,7 @@ int64_t register_through_twin(const std::string& op_name, const std::string& op_
                                                   __FILE__, __LINE__);
   const std::string qualified = op_name.substr(colon + 2) + (op_overload.empty() ? "" : "." + op_overload);
   library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunctor(
-                                       std::make_unique<ThroughTwin>(twin, served, std::move(fallback), key)));
+                                       std::make_unique<ThroughTwin>(twin, twin_in_target, served, std::move(fallback), key)));
   registrations().push_back(std::make_unique<Registration>(Registration{std::move(library), served}));
   return static_cast<int64_t>(registrations().size()) - 1;
 }
