@@ -16,6 +16,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -63,6 +64,7 @@ def _load() -> ModuleType | None:
         from torch.utils import cpp_extension
 
         directory.mkdir(parents=True, exist_ok=True)
+        clear_stale_lock(directory)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return cpp_extension.load(name=name, sources=[str(_SOURCE)], build_directory=str(directory),
@@ -72,3 +74,18 @@ def _load() -> ModuleType | None:
     loaded = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loaded)
     return loaded
+
+
+STALE_AFTER_S = 600.0  # a build takes some 20 s; a lock this old was left by a process that died
+
+
+def clear_stale_lock(directory: Path) -> None:
+    """torch's extension builder waits for its ``lock`` file to go away, forever: a process killed
+    while building (a test run interrupted) would hang every later one. A lock older than any build
+    is removed."""
+    lock = directory / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_AFTER_S:
+            lock.unlink()
+    except FileNotFoundError:
+        pass

@@ -156,3 +156,18 @@ def test_an_in_place_op_whose_twin_is_lowered_is_served_in_cpp_too():
     assert session.stats.served_in_cpp[aten.silu_.default] == 1
     assert session.stats.served_in_cpp[aten.masked_fill_.Scalar] == 1
     assert session.stats.decomposed[aten.silu.default] == 2  # the twin, lowered each time
+
+
+def test_a_lock_left_by_a_dead_build_is_cleared_and_a_live_one_kept(tmp_path):
+    import os
+    import time
+
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    native_kernels.clear_stale_lock(tmp_path)
+    assert lock.exists()  # a build may be running
+    old = time.time() - native_kernels.STALE_AFTER_S - 5
+    os.utime(lock, (old, old))
+    native_kernels.clear_stale_lock(tmp_path)
+    assert not lock.exists()
+    native_kernels.clear_stale_lock(tmp_path)  # nothing there: nothing to do
