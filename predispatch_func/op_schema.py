@@ -90,3 +90,24 @@ def _arguments_key(schema: torch.FunctionSchema, match: Match) -> list[tuple]:
 
 
 __all__ = ["Match", "functional_twin", "out_argument_names", "written_besides_out", "writes_besides_out"]
+
+
+@functools.cache
+def takes_dtype_from_out(op: tc.OpOverload) -> bool:
+    """An ``out=`` overload of one out tensor with a keyword ``dtype``: eager's kernel computes in
+    the out tensor's dtype where none is given (``get_dtype_from_result``: ``torch.sum(x, 1,
+    out=long_tensor)`` sums ``x`` cast to long, [1, 3] where summing the floats and casting gives
+    [3, 4])."""
+    return len(out_argument_names(op)) == 1 and any(
+        a.name == "dtype" and a.kwarg_only for a in tc.schema_of(op).arguments)
+
+
+def dtype_from_out(op: tc.OpOverload, args: tuple, kwargs: dict) -> torch.dtype | None:
+    """The dtype eager computes ``op(*args, **kwargs)`` in where it is the out tensor's and not the
+    input's (``takes_dtype_from_out``, no ``dtype`` given); None where the call needs none."""
+    if not takes_dtype_from_out(op) or kwargs.get("dtype") is not None:
+        return None
+    out, source = kwargs.get(out_argument_names(op)[0]), args[0] if args else None
+    if not isinstance(out, torch.Tensor) or not isinstance(source, torch.Tensor) or out.dtype == source.dtype:
+        return None
+    return out.dtype

@@ -37,6 +37,7 @@ import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
+from ..op_schema import dtype_from_out
 from ..opsets import Lowering, OpSet, is_infrastructure
 from . import above_autograd, cache
 from .floor import RUNTIME_FLOOR
@@ -314,11 +315,9 @@ class EagerMode(tc.TorchDispatchMode):
         # in place: self is both an argument and the destination
         destinations = [bound[plan.written[0]]] if in_place else [bound.pop(name) for name in plan.written]
         twin: tc.OpOverload = plan.twin  # type: ignore[assignment]
-        if not in_place and "dtype" in plan.twin_keyword and bound.get("dtype") is None \
-                and len(destinations) == 1 and isinstance(destinations[0], torch.Tensor):
-            # a reduction into out= computes in the out tensor's dtype (eager's get_dtype_from_result:
-            # cumsum(x, out=long_tensor) sums x cast to long, not x then cast)
-            bound["dtype"] = destinations[0].dtype
+        taken_from_out = None if in_place else dtype_from_out(plan.op, args, kwargs)
+        if taken_from_out is not None:  # a reduction into out= computes in out's dtype, as eager
+            bound["dtype"] = taken_from_out
         twin_args = tuple(bound[n] for n in plan.twin_positional if n in bound)
         twin_kwargs = {n: bound[n] for n in plan.twin_keyword if n in bound}
         for destination in destinations:

@@ -37,12 +37,11 @@ import torch
 
 from .. import _torch_compat as tc
 from ..autograd_facts import may_carry_grad
-from ..op_schema import writes_besides_out
+from ..op_schema import takes_dtype_from_out, writes_besides_out
 from .out_variants import (
     call_composite_out,
     call_in_out_dtype,
     call_inplace_through_twin,
-    computes_in_out_dtype,
     inplace_twin,
     is_composite_out,
     twin_writes_undeclared,
@@ -420,7 +419,7 @@ class CompositePolicy:
             otherwise: Callable[..., Any] | None = lambda *a, **k: call_composite_out(op, a, k)  # noqa: E731
         else:
             otherwise = self._through_inplace_twin(op) or self._lowered(op)
-            if otherwise is None and computes_in_out_dtype(op):
+            if otherwise is None and takes_dtype_from_out(op):
                 otherwise = lambda *a, **k: call_in_out_dtype(op, a, k)  # noqa: E731
         return HONEST_TWINS.get(op), _has_two_composites(op), otherwise
 
@@ -430,7 +429,7 @@ class CompositePolicy:
             return lambda *a, **k: call_composite_out(op, a, k, after_autograd=True)
         if op in UNDECLARED_STAT_WRITERS and _writes_running_stats(op, args, kwargs):
             return UNDECLARED_STAT_WRITERS[op]
-        in_out_dtype = (lambda *a, **k: call_in_out_dtype(op, a, k)) if computes_in_out_dtype(op) else None
+        in_out_dtype = (lambda *a, **k: call_in_out_dtype(op, a, k)) if takes_dtype_from_out(op) else None
         return HONEST_TWINS.get(op) or self._through_inplace_twin(op) or self._lowered(op) or in_out_dtype
 
     @staticmethod

@@ -38,14 +38,20 @@ tensor before it was filled (uninitialised memory), while ``rrelu`` is right.
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any
 
 import torch
 
 from .. import _torch_compat as tc
 from ..errors import Refusal, UnsupportedError, user_source_line
-from ..op_schema import Match, functional_twin, out_argument_names, writes_besides_out, written_besides_out
+from ..op_schema import (
+    Match,
+    dtype_from_out,
+    functional_twin,
+    out_argument_names,
+    writes_besides_out,
+    written_besides_out,
+)
 
 
 def is_composite_out(op: tc.OpOverload) -> bool:
@@ -84,28 +90,14 @@ def call_composite_out(op: tc.OpOverload, args: tuple, kwargs: dict, *, after_au
     return write_results_to_out(op, kwargs, result)
 
 
-@functools.cache
-def computes_in_out_dtype(op: tc.OpOverload) -> bool:
-    """An ``out=`` overload of one out tensor with a keyword ``dtype``: eager's kernel computes in
-    the out tensor's dtype where none is given (``get_dtype_from_result``: ``torch.sum(x, 1,
-    out=long_tensor)`` sums ``x`` cast to long). torch's functionalization runs the functional
-    overload without it and casts the result into ``out`` for some (``sum``, ``prod``: a program
-    summing the floats, then truncating, [3, 4] where eager gives [1, 3]; torch.export's training
-    IR keeps the ``out=`` op and is right)."""
-    return len(out_argument_names(op)) == 1 and any(
-        a.name == "dtype" and a.kwarg_only for a in tc.schema_of(op).arguments)
-
-
 def call_in_out_dtype(op: tc.OpOverload, args: tuple, kwargs: dict) -> Any:
-    """``op`` with its ``dtype`` given as the out tensor's, where that differs from the input's
-    and none was given: the same call for eager, and functionalization computes in it;
-    NotImplemented otherwise (the op itself)."""
-    out = kwargs.get(out_argument_names(op)[0])
-    source = args[0] if args else None
-    if kwargs.get("dtype") is not None or not isinstance(out, torch.Tensor) or not isinstance(source, torch.Tensor) \
-            or out.dtype == source.dtype:
-        return NotImplemented
-    return op(*args, **{**kwargs, "dtype": out.dtype})
+    """``op`` with its ``dtype`` given as the out tensor's where eager computes in it
+    (``op_schema.dtype_from_out``): the same call for eager, and torch's functionalization, which
+    otherwise runs the functional overload without it and casts the result into ``out`` (``sum``,
+    ``prod``; torch.export's training IR keeps the ``out=`` op and is right), computes in it.
+    NotImplemented where the call needs none (the op itself)."""
+    dtype = dtype_from_out(op, args, kwargs)
+    return NotImplemented if dtype is None else op(*args, **{**kwargs, "dtype": dtype})
 
 
 # out= overloads whose schema says they write other arguments but whose eager kernel leaves
