@@ -614,7 +614,38 @@ def flex_attention_joint_graph(score_mod: Callable[..., Any], query: torch.Tenso
         return create_fw_bw_graph(score_mod, example, buffers)[1]
 
 
+def partially_overlapping(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """ATen's ``get_overlap_status(a, b) == Partial`` (MemoryOverlap.cpp), on which eager's kernels
+    refuse a write into ``a`` that reads ``b``: only between tensors dense in memory (anything else
+    is "too hard", never refused); the same memory with the same strides is a full overlap, allowed.
+    No Python binding exposes it (the session's C++ kernel calls ATen's own); pinned against eager's
+    refusals by tests/torch_compat/test_torch_drift.py."""
+    if a is b or a.numel() == 0 or b.numel() == 0 or not (_dense(a) and _dense(b)):
+        return False
+    a_begin, b_begin = a.data_ptr(), b.data_ptr()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    if a_begin == b_begin and a_end == b_end:
+        return a.stride() != b.stride()
+    return a_begin < b_end and b_begin < a_end
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense (``is_non_overlapping_and_dense``): its elements fill a block of
+    memory, each once, in any order of dims."""
+    if t.dim() == 1:
+        return t.size(0) < 2 or t.stride(0) == 1
+    expected = 1
+    for d in sorted(range(t.dim()), key=t.stride):
+        if t.size(d) < 2:
+            continue
+        if t.stride(d) != expected:
+            return False
+        expected *= t.size(d)
+    return True
+
+
 __all__ = [
+    "partially_overlapping",
     "mirror_storage_swap",
     "goes_straight_to_functionalization",
     "only_functionalized_tensor_types",

@@ -138,8 +138,7 @@ def check_no_partial_overlap(destination: torch.Tensor, values: Iterable[object]
     the same memory through other strides: ``x.add_(x.t())``): eager's kernels refuse it (reading
     and writing at once would mix old and new values), a functional twin and a ``copy_`` would
     compute it from the old values silently. Raised as eager raises it, by eager's rule
-    (``get_overlap_status``: only between tensors dense in memory; the same tensor, or the same
-    memory with the same strides, is allowed)."""
+    (``tc.partially_overlapping``)."""
     storage = None
     for value in values:
         if not isinstance(value, torch.Tensor) or value is destination or value.layout is not torch.strided \
@@ -147,32 +146,8 @@ def check_no_partial_overlap(destination: torch.Tensor, values: Iterable[object]
             continue
         if storage is None:
             storage = destination.untyped_storage().data_ptr()
-        if value.untyped_storage().data_ptr() == storage and _partially_overlapping(destination, value):
+        if value.untyped_storage().data_ptr() == storage and tc.partially_overlapping(destination, value):
             raise RuntimeError(_PARTIAL_OVERLAP)
-
-
-def _partially_overlapping(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.numel() == 0 or b.numel() == 0 or not (_dense(a) and _dense(b)):
-        return False  # eager's status "too hard" (or none): not refused
-    a_begin, b_begin = a.data_ptr(), b.data_ptr()
-    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
-    if a_begin == b_begin and a_end == b_end:
-        return a.stride() != b.stride()
-    return a_begin < b_end and b_begin < a_end
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense: its elements fill a block of memory, each once (any dim order)."""
-    if t.dim() == 1:
-        return t.size(0) < 2 or t.stride(0) == 1
-    expected = 1
-    for d in sorted(range(t.dim()), key=t.stride):
-        if t.size(d) < 2:
-            continue
-        if t.stride(d) != expected:
-            return False
-        expected *= t.size(d)
-    return True
 
 
 # what eager's out= checks say (structured kernels' ``resize_out``, TensorIterator), and the meta

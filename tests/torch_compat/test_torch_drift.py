@@ -1008,3 +1008,33 @@ def test_a_device_argument_is_left_to_torch_where_compile_on_one_rank_may_rewrit
     assert "aten.arange.default" in _directly_recorded(Model(), (torch.randn(3),))
     with torch.compiler.config.patch(compile_on_one_rank=True):
         assert "aten.arange.default" not in _directly_recorded(Model(), (torch.randn(3),))
+
+
+def _overlap_pairs():
+    """(destination, input) pairs over one storage: shifted, transposed, strided, the same tensor,
+    the same memory through other strides, disjoint halves, an expanded read."""
+    base = torch.arange(16.0)
+    square = base.view(4, 4)
+    return {
+        "shifted": (base[1:9], base[0:8]),
+        "transposed": (square, square.t()),
+        "strided read": (base[:4], base[::4]),
+        "itself": (base, base),
+        "same view twice": (square[:2], square[:2]),
+        "disjoint halves": (base[:8], base[8:]),
+        "expanded read": (base[:4], base[:1].expand(4)),
+        "2-d shifted rows": (square[1:3], square[0:2]),
+    }
+
+
+@pytest.mark.parametrize("name", list(_overlap_pairs()))
+def test_partially_overlapping_says_what_eagers_kernels_refuse(name):
+    destination, source = _overlap_pairs()[name]
+    try:
+        destination.add_(source)
+        refused = False
+    except RuntimeError as exc:
+        assert "some elements of the input tensor and the written-to tensor" in str(exc)
+        refused = True
+    destination, source = _overlap_pairs()[name]
+    assert tc.partially_overlapping(destination, source) == refused
