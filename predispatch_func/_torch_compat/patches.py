@@ -113,11 +113,6 @@ def fused_attention_switched_off() -> Iterator[None]:
             set_(on)
 
 
-def math_attention_allowed() -> bool:
-    """Whether the user left sdpa's math backend on (``sdpa_kernel`` can turn it off)."""
-    return bool(torch._C._get_math_sdp_enabled())
-
-
 @contextlib.contextmanager
 def cuda_sdpa_choice_without_gpu() -> Iterator[None]:
     """On a host without a GPU, sdpa of fake CUDA tensors computes its result with the
@@ -1165,7 +1160,6 @@ __all__ = [
     "cuda_autocast_kept_without_gpu",
     "cuda_sdpa_choice_without_gpu",
     "fused_attention_switched_off",
-    "math_attention_allowed",
     "cuda_batch_norm_reserve_without_gpu",
     "rnn_decompositions_as_eager",
     "cudnn_draws_rnn_dropout",

@@ -126,6 +126,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "SPARE_KEY", "spare_key_active", "including_spare_key", "excluding_spare_key", "registrations_on_key",
     "fall_through_spare_key", "PYTHON_FALLBACK_ON_SPARE_KEY",
     "entry_point",
+    "math_attention_allowed",
 ]
 
 
@@ -842,6 +843,11 @@ def fall_through_spare_key(op: torch._ops.OpOverload, keyset: Any, args: tuple, 
     ``with_keyset``: ``op`` sent on to the keys below it, the thread's dispatch unchanged (the
     op's own inner calls still pass through the key)."""
     return op.redispatch(keyset & _BELOW_SPARE, *args, **kwargs)
+
+
+def math_attention_allowed() -> bool:
+    """Whether the user left sdpa's math backend on (``sdpa_kernel`` can turn it off)."""
+    return bool(torch._C._get_math_sdp_enabled())
 
 
 def entry_point(op: torch._ops.OpOverload) -> Callable[..., Any]:

@@ -353,7 +353,6 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "rnn_weights_left_unflattened": lambda: patches.rnn_weights_left_unflattened(),
 }
 NOT_CONTEXT_MANAGERS = {"ops_with_cached_pre_dispatch_handler", "push_mode_is_torchs", "NOT_RECORDED",
-                        "math_attention_allowed",
                         "cudnn_draws_rnn_dropout",
                         "hop_rule_tables", "CUDA_AUTOCAST_KEPT_WARNING", "non_strict_export_handler"}
 # change something only inside a fake mode, or a functional one: their own tests
