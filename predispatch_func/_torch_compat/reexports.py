@@ -118,6 +118,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "HopRules",
     "TorchDispatchMode",
     "is_traceable_wrapper_subclass",
+    "memory_is_torchs",
     "ACCESS_SUBCLASS_INNER_TENSOR",
     "is_flat_apply",
     "backend_has_kernel",
@@ -365,6 +366,14 @@ def is_bare_functional_wrapper(t: Any) -> bool:
 def value_behind_functional(t: Any) -> Any:
     """The value a FunctionalTensor wraps, as it is (no sync: safe outside the trace)."""
     return torch._from_functional_tensor(t.elem) if isinstance(t, FunctionalTensor) else t
+
+
+def memory_is_torchs(t: torch.Tensor) -> bool:
+    """``t``'s memory is torch's own, its data pointer readable: not a ``__torch_dispatch__``
+    subclass's (a wrapper subclass's storage has no data; its class decides what its writes do)
+    nor functionalization's. Eager's memory checks (overlap) apply only to such tensors."""
+    keys = torch._C._dispatch_keys(t)
+    return not (keys.has(torch._C.DispatchKey.Python) or keys.has(torch._C.DispatchKey.Functionalize))
 
 
 # torch.export's op for an inner tensor of a traceable subclass (``t.a`` of a TwoTensor): its

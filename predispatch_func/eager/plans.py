@@ -138,13 +138,16 @@ def check_no_partial_overlap(destination: torch.Tensor, values: Iterable[object]
     the same memory through other strides: ``x.add_(x.t())``): eager's kernels refuse it (reading
     and writing at once would mix old and new values), a functional twin and a ``copy_`` would
     compute it from the old values silently. Raised as eager raises it, by eager's rule
-    (``tc.partially_overlapping``)."""
+    (``tc.partially_overlapping``). A tensor subclass's memory is its own business (a wrapper's
+    storage has no data): not checked, as eager's kernels never see it."""
     storage = None
     for value in values:
         if not isinstance(value, torch.Tensor) or value is destination or value.layout is not torch.strided \
-                or value.device.type == "meta" or value.device != destination.device:
+                or value.device.type == "meta" or value.device != destination.device or not tc.memory_is_torchs(value):
             continue
         if storage is None:
+            if not tc.memory_is_torchs(destination):
+                return
             storage = destination.untyped_storage().data_ptr()
         if value.untyped_storage().data_ptr() == storage and tc.partially_overlapping(destination, value):
             raise RuntimeError(_PARTIAL_OVERLAP)

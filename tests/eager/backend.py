@@ -112,6 +112,7 @@ def _runs_on_backend(op) -> bool:
 
 _BACKEND_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
 _SESSION_KEYS = torch._C.DispatchKeySet(torch._C._parse_dispatch_key(tc.SPARE_KEY))
+_META_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 
 
 def _to_cpu(x):
@@ -126,6 +127,12 @@ def _is_backend_device(x) -> bool:
 
 def _kernel(op):
     def run(*args, **kwargs):
+        if any(isinstance(a, torch.Tensor) and not isinstance(a, OnDevice) and a.device.type == "meta"
+               for a in pytree.tree_leaves((args, kwargs))):
+            # a fake tensor's bookkeeping: FakeTensor.__new__ detaches its meta value, which carries this
+            # device's keys (a decomposition traced on fake pfdev tensors, then replayed on that value):
+            # metadata alone, as a C++ backend's view kernels compute it
+            return op.redispatch(_META_KEYS, *args, **kwargs)
         cpu_args, cpu_kwargs = pytree.tree_map(_to_cpu, (args, kwargs))
         to_cpu = "device" in kwargs and kwargs["device"] is not None and not _is_backend_device(kwargs["device"])
         with tc.excluding_spare_key():  # the backend's own work on its CPU values: no session sees it

@@ -140,6 +140,55 @@ def test_quick_model_forward_backward_on_the_backend_under_a_keyed_session():
     assert session.keyed and session.stats.decomposed
 
 
+def _in_place_writes(x, y, mask):
+    """In-place ops outside Core ATen: twins in it (``add_``, ``mul_``), a twin the session lowers
+    (``masked_fill_``), a divisor computed from the destination itself (mixtral's router)."""
+    x.add_(y, alpha=2).mul_(3)
+    x.masked_fill_(mask, 0.5)
+    x.div_(x.sum(-1, keepdim=True))
+    x[1:].sub_(y[:-1])  # a view of the destination, another tensor's memory
+    return x
+
+
+@pytest.mark.parametrize("under", ["registration", "keyed session"])
+def test_in_place_writes_into_backend_tensors(under):
+    """A backend's tensors keep their memory to themselves (here a wrapper, whose storage has no
+    data): neither the C++ in-place kernel nor eager's overlap check may read it; the write is
+    the backend's, equal to eager's on the CPU."""
+    backend.setup()
+    x, y, mask = torch.rand(4, 5), torch.rand(4, 5), torch.rand(4, 5) > 0.5
+    expected = _in_place_writes(x.clone(), y, mask)
+    registration = pf.eager.register("PrivateUse1", TARGET) if under == "registration" else None
+    session = pf.eager.on(TARGET) if registration is None else contextlib.nullcontext()
+    try:
+        with session:
+            got = _in_place_writes(*map(backend.to_device, (x, y, mask)))
+    finally:
+        if registration is not None:
+            registration.remove()
+    torch.testing.assert_close(backend.from_device(got), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("under", ["registration", "keyed session"])
+def test_gradients_accumulated_into_backend_tensors(under):
+    """Autograd's engine thread accumulates a weight used twice with ``add_`` (served in C++ on the
+    CPU): on a backend's tensors it is the backend's write, and a refusal there must reach the
+    caller as an exception, not abort the process."""
+    backend.setup()
+    w, x = torch.rand(5, 5, requires_grad=True), torch.rand(3, 5)
+    (x @ w @ w).tanh().sum().backward()
+    dev_w = backend.to_device(w.detach()).requires_grad_()
+    registration = pf.eager.register("PrivateUse1", TARGET) if under == "registration" else None
+    session = pf.eager.on(TARGET) if registration is None else contextlib.nullcontext()
+    try:
+        with session:
+            (backend.to_device(x) @ dev_w @ dev_w).tanh().sum().backward()
+    finally:
+        if registration is not None:
+            registration.remove()
+    torch.testing.assert_close(backend.from_device(dev_w.grad), w.grad)
+
+
 @pytest.mark.models
 @pytest.mark.parametrize("name", list(CASES))
 def test_corpus_model_forward_backward_on_the_backend_under_a_keyed_session(name):

@@ -3,7 +3,7 @@
 // A keyed pf.eager session meets an in-place op outside its target (``add_``: the autograd
 // engine's gradient accumulation, the optimizers' updates) hundreds of times a step. Its Python
 // kernel (keyed_kernels._through_twin_in_place) costs a trip into Python each time; this kernel
-// does the same in C++: where every tensor argument is strided (and none shares part of
+// does the same in C++: where every tensor argument is strided and torch's own (and none shares part of
 // ``self``'s memory, which eager refuses as here), the twin is called with the op's own
 // arguments (an op of the target with the session's key off; any other through the key, whose
 // kernel for it lowers it), and when its result has
@@ -27,6 +27,14 @@ namespace py = pybind11;
 
 namespace {
 
+// A strided tensor whose memory is torch's: not a __torch_dispatch__ subclass's (a wrapper
+// subclass's storage has no data pointer: ATen's overlap check throws on it, and the subclass
+// decides what its writes do) nor functionalization's. Anything else is the Python kernel's.
+bool torchs_own(const at::Tensor& t) {
+  return t.layout() == c10::kStrided &&
+         !t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+}
+
 class ThroughTwin final : public c10::OperatorKernel {
  public:
   ThroughTwin(c10::OperatorHandle twin, bool twin_in_target, std::shared_ptr<std::atomic<int64_t>> served,
@@ -47,7 +55,7 @@ class ThroughTwin final : public c10::OperatorKernel {
     const size_t n = op.schema().arguments().size();
     auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
     for (auto it = first; it != stack->end(); ++it) {
-      if (it->isTensor() && it->toTensor().layout() != c10::kStrided) {
+      if (it->isTensor() && !torchs_own(it->toTensor())) {
         return to_python(op, stack);
       }
     }
