@@ -1038,3 +1038,31 @@ def test_partially_overlapping_says_what_eagers_kernels_refuse(name):
         refused = True
     destination, source = _overlap_pairs()[name]
     assert tc.partially_overlapping(destination, source) == refused
+
+
+class _Wrapper(torch.Tensor):
+    """A wrapper subclass as backends written in Python make them: no data of its own."""
+
+    @staticmethod
+    def __new__(cls, value):
+        out = torch.Tensor._make_wrapper_subclass(cls, value.size(), dtype=value.dtype, device=value.device)
+        out.value = value
+        return out
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda t: t.value if isinstance(t, _Wrapper) else t  # noqa: E731
+        return func(*torch.utils._pytree.tree_map(unwrap, args), **torch.utils._pytree.tree_map(unwrap, kwargs or {}))
+
+
+def test_memory_is_torchs_only_where_the_data_pointer_reads():
+    """The overlap checks (pf.eager's and its C++ kernel's) read data pointers only where
+    tc.memory_is_torchs says so: a wrapper subclass's storage raises on it."""
+    plain, wrapper = torch.zeros(3), _Wrapper(torch.zeros(3))
+    assert tc.memory_is_torchs(plain) and plain.untyped_storage().data_ptr() == plain.data_ptr()
+    assert not tc.memory_is_torchs(wrapper)
+    with pytest.raises(RuntimeError, match="invalid python storage"):
+        wrapper.untyped_storage().data_ptr()
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fake = mode.from_tensor(plain)
+    assert not tc.memory_is_torchs(fake)
