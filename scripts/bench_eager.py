@@ -23,7 +23,7 @@ For every corpus model (train mode, a loss over the floating outputs):
   over plain: what any Python dispatch mode costs before it decides anything;
 * ``calls/step``: calls into our kernels per warm step (ops outside the target,
   each a trip into Python but ``of them in C++``: the in-place ops the session's C++ kernel
-  serves, ``keyed_kernels.NativeTwin``); ``ops plain`` / ``ops under mode``: distinct aten
+  serves, ``native_registrations.NativeTwin``); ``ops plain`` / ``ops under mode``: distinct aten
   ops that reach the backend plainly, and under the (observed) mode; and
   ``decomposed``: distinct ops the backend was spared;
 * ``grads``: the largest difference between a plain step's gradients and a

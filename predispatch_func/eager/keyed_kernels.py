@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from . import cache, native_kernels
+from . import cache
 from .mode import EagerMode, Kernels
 from .plans import How, Plan, check_in_place_cast, check_no_partial_overlap
 
@@ -47,7 +47,7 @@ def kernel_for(op: tc.OpOverload, how: How, kernels: Kernels, modes: list[EagerM
     plan = None if how is How.DECOMPOSE else kernels.plan(op)
     if plan is None:
         fast = _replaying(op, kernels, modes, idle)
-    elif _in_place_with_same_arguments(plan) and id(torch.ops.aten.copy_.default) in kernels.direct_ids:
+    elif in_place_with_same_arguments(plan) and id(torch.ops.aten.copy_.default) in kernels.direct_ids:
         fast = _through_twin_in_place(op, plan, kernels, modes, idle)
     else:
         def fast(*args: Any, **kwargs: Any) -> Any:
@@ -127,7 +127,7 @@ def _replaying(op: tc.OpOverload, kernels: Kernels, modes: list[EagerMode], idle
     return replaying
 
 
-def _in_place_with_same_arguments(plan: Plan) -> bool:
+def in_place_with_same_arguments(plan: Plan) -> bool:
     """``self`` written, and the twin takes the op's arguments as they come (``add_.Tensor`` and
     ``add.Tensor``); a random op is left to ``run``, which draws once."""
     if plan.how is not How.THROUGH_TWIN or plan.written != plan.arguments[:1] or plan.twin is None:
@@ -169,57 +169,3 @@ def _through_twin_in_place(op: tc.OpOverload, plan: Plan, kernels: Kernels, mode
         stats.reached.add(copy)
         return destination
     return through_twin
-
-
-class NativeTwin:
-    """``op``'s C++ kernel on the key (``native/through_twin.cpp``): ``_through_twin_in_place``'s
-    fast path without a trip into Python, the Python kernel taking every other call. The calls it
-    serves are counted in C++; ``take_served`` adds them to a session's stats as the Python
-    kernel counts its own."""
-
-    __slots__ = ("op", "twin", "twin_in_target", "_native", "_index")
-
-    def __init__(self, op: tc.OpOverload, twin: tc.OpOverload, twin_in_target: bool, native: Any, index: int):
-        self.op, self.twin, self.twin_in_target, self._native, self._index = op, twin, twin_in_target, native, index
-
-    def take_served(self, mode: EagerMode) -> None:
-        served = self._native.take_served(self._index)
-        if served:
-            mode.stats.decomposed.add(self.op, served)
-            mode.stats.served_in_cpp.add(self.op, served)
-            if self.twin_in_target:  # (another twin's kernel counts its own calls)
-                mode.stats.reached.add(self.twin, served)
-            mode.stats.reached.add(torch.ops.aten.copy_.default, served)
-
-    def unregister(self) -> None:
-        self._native.unregister(self._index)
-
-
-def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callable[..., Any],
-                        key: str) -> NativeTwin | None:
-    """Registers ``op``'s C++ kernel on ``key`` where its plan is an in-place op through a twin
-    taking the same arguments (``add_``, ``mul_``; ``masked_fill_`` and ``silu_``, whose twins are
-    lowered by their own kernels on the key), ``kernel`` (its Python kernel) serving what the C++
-    one leaves; None where it does not apply or the C++ kernels are not built here
-    (``native_kernels``)."""
-    if how is not How.THROUGH_TWIN:
-        return None
-    plan = kernels.plan(op)
-    if plan is None or not _in_place_with_same_arguments(plan) or plan.twin is None \
-            or id(torch.ops.aten.copy_.default) not in kernels.direct_ids:
-        return None
-    native = native_kernels.module()
-    if native is None:
-        return None
-    arguments = [(a.name, a.kwarg_only) for a in tc.schema_of(op).arguments]
-
-    def in_python(values: tuple) -> Any:  # the positional values of the schema, as C++ holds them
-        args = [value for (_, keyword), value in zip(arguments, values) if not keyword]
-        kwargs = {name: value for (name, keyword), value in zip(arguments, values) if keyword}
-        return kernel(*args, **kwargs)
-
-    schema, twin_schema = tc.schema_of(op), tc.schema_of(plan.twin)
-    twin_in_target = id(plan.twin) in kernels.direct_ids
-    index = native.register_through_twin(schema.name, schema.overload_name, twin_schema.name,
-                                         twin_schema.overload_name, twin_in_target, key, in_python)
-    return NativeTwin(op, plan.twin, twin_in_target, native, index)

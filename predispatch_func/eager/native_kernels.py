@@ -1,4 +1,5 @@
-"""The session's C++ kernels (``native/through_twin.cpp``), built once per torch build and machine.
+"""The session's C++ kernels (``native/``: in-place ops through their twins, decomposed ops'
+cached kernels replayed), built once per torch build and machine.
 
 Built with torch's own extension builder (``torch.utils.cpp_extension``: the machine's C++
 compiler and ninja) the first time a process asks, into ``$PREDISPATCH_FUNC_NATIVE_DIR``
@@ -6,7 +7,7 @@ compiler and ninja) the first time a process asks, into ``$PREDISPATCH_FUNC_NATI
 the Python version and the source's hash; a later process loads the built module directly. Where it cannot be
 built (no compiler), or ``PREDISPATCH_FUNC_NATIVE=0``, ``module()`` is None and the session's
 Python kernels serve every call, with the same results: the C++ kernel only takes the calls
-whose outcome it does not decide (``keyed_kernels._through_twin_in_place``).
+whose outcome it does not decide (``keyed_kernels._through_twin_in_place``, ``keyed_kernels._replaying``).
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ from types import ModuleType
 
 import torch
 
-_SOURCE = Path(__file__).parent / "native" / "through_twin.cpp"
+_NATIVE = Path(__file__).parent / "native"
+_SOURCES = tuple(_NATIVE / name for name in ("kernels.cpp", "through_twin.cpp", "graph_replay.cpp"))
+_HEADERS = (_NATIVE / "registry.h",)
 _lock = threading.Lock()
 _loaded: list[ModuleType | None] = []
 why_unavailable = ""  # set where ``module()`` is None
 
 
 def _name() -> str:
-    digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in (*_SOURCES, *_HEADERS))).hexdigest()[:12]
     release = torch.__version__.replace(".", "_").replace("+", "_")
     return f"pf_native_py{sys.version_info[0]}{sys.version_info[1]}_{release}_{digest}"
 
@@ -52,6 +55,11 @@ def module() -> ModuleType | None:
         return _loaded[0]
 
 
+def loaded() -> bool:
+    """Whether ``module()`` has been asked for in this process (built or found unavailable)."""
+    return bool(_loaded)
+
+
 def _load() -> ModuleType | None:
     global why_unavailable
     if os.environ.get("PREDISPATCH_FUNC_NATIVE", "1") == "0":
@@ -67,7 +75,7 @@ def _load() -> ModuleType | None:
         clear_stale_lock(directory)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return cpp_extension.load(name=name, sources=[str(_SOURCE)], build_directory=str(directory),
+            return cpp_extension.load(name=name, sources=[str(path) for path in _SOURCES], build_directory=str(directory),
                                       extra_cflags=["-O2"], verbose=False)
     spec = importlib.util.spec_from_file_location(name, built)
     assert spec is not None and spec.loader is not None

@@ -36,13 +36,14 @@ class TracedKernel:
     its compiled code as bytes until its first call: a file holds the kernels of every model
     a target has run, most of which a process never calls."""
 
-    __slots__ = ("code", "_constants", "run", "_code_object", "saved")
+    __slots__ = ("code", "_constants", "run", "_code_object", "saved", "native")
 
     def __init__(self, code: str, constants: list[Any] | None, code_object: Any = None):
         self.code, self._constants = code, constants
         self._code_object = code_object  # ``code`` compiled
         self.saved: tuple[list, bytes] | None = None  # (constants as written, compiled code) until first needed
         self.run: Callable[..., Any] = self._compile_then_run  # replaced by the compiled function on first call
+        self.native: Any = None  # its program for the C++ replay, once asked (graph_programs.program_of)
 
     @classmethod
     def restored(cls, code: str, constants: list[tuple[str, Any]], compiled: bytes) -> TracedKernel:

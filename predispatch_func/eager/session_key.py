@@ -42,8 +42,9 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from .keyed_kernels import NativeTwin, kernel_for, native_through_twin, numbers_as_tensors, tensor_positions
+from .keyed_kernels import kernel_for, numbers_as_tensors, tensor_positions
 from .mode import EagerMode, Kernels
+from .native_registrations import NativeReplay, NativeTwin, native_replay, native_through_twin, set_replay_enabled
 from .plans import How, Plan
 
 
@@ -68,7 +69,7 @@ class _Registered:
         self._met: dict[str, tuple[str, Callable | None]] = {}
         self._libraries: dict[str, torch.library.Library] = {"_": torch.library.Library("_", "IMPL")}
         self._registering = threading.RLock()  # a kernel built on first meeting may run ops itself
-        self.native: list[NativeTwin] = []  # the C++ kernels registered (keyed_kernels.native_through_twin)
+        self.native: list[NativeTwin | NativeReplay] = []  # the C++ kernels registered (native_registrations)
         if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
             self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
             for name in MET_FROM_CPP_WRAPPERS:
@@ -116,9 +117,10 @@ class _Registered:
             how = self._how.get(name)
             kernel = None if how is None else (_as_backend_kernel(op) if how == _BACKEND
                                                else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
-            native = None
+            native: NativeTwin | NativeReplay | None = None
             if tc.PYTHON_FALLBACK_ON_SPARE_KEY and kernel is not None and how not in (None, _BACKEND):
-                native = native_through_twin(op, How[how], self.kernels, kernel, tc.SPARE_KEY)
+                native = (native_through_twin(op, How[how], self.kernels, kernel, tc.SPARE_KEY)
+                          or native_replay(op, How[how], self.kernels, kernel, tc.SPARE_KEY))
             if native is not None:  # its C++ kernel is registered, the Python one serving through it
                 self.native.append(native)
             # (torch 2.11, 2.12: an op with a kernel of ours is registered up front, and this is its first call)
@@ -294,6 +296,7 @@ class KeyedSession:
                 _registered = _Registered(self.mode.kernels)
             _registered.modes.append(self.mode)
             self._held = _registered
+            set_replay_enabled(self.mode.use_cache)
         self._guard = tc.including_spare_key()
         self._guard.__enter__()
         return self
@@ -304,6 +307,7 @@ class KeyedSession:
             assert self._held is not None
             self._held.count_native_calls(self.mode)
             self._held.modes.remove(self.mode)
+            set_replay_enabled(self._held.modes[-1].use_cache if self._held.modes else self._held.idle.use_cache)
             self._held = None
 
 

@@ -53,8 +53,9 @@ class EagerStats:
     ``cache_hits`` / ``cache_misses``: replays of a traced kernel / traces made.
     ``uncached``: decompositions run as Python each call (data-dependent, or a
     trace the fake tensors could not make). ``served_in_cpp``: the decomposed calls the
-    session's C++ kernels served (``keyed_kernels.NativeTwin``), no trip into Python; counted
-    in ``decomposed`` too. ``unreachable``: ops with no path
+    session's C++ kernels served (``native_registrations``: in-place ops through their twins,
+    cached kernels replayed), no trip into Python; counted in ``decomposed`` (and a replay in
+    ``cache_hits``) too. ``unreachable``: ops with no path
     into the target, with the user's lines that called them (only filled when
     the session runs them anyway, ``on_unreachable="run"``).
     """

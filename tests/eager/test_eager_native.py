@@ -1,4 +1,4 @@
-"""The session's C++ kernel for in-place ops through their twin (``keyed_kernels.NativeTwin``):
+"""The session's C++ kernel for in-place ops through their twin (``native_registrations.NativeTwin``):
 ``add_`` (the autograd engine's gradient accumulation, the optimizers' updates) was a trip into
 Python on every call, 334 a step of rwkv. It serves the calls whose outcome it does not decide;
 the Python kernel the rest, as before (pinned here: a lossy cast refused with eager's text, a

@@ -56,7 +56,7 @@ _HALF_0_DIM = pytest.mark.xfail(strict=True, reason=(
     "take the tensor's dtype to keep the result's (torch's wrapped-number tensor cannot be made from "
     "Python), so it is rounded to it; eager computes in float32 with the unrounded number: `div_(0.8)` 1 ulp "
     "off. The C++ kernel (torch 2.13+, where it is built) passes the wrapped number on as it came"))
-# whether in-place arithmetic is served by the session's C++ kernel here (keyed_kernels.NativeTwin)
+# whether in-place arithmetic is served by the session's C++ kernel here (native_registrations.NativeTwin)
 _NATIVE = tc.PYTHON_FALLBACK_ON_SPARE_KEY and native_kernels.module() is not None
 
 

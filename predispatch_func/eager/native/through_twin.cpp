@@ -11,7 +11,8 @@
 // Anything else goes to the Python kernel, which decides it (resizing, refusing a lossy cast,
 // sparse arguments). Calls served here are counted, and the session adds the counts to its
 // statistics.
-#include <ATen/core/dispatch/Dispatcher.h>
+#include "registry.h"
+
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -21,19 +22,12 @@
 #include <atomic>
 #include <memory>
 #include <string>
-#include <vector>
 
 namespace py = pybind11;
 
-namespace {
+namespace pf_native {
 
-// A strided tensor whose memory is torch's: not a __torch_dispatch__ subclass's (a wrapper
-// subclass's storage has no data pointer: ATen's overlap check throws on it, and the subclass
-// decides what its writes do) nor functionalization's. Anything else is the Python kernel's.
-bool torchs_own(const at::Tensor& t) {
-  return t.layout() == c10::kStrided &&
-         !t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
-}
+namespace {
 
 class ThroughTwin final : public c10::OperatorKernel {
  public:
@@ -92,16 +86,13 @@ class ThroughTwin final : public c10::OperatorKernel {
 
  private:
   void to_python(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-    const auto& schema = op.schema();
-    const size_t n = schema.arguments().size();
+    const size_t n = op.schema().arguments().size();
     py::gil_scoped_acquire gil;
-    py::tuple values(n);
-    for (size_t i = 0; i < n; ++i) {
-      values[i] = torch::jit::toPyObject((*stack)[stack->size() - n + i]);
-    }
-    py::object result = fallback_(values);
+    // the arguments as torch hands them to a Python kernel (a dtype as torch.dtype, not its number)
+    auto [args, kwargs] = python_arguments(op.schema(), *stack);
+    py::object result = fallback_(*args, **kwargs);
     torch::jit::drop(*stack, n);
-    stack->emplace_back(torch::jit::toIValue(result, schema.returns()[0].type()));
+    push_python_result(op.schema(), *stack, result);
   }
 
   c10::OperatorHandle twin_;
@@ -111,54 +102,19 @@ class ThroughTwin final : public c10::OperatorKernel {
   c10::DispatchKey key_;
 };
 
-// One registration: the library holding the kernel (destroyed to unregister) and its count.
-struct Registration {
-  std::unique_ptr<torch::Library> library;
-  std::shared_ptr<std::atomic<int64_t>> served;
-};
+}  // namespace
 
-std::vector<std::unique_ptr<Registration>>& registrations() {
-  // never destroyed: at exit the dispatcher and the interpreter may be gone before it
-  static auto* all = new std::vector<std::unique_ptr<Registration>>();
-  return *all;
-}
-
-c10::OperatorHandle handle(const std::string& name, const std::string& overload) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
-}
-
-// Registers the kernel for ``op`` on dispatch key ``key``; returns its index (for ``served``).
+// Registers the kernel for ``op`` on dispatch key ``key``; returns its index (for ``take_served``).
 int64_t register_through_twin(const std::string& op_name, const std::string& op_overload,
                               const std::string& twin_name, const std::string& twin_overload,
                               bool twin_in_target, const std::string& key_name, py::object fallback) {
   const auto key = c10::parseDispatchKey(key_name);
-  auto twin = handle(twin_name, twin_overload);
-  handle(op_name, op_overload);  // throws for an op this torch lacks
+  auto twin = operator_named(twin_name, twin_overload);
   auto served = std::make_shared<std::atomic<int64_t>>(0);
-  const auto colon = op_name.find("::");
-  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, op_name.substr(0, colon), key,
-                                                  __FILE__, __LINE__);
-  const std::string qualified = op_name.substr(colon + 2) + (op_overload.empty() ? "" : "." + op_overload);
-  library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunctor(
-                                       std::make_unique<ThroughTwin>(twin, twin_in_target, served, std::move(fallback), key)));
-  registrations().push_back(std::make_unique<Registration>(Registration{std::move(library), served}));
-  return static_cast<int64_t>(registrations().size()) - 1;
+  return add_registration(op_name, op_overload, key,
+                          torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ThroughTwin>(
+                              twin, twin_in_target, served, std::move(fallback), key)),
+                          served);
 }
 
-// The calls served since the last ask, and zero again.
-int64_t take_served(int64_t index) {
-  return registrations().at(static_cast<size_t>(index))->served->exchange(0);
-}
-
-// Unregisters one kernel (a session's ``release``); its count stays readable.
-void unregister(int64_t index) {
-  registrations().at(static_cast<size_t>(index))->library.reset();
-}
-
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("register_through_twin", &register_through_twin);
-  m.def("take_served", &take_served);
-  m.def("unregister", &unregister);
-}
+}  // namespace pf_native

@@ -1,0 +1,140 @@
+"""A traced kernel as a program the session's C++ replay runs (``native/graph_replay.cpp``).
+
+A cached kernel (``replay.TracedKernel``) is the source of one straight-line function, written
+by ``replay.write_out``: each line one op call on earlier values and constants, then a return.
+The C++ replay cannot run Python, so the source is read back (with ``ast``: a kernel restored
+from disk has no graph, only its source and constants) into slots and constants:
+
+    (inputs, [(op name, overload, [argument, ...]), ...], [output, ...])
+
+where an argument is ``(SLOT, i)``, ``(CONSTANT, value)`` or ``(LIST, [i or -1, ...])`` (a list
+of values, -1 for None), every argument of the op's schema given, defaults filled in; an item
+of an earlier result is ``("getitem", "", [(SLOT, i), (CONSTANT, index)])``. None where the
+kernel holds anything else (a Python callable, a nested list of values): the Python replay
+serves it as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from typing import Any
+
+from .. import _torch_compat as tc
+from .replay import TracedKernel
+
+SLOT, CONSTANT, LIST = 0, 1, 2
+
+_NOT_A_PROGRAM = object()
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def program_of(kernel: TracedKernel, op: tc.OpOverload) -> tuple | None:
+    """``kernel`` (a decomposition of ``op``) as the C++ replay's program; made once per kernel."""
+    made = kernel.native
+    if made is None:
+        try:
+            made = _read(kernel, op)
+        except (_Unsupported, SyntaxError, IndexError, KeyError, ValueError, AttributeError):
+            made = _NOT_A_PROGRAM
+        kernel.native = made
+    return None if made is _NOT_A_PROGRAM else made
+
+
+def _read(kernel: TracedKernel, op: tc.OpOverload) -> tuple:
+    function = ast.parse(kernel.code).body[0]
+    if not isinstance(function, ast.FunctionDef):
+        raise _Unsupported(kernel.code)
+    constants = kernel.constants
+    slots = {argument.arg: i for i, argument in enumerate(function.args.args)}
+    inputs = len(slots)
+    instructions: list[tuple] = []
+    outputs: list[tuple] | None = None
+    for statement in function.body:
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
+            instructions.append(_instruction(statement.value, slots, constants))
+            slots[_name(statement.targets[0])] = inputs + len(instructions) - 1
+        elif isinstance(statement, ast.Return) and statement.value is not None and outputs is None:
+            outputs = _outputs(statement.value, slots, constants, len(tc.schema_of(op).returns))
+        else:
+            raise _Unsupported(ast.dump(statement))
+    if outputs is None:
+        raise _Unsupported("no return")
+    return inputs, instructions, outputs
+
+
+def _name(node: ast.expr) -> str:
+    if not isinstance(node, ast.Name):
+        raise _Unsupported(ast.dump(node))
+    return node.id
+
+
+def _instruction(call: ast.Call, slots: dict[str, int], constants: list[Any]) -> tuple:
+    callee = _constant_named(_name(call.func), constants)
+    if callee is operator.getitem:
+        source, index = (_argument(a, slots, constants) for a in call.args)
+        if source[0] != SLOT or index[0] != CONSTANT or call.keywords:
+            raise _Unsupported("getitem")
+        return "getitem", "", [source, index]
+    if not isinstance(callee, tc.OpOverload):
+        raise _Unsupported(repr(callee))
+    schema = tc.schema_of(callee)
+    given = [_argument(a, slots, constants) for a in call.args]
+    by_name = {keyword.arg: _argument(keyword.value, slots, constants) for keyword in call.keywords}
+    arguments = []
+    for i, parameter in enumerate(schema.arguments):
+        if i < len(given) and not parameter.kwarg_only:
+            arguments.append(given[i])
+        elif parameter.name in by_name:
+            arguments.append(by_name.pop(parameter.name))
+        elif parameter.has_default_value():
+            arguments.append((CONSTANT, parameter.default_value))
+        else:
+            raise _Unsupported(f"{schema.name}: {parameter.name} missing")
+    if by_name or len(given) > sum(not p.kwarg_only for p in schema.arguments):
+        raise _Unsupported(f"{schema.name}: arguments beyond the schema")
+    return schema.name, schema.overload_name, arguments
+
+
+def _constant_named(name: str, constants: list[Any]) -> Any:
+    if not name.startswith("c"):
+        raise _Unsupported(name)
+    return constants[int(name[1:])]
+
+
+def _argument(node: ast.expr, slots: dict[str, int], constants: list[Any]) -> tuple:
+    if isinstance(node, ast.Name):
+        if node.id in slots:
+            return SLOT, slots[node.id]
+        return CONSTANT, _constant_named(node.id, constants)
+    if isinstance(node, ast.Constant):
+        return CONSTANT, node.value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [_argument(item, slots, constants) for item in node.elts]
+        if all(kind == CONSTANT for kind, _ in items):
+            values = [value for _, value in items]
+            return CONSTANT, values if isinstance(node, ast.List) else tuple(values)
+        if all(kind == SLOT or (kind == CONSTANT and value is None) for kind, value in items):
+            return LIST, [value if kind == SLOT else -1 for kind, value in items]
+        raise _Unsupported(ast.dump(node))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and type(node.operand.value) is int:
+        return CONSTANT, -node.operand.value  # a negative int, as repr writes it
+    raise _Unsupported(ast.dump(node))
+
+
+def _outputs(node: ast.expr, slots: dict[str, int], constants: list[Any], returns: int) -> list[tuple]:
+    if returns == 1:
+        output = _argument(node, slots, constants)
+        if output[0] == CONSTANT:
+            raise _Unsupported("a constant output")
+        return [output]
+    if not isinstance(node, (ast.Tuple, ast.List)) or len(node.elts) != returns:
+        raise _Unsupported(ast.dump(node))
+    outputs = [_argument(item, slots, constants) for item in node.elts]
+    if any(kind == CONSTANT for kind, _ in outputs):
+        raise _Unsupported("a constant output")
+    return outputs

@@ -1,0 +1,56 @@
+// The session's C++ kernels, one registry for every kind (through_twin.cpp, graph_replay.cpp).
+//
+// Each registration keeps the torch::Library holding its kernel (destroyed to unregister) and the
+// count of calls it served, which the session adds to its statistics (``take_served``).
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DispatchKeySet.h>
+#include <pybind11/pybind11.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pf_native {
+
+// A strided tensor whose memory is torch's: not a __torch_dispatch__ subclass's (a wrapper
+// subclass's storage has no data pointer: ATen's overlap check throws on it, and the subclass
+// decides what its writes do) nor functionalization's. Anything else is the Python kernel's.
+inline bool torchs_own(const at::Tensor& t) {
+  return t.layout() == c10::kStrided &&
+         !t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+}
+
+// The operator ``name`` (``aten::add_``) with ``overload`` (``Tensor``; empty for the default).
+c10::OperatorHandle operator_named(const std::string& name, const std::string& overload);
+
+// The last ``schema.arguments()`` values of ``stack`` as a Python kernel takes them: positional
+// and keyword-only, a dtype, layout or memory format as its Python object (the stack holds its
+// number), everything else as torch converts it.
+std::pair<pybind11::tuple, pybind11::dict> python_arguments(const c10::FunctionSchema& schema,
+                                                            const std::vector<c10::IValue>& stack);
+
+// Pushes a Python kernel's ``result`` onto ``stack``: one value per return of ``schema``.
+void push_python_result(const c10::FunctionSchema& schema, std::vector<c10::IValue>& stack,
+                        const pybind11::handle& result);
+
+// Registers ``kernel`` for ``op_name.op_overload`` on dispatch key ``key``; returns its index.
+int64_t add_registration(const std::string& op_name, const std::string& op_overload, c10::DispatchKey key,
+                         torch::CppFunction kernel, std::shared_ptr<std::atomic<int64_t>> served);
+
+int64_t register_through_twin(const std::string& op_name, const std::string& op_overload,
+                              const std::string& twin_name, const std::string& twin_overload,
+                              bool twin_in_target, const std::string& key_name, pybind11::object fallback);
+
+int64_t register_graph_replay(const std::string& op_name, const std::string& op_overload,
+                              const std::string& key_name, pybind11::object fallback);
+
+// Whether the graph replays serve calls (a session with ``use_cache=False`` turns them off).
+void set_replay_enabled(bool enabled);
+
+}  // namespace pf_native

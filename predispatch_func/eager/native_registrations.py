@@ -1,0 +1,133 @@
+"""The Python side of the session's C++ kernels (``native/``): registering each, counting
+the calls it served into a session's stats, unregistering.
+
+Two kinds, each in front of the op's Python kernel (``keyed_kernels``), which serves every
+call the C++ one leaves:
+
+* ``NativeTwin``: an in-place op through a twin taking the same arguments (``add_``);
+* ``NativeReplay``: a decomposed op, its cached per-signature kernels replayed in C++
+  (programs read from them by ``graph_programs``).
+
+None of them where the C++ kernels are not built here (``native_kernels``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import _torch_compat as tc
+from . import cache, native_kernels
+from .graph_programs import program_of
+from .keyed_kernels import in_place_with_same_arguments
+from .mode import EagerMode, Kernels
+from .plans import How
+from .replay import TracedKernel
+
+
+class NativeTwin:
+    """``op``'s C++ kernel on the key (``native/through_twin.cpp``): ``keyed_kernels._through_twin_in_place``'s
+    fast path without a trip into Python, the Python kernel taking every other call. The calls it
+    serves are counted in C++; ``take_served`` adds them to a session's stats as the Python
+    kernel counts its own."""
+
+    __slots__ = ("op", "twin", "twin_in_target", "_native", "_index")
+
+    def __init__(self, op: tc.OpOverload, twin: tc.OpOverload, twin_in_target: bool, native: Any, index: int):
+        self.op, self.twin, self.twin_in_target, self._native, self._index = op, twin, twin_in_target, native, index
+
+    def take_served(self, mode: EagerMode) -> None:
+        served = self._native.take_served(self._index)
+        if served:
+            mode.stats.decomposed.add(self.op, served)
+            mode.stats.served_in_cpp.add(self.op, served)
+            if self.twin_in_target:  # (another twin's kernel counts its own calls)
+                mode.stats.reached.add(self.twin, served)
+            mode.stats.reached.add(torch.ops.aten.copy_.default, served)
+
+    def unregister(self) -> None:
+        self._native.unregister(self._index)
+
+
+def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callable[..., Any],
+                        key: str) -> NativeTwin | None:
+    """Registers ``op``'s C++ kernel on ``key`` where its plan is an in-place op through a twin
+    taking the same arguments (``add_``, ``mul_``; ``masked_fill_`` and ``silu_``, whose twins are
+    lowered by their own kernels on the key), ``kernel`` (its Python kernel) serving what the C++
+    one leaves; None where it does not apply or the C++ kernels are not built here
+    (``native_kernels``)."""
+    if how is not How.THROUGH_TWIN:
+        return None
+    plan = kernels.plan(op)
+    if plan is None or not in_place_with_same_arguments(plan) or plan.twin is None \
+            or id(torch.ops.aten.copy_.default) not in kernels.direct_ids:
+        return None
+    native = native_kernels.module()
+    if native is None:
+        return None
+    schema, twin_schema = tc.schema_of(op), tc.schema_of(plan.twin)
+    twin_in_target = id(plan.twin) in kernels.direct_ids
+    index = native.register_through_twin(schema.name, schema.overload_name, twin_schema.name,
+                                         twin_schema.overload_name, twin_in_target, key, kernel)
+    return NativeTwin(op, plan.twin, twin_in_target, native, index)
+
+
+class NativeReplay:
+    """A decomposed op's C++ kernel on the key (``native/graph_replay.cpp``):
+    ``keyed_kernels._replaying`` without a trip into Python, for each signature whose traced
+    kernel it has learned. The calls it serves count as the Python replay counts its own (a
+    cache hit of a decomposed op)."""
+
+    __slots__ = ("op", "_native", "_index")
+
+    def __init__(self, op: tc.OpOverload, native: Any, index: int):
+        self.op, self._native, self._index = op, native, index
+
+    def take_served(self, mode: EagerMode) -> None:
+        served = self._native.take_served(self._index)
+        if served:
+            mode.stats.decomposed.add(self.op, served)
+            mode.stats.cache_hits.add(self.op, served)
+            mode.stats.served_in_cpp.add(self.op, served)
+
+    def unregister(self) -> None:
+        self._native.unregister(self._index)
+
+
+def native_replay(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callable[..., Any],
+                  key: str) -> NativeReplay | None:
+    """Registers ``op``'s C++ replay on ``key`` where its plan decomposes it, ``kernel`` (its
+    Python kernel) serving the calls the C++ one has no program for, and answering the
+    program of the signature it served (from the kernel traced or replayed for it)."""
+    if how is not How.DECOMPOSE:
+        return None
+    native = native_kernels.module()
+    if native is None:
+        return None
+    traced_by_signature = kernels.kernels_of(op)
+
+    def in_python(args: tuple, kwargs: dict, want_program: bool) -> tuple[Any, Any]:
+        result = kernel(*args, **kwargs)
+        program = None
+        if want_program:
+            traced = traced_by_signature.get(cache.signature(args, kwargs)[0])
+            if isinstance(traced, TracedKernel):
+                program = program_of(traced, op)
+        return result, program
+
+    schema = tc.schema_of(op)
+    native.set_replay_enabled(_replay_enabled[0])
+    return NativeReplay(op, native, native.register_graph_replay(schema.name, schema.overload_name, key, in_python))
+
+
+_replay_enabled = [True]
+
+
+def set_replay_enabled(enabled: bool) -> None:
+    """The C++ replays serve calls only for a session that caches (``use_cache``)."""
+    _replay_enabled[0] = enabled
+    native = native_kernels.module() if native_kernels.loaded() else None
+    if native is not None:
+        native.set_replay_enabled(enabled)
