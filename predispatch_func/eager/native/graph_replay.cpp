@@ -16,7 +16,7 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/bit_cast.h>
-#include <torch/csrc/jit/python/pybind_utils.h>
+#include <ATen/core/stack.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -201,7 +201,7 @@ Argument argument_of(const py::handle& described, const c10::TypePtr& type) {
                                                 : c10::IValue(pair[1].cast<double>());
     } else {
       argument.kind = Argument::Kind::kConstant;
-      argument.constant = torch::jit::toIValue(pair[1], type);
+      argument.constant = ivalue_of(pair[1], type);
     }
   } else {
     const auto list_type = type->cast<c10::ListType>();

@@ -76,6 +76,10 @@ std::pair<pybind11::tuple, pybind11::dict> python_arguments(const c10::FunctionS
   return {py::tuple(positional), keywords};
 }
 
+c10::IValue ivalue_of(const pybind11::handle& value, const c10::TypePtr& type) {
+  return torch::jit::toIValue(value, type);
+}
+
 void push_python_result(const c10::FunctionSchema& schema, std::vector<c10::IValue>& stack,
                         const pybind11::handle& result) {
   const auto& returns = schema.returns();

@@ -35,6 +35,9 @@ c10::OperatorHandle operator_named(const std::string& name, const std::string& o
 std::pair<pybind11::tuple, pybind11::dict> python_arguments(const c10::FunctionSchema& schema,
                                                             const std::vector<c10::IValue>& stack);
 
+// ``value`` as the schema's ``type`` takes it (torch's own conversion, as a Python call of the op).
+c10::IValue ivalue_of(const pybind11::handle& value, const c10::TypePtr& type);
+
 // Pushes a Python kernel's ``result`` onto ``stack``: one value per return of ``schema``.
 void push_python_result(const c10::FunctionSchema& schema, std::vector<c10::IValue>& stack,
                         const pybind11::handle& result);

@@ -16,7 +16,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <torch/csrc/jit/python/pybind_utils.h>
+#include <ATen/core/stack.h>
 #include <torch/library.h>
 
 #include <atomic>
