@@ -17,6 +17,7 @@ serves it as before.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 from typing import Any
 
@@ -58,12 +59,17 @@ def _read(kernel: TracedKernel, op: tc.OpOverload) -> tuple:
             instructions.append(_instruction(statement.value, slots, constants))
             slots[_name(statement.targets[0])] = inputs + len(instructions) - 1
         elif isinstance(statement, ast.Return) and statement.value is not None and outputs is None:
-            outputs = _outputs(statement.value, slots, constants, len(tc.schema_of(op).returns))
+            outputs = _outputs(statement.value, slots, constants, _returns(op))
         else:
             raise _Unsupported(ast.dump(statement))
     if outputs is None:
         raise _Unsupported("no return")
     return inputs, instructions, outputs
+
+
+@functools.cache
+def _returns(op: tc.OpOverload) -> int:
+    return len(tc.schema_of(op).returns)
 
 
 def _name(node: ast.expr) -> str:
@@ -81,22 +87,34 @@ def _instruction(call: ast.Call, slots: dict[str, int], constants: list[Any]) ->
         return "getitem", "", [source, index]
     if not isinstance(callee, tc.OpOverload):
         raise _Unsupported(repr(callee))
-    schema = tc.schema_of(callee)
+    name, overload, parameters = _parameters(callee)
     given = [_argument(a, slots, constants) for a in call.args]
     by_name = {keyword.arg: _argument(keyword.value, slots, constants) for keyword in call.keywords}
     arguments = []
-    for i, parameter in enumerate(schema.arguments):
-        if i < len(given) and not parameter.kwarg_only:
+    for i, (parameter, kwarg_only, default) in enumerate(parameters):
+        if i < len(given) and not kwarg_only:
             arguments.append(given[i])
-        elif parameter.name in by_name:
-            arguments.append(by_name.pop(parameter.name))
-        elif parameter.has_default_value():
-            arguments.append((CONSTANT, parameter.default_value))
+        elif parameter in by_name:
+            arguments.append(by_name.pop(parameter))
+        elif default is not _NO_DEFAULT:
+            arguments.append((CONSTANT, default))
         else:
-            raise _Unsupported(f"{schema.name}: {parameter.name} missing")
-    if by_name or len(given) > sum(not p.kwarg_only for p in schema.arguments):
-        raise _Unsupported(f"{schema.name}: arguments beyond the schema")
-    return schema.name, schema.overload_name, arguments
+            raise _Unsupported(f"{name}: {parameter} missing")
+    if by_name or len(given) > sum(not kwarg_only for _, kwarg_only, _ in parameters):
+        raise _Unsupported(f"{name}: arguments beyond the schema")
+    return name, overload, arguments
+
+
+_NO_DEFAULT = object()
+
+
+@functools.cache
+def _parameters(op: tc.OpOverload) -> tuple[str, str, tuple[tuple[str, bool, Any], ...]]:
+    """``op``'s name, overload and (name, keyword-only, default) per argument: read once (a
+    schema's arguments are rebuilt as Python objects on each read)."""
+    schema = tc.schema_of(op)
+    return schema.name, schema.overload_name, tuple(
+        (a.name, a.kwarg_only, a.default_value if a.has_default_value() else _NO_DEFAULT) for a in schema.arguments)
 
 
 def _constant_named(name: str, constants: list[Any]) -> Any:

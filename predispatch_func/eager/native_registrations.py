@@ -4,7 +4,8 @@ the calls it served into a session's stats, unregistering.
 Two kinds, each in front of the op's Python kernel (``keyed_kernels``), which serves every
 call the C++ one leaves:
 
-* ``NativeTwin``: an in-place op through a twin taking the same arguments (``add_``);
+* ``NativeTwin``: an in-place op through a twin taking the same arguments (``add_``), or an
+  out= op through a twin taking the others (``mm.out``);
 * ``NativeReplay``: a decomposed op, its cached per-signature kernels replayed in C++
   (programs read from them by ``graph_programs``).
 
@@ -23,7 +24,7 @@ from . import cache, native_kernels
 from .graph_programs import program_of
 from .keyed_kernels import in_place_with_same_arguments
 from .mode import EagerMode, Kernels
-from .plans import How
+from .plans import How, Plan
 from .replay import TracedKernel
 
 
@@ -55,14 +56,16 @@ def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: C
                         key: str) -> NativeTwin | None:
     """Registers ``op``'s C++ kernel on ``key`` where its plan is an in-place op through a twin
     taking the same arguments (``add_``, ``mul_``; ``masked_fill_`` and ``silu_``, whose twins are
-    lowered by their own kernels on the key), ``kernel`` (its Python kernel) serving what the C++
-    one leaves; None where it does not apply or the C++ kernels are not built here
-    (``native_kernels``)."""
+    lowered by their own kernels on the key), or an out= op whose twin takes its arguments but
+    ``out`` (``mm.out``), ``kernel`` (its Python kernel) serving what the C++ one leaves; None
+    where it does not apply or the C++ kernels are not built here (``native_kernels``)."""
     if how is not How.THROUGH_TWIN:
         return None
     plan = kernels.plan(op)
-    if plan is None or not in_place_with_same_arguments(plan) or plan.twin is None \
-            or id(torch.ops.aten.copy_.default) not in kernels.direct_ids:
+    if plan is None or plan.twin is None or id(torch.ops.aten.copy_.default) not in kernels.direct_ids:
+        return None
+    out_variant = out_with_same_arguments(plan)
+    if not (out_variant or in_place_with_same_arguments(plan)):
         return None
     native = native_kernels.module()
     if native is None:
@@ -70,8 +73,22 @@ def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: C
     schema, twin_schema = tc.schema_of(op), tc.schema_of(plan.twin)
     twin_in_target = id(plan.twin) in kernels.direct_ids
     index = native.register_through_twin(schema.name, schema.overload_name, twin_schema.name,
-                                         twin_schema.overload_name, twin_in_target, key, kernel)
+                                         twin_schema.overload_name, twin_in_target, out_variant, key, kernel)
     return NativeTwin(op, plan.twin, twin_in_target, native, index)
+
+
+def out_with_same_arguments(plan: Plan) -> bool:
+    """An out= op writing one tensor, ``out``, its last argument, whose twin takes the others as
+    they come (``mm.out`` and ``mm``, ``sum.IntList_out`` and ``sum.dim_IntList``); a random op is
+    left to the Python kernel, which draws once."""
+    if plan.how is not How.THROUGH_TWIN or plan.written != ("out",) or plan.twin is None:
+        return False
+    if torch.Tag.nondeterministic_seeded in plan.op.tags:
+        return False
+    arguments = [(a.name, a.kwarg_only) for a in tc.schema_of(plan.op).arguments]
+    returns = tc.schema_of(plan.op).returns
+    return arguments[-1:] == [("out", True)] and len(returns) == 1 and \
+        arguments[:-1] == [(a.name, a.kwarg_only) for a in tc.schema_of(plan.twin).arguments]
 
 
 class NativeReplay:

@@ -171,3 +171,57 @@ def test_a_lock_left_by_a_dead_build_is_cleared_and_a_live_one_kept(tmp_path):
     native_kernels.clear_stale_lock(tmp_path)
     assert not lock.exists()
     native_kernels.clear_stale_lock(tmp_path)  # nothing there: nothing to do
+
+
+OUT_CALLS = {  # out= of the result's dtype and shape: served in C++
+    "mm.out (mixtral's grouped matmuls)": (aten.mm.out, lambda a, b, out: torch.mm(a, b, out=out), (3, 5)),
+    "add.out": (aten.add.out, lambda a, b, out: torch.add(a[:, :3], b.t()[:3, :3], alpha=2, out=out), (3, 3)),
+    "cat.out (a list of tensors)": (aten.cat.out, lambda a, b, out: torch.cat([a, b.t()], 0, out=out), (8, 4)),
+    "sum.IntList_out": (aten.sum.IntList_out, lambda a, b, out: torch.sum(a, 1, out=out), (3,)),
+    "out= a transposed view": (aten.mm.out, lambda a, b, out: torch.mm(a, b, out=out.t()), (5, 3)),
+}
+
+
+@needs_native
+@pytest.mark.parametrize("name", list(OUT_CALLS))
+def test_an_out_op_whose_twin_takes_its_arguments_is_served_in_cpp(name):
+    op, call, shape = OUT_CALLS[name]
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    expected = call(a, b, torch.empty(shape))
+    with pf.eager.on(CORE) as session:
+        for _ in range(3):  # the first meeting runs in Python
+            out = torch.empty(shape)
+            got = call(a, b, out)
+    assert session.stats.served_in_cpp[op] >= 2  # (3 where an earlier test met the op)
+    assert torch.equal(got, expected) or name.startswith("mm") or name.startswith("out="), (got, expected)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)  # (mm: the same CPU kernel, maybe another blocking)
+
+
+OUT_LEFT_TO_PYTHON = {  # what eager decides about out= itself: the Python kernel, eager's outcome
+    "a resize": (lambda: torch.mm(torch.ones(2, 3), torch.ones(3, 2), out=torch.empty(0)), [[3.0, 3.0], [3.0, 3.0]]),
+    "an out of another dtype eager refuses": (
+        lambda: torch.mm(torch.ones(2, 3), torch.ones(3, 2), out=torch.empty(2, 2, dtype=torch.float64)),
+        "Expected out tensor to have dtype"),
+    "a sum computed in out's dtype": (
+        lambda: torch.sum(torch.tensor([[1, 2], [3, 4]], dtype=torch.int32), 1, out=torch.empty(2, dtype=torch.int32)),
+        [3, 7]),
+    "a sum of floats into int64, computed in int64": (
+        lambda: torch.sum(torch.tensor([[0.6, 1.6], [2.3, 0.3]]), 1, out=torch.empty(2, dtype=torch.int64)), [1, 2]),
+}
+
+
+@pytest.mark.parametrize("name", list(OUT_LEFT_TO_PYTHON))
+def test_what_eager_decides_about_out_goes_to_the_python_kernel(name):
+    call, outcome = OUT_LEFT_TO_PYTHON[name]
+    if isinstance(outcome, str):  # eager's own words
+        with pytest.raises(RuntimeError, match=outcome):
+            call()
+    else:
+        assert call().tolist() == outcome
+    with pf.eager.on(CORE):
+        for _ in range(3):  # the first meeting, then the C++ kernel's calls
+            if isinstance(outcome, str):
+                with pytest.raises(RuntimeError, match=outcome):
+                    call()
+            else:
+                assert call().tolist() == outcome

@@ -7,6 +7,8 @@ call with the C++ replays switched off (the Python replay), and compares."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch.testing._internal.common_methods_invocations import op_db
@@ -103,6 +105,21 @@ def test_each_signature_gets_its_own_program():
     for n, value in zip((5, 3, 5, 3), rolled):
         assert torch.equal(value, torch.roll(torch.arange(float(n)), 4)), n
     assert session.stats.served_in_cpp[aten.rot90.default] >= 4
+
+
+def test_a_call_has_one_python_signature_whichever_way_it_comes_in():
+    # The first call of an op reaches its Python kernel through torch, which leaves out the trailing
+    # arguments equal to their defaults; a later one through the C++ kernel's fallback, which gave
+    # all of them: another signature, so a second trace of the same call (sdpa's dropout_p=0.0,
+    # is_causal=False). Now the fallback leaves them out as torch does.
+    n = 5 + os.getpid() % 97  # a shape the disk cache is unlikely to hold (if it does: hits, no miss)
+    q, k, v = (torch.randn(1, 2, n, 4) for _ in range(3))
+    masks = [torch.randn(1, 2, n, n) for _ in range(3)]
+    flash = aten._scaled_dot_product_flash_attention_for_cpu.default
+    with pf.eager.on(CORE) as session:
+        for mask in masks:
+            flash(q, k, v, attn_mask=mask)
+    assert session.stats.cache_misses[flash] <= 1 and session.stats.cache_hits[flash] >= 2
 
 
 def test_a_session_without_its_cache_replays_nothing_in_cpp():

@@ -50,9 +50,21 @@ std::pair<pybind11::tuple, pybind11::dict> python_arguments(const c10::FunctionS
   namespace py = pybind11;
   const auto& arguments = schema.arguments();
   const size_t first = stack.size() - arguments.size();
+  // arguments equal to their defaults are left out as torch leaves them out for its Python kernels
+  // (the positional ones at the end, every keyword-only one), so a call's Python signature is the
+  // same whichever way it came in
+  auto is_default = [&](size_t i) {
+    const auto& default_value = arguments[i].default_value();
+    return default_value.has_value() && *default_value == stack[first + i];
+  };
+  size_t positional_end = 0;
+  while (positional_end < arguments.size() && !arguments[positional_end].kwarg_only()) ++positional_end;
+  size_t given = positional_end;
+  while (given > 0 && is_default(given - 1)) --given;
   py::list positional;
   py::dict keywords;
   for (size_t i = 0; i < arguments.size(); ++i) {
+    if (i < positional_end ? i >= given : is_default(i)) continue;
     const c10::IValue& value = stack[first + i];
     const auto& type = arguments[i].real_type();
     py::object converted;

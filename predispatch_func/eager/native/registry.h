@@ -29,9 +29,10 @@ inline bool torchs_own(const at::Tensor& t) {
 // The operator ``name`` (``aten::add_``) with ``overload`` (``Tensor``; empty for the default).
 c10::OperatorHandle operator_named(const std::string& name, const std::string& overload);
 
-// The last ``schema.arguments()`` values of ``stack`` as a Python kernel takes them: positional
-// and keyword-only, a dtype, layout or memory format as its Python object (the stack holds its
-// number), everything else as torch converts it.
+// The last ``schema.arguments()`` values of ``stack`` as torch hands them to a Python kernel:
+// positional and keyword-only, trailing ones equal to their defaults left out, a dtype, layout or
+// memory format as its Python object (the stack holds its number), everything else as torch
+// converts it.
 std::pair<pybind11::tuple, pybind11::dict> python_arguments(const c10::FunctionSchema& schema,
                                                             const std::vector<c10::IValue>& stack);
 
@@ -48,7 +49,8 @@ int64_t add_registration(const std::string& op_name, const std::string& op_overl
 
 int64_t register_through_twin(const std::string& op_name, const std::string& op_overload,
                               const std::string& twin_name, const std::string& twin_overload,
-                              bool twin_in_target, const std::string& key_name, pybind11::object fallback);
+                              bool twin_in_target, bool out_variant, const std::string& key_name,
+                              pybind11::object fallback);
 
 int64_t register_graph_replay(const std::string& op_name, const std::string& op_overload,
                               const std::string& key_name, pybind11::object fallback);

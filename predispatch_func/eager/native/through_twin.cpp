@@ -1,15 +1,18 @@
-// In-place ops outside the target, served in C++: the functional twin, then a copy into ``self``.
+// In-place and out= ops outside the target, served in C++: the functional twin, then a copy into
+// the destination (``self``, or ``out``).
 //
 // A keyed pf.eager session meets an in-place op outside its target (``add_``: the autograd
-// engine's gradient accumulation, the optimizers' updates) hundreds of times a step. Its Python
-// kernel (keyed_kernels._through_twin_in_place) costs a trip into Python each time; this kernel
-// does the same in C++: where every tensor argument is strided and torch's own (and none shares part of
-// ``self``'s memory, which eager refuses as here), the twin is called with the op's own
-// arguments (an op of the target with the session's key off; any other through the key, whose
-// kernel for it lowers it), and when its result has
-// ``self``'s shape and casts into ``self``'s dtype, ``copy_`` (the floor's) writes it there.
-// Anything else goes to the Python kernel, which decides it (resizing, refusing a lossy cast,
-// sparse arguments). Calls served here are counted, and the session adds the counts to its
+// engine's gradient accumulation, the optimizers' updates) hundreds of times a step, and some
+// models an out= op as often (mixtral's grouped matmuls write with ``mm.out``). Its Python kernel
+// (keyed_kernels._through_twin_in_place, EagerMode._through_twin) costs a trip into Python each
+// time; this kernel does the same in C++: where every tensor argument is strided and torch's own
+// (and none shares part of the destination's memory, which eager refuses as here), the twin is
+// called with the op's own arguments (out= left out; an op of the target with the session's key
+// off, any other through the key, whose kernel for it lowers it), and when its result has the
+// destination's shape and casts into its dtype (out=: is of its dtype, as is the first input:
+// eager's checks of another dtype are the Python kernel's), ``copy_`` (the floor's) writes it
+// there. Anything else goes to the Python kernel, which decides it (resizing, refusing a lossy
+// cast, sparse arguments). Calls served here are counted, and the session adds the counts to its
 // statistics.
 #include "registry.h"
 
@@ -29,12 +32,22 @@ namespace pf_native {
 
 namespace {
 
+// Each tensor of ``value``: itself, or a list's tensors.
+template <typename F>
+void each_tensor(const c10::IValue& value, F&& f) {
+  if (value.isTensor()) {
+    f(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorVector()) f(t);
+  }
+}
+
 class ThroughTwin final : public c10::OperatorKernel {
  public:
-  ThroughTwin(c10::OperatorHandle twin, bool twin_in_target, std::shared_ptr<std::atomic<int64_t>> served,
-              py::object fallback, c10::DispatchKey key)
-      : twin_(std::move(twin)), twin_in_target_(twin_in_target), served_(std::move(served)),
-        fallback_(std::move(fallback)), key_(key) {}
+  ThroughTwin(c10::OperatorHandle twin, bool twin_in_target, bool out_variant,
+              std::shared_ptr<std::atomic<int64_t>> served, py::object fallback, c10::DispatchKey key)
+      : twin_(std::move(twin)), twin_in_target_(twin_in_target), out_variant_(out_variant),
+        served_(std::move(served)), fallback_(std::move(fallback)), key_(key) {}
 
   ~ThroughTwin() override {
     if (Py_IsInitialized()) {
@@ -48,18 +61,21 @@ class ThroughTwin final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+    bool own = true;
     for (auto it = first; it != stack->end(); ++it) {
-      if (it->isTensor() && !torchs_own(it->toTensor())) {
-        return to_python(op, stack);
-      }
+      each_tensor(*it, [&](const at::Tensor& t) { own = own && torchs_own(t); });
     }
-    at::Tensor self = first->toTensor();
-    for (auto it = first + 1; it != stack->end(); ++it) {  // eager's refusal of a partly shared input
-      if (it->isTensor()) {
-        at::assert_no_partial_overlap(self, it->toTensor());
-      }
+    const c10::IValue& written = out_variant_ ? stack->back() : *first;
+    if (!own || !written.isTensor()) {
+      return to_python(op, stack);
     }
-    torch::jit::Stack arguments(first, stack->end());  // kept for the Python kernel
+    at::Tensor destination = written.toTensor();
+    // the twin's arguments: the op's (in place: self among them), or all but out=
+    auto end = out_variant_ ? stack->end() - 1 : stack->end();
+    for (auto it = out_variant_ ? first : first + 1; it != end; ++it) {  // eager's refusal of a partly shared input
+      each_tensor(*it, [&](const at::Tensor& t) { at::assert_no_partial_overlap(destination, t); });
+    }
+    torch::jit::Stack arguments(first, end);  // the stack itself is kept for the Python kernel
     if (twin_in_target_) {
       c10::impl::ExcludeDispatchKeyGuard off(key_);
       twin_.callBoxed(&arguments);
@@ -71,16 +87,29 @@ class ThroughTwin final : public c10::OperatorKernel {
       return to_python(op, stack);
     }
     const at::Tensor& result = out.toTensor();
-    if (!result.sizes().equals(self.sizes()) ||
-        (result.scalar_type() != self.scalar_type() && !c10::canCast(result.scalar_type(), self.scalar_type()))) {
+    if (!result.sizes().equals(destination.sizes())) {  // a resize, or eager's refusal: Python's
+      return to_python(op, stack);
+    }
+    if (out_variant_) {  // only where out= is of the result's and the first input's dtype: eager's
+      // checks of another dtype (a cast it refuses, a reduction computed in out's) are Python's
+      const at::Tensor* input = nullptr;
+      for (auto it = first; it != end && input == nullptr; ++it) {
+        if (it->isTensor()) input = &it->toTensor();
+      }
+      if (result.scalar_type() != destination.scalar_type() ||
+          (input != nullptr && input->scalar_type() != destination.scalar_type())) {
+        return to_python(op, stack);
+      }
+    } else if (result.scalar_type() != destination.scalar_type() &&
+               !c10::canCast(result.scalar_type(), destination.scalar_type())) {
       return to_python(op, stack);
     }
     {
       c10::impl::ExcludeDispatchKeyGuard off(key_);
-      at::_ops::copy_::call(self, result, false);
+      at::_ops::copy_::call(destination, result, false);
     }
     torch::jit::drop(*stack, n);
-    stack->emplace_back(self);
+    stack->emplace_back(destination);
     served_->fetch_add(1, std::memory_order_relaxed);
   }
 
@@ -97,6 +126,7 @@ class ThroughTwin final : public c10::OperatorKernel {
 
   c10::OperatorHandle twin_;
   bool twin_in_target_;
+  bool out_variant_;
   std::shared_ptr<std::atomic<int64_t>> served_;
   py::object fallback_;
   c10::DispatchKey key_;
@@ -107,13 +137,14 @@ class ThroughTwin final : public c10::OperatorKernel {
 // Registers the kernel for ``op`` on dispatch key ``key``; returns its index (for ``take_served``).
 int64_t register_through_twin(const std::string& op_name, const std::string& op_overload,
                               const std::string& twin_name, const std::string& twin_overload,
-                              bool twin_in_target, const std::string& key_name, py::object fallback) {
+                              bool twin_in_target, bool out_variant, const std::string& key_name,
+                              py::object fallback) {
   const auto key = c10::parseDispatchKey(key_name);
   auto twin = operator_named(twin_name, twin_overload);
   auto served = std::make_shared<std::atomic<int64_t>>(0);
   return add_registration(op_name, op_overload, key,
                           torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ThroughTwin>(
-                              twin, twin_in_target, served, std::move(fallback), key)),
+                              twin, twin_in_target, out_variant, served, std::move(fallback), key)),
                           served);
 }
 
