@@ -196,10 +196,19 @@ def _op_db_check(info):
         pytest.skip("uninitialized memory")
     if torch.Tag.nondeterministic_seeded in getattr(getattr(info.op, "_overloadpacket", None), "tags", ()):
         pytest.skip("random")
-    samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=False))[:4]
+    grad = info.supports_autograd
+    samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=grad))[:4]
     for sample in samples:
         def call(sample=sample):
-            return info.op(sample.input, *sample.args, **sample.kwargs)
+            """The op's outputs, then (where they carry gradients) the inputs' gradients of their
+            sum: the backward's ops run on autograd's threads, through the same kernels."""
+            out = info.op(sample.input, *sample.args, **sample.kwargs)
+            leaves = [t for t in (sample.input, *sample.args) if isinstance(t, torch.Tensor) and t.requires_grad]
+            carried = [o for o in _outputs(out) if o.requires_grad and o.is_floating_point()]
+            if not (grad and leaves and carried):
+                return [o.detach() for o in _outputs(out)]
+            grads = torch.autograd.grad(sum(o.sum() for o in carried), leaves, allow_unused=True)
+            return [o.detach() for o in _outputs(out)] + [g for g in grads if g is not None]
         try:
             expected, again = call(), call()
         except Exception:  # noqa: BLE001 (a sample eager refuses is not this test's)
