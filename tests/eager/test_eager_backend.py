@@ -150,27 +150,30 @@ def _in_place_writes(x, y, mask):
     return x
 
 
+def _under(request, under: str):
+    """The module's registration (one backend key takes one; torch 2.11 and 2.12 refuse a second
+    Python kernel for an op on it), or a keyed session without one."""
+    if under == "registration":
+        request.getfixturevalue("registration")
+        return contextlib.nullcontext()
+    return pf.eager.on(TARGET)
+
+
 @pytest.mark.parametrize("under", ["registration", "keyed session"])
-def test_in_place_writes_into_backend_tensors(under):
+def test_in_place_writes_into_backend_tensors(request, under):
     """A backend's tensors keep their memory to themselves (here a wrapper, whose storage has no
     data): neither the C++ in-place kernel nor eager's overlap check may read it; the write is
     the backend's, equal to eager's on the CPU."""
     backend.setup()
     x, y, mask = torch.rand(4, 5), torch.rand(4, 5), torch.rand(4, 5) > 0.5
     expected = _in_place_writes(x.clone(), y, mask)
-    registration = pf.eager.register("PrivateUse1", TARGET) if under == "registration" else None
-    session = pf.eager.on(TARGET) if registration is None else contextlib.nullcontext()
-    try:
-        with session:
-            got = _in_place_writes(*map(backend.to_device, (x, y, mask)))
-    finally:
-        if registration is not None:
-            registration.remove()
+    with _under(request, under):
+        got = _in_place_writes(*map(backend.to_device, (x, y, mask)))
     torch.testing.assert_close(backend.from_device(got), expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("under", ["registration", "keyed session"])
-def test_gradients_accumulated_into_backend_tensors(under):
+def test_gradients_accumulated_into_backend_tensors(request, under):
     """Autograd's engine thread accumulates a weight used twice with ``add_`` (served in C++ on the
     CPU): on a backend's tensors it is the backend's write, and a refusal there must reach the
     caller as an exception, not abort the process."""
@@ -178,14 +181,8 @@ def test_gradients_accumulated_into_backend_tensors(under):
     w, x = torch.rand(5, 5, requires_grad=True), torch.rand(3, 5)
     (x @ w @ w).tanh().sum().backward()
     dev_w = backend.to_device(w.detach()).requires_grad_()
-    registration = pf.eager.register("PrivateUse1", TARGET) if under == "registration" else None
-    session = pf.eager.on(TARGET) if registration is None else contextlib.nullcontext()
-    try:
-        with session:
-            (backend.to_device(x) @ dev_w @ dev_w).tanh().sum().backward()
-    finally:
-        if registration is not None:
-            registration.remove()
+    with _under(request, under):
+        (backend.to_device(x) @ dev_w @ dev_w).tanh().sum().backward()
     torch.testing.assert_close(backend.from_device(dev_w.grad), w.grad)
 
 
