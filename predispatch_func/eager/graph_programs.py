@@ -145,14 +145,14 @@ def _argument(node: ast.expr, slots: dict[str, int], constants: list[Any]) -> tu
 
 
 def _outputs(node: ast.expr, slots: dict[str, int], constants: list[Any], returns: int) -> list[tuple]:
+    """One output per return: a value, a list of values, or None (a gradient a backward op's
+    output mask did not ask for: an undefined tensor, as the Python kernel's None becomes)."""
     if returns == 1:
-        output = _argument(node, slots, constants)
-        if output[0] == CONSTANT:
-            raise _Unsupported("a constant output")
-        return [output]
-    if not isinstance(node, (ast.Tuple, ast.List)) or len(node.elts) != returns:
+        outputs = [_argument(node, slots, constants)]
+    elif isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) == returns:
+        outputs = [_argument(item, slots, constants) for item in node.elts]
+    else:
         raise _Unsupported(ast.dump(node))
-    outputs = [_argument(item, slots, constants) for item in node.elts]
-    if any(kind == CONSTANT for kind, _ in outputs):
+    if any(kind == CONSTANT and value is not None for kind, value in outputs):
         raise _Unsupported("a constant output")
     return outputs

@@ -153,8 +153,9 @@ def test_an_in_place_op_whose_twin_is_lowered_is_served_in_cpp_too():
         for _ in range(2):  # the first meeting runs in Python
             got = (torch.nn.functional.silu(x.clone(), inplace=True), x.clone().masked_fill_(mask, 0.5))
     torch.testing.assert_close(got, expected)
-    assert session.stats.served_in_cpp[aten.silu_.default] == 1
-    assert session.stats.served_in_cpp[aten.masked_fill_.Scalar] == 1
+    # (both calls where an earlier test of the process met the op: its kernel is registered already)
+    assert session.stats.served_in_cpp[aten.silu_.default] >= 1
+    assert session.stats.served_in_cpp[aten.masked_fill_.Scalar] >= 1
     assert session.stats.decomposed[aten.silu.default] == 2  # the twin, lowered each time
 
 

@@ -74,6 +74,11 @@ CALLS = {
                                                   lambda: aten._softmax_backward_data(_G, _X.softmax(1), 1, torch.float32)),
     "select_backward (a list of ints)": (aten.select_backward.default, lambda: aten.select_backward(_G[0], [6, 8], 0, 3)),
     "var_mean (two returns)": (aten.var_mean.correction, lambda: torch.var_mean(_X, 1, correction=0)),
+    "batch norm backward, one gradient asked (None outputs)": (
+        aten.native_batch_norm_backward.default,
+        lambda: aten.native_batch_norm_backward(_G.view(2, 3, 8), _X.view(2, 3, 8), None, None, None,
+                                                _X.view(2, 3, 8).mean((0, 2)), _X.view(2, 3, 8).var((0, 2)).rsqrt(),
+                                                True, 1e-5, [True, False, False])),
     "diag_embed (a list of tensors, factories)": (aten.diag_embed.default, lambda: torch.diag_embed(_X, offset=1)),
     "_unsafe_index (a list of tensors and None)": (aten._unsafe_index.Tensor, lambda: aten._unsafe_index(_X, [None, _IDX])),
     "take": (aten.take.default, lambda: torch.take(_X, _IDX)),

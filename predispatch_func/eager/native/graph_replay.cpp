@@ -263,7 +263,11 @@ std::shared_ptr<const Program> program_of(const py::handle& described, const c10
               schema.returns().size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     program->outputs.push_back(argument_of(outputs[i], schema.returns()[i].type()));
-    TORCH_CHECK(program->outputs.back().kind != Argument::Kind::kConstant, "a constant output");
+    const Argument& output = program->outputs.back();
+    TORCH_CHECK(output.kind != Argument::Kind::kWrappedNumber &&
+                    (output.kind != Argument::Kind::kConstant || output.constant.isNone() ||
+                     (output.constant.isTensor() && !output.constant.toTensor().defined())),
+                "a constant output other than None");
     TORCH_CHECK(program->outputs.back().slot < slots, "an output never made");
     for (int64_t s : program->outputs.back().items) TORCH_CHECK(s < slots, "an output never made");
   }
