@@ -19,6 +19,10 @@ from tests.eager import backend
 from tests.models.corpus import CASES, build
 
 CORE = pf.OpSet.core_aten()
+if torch.cuda.is_available():  # (CI's machine has none: the module runs there)
+    pytest.skip("the Python PrivateUse1 test backend breaks CUDA backward in the process that sets it up "
+                "(torch's engine.cpp stream assert, docs/runs/gpu-torch-2.11.md run 7): run on a CPU host",
+                allow_module_level=True)
 # at collection, before any test runs a backward: torch's autograd engine sizes its per-device
 # queues when it first starts, and a PrivateUse1 device set up after that has none
 backend.setup()
