@@ -95,16 +95,13 @@ REFUSED["core_aten"] = {
     **{name: why for name, why in REFUSED["plain"].items() if name not in (
         "nn.functional.ctc_loss", "to_sparse")},
     **{name: _UNLOWERABLE for name in (
-        "cholesky_solve", "fft.hfft", "fft.hfft2", "fft.hfftn", "fft.irfft", "fft.irfft2", "fft.irfftn",
-        "linalg.eig", "logcumsumexp", "masked_scatter", "matrix_exp", "nn.functional.linear_cross_entropy.chunked",
+        "fft.hfft", "fft.hfft2", "fft.hfftn", "fft.irfft", "fft.irfft2", "fft.irfftn",
+        "linalg.eig", "masked_scatter", "matrix_exp", "nn.functional.linear_cross_entropy.chunked",
         "nn.functional.linear_cross_entropy.chunked_none", "polygamma.polygamma_n_0", "polygamma.polygamma_n_1",
         "polygamma.polygamma_n_2", "polygamma.polygamma_n_3", "polygamma.polygamma_n_4",
         "special.polygamma.special_polygamma_n_0", "to_sparse")},
     **{name: _EFFECT_TOKEN for name in (
         "linalg.cholesky", "linalg.inv", "linalg.lu_factor", "linalg.solve", "linalg.tensorinv", "linalg.tensorsolve")},
-    # the decomposition does not depend on the sample's upper triangle, where eager's formula gives a
-    # zero gradient: nothing to differentiate
-    "cholesky_inverse": "the loss does not require grad",
 }
 DIFFERS = {"core_aten": {
     "as_strided_scatter": "eager's derivative gives self the gradient on the positions src overwrote; the "

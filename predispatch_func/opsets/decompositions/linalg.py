@@ -56,8 +56,9 @@ def _solve_lower_left(a: torch.Tensor, b: torch.Tensor, unit: bool, reverse: boo
             coefficients = a[..., i:i + 1, done[0]:done[-1] + 1]
             row = row - coefficients @ known
         rows[i] = row if unit else row / a[..., i:i + 1, i:i + 1]
-    if n == 0:
-        return b.clone()
+    if n == 0:  # nothing to solve; ``a`` stays an input of the result, so its gradient is an
+        # empty tensor as eager's, not None (a (0, 0) factor of cholesky_solve in a training step)
+        return b.clone() + a.sum() * 0
     return torch.cat([rows[i] for i in range(n)], -2)
 
 
