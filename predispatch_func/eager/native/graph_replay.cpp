@@ -279,14 +279,6 @@ class GraphReplay final : public c10::OperatorKernel {
   GraphReplay(std::shared_ptr<std::atomic<int64_t>> served, py::object fallback, c10::DispatchKey key)
       : served_(std::move(served)), fallback_(std::move(fallback)), key_(key) {}
 
-  ~GraphReplay() override {
-    if (Py_IsInitialized()) {
-      py::gil_scoped_acquire gil;
-      fallback_ = py::object();
-    } else {
-      fallback_.release();  // the interpreter is gone: nothing to give the reference back to
-    }
-  }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
@@ -383,7 +375,7 @@ class GraphReplay final : public c10::OperatorKernel {
   }
 
   std::shared_ptr<std::atomic<int64_t>> served_;
-  py::object fallback_;
+  PythonCallable fallback_;
   c10::DispatchKey key_;
   std::mutex mutex_;
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Program>, KeyHash> programs_;

@@ -26,6 +26,31 @@ inline bool torchs_own(const at::Tensor& t) {
          !t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
 }
 
+// A Python callable a C++ kernel keeps: given back with the GIL held, or left alone once the
+// interpreter is gone (at exit a kernel may outlive it).
+class PythonCallable {
+ public:
+  explicit PythonCallable(pybind11::object callable) : callable_(std::move(callable)) {}
+  ~PythonCallable() {
+    if (Py_IsInitialized()) {
+      pybind11::gil_scoped_acquire gil;
+      callable_ = pybind11::object();
+    } else {
+      callable_.release();
+    }
+  }
+  PythonCallable(const PythonCallable&) = delete;
+  PythonCallable& operator=(const PythonCallable&) = delete;
+
+  template <typename... Args>
+  pybind11::object operator()(Args&&... args) const {  // (with the GIL held)
+    return callable_(std::forward<Args>(args)...);
+  }
+
+ private:
+  pybind11::object callable_;
+};
+
 // The operator ``name`` (``aten::add_``) with ``overload`` (``Tensor``; empty for the default).
 c10::OperatorHandle operator_named(const std::string& name, const std::string& overload);
 

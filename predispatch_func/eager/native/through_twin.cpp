@@ -49,14 +49,6 @@ class ThroughTwin final : public c10::OperatorKernel {
       : twin_(std::move(twin)), twin_in_target_(twin_in_target), out_variant_(out_variant),
         served_(std::move(served)), fallback_(std::move(fallback)), key_(key) {}
 
-  ~ThroughTwin() override {
-    if (Py_IsInitialized()) {
-      py::gil_scoped_acquire gil;
-      fallback_ = py::object();
-    } else {
-      fallback_.release();  // the interpreter is gone: nothing to give the reference back to
-    }
-  }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
@@ -128,7 +120,7 @@ class ThroughTwin final : public c10::OperatorKernel {
   bool twin_in_target_;
   bool out_variant_;
   std::shared_ptr<std::atomic<int64_t>> served_;
-  py::object fallback_;
+  PythonCallable fallback_;
   c10::DispatchKey key_;
 };
 
