@@ -129,13 +129,28 @@ def _replaying(op: tc.OpOverload, kernels: Kernels, modes: list[EagerMode], idle
 
 def in_place_with_same_arguments(plan: Plan) -> bool:
     """``self`` written, and the twin takes the op's arguments as they come (``add_.Tensor`` and
-    ``add.Tensor``); a random op is left to ``run``, which draws once."""
-    if plan.how is not How.THROUGH_TWIN or plan.written != plan.arguments[:1] or plan.twin is None:
+    ``add.Tensor``)."""
+    return _through_a_drawless_twin(plan) and plan.written == plan.arguments[:1] and \
+        _argument_names(plan.op) == _argument_names(plan.twin)
+
+
+def out_with_same_arguments(plan: Plan) -> bool:
+    """An out= op writing one tensor, ``out``, its last argument, whose twin takes the others as
+    they come (``mm.out`` and ``mm``, ``sum.IntList_out`` and ``sum.dim_IntList``)."""
+    if not _through_a_drawless_twin(plan) or plan.written != ("out",) or len(tc.schema_of(plan.op).returns) != 1:
         return False
-    if torch.Tag.nondeterministic_seeded in plan.op.tags:
-        return False
-    return [(a.name, a.kwarg_only) for a in tc.schema_of(plan.op).arguments] == \
-        [(a.name, a.kwarg_only) for a in tc.schema_of(plan.twin).arguments]
+    names = _argument_names(plan.op)
+    return names[-1:] == [("out", True)] and names[:-1] == _argument_names(plan.twin)
+
+
+def _through_a_drawless_twin(plan: Plan) -> bool:
+    """Through a twin, not a random op (left to ``run``, which draws once)."""
+    return plan.how is How.THROUGH_TWIN and plan.twin is not None and \
+        torch.Tag.nondeterministic_seeded not in plan.op.tags
+
+
+def _argument_names(op: tc.OpOverload | None) -> list[tuple[str, bool]]:
+    return [(a.name, a.kwarg_only) for a in tc.schema_of(op).arguments]
 
 
 def _through_twin_in_place(op: tc.OpOverload, plan: Plan, kernels: Kernels, modes: list[EagerMode],

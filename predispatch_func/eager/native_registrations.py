@@ -22,9 +22,9 @@ import torch
 from .. import _torch_compat as tc
 from . import cache, native_kernels
 from .graph_programs import program_of
-from .keyed_kernels import in_place_with_same_arguments
+from .keyed_kernels import in_place_with_same_arguments, out_with_same_arguments
 from .mode import EagerMode, Kernels
-from .plans import How, Plan
+from .plans import How
 from .replay import TracedKernel
 
 
@@ -75,20 +75,6 @@ def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: C
     index = native.register_through_twin(schema.name, schema.overload_name, twin_schema.name,
                                          twin_schema.overload_name, twin_in_target, out_variant, key, kernel)
     return NativeTwin(op, plan.twin, twin_in_target, native, index)
-
-
-def out_with_same_arguments(plan: Plan) -> bool:
-    """An out= op writing one tensor, ``out``, its last argument, whose twin takes the others as
-    they come (``mm.out`` and ``mm``, ``sum.IntList_out`` and ``sum.dim_IntList``); a random op is
-    left to the Python kernel, which draws once."""
-    if plan.how is not How.THROUGH_TWIN or plan.written != ("out",) or plan.twin is None:
-        return False
-    if torch.Tag.nondeterministic_seeded in plan.op.tags:
-        return False
-    arguments = [(a.name, a.kwarg_only) for a in tc.schema_of(plan.op).arguments]
-    returns = tc.schema_of(plan.op).returns
-    return arguments[-1:] == [("out", True)] and len(returns) == 1 and \
-        arguments[:-1] == [(a.name, a.kwarg_only) for a in tc.schema_of(plan.twin).arguments]
 
 
 class NativeReplay:
