@@ -73,11 +73,12 @@ class AutogradKernels:
     def __init__(self, ops: list[tuple[tc.OpOverload, Callable]], key: str = "Autograd",
                  on_call: Callable[[tc.OpOverload], None] | None = None,
                  traces_of: Callable[[tc.OpOverload], dict[tuple, Any]] | None = None,
-                 kernels: list[tuple[tc.OpOverload, str, Callable]] = ()):  # type: ignore[assignment]
+                 kernels: list[tuple[tc.OpOverload, str, Callable[[], Any]]] = ()):  # type: ignore[assignment]
         self._ops, self._key, self._on_call = ops, key, on_call
         # where each op's traces are kept (``Kernels.lifted_kernels_of``: on disk between processes)
         self._traces_of = traces_of or (lambda op: {})
-        # kernels registered as given on the key given, not traced (``attention_path``)
+        # kernels registered on the key given, not traced (``attention_path``): each built when
+        # registered, a Python kernel or a C++ one its builder registered (which has ``release``)
         self._kernels = list(kernels)
 
     def __enter__(self) -> AutogradKernels:
@@ -85,19 +86,23 @@ class AutogradKernels:
             for op, key, kernel in self._all():
                 slot = _active.setdefault((str(op), key), [None, 0])
                 if slot[1] == 0:
-                    library = torch.library.Library("aten", "IMPL")
-                    with warnings.catch_warnings():  # "overriding a previously registered kernel": we mean to
-                        warnings.simplefilter("ignore", UserWarning)
-                        library.impl(op, kernel(), key)
-                    slot[0] = library
+                    built = kernel()
+                    if hasattr(built, "release"):  # a C++ kernel, registered by its builder
+                        slot[0] = built.release
+                    else:
+                        library = torch.library.Library("aten", "IMPL")
+                        with warnings.catch_warnings():  # "overriding a previously registered kernel": we mean to
+                            warnings.simplefilter("ignore", UserWarning)
+                            library.impl(op, built, key)
+                        slot[0] = library._destroy  # noqa: SLF001  (torch.library's only way to unregister)
                 slot[1] += 1
         return self
 
-    def _all(self) -> list[tuple[tc.OpOverload, str, Callable[[], Callable]]]:
+    def _all(self) -> list[tuple[tc.OpOverload, str, Callable[[], Any]]]:
         """Each op with its key and what builds its kernel (built only where this entry registers it)."""
-        traced: list[tuple[tc.OpOverload, str, Callable[[], Callable]]] = [
+        traced: list[tuple[tc.OpOverload, str, Callable[[], Any]]] = [
             (op, self._key, functools.partial(self._traced_kernel, op, d)) for op, d in self._ops]
-        return traced + [(op, key, functools.partial(_given, k)) for op, key, k in self._kernels]
+        return traced + self._kernels
 
     def _traced_kernel(self, op: tc.OpOverload, decomposition: Callable) -> Callable:
         return _kernel(op, decomposition, self._on_call, self._traces_of(op))
@@ -108,12 +113,8 @@ class AutogradKernels:
                 slot = _active[(str(op), key)]
                 slot[1] -= 1
                 if slot[1] == 0:
-                    slot[0]._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
+                    slot[0]()  # unregisters
                     del _active[(str(op), key)]
-
-
-def _given(kernel: Callable) -> Callable:
-    return kernel
 
 
 def _kernel(op: tc.OpOverload, decomposition: Callable, on_call: Callable[[tc.OpOverload], None] | None,

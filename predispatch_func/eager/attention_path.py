@@ -7,7 +7,8 @@ or cuDNN attention; none is in Core ATen. A backend that registers none of them 
 records op by op). A session whose target lacks the device's fused kernels now makes the same
 choice, by running the composite with the fused backends switched off for the call
 (``tc.fused_attention_switched_off``: what ``sdpa_kernel([SDPBackend.MATH])`` does), so what
-the mode runs is what the backend would.
+the mode runs is what the backend would. The kernel doing it is C++ where this machine built the
+session's kernels (``native/math_attention.cpp``: 60-150 us a call less than its Python twin).
 
 It is also the cheap path: decomposing the fused kernel instead (its decomposition,
 ``opsets/decompositions/attention.py``, still serves a direct call of it) replayed some 50
@@ -45,13 +46,29 @@ def devices_taking_math(target_op_names: frozenset[str]) -> frozenset[str]:
     return frozenset(device for device, kernels in FUSED_KERNELS.items() if all(map(outside, kernels)))
 
 
-def math_path_kernels(devices: frozenset[str], on_call: Callable[[tc.OpOverload], None] | None = None
-                      ) -> list[tuple[tc.OpOverload, str, Callable[..., Any]]]:
-    """sdpa's kernel for a session, with the keys it goes on: the composite with the fused
-    backends off on ``devices``, else the composite as it is. On each device's own Autograd key:
-    a registration on the ``Autograd`` alias loses to sdpa's CompositeImplicitAutograd kernel."""
+def math_path_kernels(devices: frozenset[str], on_call: Callable[..., None] | None = None
+                      ) -> list[tuple[tc.OpOverload, str, Callable[[], Any]]]:
+    """sdpa's kernel for a session, with the keys it goes on and what builds it when a session
+    registers it (``above_autograd.AutogradKernels``): the composite with the fused backends off
+    on ``devices``, else the composite as it is. On each device's own Autograd key: a registration
+    on the ``Autograd`` alias loses to sdpa's CompositeImplicitAutograd kernel. The C++ kernel
+    (``native/math_attention.cpp``) where this machine built it, the Python one otherwise;
+    ``on_call(op, count)`` counts the calls either served."""
     if not devices:
         return []
+    sdpa = torch.ops.aten.scaled_dot_product_attention.default
+
+    def build(key: str) -> Callable[[], Any]:
+        def built() -> Any:
+            from .native_registrations import native_math_attention  # (it imports the session's modules)
+
+            return native_math_attention(key, devices, on_call) or python_kernel(devices, on_call)
+        return built
+    return [(sdpa, key, build(key)) for key in (f"Autograd{device.upper()}" for device in sorted(devices))]
+
+
+def python_kernel(devices: frozenset[str], on_call: Callable[..., None] | None = None) -> Callable[..., Any]:
+    """The math-path kernel in Python (where the C++ one is not built)."""
     sdpa = torch.ops.aten.scaled_dot_product_attention.default
     composite = sdpa.decompose  # the CompositeImplicitAutograd kernel, below this registration
     switched_off, allowed, strided = tc.fused_attention_switched_off, tc.math_attention_allowed, torch.strided
@@ -59,8 +76,8 @@ def math_path_kernels(devices: frozenset[str], on_call: Callable[[tc.OpOverload]
     def kernel(query: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if query.device.type in devices and query.layout is strided and not query.is_nested and allowed():
             if on_call is not None:
-                on_call(sdpa)
+                on_call(sdpa, 1)
             with switched_off():
                 return composite(query, *args, **kwargs)
         return composite(query, *args, **kwargs)
-    return [(sdpa, f"Autograd{device.upper()}", kernel) for device in sorted(devices)]
+    return kernel

@@ -1,5 +1,5 @@
 """The session's C++ kernels (``native/``: in-place ops through their twins, decomposed ops'
-cached kernels replayed), built once per torch build and machine.
+cached kernels replayed, ops of the target run with the key off, sdpa's math path), built once per torch build and machine.
 
 Built with torch's own extension builder (``torch.utils.cpp_extension``: the machine's C++
 compiler and ninja) the first time a process asks, into ``$PREDISPATCH_FUNC_NATIVE_DIR``
@@ -25,7 +25,8 @@ from types import ModuleType
 import torch
 
 _NATIVE = Path(__file__).parent / "native"
-_SOURCES = tuple(_NATIVE / name for name in ("kernels.cpp", "through_twin.cpp", "graph_replay.cpp"))
+_SOURCES = tuple(_NATIVE / name for name in ("kernels.cpp", "through_twin.cpp", "graph_replay.cpp", "key_off.cpp",
+                                               "math_attention.cpp"))
 _HEADERS = (_NATIVE / "registry.h",)
 _lock = threading.Lock()
 _loaded: list[ModuleType | None] = []

@@ -7,7 +7,11 @@ call the C++ one leaves:
 * ``NativeTwin``: an in-place op through a twin taking the same arguments (``add_``), or an
   out= op through a twin taking the others (``mm.out``);
 * ``NativeReplay``: a decomposed op, its cached per-signature kernels replayed in C++
-  (programs read from them by ``graph_programs``).
+  (programs read from them by ``graph_programs``);
+* ``NativeKeyOff``: an op of the target whose inner calls are the backend's, run with the key off
+  (no Python kernel behind it: it decides nothing);
+* ``NativeMathAttention``: sdpa's math path on a device's Autograd key (``attention_path``), in
+  place of its Python kernel.
 
 None of them where the C++ kernels are not built here (``native_kernels``).
 """
@@ -123,6 +127,60 @@ def native_replay(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callabl
     schema = tc.schema_of(op)
     native.set_replay_enabled(_replay_enabled[0])
     return NativeReplay(op, native, native.register_graph_replay(schema.name, schema.overload_name, key, in_python))
+
+
+class NativeKeyOff:
+    """An op of the target run with the key off (``native/key_off.cpp``): the C++ form of
+    ``session_key._as_backend_kernel``. Its calls are the target's, not the session's lowering:
+    no statistic counts them (as none counts the Python kernel's)."""
+
+    __slots__ = ("op", "_native", "_index")
+
+    def __init__(self, op: tc.OpOverload, native: Any, index: int):
+        self.op, self._native, self._index = op, native, index
+
+    def take_served(self, mode: EagerMode) -> None:
+        self._native.take_served(self._index)
+
+    def unregister(self) -> None:
+        self._native.unregister(self._index)
+
+
+def native_with_key_off(op: tc.OpOverload, key: str) -> NativeKeyOff | None:
+    """Registers ``op``'s kernel running it with ``key`` off; None where the C++ kernels are not
+    built here (the Python kernel then does the same)."""
+    native = native_kernels.module()
+    if native is None:
+        return None
+    schema = tc.schema_of(op)
+    return NativeKeyOff(op, native, native.register_with_key_off(schema.name, schema.overload_name, key))
+
+
+class NativeMathAttention:
+    """sdpa's math path on one Autograd key (``native/math_attention.cpp``), registered for as
+    long as a session holds it (``above_autograd.AutogradKernels``); ``release`` counts the calls
+    it served through ``on_call`` (as the Python kernel counts each) and unregisters it."""
+
+    __slots__ = ("_native", "_index", "_on_call")
+
+    def __init__(self, native: Any, index: int, on_call: Callable[..., None] | None):
+        self._native, self._index, self._on_call = native, index, on_call
+
+    def release(self) -> None:
+        served = self._native.take_served(self._index)
+        if served and self._on_call is not None:
+            self._on_call(torch.ops.aten.scaled_dot_product_attention.default, served)
+        self._native.unregister(self._index)
+
+
+def native_math_attention(key: str, devices: frozenset[str],
+                          on_call: Callable[..., None] | None) -> NativeMathAttention | None:
+    """Registers sdpa's C++ math-path kernel on ``key`` for queries on ``devices``; None where the
+    C++ kernels are not built here (the Python kernel then serves)."""
+    native = native_kernels.module()
+    if native is None:
+        return None
+    return NativeMathAttention(native, native.register_math_attention(key, sorted(devices)), on_call)
 
 
 _replay_enabled = [True]

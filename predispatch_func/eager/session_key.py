@@ -20,7 +20,8 @@ too: that kernel runs in C++ and its ops come back through the key. The
 other way round, an op of the target whose CPU kernel is torch's composite
 one (``sort``, ``convolution``) gets a kernel that runs it with the key off:
 its inner calls are the backend's business, as under the mode (unless they
-are all ops of the target, ``COMPOSITE_KERNEL_CALLS``: it falls through).
+are all ops of the target, ``COMPOSITE_KERNEL_CALLS``: it falls through). That kernel is
+C++ where this machine built the session's kernels (``native/key_off.cpp``).
 
 Each op's kernel (or fallthrough) is registered the first time the op reaches
 the key, by the key's Python fallback (``_Registered``). The kernels are
@@ -44,7 +45,15 @@ import torch
 from .. import _torch_compat as tc
 from .keyed_kernels import kernel_for, numbers_as_tensors, tensor_positions
 from .mode import EagerMode, Kernels
-from .native_registrations import NativeReplay, NativeTwin, native_replay, native_through_twin, set_replay_enabled
+from .native_registrations import (
+    NativeKeyOff,
+    NativeReplay,
+    NativeTwin,
+    native_replay,
+    native_through_twin,
+    native_with_key_off,
+    set_replay_enabled,
+)
 from .plans import How, Plan
 
 
@@ -69,7 +78,7 @@ class _Registered:
         self._met: dict[str, tuple[str, Callable | None]] = {}
         self._libraries: dict[str, torch.library.Library] = {"_": torch.library.Library("_", "IMPL")}
         self._registering = threading.RLock()  # a kernel built on first meeting may run ops itself
-        self.native: list[NativeTwin | NativeReplay] = []  # the C++ kernels registered (native_registrations)
+        self.native: list[NativeTwin | NativeReplay | NativeKeyOff] = []  # the C++ kernels (native_registrations)
         if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
             self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
             for name in MET_FROM_CPP_WRAPPERS:
@@ -117,11 +126,13 @@ class _Registered:
             how = self._how.get(name)
             kernel = None if how is None else (_as_backend_kernel(op) if how == _BACKEND
                                                else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
-            native: NativeTwin | NativeReplay | None = None
-            if tc.PYTHON_FALLBACK_ON_SPARE_KEY and kernel is not None and how not in (None, _BACKEND):
+            native: NativeTwin | NativeReplay | NativeKeyOff | None = None
+            if tc.PYTHON_FALLBACK_ON_SPARE_KEY and kernel is not None and how == _BACKEND:
+                native = native_with_key_off(op, tc.SPARE_KEY)
+            elif tc.PYTHON_FALLBACK_ON_SPARE_KEY and kernel is not None and how is not None:
                 native = (native_through_twin(op, How[how], self.kernels, kernel, tc.SPARE_KEY)
                           or native_replay(op, How[how], self.kernels, kernel, tc.SPARE_KEY))
-            if native is not None:  # its C++ kernel is registered, the Python one serving through it
+            if native is not None:  # its C++ kernel is registered (a key-off one stands alone; the others leave calls to the Python one)
                 self.native.append(native)
             # (torch 2.11, 2.12: an op with a kernel of ours is registered up front, and this is its first call)
             elif tc.PYTHON_FALLBACK_ON_SPARE_KEY or how is None:

@@ -95,8 +95,26 @@ def test_cpu_flash_attention_called_directly_lowers_with_its_fused_backward():
     assert aten._scaled_dot_product_flash_attention_for_cpu_backward.default in session.stats.decomposed
 
 
+@pytest.fixture(params=["cpp", "python"])
+def attention_kernel(request, monkeypatch):
+    """sdpa's math-path kernel of the session: the C++ one (where this machine builds it) or the Python one."""
+    from predispatch_func.eager import native_kernels, native_registrations
+
+    built = []
+    if request.param == "python":
+        monkeypatch.setattr(native_registrations, "native_math_attention", lambda *args: None)
+    elif native_kernels.module() is None:
+        pytest.skip(f"no C++ kernels here: {native_kernels.why_unavailable}")
+    else:
+        cpp = native_registrations.native_math_attention
+        monkeypatch.setattr(native_registrations, "native_math_attention",
+                            lambda *args: built.append(cpp(*args)) or built[-1])
+    yield request.param
+    assert bool(built) == (request.param == "cpp")  # the kernel the parameter names served
+
+
 @pytest.mark.parametrize("mask", ["none", "causal", "bool", "float"])
-def test_sdpa_takes_the_math_path_as_on_a_backend_without_fused_attention(mask):
+def test_sdpa_takes_the_math_path_as_on_a_backend_without_fused_attention(mask, attention_kernel):
     # a backend with none of the device's fused kernels is answered "math" by sdpa's choice;
     # the session makes that choice too: no fused kernel, no trip into Python for it
     q, k, v = (torch.randn(2, 2, 5, 8, requires_grad=True) for _ in range(3))
@@ -132,7 +150,7 @@ def test_sdpa_keeps_the_fused_kernel_where_the_target_has_it():
     assert aten.scaled_dot_product_attention.default not in session.stats.above_autograd
 
 
-def test_sdpa_with_the_math_backend_switched_off_by_the_user_runs_as_it_would():
+def test_sdpa_with_the_math_backend_switched_off_by_the_user_runs_as_it_would(attention_kernel):
     q, k, v = (torch.randn(2, 2, 5, 8) for _ in range(3))
     expected = F.scaled_dot_product_attention(q, k, v)
     with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
@@ -247,3 +265,16 @@ def test_sparse_inputs_are_named_not_decomposed():
         got = torch.sparse.mm(x, torch.ones(3, 2))
     assert torch.equal(got, torch.ones(3, 2))
     assert session.stats.unreachable
+
+
+def test_sdpa_refused_by_torch_in_a_session_leaves_the_switches_as_they_were(attention_kernel):
+    # the fused backends are switched off for the call only, also when the call raises
+    q, k = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 7)  # the key's last size is not the query's
+    with pytest.raises(RuntimeError) as eager_error:
+        F.scaled_dot_product_attention(q, k, k)
+    with pf.eager.on(CORE):
+        with pytest.raises(RuntimeError) as session_error:
+            F.scaled_dot_product_attention(q, k, k)
+    assert str(session_error.value).splitlines()[0] == str(eager_error.value).splitlines()[0]
+    assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()

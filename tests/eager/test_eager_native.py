@@ -226,3 +226,39 @@ def test_what_eager_decides_about_out_goes_to_the_python_kernel(name):
                     call()
             else:
                 assert call().tolist() == outcome
+
+
+def _key_off_calls():
+    """Ops of Core ATen a session runs with its key off (their inner calls are a backend's
+    business): composite CPU kernels, and CPU kernels calling ops outside Core ATen."""
+    x = torch.randn(3, 5, requires_grad=True)
+    image = torch.randn(2, 3, 6, 6, requires_grad=True)
+    conv = torch.nn.Conv2d(3, 4, 3)
+    norm = torch.nn.LayerNorm(5)
+    return {
+        "aten::sum.dim_IntList": lambda: x.sum(1),
+        "aten::mean.dim": lambda: x.mean(0),
+        "aten::native_layer_norm_backward": lambda: torch.autograd.grad(norm(x).pow(2).sum(), (x, norm.weight)),
+        "aten::sort": lambda: x.detach().sort(1),
+        "aten::convolution": lambda: torch.autograd.grad(conv(image).sum(), (image, conv.weight, conv.bias)),
+    }
+
+
+@needs_native
+@pytest.mark.parametrize("name", list(_key_off_calls()))
+def test_target_ops_whose_inner_calls_are_the_backends_run_with_the_key_off_in_cpp(name):
+    # what session_key._as_backend_kernel did in Python, one trip a call (some thirty a bert step)
+    torch.manual_seed(0)
+    call = _key_off_calls()[name]
+    expected = call()
+    with pf.eager.on(CORE) as session:
+        call()  # the first meeting registers the C++ kernel (this call runs in Python)
+        native = next(n for n in session_key._registered.native if n.op.name() == name)  # noqa: SLF001
+        assert type(native).__name__ == "NativeKeyOff"
+        native._native.take_served(native._index)  # noqa: SLF001
+        got = call()
+        assert native._native.take_served(native._index) >= 1  # noqa: SLF001 (served in C++)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    inner = {"aten::sum.dim_IntList": "fill_", "aten::mean.dim": "div_", "aten::sort": "sort.stable"}.get(name)
+    if inner:  # the op's inner calls stayed the backend's: the session never saw them
+        assert not [op for op in session.stats.decomposed if inner in str(op)]

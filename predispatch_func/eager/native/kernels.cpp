@@ -128,6 +128,8 @@ int64_t add_registration(const std::string& op_name, const std::string& op_overl
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_through_twin", &pf_native::register_through_twin);
   m.def("register_graph_replay", &pf_native::register_graph_replay);
+  m.def("register_with_key_off", &pf_native::register_with_key_off);
+  m.def("register_math_attention", &pf_native::register_math_attention);
   m.def("set_replay_enabled", &pf_native::set_replay_enabled);
   m.def("take_served", &pf_native::take_served);
   m.def("unregister", &pf_native::unregister);

@@ -1,4 +1,5 @@
-// The session's C++ kernels, one registry for every kind (through_twin.cpp, graph_replay.cpp).
+// The session's C++ kernels, one registry for every kind (through_twin.cpp, graph_replay.cpp, key_off.cpp,
+// math_attention.cpp).
 //
 // Each registration keeps the torch::Library holding its kernel (destroyed to unregister) and the
 // count of calls it served, which the session adds to its statistics (``take_served``).
@@ -79,6 +80,13 @@ int64_t register_through_twin(const std::string& op_name, const std::string& op_
 
 int64_t register_graph_replay(const std::string& op_name, const std::string& op_overload,
                               const std::string& key_name, pybind11::object fallback);
+
+// An op of the target whose inner calls are the backend's: run again with ``key_name`` excluded.
+int64_t register_with_key_off(const std::string& op_name, const std::string& op_overload,
+                              const std::string& key_name);
+
+// sdpa's composite with the fused backends off on ``devices`` (types: "cpu", "cuda"), on ``key_name``.
+int64_t register_math_attention(const std::string& key_name, const std::vector<std::string>& devices);
 
 // Whether the graph replays serve calls (a session with ``use_cache=False`` turns them off).
 void set_replay_enabled(bool enabled);
