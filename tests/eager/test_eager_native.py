@@ -262,3 +262,20 @@ def test_target_ops_whose_inner_calls_are_the_backends_run_with_the_key_off_in_c
     inner = {"aten::sum.dim_IntList": "fill_", "aten::mean.dim": "div_", "aten::sort": "sort.stable"}.get(name)
     if inner:  # the op's inner calls stayed the backend's: the session never saw them
         assert not [op for op in session.stats.decomposed if inner in str(op)]
+
+
+@needs_native
+def test_an_empty_out_tensor_is_resized_and_written_in_cpp():
+    # pow.Scalar's CPU kernel calls pow.Tensor_Tensor_out with the number wrapped as an int64 0-dim
+    # tensor and an empty out: each call went to the Python kernel, and there to the meta check
+    # (1.2 ms a call; funnel's step 1.5x plain eager)
+    x = torch.linspace(0, 1, 8)
+    expected = 10000 ** x
+    op = aten.pow.Tensor_Tensor_out
+    with pf.eager.on(CORE) as session:
+        10000 ** x  # the first meeting registers the C++ kernel
+        before = session.stats.served_in_cpp[op] if op in session.stats.served_in_cpp else 0
+        got = [10000 ** x for _ in range(3)]
+    for value in got:
+        torch.testing.assert_close(value, expected, rtol=0, atol=0)
+    assert session.stats.served_in_cpp[op] - before == 3

@@ -9,11 +9,12 @@
 // (and none shares part of the destination's memory, which eager refuses as here), the twin is
 // called with the op's own arguments (out= left out; an op of the target with the session's key
 // off, any other through the key, whose kernel for it lowers it), and when its result has the
-// destination's shape and casts into its dtype (out=: is of its dtype, as is the first input:
+// destination's shape (or the destination is an empty out= tensor, resized by the floor's
+// ``resize_``) and casts into its dtype (out=: is of its dtype, as is the governing input:
 // eager's checks of another dtype are the Python kernel's), ``copy_`` (the floor's) writes it
-// there. Anything else goes to the Python kernel, which decides it (resizing, refusing a lossy
-// cast, sparse arguments). Calls served here are counted, and the session adds the counts to its
-// statistics.
+// there. Anything else goes to the Python kernel, which decides it (other resizes, refusing a
+// lossy cast, sparse arguments). Calls served here are counted, and the session adds the counts
+// to its statistics.
 #include "registry.h"
 
 #include <ATen/ATen.h>
@@ -79,14 +80,23 @@ class ThroughTwin final : public c10::OperatorKernel {
       return to_python(op, stack);
     }
     const at::Tensor& result = out.toTensor();
-    if (!result.sizes().equals(destination.sizes())) {  // a resize, or eager's refusal: Python's
+    // another size: an empty out= tensor is resized (below); any other resize, or eager's refusal
+    // (in place), is Python's
+    const bool resize = !result.sizes().equals(destination.sizes());
+    if (resize && !(out_variant_ && destination.numel() == 0)) {
       return to_python(op, stack);
     }
-    if (out_variant_) {  // only where out= is of the result's and the first input's dtype: eager's
-      // checks of another dtype (a cast it refuses, a reduction computed in out's) are Python's
+    if (out_variant_) {  // only where out= is of the result's and the governing input's dtype:
+      // eager's checks of another dtype (a cast it refuses, a reduction computed in out's) are
+      // Python's. That input is the first with dimensions, else the first: a 0-dim one ahead of it
+      // promotes by its kind only (``10000 ** x`` wraps the number as an int64 tensor), as
+      // EagerMode._through_twin's ``_governing_input``.
       const at::Tensor* input = nullptr;
-      for (auto it = first; it != end && input == nullptr; ++it) {
-        if (it->isTensor()) input = &it->toTensor();
+      for (auto it = first; it != end; ++it) {
+        if (!it->isTensor()) continue;
+        const at::Tensor& t = it->toTensor();
+        if (input == nullptr || (input->dim() == 0 && t.dim() > 0)) input = &t;
+        if (t.dim() > 0) break;
       }
       if (result.scalar_type() != destination.scalar_type() ||
           (input != nullptr && input->scalar_type() != destination.scalar_type())) {
@@ -98,6 +108,9 @@ class ThroughTwin final : public c10::OperatorKernel {
     }
     {
       c10::impl::ExcludeDispatchKeyGuard off(key_);
+      if (resize) {  // the floor's resize_, as the Python kernel resizes an out= tensor
+        destination.resize_(result.sizes());
+      }
       at::_ops::copy_::call(destination, result, false);
     }
     torch::jit::drop(*stack, n);
