@@ -13,10 +13,12 @@ directory (``disk_cache``; the 64 files of a torch build used last are kept, 256
 at most), and a later process starts from it: no plans are decided for registering, and a call whose signature is on file replays the
 kernel (compiled on its first call) without tracing or deciding anything.
 
-Each op's kernels are pickled apart inside the file and unpickled when a process first asks
-for that op (``take``): the file holds the kernels of every model run with the target (some
-1,500 for a few hundred ops after a benchmark), a process calls a few dozen, and unpickling
-them all was most of a small model's first step.
+Each op's kernels are pickled apart inside the file, after a header indexing them, and read
+and unpickled when a process first asks for that op (``take``): the file holds the kernels of
+every model run with the target (some 1,500 for a few hundred ops after a benchmark, 4.5 MB
+after op_db), a process calls a few dozen, and unpickling them all was most of a small model's
+first step; reading the whole file still cost 6.6 ms of one at 4.5 MB (format 3), the header
+alone some 0.2 ms.
 
 The fingerprint covers the target and floor by name and the code that
 decides plans and decompositions (``eager/``, ``opsets/``, ``op_schema.py``,
@@ -35,6 +37,7 @@ import gc
 import marshal
 import os
 import pickle
+import struct
 import sys
 import zlib
 from pathlib import Path
@@ -48,15 +51,25 @@ from . import cache
 from .replay import TracedKernel
 
 _PACKAGE = Path(__file__).resolve().parent.parent
-_FORMAT = 3  # 2: each kernel's compiled code beside its source; 3: each op's kernels pickled apart
+# 2: each kernel's compiled code beside its source; 3: each op's kernels pickled apart; 4: after a
+# header that indexes them (``_write``), read one op at a time
+_FORMAT = 4
+_LENGTH = struct.Struct("<Q")  # the header's length, first in the file
 # files kept per torch build, the targets (and code versions) used most recently: at most 64 and
 # 256 MB (the test suite alone uses some 30 targets; a benchmark's file holds 5-9 MB)
 _KEEP, _KEEP_BYTES = 64, 256 << 20
 
 
-def _code() -> list[Path]:
-    return sorted([*(_PACKAGE / "eager").glob("*.py"), *(_PACKAGE / "opsets").rglob("*.py"),
-                   _PACKAGE / "op_schema.py", *(_PACKAGE / "_torch_compat").glob("*.py")])
+def _code() -> list[str]:
+    """The files of the code the kernels depend on (``os`` rather than ``pathlib``: a third of a
+    millisecond instead of 0.8 of each process's start)."""
+    found = [os.path.join(_PACKAGE, "op_schema.py")]
+    for folder, recursive in (("eager", False), ("opsets", True), ("_torch_compat", False)):
+        for root, folders, files in os.walk(os.path.join(_PACKAGE, folder)):
+            found += [os.path.join(root, name) for name in files if name.endswith(".py")]
+            if not recursive:
+                folders.clear()
+    return sorted(found)
 
 
 def fingerprint(names: list[str]) -> str:
@@ -64,8 +77,8 @@ def fingerprint(names: list[str]) -> str:
     own bytecode cache checks its sources): reading every file cost 4 ms of each process's start."""
     crc = zlib.crc32("\n".join(sorted(names)).encode())
     for path in _code():
-        stat = path.stat()
-        crc = zlib.crc32(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode(), crc)
+        stat = os.stat(path)
+        crc = zlib.crc32(f"{os.path.basename(path)}:{stat.st_size}:{stat.st_mtime_ns}".encode(), crc)
     return f"{crc:08x}"
 
 
@@ -83,8 +96,9 @@ class PersistedKernels:
         self._names, self._graphs, self._ops = names, graphs, ops  # Kernels' graphs, and the op of each id
         # the file's tables of kernels by op id: below autograd, and the traces of the ops decomposed above it
         self._tables = {"kernels": graphs, "lifted_kernels": lifted_graphs}
-        # per table: op name -> its kernels as the file holds them (pickled), until a process asks
-        self._pending: dict[str, dict[str, bytes]] = {table: {} for table in self._tables}
+        # per table: op name -> where its kernels lie in the file read (pickled), until a process asks
+        self._pending: dict[str, dict[str, tuple[int, int]]] = {table: {} for table in self._tables}
+        self._file: _OpenFile | None = None  # the file read: blobs are read from it on ``take``
         self._path: Path | None = None
         self.registrations: list[tuple[str, str]] | None = None
         self.lifted: list[str] | None = None  # names of the ops decomposed above autograd
@@ -102,14 +116,16 @@ class PersistedKernels:
 
     def restore(self) -> None:
         path = self.path()
-        found = _read(path)
-        if found is None or path is None:
+        opened = _OpenFile.of(path)
+        if opened is None or path is None:
             return
         touch(path)  # in use: the last to be pruned
-        self.registrations = found.get("registrations")
-        self.lifted = found.get("lifted")
+        self._file = opened
+        header = opened.header
+        self.registrations = header.get("registrations")
+        self.lifted = header.get("lifted")
         for table in self._tables:
-            self._pending[table] = dict(found.get(table, {}))
+            self._pending[table] = dict(header["index"].get(table, {}))
         self._saved_count = self._count()
 
     def holds(self, table: str, op: Any) -> bool:
@@ -120,11 +136,11 @@ class PersistedKernels:
     def take(self, table: str, op: Any) -> None:
         """Unpickle the file's kernels of ``op`` into ``table`` (once; nothing if it has none)."""
         pending = self._pending[table]
-        blob = pending.pop(op.name(), None) if pending else None
-        if blob is None:
+        where = pending.pop(op.name(), None) if pending else None
+        if where is None or self._file is None:
             return
         try:
-            entries = _unpickled(blob)
+            entries = _unpickled(self._file.blob(*where))
         except Exception:  # noqa: BLE001  (an unreadable entry only costs its traces)
             return
         self._ops[id(op)] = op
@@ -141,21 +157,22 @@ class PersistedKernels:
         return (sum(len(entries) for graphs in self._tables.values() for entries in graphs.values())
                 + (self.registrations is not None) + (self.lifted is not None))
 
-    def _on_disk(self) -> dict[str, Any]:
-        return _read(self.path()) or {}
-
     def save(self) -> None:
         path = self.path()
         if path is None or self._count() == self._saved_count:
             return
-        value: dict[str, Any] = {"format": _FORMAT, "registrations": self.registrations, "lifted": self.lifted}
-        on_disk = self._on_disk()
+        on_disk = _OpenFile.of(path)  # another process may have written since this one read
+        tables: dict[str, dict[str, bytes]] = {}
         for table, graphs in self._tables.items():
-            value[table] = self._merged(graphs, {**self._pending[table], **on_disk.get(table, {})})
+            pending = self._file.blobs(self._pending[table]) if self._file is not None else {}
+            written = on_disk.blobs(on_disk.header["index"].get(table, {})) if on_disk is not None else {}
+            tables[table] = self._merged(graphs, {**pending, **written})
+        if on_disk is not None:
+            on_disk.close()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+            _write(tmp, {"format": _FORMAT, "registrations": self.registrations, "lifted": self.lifted}, tables)
             tmp.replace(path)
         except (OSError, pickle.PicklingError, TypeError, AttributeError):
             return
@@ -208,12 +225,70 @@ def _plain(value: Any) -> bool:
     return isinstance(value, _PLAIN_LEAVES)
 
 
-def _read(path: Path | None) -> dict[str, Any] | None:
-    try:
-        found = _unpickled(path.read_bytes()) if path is not None and path.exists() else None
-    except Exception:  # noqa: BLE001  (an unreadable file only costs the time it was to save)
+def _write(path: Path, header: dict[str, Any], tables: dict[str, dict[str, bytes]]) -> None:
+    """The file: the header's length, the header (``header`` and ``index``: per table, each op's
+    (offset, length) after the header), then each op's pickled kernels, one after another."""
+    index: dict[str, dict[str, tuple[int, int]]] = {}
+    blobs: list[bytes] = []
+    offset = 0
+    for table, by_name in tables.items():
+        index[table] = {}
+        for name, blob in by_name.items():
+            index[table][name] = (offset, len(blob))
+            blobs.append(blob)
+            offset += len(blob)
+    encoded = pickle.dumps({**header, "index": index}, protocol=pickle.HIGHEST_PROTOCOL)
+    with open(path, "wb") as f:
+        f.write(_LENGTH.pack(len(encoded)))
+        f.write(encoded)
+        f.writelines(blobs)
+
+
+class _OpenFile:
+    """A kernel file opened for reading: its header read, its blobs read on demand. It stays open
+    until the process ends (or ``close``): a process writing the file meanwhile replaces it with
+    another (``save`` writes a new file and renames it), so what this one indexed stays readable."""
+
+    def __init__(self, handle: Any, header: dict[str, Any], base: int):
+        self._handle, self.header, self._base = handle, header, base
+
+    @classmethod
+    def of(cls, path: Path | None) -> _OpenFile | None:
+        """``path`` opened, or None where it is missing, unreadable or of another format."""
+        if path is None:
+            return None
+        try:
+            handle = open(path, "rb")  # noqa: SIM115  (kept open: blobs are read from it later)
+        except OSError:
+            return None
+        try:
+            length = _LENGTH.unpack(handle.read(_LENGTH.size))[0]
+            header = _unpickled(handle.read(length))
+            if isinstance(header, dict) and header.get("format") == _FORMAT and isinstance(header.get("index"), dict):
+                return cls(handle, header, _LENGTH.size + length)
+        except Exception:  # noqa: BLE001, S110  (an unreadable file only costs the time it was to save)
+            pass
+        handle.close()
         return None
-    return found if isinstance(found, dict) and found.get("format") == _FORMAT else None
+
+    def blob(self, offset: int, length: int) -> bytes:
+        data = os.pread(self._handle.fileno(), length, self._base + offset)
+        if len(data) != length:
+            raise OSError("the kernel file is shorter than its index says")
+        return data
+
+    def blobs(self, where: dict[str, tuple[int, int]]) -> dict[str, bytes]:
+        """The blobs named (an unreadable one left out: it only costs its traces)."""
+        found = {}
+        for name, (offset, length) in where.items():
+            try:
+                found[name] = self.blob(offset, length)
+            except OSError:
+                continue
+        return found
+
+    def close(self) -> None:
+        self._handle.close()
 
 
 def _written(kernel: Any) -> Any:

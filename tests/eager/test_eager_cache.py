@@ -1,6 +1,7 @@
 """The per-signature kernel cache of ``pf.eager``: traced once, replayed, never the wrong branch."""
 
 import os
+import pickle
 
 import pytest
 import torch
@@ -144,6 +145,10 @@ def test_a_changed_file_is_a_new_cache(tmp_path, monkeypatch):
     source = tmp_path / "lowering.py"
     source.write_text("A = 1\n")
     original = persisted_kernels._code
+    files = original()  # the code the kernels depend on: eager/, opsets/ (nested too), _torch_compat/
+    assert any(os.sep + os.path.join("opsets", "decompositions") + os.sep in f for f in files)
+    assert any(f.endswith(os.path.join("eager", "keyed_kernels.py")) for f in files)
+    assert all(f.endswith(".py") for f in files) and len(set(files)) == len(files)
     monkeypatch.setattr(persisted_kernels, "_code", lambda: [*original(), source])
     before = persisted_kernels.fingerprint(names)
     assert before != _fingerprint_of(names, original)  # a file more
@@ -191,6 +196,60 @@ def test_a_process_writing_keeps_what_another_wrote_since_it_read(tmp_path, monk
             torch.logit(x.sigmoid(), 1e-3)
         assert later.stats.cache_hits[aten.rot90.default] == 1 and later.stats.cache_hits[aten.logit.default] == 1
         assert len(later.stats.cache_misses) == 0, later.stats.cache_misses
+    finally:
+        _fresh_process_state()
+
+
+def test_a_process_reads_the_kernels_of_the_ops_it_calls_and_no_others(tmp_path, monkeypatch):
+    # the file indexes each op's kernels after a header (format 4): a process reads the header,
+    # then one op's kernels when it first calls the op. Reading the whole file cost 6.6 ms of a
+    # small model's first step once it held 4.5 MB (every model and op_db run with the target).
+    # One op's kernels spoiled on disk cost only their traces: the others are read as written.
+    monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", str(tmp_path))
+    x = torch.randn(3, 4)
+    _fresh_process_state()
+    try:
+        with pf.eager.on(CORE):
+            torch.rot90(x, 1)
+            torch.logit(x.sigmoid(), 1e-3)
+        kernels_for(CORE).persisted.save()
+        path = kernels_for(CORE).persisted.path()
+        opened = persisted_kernels._OpenFile.of(path)  # noqa: SLF001
+        assert opened is not None and opened.header["format"] == 4
+        offset, length = opened.header["index"]["kernels"]["aten::logit"]
+        base = path.stat().st_size - sum(n for _, n in (w for t in opened.header["index"].values() for w in t.values()))
+        opened.close()
+        with open(path, "r+b") as f:  # logit's kernels overwritten with garbage
+            f.seek(base + offset)
+            f.write(b"\xff" * length)
+        _fresh_process_state()
+        with pf.eager.on(CORE) as later:
+            rotated = torch.rot90(x, 1)
+            assert kernels_for(CORE).persisted.holds("kernels", aten.logit.default)  # not read yet
+            logit = torch.logit(x.sigmoid(), 1e-3)
+        assert later.stats.cache_hits[aten.rot90.default] == 1
+        assert later.stats.cache_misses[aten.logit.default] == 1  # traced again
+        assert torch.equal(rotated, torch.rot90(x, 1))
+        torch.testing.assert_close(logit, torch.logit(x.sigmoid(), 1e-3))
+    finally:
+        _fresh_process_state()
+
+
+def test_a_file_of_an_earlier_format_is_left_for_the_new_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", str(tmp_path))
+    _fresh_process_state()
+    try:
+        path = kernels_for(CORE).persisted.path()
+        path.write_bytes(pickle.dumps({"format": 3, "registrations": [("aten::rot90", "DECOMPOSE")]}))
+        _fresh_process_state()
+        with pf.eager.on(CORE) as session:
+            torch.rot90(torch.randn(3, 4), 1)
+        assert session.stats.cache_misses[aten.rot90.default] == 1
+        assert kernels_for(CORE).persisted.registrations != [("aten::rot90", "DECOMPOSE")]
+        kernels_for(CORE).persisted.save()
+        opened = persisted_kernels._OpenFile.of(path)  # noqa: SLF001
+        assert opened is not None and "aten::rot90" in opened.header["index"]["kernels"]
+        opened.close()
     finally:
         _fresh_process_state()
 
