@@ -139,7 +139,8 @@ class StateGuard:
 
     def __enter__(self) -> StateGuard:
         self._take()
-        self._recording: Any = _recording_attribute_writes(self.writes, self.by_torch)
+        self._recording: Any = _recording_attribute_writes(self.writes, self.by_torch,
+                                                           [snap.module for snap in self.modules])
         self._recording.__enter__()
         return self
 
@@ -290,8 +291,9 @@ def _user_line_of_caller() -> str | None:
 
 @contextlib.contextmanager
 def _recording_attribute_writes(writes: dict[tuple[int, str], str | None],
-                                by_torch: set[tuple[int, str]]) -> Iterator[None]:
-    """Wrap ``nn.Module``'s attribute-writing methods for the duration of the trace.
+                                by_torch: set[tuple[int, str]], modules: list[torch.nn.Module]) -> Iterator[None]:
+    """Wrap ``nn.Module``'s attribute-writing methods for ``modules`` (the model's) for the
+    duration of the trace.
 
     Besides recording lines, ``self.weight *= s`` is made to work on a lifted
     parameter: the in-place op returns the very tensor the module already holds
@@ -312,7 +314,7 @@ def _recording_attribute_writes(writes: dict[tuple[int, str], str | None],
             return original(self, name, *rest, **kw)
         return recorded
 
-    with tc.module_methods_wrapped(wrap, _RECORDED):
+    with tc.module_methods_wrapped(wrap, _RECORDED, modules):
         yield
 
 

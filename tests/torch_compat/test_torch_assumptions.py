@@ -335,8 +335,9 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "tensor_metadata_recorded_through": lambda: patches.tensor_metadata_recorded_through(lambda t: None),
     "node_values_unsnapshotted": lambda: patches.node_values_unsnapshotted(),
     "op_calls_recorded_through": lambda: patches.op_calls_recorded_through(lambda *call: patches.NOT_RECORDED),
-    "module_methods_wrapped": lambda: patches.module_methods_wrapped(lambda name, original: original.__get__,
-                                                                     ("__setattr__",)),
+    "module_methods_wrapped": lambda: patches.module_methods_wrapped(
+        lambda name, original: lambda self, *a: original(self, *a), ("__setattr__", "register_buffer"),
+        (torch.nn.Linear(2, 2), torch.nn.LSTM(2, 2))),
     "method_replaced": lambda: patches.method_replaced(torch.nn.TransformerEncoder, "forward",
                                                        lambda original: lambda self, *a, **k: original(self, *a, **k)),
     "cuda_autocast_kept_without_gpu": lambda: patches.cuda_autocast_kept_without_gpu(),
