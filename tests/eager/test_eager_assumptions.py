@@ -322,3 +322,12 @@ def test_batch_norm_runs_the_kernel_of_the_core_op_it_is_lowered_to():
                 assert "both be None or neither" in str(e)
             else:
                 raise AssertionError("one running statistic alone was accepted")
+
+
+def test_sdpas_composite_kernel_is_cpp_only():
+    # native/math_attention.cpp calls sdpa's CompositeImplicitAutograd kernel through the
+    # dispatcher, where the Python kernel calls ``OpOverload.decompose``, which would prefer a
+    # Python kernel registered for that key: a torch that adds one fails here (call it instead)
+    sdpa = torch.ops.aten.scaled_dot_product_attention.default
+    assert torch._C.DispatchKey.CompositeImplicitAutograd not in sdpa.py_kernels
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(sdpa.name(), "CompositeImplicitAutograd")
