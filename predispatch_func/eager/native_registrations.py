@@ -32,28 +32,45 @@ from .plans import How
 from .replay import TracedKernel
 
 
-class NativeTwin:
-    """``op``'s C++ kernel on the key (``native/through_twin.cpp``): ``keyed_kernels._through_twin_in_place``'s
-    fast path without a trip into Python, the Python kernel taking every other call. The calls it
-    serves are counted in C++; ``take_served`` adds them to a session's stats as the Python
-    kernel counts its own."""
+class NativeKernel:
+    """One C++ kernel registered on a key: its op, and the module's index for it. The calls it
+    serves are counted in C++; ``take_served`` drains the count into a session's stats (``_count``:
+    what each kind counts, as its Python kernel would), ``unregister`` removes it."""
 
-    __slots__ = ("op", "twin", "twin_in_target", "_native", "_index")
+    __slots__ = ("op", "_native", "_index")
 
-    def __init__(self, op: tc.OpOverload, twin: tc.OpOverload, twin_in_target: bool, native: Any, index: int):
-        self.op, self.twin, self.twin_in_target, self._native, self._index = op, twin, twin_in_target, native, index
+    def __init__(self, op: tc.OpOverload, native: Any, index: int):
+        self.op, self._native, self._index = op, native, index
 
     def take_served(self, mode: EagerMode) -> None:
         served = self._native.take_served(self._index)
         if served:
-            mode.stats.decomposed.add(self.op, served)
-            mode.stats.served_in_cpp.add(self.op, served)
-            if self.twin_in_target:  # (another twin's kernel counts its own calls)
-                mode.stats.reached.add(self.twin, served)
-            mode.stats.reached.add(torch.ops.aten.copy_.default, served)
+            self._count(mode, served)
+
+    def _count(self, mode: EagerMode, served: int) -> None:
+        pass
 
     def unregister(self) -> None:
         self._native.unregister(self._index)
+
+
+class NativeTwin(NativeKernel):
+    """``op``'s C++ kernel on the key (``native/through_twin.cpp``): ``keyed_kernels._through_twin_in_place``'s
+    fast path without a trip into Python, the Python kernel taking every other call; its calls
+    count as the Python kernel counts its own."""
+
+    __slots__ = ("twin", "twin_in_target")
+
+    def __init__(self, op: tc.OpOverload, twin: tc.OpOverload, twin_in_target: bool, native: Any, index: int):
+        super().__init__(op, native, index)
+        self.twin, self.twin_in_target = twin, twin_in_target
+
+    def _count(self, mode: EagerMode, served: int) -> None:
+        mode.stats.decomposed.add(self.op, served)
+        mode.stats.served_in_cpp.add(self.op, served)
+        if self.twin_in_target:  # (another twin's kernel counts its own calls)
+            mode.stats.reached.add(self.twin, served)
+        mode.stats.reached.add(torch.ops.aten.copy_.default, served)
 
 
 def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callable[..., Any],
@@ -81,26 +98,18 @@ def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: C
     return NativeTwin(op, plan.twin, twin_in_target, native, index)
 
 
-class NativeReplay:
+class NativeReplay(NativeKernel):
     """A decomposed op's C++ kernel on the key (``native/graph_replay.cpp``):
     ``keyed_kernels._replaying`` without a trip into Python, for each signature whose traced
     kernel it has learned. The calls it serves count as the Python replay counts its own (a
     cache hit of a decomposed op)."""
 
-    __slots__ = ("op", "_native", "_index")
+    __slots__ = ()
 
-    def __init__(self, op: tc.OpOverload, native: Any, index: int):
-        self.op, self._native, self._index = op, native, index
-
-    def take_served(self, mode: EagerMode) -> None:
-        served = self._native.take_served(self._index)
-        if served:
-            mode.stats.decomposed.add(self.op, served)
-            mode.stats.cache_hits.add(self.op, served)
-            mode.stats.served_in_cpp.add(self.op, served)
-
-    def unregister(self) -> None:
-        self._native.unregister(self._index)
+    def _count(self, mode: EagerMode, served: int) -> None:
+        mode.stats.decomposed.add(self.op, served)
+        mode.stats.cache_hits.add(self.op, served)
+        mode.stats.served_in_cpp.add(self.op, served)
 
 
 def native_replay(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callable[..., Any],
@@ -129,21 +138,12 @@ def native_replay(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callabl
     return NativeReplay(op, native, native.register_graph_replay(schema.name, schema.overload_name, key, in_python))
 
 
-class NativeKeyOff:
+class NativeKeyOff(NativeKernel):
     """An op of the target run with the key off (``native/key_off.cpp``): the C++ form of
     ``session_key._as_backend_kernel``. Its calls are the target's, not the session's lowering:
     no statistic counts them (as none counts the Python kernel's)."""
 
-    __slots__ = ("op", "_native", "_index")
-
-    def __init__(self, op: tc.OpOverload, native: Any, index: int):
-        self.op, self._native, self._index = op, native, index
-
-    def take_served(self, mode: EagerMode) -> None:
-        self._native.take_served(self._index)
-
-    def unregister(self) -> None:
-        self._native.unregister(self._index)
+    __slots__ = ()
 
 
 def native_with_key_off(op: tc.OpOverload, key: str) -> NativeKeyOff | None:
@@ -156,21 +156,22 @@ def native_with_key_off(op: tc.OpOverload, key: str) -> NativeKeyOff | None:
     return NativeKeyOff(op, native, native.register_with_key_off(schema.name, schema.overload_name, key))
 
 
-class NativeMathAttention:
+class NativeMathAttention(NativeKernel):
     """sdpa's math path on one Autograd key (``native/math_attention.cpp``), registered for as
     long as a session holds it (``above_autograd.AutogradKernels``); ``release`` counts the calls
     it served through ``on_call`` (as the Python kernel counts each) and unregisters it."""
 
-    __slots__ = ("_native", "_index", "_on_call")
+    __slots__ = ("_on_call",)
 
     def __init__(self, native: Any, index: int, on_call: Callable[..., None] | None):
-        self._native, self._index, self._on_call = native, index, on_call
+        super().__init__(torch.ops.aten.scaled_dot_product_attention.default, native, index)
+        self._on_call = on_call
 
     def release(self) -> None:
         served = self._native.take_served(self._index)
         if served and self._on_call is not None:
-            self._on_call(torch.ops.aten.scaled_dot_product_attention.default, served)
-        self._native.unregister(self._index)
+            self._on_call(self.op, served)
+        self.unregister()
 
 
 def native_math_attention(key: str, devices: frozenset[str],

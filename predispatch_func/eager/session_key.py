@@ -46,9 +46,7 @@ from .. import _torch_compat as tc
 from .keyed_kernels import kernel_for, numbers_as_tensors, tensor_positions
 from .mode import EagerMode, Kernels
 from .native_registrations import (
-    NativeKeyOff,
-    NativeReplay,
-    NativeTwin,
+    NativeKernel,
     native_replay,
     native_through_twin,
     native_with_key_off,
@@ -78,7 +76,7 @@ class _Registered:
         self._met: dict[str, tuple[str, Callable | None]] = {}
         self._libraries: dict[str, torch.library.Library] = {"_": torch.library.Library("_", "IMPL")}
         self._registering = threading.RLock()  # a kernel built on first meeting may run ops itself
-        self.native: list[NativeTwin | NativeReplay | NativeKeyOff] = []  # the C++ kernels (native_registrations)
+        self.native: list[NativeKernel] = []  # the C++ kernels registered (native_registrations)
         if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
             self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
             for name in MET_FROM_CPP_WRAPPERS:
@@ -126,13 +124,13 @@ class _Registered:
             how = self._how.get(name)
             kernel = None if how is None else (_as_backend_kernel(op) if how == _BACKEND
                                                else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
-            native: NativeTwin | NativeReplay | NativeKeyOff | None = None
+            native: NativeKernel | None = None
             if tc.PYTHON_FALLBACK_ON_SPARE_KEY and kernel is not None and how == _BACKEND:
                 native = native_with_key_off(op, tc.SPARE_KEY)
             elif tc.PYTHON_FALLBACK_ON_SPARE_KEY and kernel is not None and how is not None:
                 native = (native_through_twin(op, How[how], self.kernels, kernel, tc.SPARE_KEY)
                           or native_replay(op, How[how], self.kernels, kernel, tc.SPARE_KEY))
-            if native is not None:  # its C++ kernel is registered (a key-off one stands alone; the others leave calls to the Python one)
+            if native is not None:  # its C++ kernel is registered (in front of the Python one, but key-off)
                 self.native.append(native)
             # (torch 2.11, 2.12: an op with a kernel of ours is registered up front, and this is its first call)
             elif tc.PYTHON_FALLBACK_ON_SPARE_KEY or how is None:
