@@ -26,7 +26,7 @@ import torch
 
 _NATIVE = Path(__file__).parent / "native"
 _SOURCES = tuple(_NATIVE / name for name in ("kernels.cpp", "through_twin.cpp", "graph_replay.cpp", "key_off.cpp",
-                                               "math_attention.cpp"))
+                                               "math_attention.cpp", "first_meeting.cpp"))
 _HEADERS = (_NATIVE / "registry.h",)
 _lock = threading.Lock()
 _loaded: list[ModuleType | None] = []

@@ -93,8 +93,10 @@ def native_through_twin(op: tc.OpOverload, how: How, kernels: Kernels, kernel: C
         return None
     schema, twin_schema = tc.schema_of(op), tc.schema_of(plan.twin)
     twin_in_target = id(plan.twin) in kernels.direct_ids
+    resizes = id(torch.ops.aten.resize_.default) in kernels.direct_ids  # (else an empty out= is Python's)
     index = native.register_through_twin(schema.name, schema.overload_name, twin_schema.name,
-                                         twin_schema.overload_name, twin_in_target, out_variant, key, kernel)
+                                         twin_schema.overload_name, twin_in_target, out_variant, resizes, key,
+                                         kernel)
     return NativeTwin(op, plan.twin, twin_in_target, native, index)
 
 
@@ -193,3 +195,15 @@ def set_replay_enabled(enabled: bool) -> None:
     native = native_kernels.module() if native_kernels.loaded() else None
     if native is not None:
         native.set_replay_enabled(enabled)
+
+
+def native_first_meeting(key: str, with_kernel: list[str], meet: Callable[[str], None]) -> Any:
+    """Installs the key's fallback in C++ (``native/first_meeting.cpp``): an op reaching the key
+    unmet gets its fallthrough there, one named in ``with_kernel`` is met by ``meet(name)``, which
+    registers its kernel. Returns the module (``meet_through``, ``met_through``,
+    ``remove_first_meeting``); None where the C++ kernels are not built here."""
+    native = native_kernels.module()
+    if native is None:
+        return None
+    native.install_first_meeting(key, with_kernel, meet)
+    return native

@@ -24,7 +24,9 @@ are all ops of the target, ``COMPOSITE_KERNEL_CALLS``: it falls through). That k
 C++ where this machine built the session's kernels (``native/key_off.cpp``).
 
 Each op's kernel (or fallthrough) is registered the first time the op reaches
-the key, by the key's Python fallback (``_Registered``). The kernels are
+the key, by the key's fallback (``_Registered``): in C++ where this machine built
+the session's kernels (``native/first_meeting.cpp``: an op without a kernel of
+ours gets its fallthrough there, no trip into Python), else in Python. The kernels are
 registered process-wide for one ``(target, floor)`` at a time and stay
 registered between sessions (the key is off elsewhere, so they
 cost nothing there); the key itself is thread-local, and autograd carries it
@@ -47,6 +49,7 @@ from .keyed_kernels import kernel_for, numbers_as_tensors, tensor_positions
 from .mode import EagerMode, Kernels
 from .native_registrations import (
     NativeKernel,
+    native_first_meeting,
     native_replay,
     native_through_twin,
     native_with_key_off,
@@ -58,7 +61,7 @@ from .plans import How, Plan
 class _Registered:
     """The kernels of one target on the spare key, and the keyed modes of its active sessions.
 
-    Nothing is registered per op up front: the key's fallback (``_first_meeting``) meets each
+    Nothing is registered per op up front: the key's fallback (C++, or ``_first_meeting``) meets each
     op the first time it reaches the key and registers what the op gets from then on, our
     kernel or a fallthrough, so later calls never see the fallback. A session's first step
     registers the hundred-odd ops its model calls instead of the two thousand outside the
@@ -77,8 +80,13 @@ class _Registered:
         self._libraries: dict[str, torch.library.Library] = {"_": torch.library.Library("_", "IMPL")}
         self._registering = threading.RLock()  # a kernel built on first meeting may run ops itself
         self.native: list[NativeKernel] = []  # the C++ kernels registered (native_registrations)
+        # the C++ module whose fallback meets ops (``native/first_meeting.cpp``): it gives every op
+        # without a kernel of ours its fallthrough itself, and asks ``_meet_named`` for the others
+        self._meeting_in_cpp: Any = None
         if tc.PYTHON_FALLBACK_ON_SPARE_KEY:
-            self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
+            self._meeting_in_cpp = native_first_meeting(tc.SPARE_KEY, list(self._how), self._meet_named)
+            if self._meeting_in_cpp is None:
+                self._libraries["_"].fallback(self._first_meeting, tc.SPARE_KEY, with_keyset=True)
             for name in MET_FROM_CPP_WRAPPERS:
                 op = tc.resolve_overload(*name.split("::", 1))
                 if op is not None:
@@ -115,6 +123,12 @@ class _Registered:
             return tc.fall_through_spare_key(op, keyset, numbers_as_tensors(args, tensor_positions(op)), kwargs)
         return kernel(*args, **kwargs)
 
+    def _meet_named(self, name: str) -> None:
+        """The C++ fallback's call for an op with a kernel of ours (it then dispatches to it)."""
+        op = tc.resolve_overload(*name.split("::", 1))
+        assert op is not None, name
+        self.meet(op)
+
     def meet(self, op: Any) -> Callable | None:
         """``op``'s kernel on the key, registered now if it is not yet; None for a fallthrough."""
         name = op.name()
@@ -122,6 +136,11 @@ class _Registered:
             if name in self._met:  # met before (by another thread, or by ``kind_of_op``)
                 return self._met[name][1]
             how = self._how.get(name)
+            if how is None and self._meeting_in_cpp is not None:  # its fallthrough is the C++ fallback's to give
+                schema = tc.schema_of(op)
+                self._meeting_in_cpp.meet_through(schema.name, schema.overload_name)
+                self._met[name] = (THROUGH, None)
+                return None
             kernel = None if how is None else (_as_backend_kernel(op) if how == _BACKEND
                                                else kernel_for(op, How[how], self.kernels, self.modes, self.idle))
             native: NativeKernel | None = None
@@ -147,9 +166,14 @@ class _Registered:
         """What op ``name`` got on the key when first met: a plan's ``How`` by name, ``BACKEND``,
         ``THROUGH``; None while it has not reached the key."""
         met = self._met.get(name)
+        if met is None and self._meeting_in_cpp is not None and self._meeting_in_cpp.met_through(name):
+            return THROUGH  # met by the C++ fallback alone
         return None if met is None else met[0]
 
     def remove(self) -> None:
+        if self._meeting_in_cpp is not None:
+            self._meeting_in_cpp.remove_first_meeting()
+            self._meeting_in_cpp = None
         for library in self._libraries.values():
             library._destroy()  # noqa: SLF001  (torch.library's only way to unregister)
         self._libraries = {}

@@ -280,3 +280,47 @@ def test_an_empty_out_tensor_is_resized_and_written_in_cpp():
         assert native._native.take_served(native._index) == 3  # noqa: SLF001 (all three in C++)
     for value in got:
         torch.testing.assert_close(value, expected, rtol=0, atol=0)
+
+
+@needs_native
+def test_an_empty_out_tensor_is_left_to_python_where_resize_is_not_the_sessions():
+    """The C++ kernel resizes an empty out= tensor with the floor's ``resize_``: where the session's
+    floor lacks it, the call is the Python kernel's, which names the op unreachable, on every call
+    (the C++ kernel serves the first call too, once the key's fallback is C++)."""
+    name = "aten.resize_.default"
+    for _ in range(2):
+        with pytest.raises(pf.eager.EagerUnreachableError, match="resize_"):
+            with pf.eager.on(CORE.difference(name), floor=pf.eager.RUNTIME_FLOOR.difference(name)):
+                torch.mul(torch.ones(2), 2, out=torch.empty(0))
+    session_key.release()  # the next test's target is the default floor's
+
+
+@needs_native
+def test_ops_without_a_kernel_of_ours_are_met_in_cpp(monkeypatch):
+    """The key's fallback is C++ (``native/first_meeting.cpp``): an op first reaching the key that
+    has no kernel of ours (the target's, a view torch's composite kernel makes) gets its fallthrough
+    there, no trip into Python (about 100 us each, 4 ms of a small model's cold step); an op with
+    a kernel of ours is met by Python, and the call then reaches that kernel."""
+    session_key.release()  # nothing met yet, as in a fresh process
+    met_in_python: list[str] = []
+    meet = session_key._Registered.meet  # noqa: SLF001
+
+    def recording(self, op):
+        met_in_python.append(op.name())
+        return meet(self, op)
+
+    monkeypatch.setattr(session_key._Registered, "meet", recording)  # noqa: SLF001
+    x = torch.rand(4, 4) * 0.8 + 0.1
+    with pf.eager.on(CORE) as session:
+        y = torch.mm(x, x).add(1).t().contiguous()
+        z = torch.logit(x, 1e-3)
+    torch.testing.assert_close(y, torch.mm(x, x).add(1).t().contiguous(), rtol=0, atol=0)
+    torch.testing.assert_close(z, torch.logit(x, 1e-3))
+    assert session.stats.decomposed[aten.logit.default] == 1
+    kind = session_key.kind_of
+    assert kind("aten::mm") == kind("aten::add.Tensor") == kind("aten::t") == session_key.THROUGH
+    assert kind("aten::logit") == "DECOMPOSE" and "aten::logit" in met_in_python
+    assert not {"aten::mm", "aten::add.Tensor", "aten::t", "aten::clone"} & set(met_in_python)
+    assert {"aten::mm", "aten::add.Tensor", "aten::logit"} <= set(session_key.registered_ops())
+    session_key.release()
+    assert not session_key.registered_ops()  # the fallthroughs given in C++ went with the rest

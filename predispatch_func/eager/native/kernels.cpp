@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
+#include <pybind11/stl.h>
 
 #include <vector>
 
@@ -131,6 +132,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_with_key_off", &pf_native::register_with_key_off);
   m.def("register_math_attention", &pf_native::register_math_attention);
   m.def("set_replay_enabled", &pf_native::set_replay_enabled);
+  m.def("install_first_meeting", &pf_native::install_first_meeting);
+  m.def("meet_through", &pf_native::meet_through);
+  m.def("met_through", &pf_native::met_through);
+  m.def("remove_first_meeting", &pf_native::remove_first_meeting);
   m.def("take_served", &pf_native::take_served);
   m.def("unregister", &pf_native::unregister);
 }

@@ -75,7 +75,7 @@ int64_t add_registration(const std::string& op_name, const std::string& op_overl
 
 int64_t register_through_twin(const std::string& op_name, const std::string& op_overload,
                               const std::string& twin_name, const std::string& twin_overload,
-                              bool twin_in_target, bool out_variant, const std::string& key_name,
+                              bool twin_in_target, bool out_variant, bool resizes, const std::string& key_name,
                               pybind11::object fallback);
 
 int64_t register_graph_replay(const std::string& op_name, const std::string& op_overload,
@@ -87,6 +87,17 @@ int64_t register_with_key_off(const std::string& op_name, const std::string& op_
 
 // sdpa's composite with the fused backends off on ``devices`` (types: "cpu", "cuda"), on ``key_name``.
 int64_t register_math_attention(const std::string& key_name, const std::vector<std::string>& devices);
+
+// The key's fallback (first_meeting.cpp): an op first reaching ``key_name`` gets its fallthrough
+// there, unless named in ``with_kernel``: then ``meet(name)`` registers its kernel, called next.
+void install_first_meeting(const std::string& key_name, const std::vector<std::string>& with_kernel,
+                           pybind11::object meet);
+// Gives the op its fallthrough now (a Python meeting of it); false where it has a kernel of ours.
+bool meet_through(const std::string& op_name, const std::string& op_overload);
+// Whether the fallback gave the op (``aten::add.Tensor``) its fallthrough.
+bool met_through(const std::string& qualified);
+// Unregisters the fallback and every fallthrough it gave.
+void remove_first_meeting();
 
 // Whether the graph replays serve calls (a session with ``use_cache=False`` turns them off).
 void set_replay_enabled(bool enabled);

@@ -10,7 +10,7 @@
 // called with the op's own arguments (out= left out; an op of the target with the session's key
 // off, any other through the key, whose kernel for it lowers it), and when its result has the
 // destination's shape (or the destination is an empty out= tensor, resized by the floor's
-// ``resize_``) and casts into its dtype (out=: is of its dtype, as is the governing input:
+// ``resize_`` where the session has it) and casts into its dtype (out=: is of its dtype, as is the governing input:
 // eager's checks of another dtype are the Python kernel's), ``copy_`` (the floor's) writes it
 // there. Anything else goes to the Python kernel, which decides it (other resizes, refusing a
 // lossy cast, sparse arguments). Calls served here are counted, and the session adds the counts
@@ -45,9 +45,9 @@ void each_tensor(const c10::IValue& value, F&& f) {
 
 class ThroughTwin final : public c10::OperatorKernel {
  public:
-  ThroughTwin(c10::OperatorHandle twin, bool twin_in_target, bool out_variant,
+  ThroughTwin(c10::OperatorHandle twin, bool twin_in_target, bool out_variant, bool resizes,
               std::shared_ptr<std::atomic<int64_t>> served, py::object fallback, c10::DispatchKey key)
-      : twin_(std::move(twin)), twin_in_target_(twin_in_target), out_variant_(out_variant),
+      : twin_(std::move(twin)), twin_in_target_(twin_in_target), out_variant_(out_variant), resizes_(resizes),
         served_(std::move(served)), fallback_(std::move(fallback)), key_(key) {}
 
 
@@ -83,7 +83,7 @@ class ThroughTwin final : public c10::OperatorKernel {
     // another size: an empty out= tensor is resized (below); any other resize, or eager's refusal
     // (in place), is Python's
     const bool resize = !result.sizes().equals(destination.sizes());
-    if (resize && !(out_variant_ && destination.numel() == 0)) {
+    if (resize && !(out_variant_ && resizes_ && destination.numel() == 0)) {
       return to_python(op, stack);
     }
     if (out_variant_) {  // only where out= is of the result's and the governing input's dtype:
@@ -132,6 +132,7 @@ class ThroughTwin final : public c10::OperatorKernel {
   c10::OperatorHandle twin_;
   bool twin_in_target_;
   bool out_variant_;
+  bool resizes_;  // ``resize_`` is the target's or the floor's (else the Python kernel lowers it, or refuses)
   std::shared_ptr<std::atomic<int64_t>> served_;
   PythonCallable fallback_;
   c10::DispatchKey key_;
@@ -142,14 +143,14 @@ class ThroughTwin final : public c10::OperatorKernel {
 // Registers the kernel for ``op`` on dispatch key ``key``; returns its index (for ``take_served``).
 int64_t register_through_twin(const std::string& op_name, const std::string& op_overload,
                               const std::string& twin_name, const std::string& twin_overload,
-                              bool twin_in_target, bool out_variant, const std::string& key_name,
+                              bool twin_in_target, bool out_variant, bool resizes, const std::string& key_name,
                               py::object fallback) {
   const auto key = c10::parseDispatchKey(key_name);
   auto twin = operator_named(twin_name, twin_overload);
   auto served = std::make_shared<std::atomic<int64_t>>(0);
   return add_registration(op_name, op_overload, key,
                           torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ThroughTwin>(
-                              twin, twin_in_target, out_variant, served, std::move(fallback), key)),
+                              twin, twin_in_target, out_variant, resizes, served, std::move(fallback), key)),
                           served);
 }
 
