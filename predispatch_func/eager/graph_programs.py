@@ -45,6 +45,14 @@ def program_of(kernel: TracedKernel, op: tc.OpOverload) -> tuple | None:
     return None if made is _NOT_A_PROGRAM else made
 
 
+def known_programs(kernels: dict[tuple, Any]) -> list[tuple[tuple[int, ...], tuple]]:
+    """(C++ key, program) of each of an op's kernels the C++ replay ran, in this process or in
+    the one that wrote them to disk: what a new registration of the replay starts with."""
+    return [(key, kernel.native) for kernel in list(kernels.values())
+            if isinstance(kernel, TracedKernel) and kernel.native is not None
+            and kernel.native is not _NOT_A_PROGRAM for key in kernel.native_keys]
+
+
 def _read(kernel: TracedKernel, op: tc.OpOverload) -> tuple:
     function = ast.parse(kernel.code).body[0]
     if not isinstance(function, ast.FunctionDef):

@@ -25,7 +25,7 @@ import torch
 
 from .. import _torch_compat as tc
 from . import cache, native_kernels
-from .graph_programs import program_of
+from .graph_programs import known_programs, program_of
 from .keyed_kernels import in_place_with_same_arguments, out_with_same_arguments
 from .mode import EagerMode, Kernels
 from .plans import How
@@ -126,18 +126,24 @@ def native_replay(op: tc.OpOverload, how: How, kernels: Kernels, kernel: Callabl
         return None
     traced_by_signature = kernels.kernels_of(op)
 
-    def in_python(args: tuple, kwargs: dict, want_program: bool) -> tuple[Any, Any]:
+    def in_python(args: tuple, kwargs: dict, native_key: tuple[int, ...] | None) -> tuple[Any, Any]:
+        """The call, and where the C++ replay keyed it (``native_key``), the program it runs
+        for that key from now on (recorded with the kernel, which keeps it on disk)."""
         result = kernel(*args, **kwargs)
         program = None
-        if want_program:
+        if native_key is not None:
             traced = traced_by_signature.get(cache.signature(args, kwargs)[0])
             if isinstance(traced, TracedKernel):
                 program = program_of(traced, op)
+                if program is not None:
+                    traced.native_keys.add(native_key)
         return result, program
 
     schema = tc.schema_of(op)
     native.set_replay_enabled(_replay_enabled[0])
-    return NativeReplay(op, native, native.register_graph_replay(schema.name, schema.overload_name, key, in_python))
+    index = native.register_graph_replay(schema.name, schema.overload_name, key, in_python,
+                                         known_programs(traced_by_signature))
+    return NativeReplay(op, native, index)
 
 
 class NativeKeyOff(NativeKernel):

@@ -24,7 +24,10 @@ The fingerprint covers the target and floor by name and the code that
 decides plans and decompositions (``eager/``, ``opsets/``, ``op_schema.py``,
 ``_torch_compat/``): a change to any starts a new file. Each kernel is kept as its
 source and its compiled code (the file's name carries the Python version), so a
-later process neither traces nor compiles it. A signature is kept
+later process neither traces nor compiles it, and with the program the C++ replay ran
+for it and the replay's keys of those calls (``graph_programs``), so the next process's
+replay serves the op from its first call (a first call through Python, and reading the
+kernel's source back into a program, cost some 3 ms of a small transformer's first step). A signature is kept
 only when it is made of plain values (tensor metadata, numbers, strings,
 dtypes...), which compare equal in another process; one that holds an
 object (a generator) stays in memory only.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import io
 import marshal
 import os
 import pickle
@@ -52,8 +56,9 @@ from .replay import TracedKernel
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 # 2: each kernel's compiled code beside its source; 3: each op's kernels pickled apart; 4: after a
-# header that indexes them (``_write``), read one op at a time
-_FORMAT = 4
+# header that indexes them (``_write``), read one op at a time; 5: with each kernel, its C++ replay's
+# program and the keys it ran it for (``graph_programs``)
+_FORMAT = 5
 _LENGTH = struct.Struct("<Q")  # the header's length, first in the file
 # files kept per torch build, the targets (and code versions) used most recently: at most 64 and
 # 256 MB (the test suite alone uses some 30 targets; a benchmark's file holds 5-9 MB)
@@ -199,8 +204,29 @@ class PersistedKernels:
                     ours += [entry for entry in _unpickled(on_disk[name]) if entry[0] not in known]
                 except Exception:  # noqa: BLE001  (an unreadable entry is dropped)
                     pass
-            merged[name] = pickle.dumps(ours, protocol=pickle.HIGHEST_PROTOCOL)
+            merged[name] = _dumps(ours)
         return merged
+
+
+def _layout_named(name: str) -> torch.layout:
+    """A layout by its attribute name (``strided``). torch pickles a layout as a call of
+    ``torch.serialization._get_layout``, which scans every attribute of ``torch`` on its first
+    call: 1 ms of each process's first step, for the layouts a kernel's signature names."""
+    return getattr(torch, name)
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.layout):
+            return _layout_named, (str(obj).rpartition(".")[2],)
+        return NotImplemented
+
+
+def _dumps(value: Any) -> bytes:
+    """``pickle.dumps``, a layout pickled by name (``_layout_named``)."""
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return buffer.getvalue()
 
 
 def _unpickled(data: bytes) -> Any:
@@ -237,7 +263,7 @@ def _write(path: Path, header: dict[str, Any], tables: dict[str, dict[str, bytes
             index[table][name] = (offset, len(blob))
             blobs.append(blob)
             offset += len(blob)
-    encoded = pickle.dumps({**header, "index": index}, protocol=pickle.HIGHEST_PROTOCOL)
+    encoded = _dumps({**header, "index": index})
     with open(path, "wb") as f:
         f.write(_LENGTH.pack(len(encoded)))
         f.write(encoded)
@@ -298,8 +324,9 @@ def _written(kernel: Any) -> Any:
     that would not survive another process."""
     if kernel is cache.UNCACHEABLE:
         return False
+    program, keys = _native_program(kernel)
     if kernel.saved is not None:  # restored from the file: written back as it was read
-        return kernel.code, kernel.saved[0], kernel.saved[1]
+        return kernel.code, kernel.saved[0], kernel.saved[1], program, keys
     constants: list[tuple[str, Any]] = []
     for value in kernel.constants:
         if isinstance(value, tc.OpOverload):
@@ -312,11 +339,24 @@ def _written(kernel: Any) -> Any:
             except Exception:  # noqa: BLE001  (kept in memory only)
                 return False
             constants.append(("value", value))
-    return kernel.code, constants, marshal.dumps(kernel.compiled())
+    return kernel.code, constants, marshal.dumps(kernel.compiled()), program, keys
+
+
+def _native_program(kernel: TracedKernel) -> tuple[Any, tuple[tuple[int, ...], ...]]:
+    """The kernel's C++ program and the keys the replay ran it for, where it ran (and the program
+    pickles: its constants are the kernel's); else (None, ())."""
+    keys = tuple(sorted(kernel.native_keys))
+    if not keys or not isinstance(kernel.native, tuple):
+        return None, ()
+    try:
+        _dumps(kernel.native)
+    except Exception:  # noqa: BLE001  (the next process learns it again from its first call)
+        return None, ()
+    return kernel.native, keys
 
 
 def _restored(saved: Any) -> TracedKernel | None:
-    if not isinstance(saved, tuple) or len(saved) != 3:
+    if not isinstance(saved, tuple) or len(saved) != 5:
         return None
-    code, constants, compiled = saved
-    return TracedKernel.restored(code, constants, compiled)
+    code, constants, compiled, program, keys = saved
+    return TracedKernel.restored(code, constants, compiled, program, keys)

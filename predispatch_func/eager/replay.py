@@ -36,7 +36,7 @@ class TracedKernel:
     its compiled code as bytes until its first call: a file holds the kernels of every model
     a target has run, most of which a process never calls."""
 
-    __slots__ = ("code", "_constants", "run", "_code_object", "saved", "native")
+    __slots__ = ("code", "_constants", "run", "_code_object", "saved", "native", "native_keys")
 
     def __init__(self, code: str, constants: list[Any] | None, code_object: Any = None):
         self.code, self._constants = code, constants
@@ -44,13 +44,20 @@ class TracedKernel:
         self.saved: tuple[list, bytes] | None = None  # (constants as written, compiled code) until first needed
         self.run: Callable[..., Any] = self._compile_then_run  # replaced by the compiled function on first call
         self.native: Any = None  # its program for the C++ replay, once asked (graph_programs.program_of)
+        # the C++ replay's keys of the calls it ran the program for: kept on disk with the program,
+        # so the next process's replay starts with it (no first call through Python)
+        self.native_keys: set[tuple[int, ...]] = set()
 
     @classmethod
-    def restored(cls, code: str, constants: list[tuple[str, Any]], compiled: bytes) -> TracedKernel:
+    def restored(cls, code: str, constants: list[tuple[str, Any]], compiled: bytes, program: Any = None,
+                 native_keys: tuple[tuple[int, ...], ...] = ()) -> TracedKernel:
         """A kernel as ``persisted_kernels`` wrote it: ``constants`` as ``("op", name)`` or
-        ``("value", value)``, ``compiled`` its code object marshalled."""
+        ``("value", value)``, ``compiled`` its code object marshalled, and its C++ program with the
+        keys the replay ran it for (None and none where it never was)."""
         kernel = cls(code, None)
         kernel.saved = (constants, compiled)
+        if program is not None and native_keys:
+            kernel.native, kernel.native_keys = program, set(native_keys)
         return kernel
 
     @property

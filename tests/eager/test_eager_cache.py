@@ -201,7 +201,7 @@ def test_a_process_writing_keeps_what_another_wrote_since_it_read(tmp_path, monk
 
 
 def test_a_process_reads_the_kernels_of_the_ops_it_calls_and_no_others(tmp_path, monkeypatch):
-    # the file indexes each op's kernels after a header (format 4): a process reads the header,
+    # the file indexes each op's kernels after a header (format 4 on): a process reads the header,
     # then one op's kernels when it first calls the op. Reading the whole file cost 6.6 ms of a
     # small model's first step once it held 4.5 MB (every model and op_db run with the target).
     # One op's kernels spoiled on disk cost only their traces: the others are read as written.
@@ -215,7 +215,7 @@ def test_a_process_reads_the_kernels_of_the_ops_it_calls_and_no_others(tmp_path,
         kernels_for(CORE).persisted.save()
         path = kernels_for(CORE).persisted.path()
         opened = persisted_kernels._OpenFile.of(path)  # noqa: SLF001
-        assert opened is not None and opened.header["format"] == 4
+        assert opened is not None and opened.header["format"] == persisted_kernels._FORMAT  # noqa: SLF001
         offset, length = opened.header["index"]["kernels"]["aten::logit"]
         base = path.stat().st_size - sum(n for _, n in (w for t in opened.header["index"].values() for w in t.values()))
         opened.close()

@@ -238,3 +238,35 @@ def test_op_db_samples_served_in_cpp_equal_the_python_replay(info):
 @pytest.mark.parametrize("info", list(_op_db_cases(None)))
 def test_every_op_db_sample_served_in_cpp_equals_the_python_replay(info):
     _op_db_check(info)
+
+
+def test_the_next_process_replays_in_cpp_from_its_first_call(tmp_path, monkeypatch):
+    """A program the C++ replay learned is kept on disk with its key (``persisted_kernels``,
+    format 5): the next process's replay starts with it, so even the op's first call makes no
+    trip into Python (the first call of each decomposed op was a Python replay, plus reading its
+    source back into a program: some 3 ms of a small transformer's first step)."""
+    from predispatch_func.eager import mode, session_key
+    from predispatch_func.eager.mode import kernels_for
+
+    def fresh_process():
+        session_key.release()
+        mode._kernels_for.cache_clear()  # noqa: SLF001
+
+    monkeypatch.setenv("PREDISPATCH_FUNC_CACHE", str(tmp_path))
+    x = torch.randn(3, 4)
+    call = lambda: torch.logit(x.sigmoid(), 1e-3)  # noqa: E731
+    fresh_process()
+    try:
+        with pf.eager.on(CORE) as first:
+            expected = call()  # traced in Python; the C++ replay learns its program on the next call
+            call()
+        assert first.stats.served_in_cpp[aten.logit.default] == 1
+        kernels_for(CORE).persisted.save()
+        fresh_process()
+        with pf.eager.on(CORE) as second:
+            got = call()
+        assert second.stats.served_in_cpp[aten.logit.default] == 1  # its program came from disk
+        assert len(second.stats.cache_misses) == 0
+        assert torch.equal(got, expected)
+    finally:
+        fresh_process()

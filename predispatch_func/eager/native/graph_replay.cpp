@@ -8,7 +8,8 @@
 // signature: the traced kernel's op calls, each through the dispatcher with the session's key
 // off, as the Python replay makes them. A signature it has no program for goes to the Python
 // kernel, which traces or replays it as before and answers the program for the call's signature
-// (eager/graph_programs.py); so does any call it cannot key (a wrapped number, which the Python
+// (eager/graph_programs.py; the programs and their keys are kept on disk with the kernels, so
+// the replay of a later process starts with them); so does any call it cannot key (a wrapped number, which the Python
 // kernel turns into a tensor of the dtype eager computes it in; a tensor subclass; a generator).
 #include "registry.h"
 
@@ -17,6 +18,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/bit_cast.h>
 #include <ATen/core/stack.h>
+#include <pybind11/stl.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -279,6 +281,12 @@ class GraphReplay final : public c10::OperatorKernel {
   GraphReplay(std::shared_ptr<std::atomic<int64_t>> served, py::object fallback, c10::DispatchKey key)
       : served_(std::move(served)), fallback_(std::move(fallback)), key_(key) {}
 
+  // A program known before any call (learned by an earlier process, kept on disk with its key).
+  void know(std::vector<int64_t> key, std::shared_ptr<const Program> program) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    programs_.emplace(std::move(key), std::move(program));
+  }
+
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
@@ -359,7 +367,13 @@ class GraphReplay final : public c10::OperatorKernel {
     py::gil_scoped_acquire gil;
     // the arguments as torch hands them to a Python kernel (a dtype as torch.dtype, not its number)
     auto [args, kwargs] = python_arguments(op.schema(), *stack);
-    py::tuple answer = fallback_(args, kwargs, key != nullptr);
+    py::object described_key = py::none();
+    if (key != nullptr) {
+      py::tuple items(key->size());
+      for (size_t i = 0; i < key->size(); ++i) items[i] = py::int_((*key)[i]);
+      described_key = std::move(items);
+    }
+    py::tuple answer = fallback_(args, kwargs, described_key);
     torch::jit::drop(*stack, n);
     push_python_result(op.schema(), *stack, answer[0]);
     if (key != nullptr && !answer[1].is_none()) {
@@ -384,13 +398,21 @@ class GraphReplay final : public c10::OperatorKernel {
 }  // namespace
 
 int64_t register_graph_replay(const std::string& op_name, const std::string& op_overload,
-                              const std::string& key_name, py::object fallback) {
+                              const std::string& key_name, py::object fallback, const py::list& known) {
   const auto key = c10::parseDispatchKey(key_name);
   auto served = std::make_shared<std::atomic<int64_t>>(0);
-  return add_registration(
-      op_name, op_overload, key,
-      torch::CppFunction::makeFromBoxedFunctor(std::make_unique<GraphReplay>(served, std::move(fallback), key)),
-      served);
+  auto replay = std::make_unique<GraphReplay>(served, std::move(fallback), key);
+  const auto& schema = operator_named(op_name, op_overload).schema();
+  for (const auto& item : known) {  // (key, program): a program this kernel cannot run stays Python's
+    const auto pair = item.cast<py::tuple>();
+    try {
+      replay->know(pair[0].cast<std::vector<int64_t>>(), program_of(pair[1], schema));
+    } catch (const std::exception&) {
+      continue;
+    }
+  }
+  return add_registration(op_name, op_overload, key, torch::CppFunction::makeFromBoxedFunctor(std::move(replay)),
+                          served);
 }
 
 void set_replay_enabled(bool enabled) { replay_enabled.store(enabled, std::memory_order_relaxed); }

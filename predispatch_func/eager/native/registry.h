@@ -78,8 +78,9 @@ int64_t register_through_twin(const std::string& op_name, const std::string& op_
                               bool twin_in_target, bool out_variant, bool resizes, const std::string& key_name,
                               pybind11::object fallback);
 
+// ``known``: (key, program) pairs the replay starts with (learned by an earlier process).
 int64_t register_graph_replay(const std::string& op_name, const std::string& op_overload,
-                              const std::string& key_name, pybind11::object fallback);
+                              const std::string& key_name, pybind11::object fallback, const pybind11::list& known);
 
 // An op of the target whose inner calls are the backend's: run again with ``key_name`` excluded.
 int64_t register_with_key_off(const std::string& op_name, const std::string& op_overload,
