@@ -39,8 +39,9 @@ def devices_taking_math(target_op_names: frozenset[str]) -> frozenset[str]:
     """The device types whose fused attention kernels are all outside ``target_op_names``
     (overload names such as ``aten::_scaled_dot_product_flash_attention_for_cpu``); none where
     the target holds sdpa itself (the backend then answers the choice)."""
+    packets = {name.partition(".")[0] for name in target_op_names}  # an op of any overload
     def outside(name: str) -> bool:
-        return not any(op == name or op.startswith(name + ".") for op in target_op_names)
+        return name not in packets
     if not outside("aten::scaled_dot_product_attention"):
         return frozenset()
     return frozenset(device for device, kernels in FUSED_KERNELS.items() if all(map(outside, kernels)))

@@ -278,3 +278,17 @@ def test_sdpa_refused_by_torch_in_a_session_leaves_the_switches_as_they_were(att
     assert str(session_error.value).splitlines()[0] == str(eager_error.value).splitlines()[0]
     assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
     assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_a_device_takes_sdpas_math_path_where_the_target_has_none_of_its_fused_kernels():
+    from predispatch_func.eager import attention_path
+
+    core = frozenset(op.name() for op in CORE)
+    assert attention_path.devices_taking_math(core) == {"cpu", "cuda"}
+    assert attention_path.devices_taking_math(core | {"aten::_scaled_dot_product_flash_attention_for_cpu"}) == {"cuda"}
+    assert attention_path.devices_taking_math(core | {"aten::_scaled_dot_product_efficient_attention"}) == {"cpu"}
+    assert attention_path.devices_taking_math(core | {"aten::_efficient_attention_forward.overload"}) == {"cpu"}
+    assert attention_path.devices_taking_math(core | {"aten::scaled_dot_product_attention"}) == frozenset()
+    # a name that only starts like a fused kernel's is another op
+    assert attention_path.devices_taking_math(core | {"aten::_scaled_dot_product_flash_attention_for_cpu_x"}) \
+        == {"cpu", "cuda"}
