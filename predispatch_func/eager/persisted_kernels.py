@@ -22,7 +22,8 @@ alone some 0.2 ms.
 
 The fingerprint covers the target and floor by name and the code that
 decides plans and decompositions (``eager/``, ``opsets/``, ``op_schema.py``,
-``_torch_compat/``): a change to any starts a new file. Each kernel is kept as its
+``_torch_compat/``) and the C++ replay's sources (``eager/native/``, whose keys
+the file keeps): a change to any starts a new file. Each kernel is kept as its
 source and its compiled code (the file's name carries the Python version), so a
 later process neither traces nor compiles it, and with the program the C++ replay ran
 for it and the replay's keys of those calls (``graph_programs``), so the next process's
@@ -74,6 +75,9 @@ def _code() -> list[str]:
             found += [os.path.join(root, name) for name in files if name.endswith(".py")]
             if not recursive:
                 folders.clear()
+    # the C++ replay's sources: the file keeps its programs under the keys it computes
+    native = os.path.join(_PACKAGE, "eager", "native")
+    found += [os.path.join(native, name) for name in os.listdir(native) if name.endswith((".cpp", ".h"))]
     return sorted(found)
 
 

@@ -148,7 +148,9 @@ def test_a_changed_file_is_a_new_cache(tmp_path, monkeypatch):
     files = original()  # the code the kernels depend on: eager/, opsets/ (nested too), _torch_compat/
     assert any(os.sep + os.path.join("opsets", "decompositions") + os.sep in f for f in files)
     assert any(f.endswith(os.path.join("eager", "keyed_kernels.py")) for f in files)
-    assert all(f.endswith(".py") for f in files) and len(set(files)) == len(files)
+    # and the C++ replay's sources, whose keys the file keeps with each program
+    assert any(f.endswith(os.path.join("eager", "native", "graph_replay.cpp")) for f in files)
+    assert all(f.endswith((".py", ".cpp", ".h")) for f in files) and len(set(files)) == len(files)
     monkeypatch.setattr(persisted_kernels, "_code", lambda: [*original(), source])
     before = persisted_kernels.fingerprint(names)
     assert before != _fingerprint_of(names, original)  # a file more
