@@ -215,3 +215,36 @@ def test_zero_gradients_stay_tensors():
     ep = pf.export_joint(model, args, loss_fn=_loss, target=CORE)
     report = pf.verify_joint(ep, model, args, loss_fn=_loss, calls=2, target=CORE)
     assert report.ok, report.problems
+
+
+def _safe_softmax_inputs():
+    inf, nan = float("inf"), float("nan")
+    rows = torch.tensor([[0.5, -1.0, 2.0, 0.0], [-inf, -inf, -inf, -inf], [nan, -inf, -inf, -inf],
+                         [inf, -inf, 1.0, 0.0], [-inf, 3.0, -inf, -inf]], dtype=torch.float64)
+    return [
+        (rows, -1, None), (rows.t().contiguous(), 0, None), (rows.reshape(1, 5, 4), 2, None),
+        (rows.to(torch.float16), -1, torch.float32), (rows.to(torch.float32), 1, torch.float64),
+        (torch.randn(3, 0, 2, dtype=torch.float64), 1, None), (torch.randn(3, 0, dtype=torch.float64), 0, None),
+        (torch.tensor(-inf, dtype=torch.float64), 0, None), (torch.tensor(0.25, dtype=torch.float64), -1, None),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_safe_softmax_inputs())))
+def test_safe_softmax_decomposition_gives_eagers_values_and_gradients(case):
+    """Our ``_safe_softmax`` finds a fully masked row by its maximum (``-inf``) where torch's
+    compares every element: the same rows, NaN rows included (their maximum is NaN, as their
+    ``all(x == -inf)`` is false), an empty row, a 0-dim input, another result dtype."""
+    from predispatch_func.opsets.decompositions.singular_points import safe_softmax
+
+    x, dim, dtype = _safe_softmax_inputs()[case]
+    expected = torch.ops.aten._safe_softmax.default(x, dim, dtype)
+    got = safe_softmax(x, dim, dtype)
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    if x.dtype == torch.float64 and x.numel():
+        weights = torch.linspace(0.5, 1.5, expected.numel(), dtype=expected.dtype).reshape(expected.shape)
+        grads = []
+        for fn in (lambda t: torch.ops.aten._safe_softmax.default(t, dim, dtype), lambda t: safe_softmax(t, dim, dtype)):
+            leaf = x.clone().requires_grad_()
+            (fn(leaf).nan_to_num(0.0) * weights).sum().backward()
+            grads.append(leaf.grad)
+        torch.testing.assert_close(grads[1], grads[0], equal_nan=True)

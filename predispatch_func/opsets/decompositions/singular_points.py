@@ -76,11 +76,18 @@ def vector_norm(x: torch.Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = 
 
 def safe_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``softmax``, 0 over a row whose every element is ``-inf``; the softmax itself runs over a
-    row of zeros there, so its backward sees finite values and the row's gradient is 0."""
-    masked_rows = (x == float("-inf")).all(dim, keepdim=True)
-    finite = torch.where(masked_rows, torch.zeros_like(x), x)
+    row of zeros there, so its backward sees finite values and the row's gradient is 0.
+
+    A row is fully masked where its maximum is ``-inf`` (a NaN in it makes the maximum NaN, as
+    it makes ``all(x == -inf)`` false), found on ``x`` detached: one reduction and a comparison
+    of its rows instead of a comparison of every score, ``all`` (``any`` between two negations in
+    Core ATen) and their autograd records; the zeros selected are one 0-dim tensor, broadcast."""
+    if x.dim() > 0 and x.shape[dim] == 0:  # nothing to mask (and no maximum of an empty row)
+        return torch.softmax(x, dim, dtype=dtype)
+    masked_rows = torch.amax(x.detach(), dim, keepdim=True) == float("-inf")
+    finite = torch.where(masked_rows, torch.zeros((), dtype=x.dtype, device=x.device), x)
     out = torch.softmax(finite, dim, dtype=dtype)
-    return torch.where(masked_rows, torch.zeros_like(out), out)
+    return torch.where(masked_rows, torch.zeros((), dtype=out.dtype, device=out.device), out)
 
 
 def log_ndtr(x: torch.Tensor) -> torch.Tensor:
