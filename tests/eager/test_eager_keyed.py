@@ -251,3 +251,28 @@ def test_tensor_wrapped_first_thing_in_a_fresh_session(wrap):
         out = module(wrapped)
     assert type(wrapped) is not torch.Tensor
     torch.testing.assert_close(out, torch.nn.functional.linear(weight, module.weight, module.bias))
+
+
+def test_without_the_cpp_kernels_the_python_fallback_and_kernels_give_the_same(monkeypatch):
+    """Where the C++ kernels cannot be built (no compiler, ``PREDISPATCH_FUNC_NATIVE=0``), the key's
+    fallback and every kernel on it are Python (``_Registered._first_meeting``): the same values,
+    and each op given what it gets with the C++ kernels."""
+    from predispatch_func.eager import native_kernels
+
+    session_key.release()
+    monkeypatch.setattr(native_kernels, "_loaded", [None])  # as a machine without a compiler
+    try:
+        x = torch.randn(5, 4)
+        for program in _programs():
+            expected = program(x)
+            with pf.eager.on(CORE) as session:
+                got = program(x)
+            assert session.keyed, program.__name__
+            torch.testing.assert_close(got, expected, msg=program.__name__)
+        registered = session_key._registered  # noqa: SLF001
+        assert registered is not None and not registered.native and registered._meeting_in_cpp is None  # noqa: SLF001
+        through = session_key.THROUGH if tc.PYTHON_FALLBACK_ON_SPARE_KEY else None
+        assert session_key.kind_of("aten::logit") == "DECOMPOSE"
+        assert session_key.kind_of("aten::add.Tensor") == through
+    finally:
+        session_key.release()  # the Python kernels go before the C++ module is back
