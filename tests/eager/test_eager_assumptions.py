@@ -15,6 +15,7 @@
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import predispatch_func as pf
@@ -331,3 +332,45 @@ def test_sdpas_composite_kernel_is_cpp_only():
     sdpa = torch.ops.aten.scaled_dot_product_attention.default
     assert torch._C.DispatchKey.CompositeImplicitAutograd not in sdpa.py_kernels
     assert torch._C._dispatch_has_kernel_for_dispatch_key(sdpa.name(), "CompositeImplicitAutograd")
+
+
+# in-place ops that change self's shape by what they are (views, metadata, resizing)
+_RESHAPING_IN_PLACE = frozenset({"as_strided", "resize_", "squeeze", "t", "transpose", "unsqueeze"})
+
+
+@pytest.mark.deep
+def test_the_in_place_ops_whose_eager_kernel_grows_self_are_the_ones_named():
+    """``mode.GROWS_SELF``: an in-place op through its twin whose result does not fit ``self`` is
+    refused (eager's TensorIterator check), except where eager's kernel grows ``self``
+    (``addbmm_``: its out= form writing into self). Every in-place op_db variant run in eager on
+    its samples: those that grow ``self`` are the named ones and the ops that reshape by what they
+    are. A torch release growing another (or no longer ``addbmm_``) fails here."""
+    import warnings
+
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from predispatch_func.eager.mode import GROWS_SELF
+
+    grows = set()
+    for info in op_db:
+        if info.inplace_variant is None or info.name in _RESHAPING_IN_PLACE:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                samples = list(info.sample_inputs("cpu", torch.float64))
+            except Exception:  # noqa: BLE001, S112  (an OpInfo without float64 samples)
+                continue
+            for sample in samples[:12]:
+                if not isinstance(sample.input, torch.Tensor):
+                    continue
+                x = sample.input.clone()
+                shape = x.shape
+                try:
+                    info.inplace_variant(x, *sample.args, **sample.kwargs)
+                except Exception:  # noqa: BLE001, S112  (eager refuses it: so does the session)
+                    continue
+                if x.shape != shape:
+                    grows.add(f"aten::{info.name}_")
+                    break
+    assert grows == set(GROWS_SELF)

@@ -324,3 +324,22 @@ def test_ops_without_a_kernel_of_ours_are_met_in_cpp(monkeypatch):
     assert {"aten::mm", "aten::add.Tensor", "aten::logit"} <= set(session_key.registered_ops())
     session_key.release()
     assert not session_key.registered_ops()  # the fallthroughs given in C++ went with the rest
+
+
+@pytest.mark.parametrize("observe", [False, True], ids=["keyed", "observed"])
+def test_addbmm_in_place_grows_self_as_eager_does(observe):
+    """``addbmm_`` is eager's out= form writing into ``self``, which it resizes: a ``self`` of one
+    element takes the result's shape (the session refused it as a broadcast that does not fit;
+    found by rerunning scripts/eager_coverage.py). Every other in-place op refuses it as before."""
+    b1, b2 = torch.randn(5, 5, 5, dtype=torch.float64), torch.randn(5, 5, 10, dtype=torch.float64)
+    for self_shape in [(1,), (), (5, 10)]:
+        start = torch.linspace(-1, 1, int(torch.Size(self_shape).numel()), dtype=torch.float64).reshape(self_shape)
+        expected = start.clone().addbmm_(b1, b2, beta=0.6, alpha=0.2)
+        with pf.eager.on(CORE, observe=observe):
+            got = start.clone()
+            returned = got.addbmm_(b1, b2, beta=0.6, alpha=0.2)
+        assert returned is got and got.shape == expected.shape
+        torch.testing.assert_close(got, expected)
+    with pf.eager.on(CORE, observe=observe):
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            torch.ones(3).add_(torch.ones(2, 3))
