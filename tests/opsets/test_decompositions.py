@@ -37,6 +37,7 @@ SAMPLES = 6  # per op and dtype under -m conformance; the default suite takes th
 # op -> the OpInfos (name, variant) whose samples reach it
 CASES: dict[str, list[tuple[str, str]]] = {
     "aten.exp2.default": [("exp2", "")],
+    "aten.native_batch_norm_backward.default": [("nn.functional.batch_norm", ""), ("native_batch_norm", "")],
     "aten.fmax.default": [("fmax", "")],
     "aten.fmin.default": [("fmin", "")],
     "aten.hypot.default": [("hypot", "")],
@@ -279,6 +280,8 @@ BY_HAND = {"aten.scatter.value_reduce", "aten.rrelu_with_noise_.default", "aten.
 # prims' uniform, outside Core ATen (ours: rand, drawing eager's numbers)
 REPLACED = {"aten.adaptive_max_pool2d.default", "aten._batch_norm_with_update_functional.default",
             "aten.uniform.default",
+            # torch's values in fewer ops (normalization.py)
+            "aten.native_batch_norm_backward.default",
             # torch's gradients above autograd are NaN where eager's are not (singular_points.py)
             "aten.linalg_vector_norm.default", "aten._safe_softmax.default", "aten.special_log_ndtr.default",
             "aten.sinc.default", "aten.special_sinc.default", "aten.xlogy.Tensor", "aten.xlogy.Scalar_Self",

@@ -37,6 +37,8 @@ and float32 (``tests/opsets/test_decompositions.py``). One module a family:
 * ``linalg``: triangular solves, LU and what it gives (solve, inverse, determinant), Cholesky, Householder QR
   in LAPACK's form (``geqrf``, ``linalg_qr``) and products of its reflectors (``householder_product``, ``ormqr``);
 * ``ldl``: LAPACK's symmetric indefinite factorization (Bunch-Kaufman pivoting) and its solve;
+* ``normalization``: batch norm's backward, torch's decomposition's values in fewer ops (each step of a
+  conv net calls it once a layer);
 * ``attention``: CPU flash attention and its backward (torch's returns the weights for the logsumexp);
 * ``singular_points``: ops torch decomposes itself, but whose gradient above autograd is NaN where
   eager's formula gives a value (a zero norm, a fully masked softmax row, ``log_ndtr``'s other branch);
@@ -64,6 +66,7 @@ from . import (
     ldl,
     linalg,
     losses,
+    normalization,
     polynomials,
     pooling,
     products,
@@ -101,6 +104,7 @@ TABLE: dict[Any, Callable] = {
     **sampling.DECOMPOSITIONS,
     **singular_points.DECOMPOSITIONS,
     **attention.DECOMPOSITIONS,
+    **normalization.DECOMPOSITIONS,
 }
 
 # ops whose decomposition reads tensor data for a size or a Python value (``.item()``): pf.eager runs
