@@ -127,6 +127,9 @@ def around_the_tracer(ambient: AmbientModes, fake_mode: Any) -> Manager:
               "of a PreDispatch mode is not needed", tc.pre_dispatch_pushes_without_uncache),
         Entry("lazy graph modules", "speed: graph modules made while tracing generate code on first use",
               tc.lazy_graph_modules),
+        Entry("stack capture only under a recordable frame", "speed: a node made with no frame fx's stack "
+              "filter keeps on the stack skips fx's capture of the whole stack, whose filtered result is empty",
+              tc.stack_capture_only_under_a_recordable_frame),
         Entry("static tensor metadata", "speed: tensor_meta of dense int-sized tensors from ints",
               lambda: tc.tensor_metadata_recorded_through(tc.static_tensor_metadata)),
         Entry("op calls recorded directly", "speed: the common op call recorded without proxy_call; "

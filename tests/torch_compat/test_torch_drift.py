@@ -1066,3 +1066,80 @@ def test_memory_is_torchs_only_where_the_data_pointer_reads():
     with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
         fake = mode.from_tensor(plain)
     assert not tc.memory_is_torchs(fake)
+
+
+# --- stack capture only under a recordable frame ------------------------------------------------
+
+
+def _captured_both_ways(build, export=pf.export) -> tuple[list, int]:
+    """The program ``export(*build())`` records with ``stack_capture_only_under_a_recordable_frame``
+    and with fx capturing every node's stack (first, and dropped: it fills the process's caches,
+    as above), described node by node; and how many captures the patch skipped."""
+    from predispatch_func._torch_compat import patches
+    from predispatch_func.errors import ExportError
+
+    skipped = [0]
+    looks = patches._a_recordable_frame_on_the_stack
+
+    def counted(frame, anchors):
+        found = looks(frame, anchors)
+        skipped[0] += not found
+        return found
+    programs = []
+    for variant in (contextlib.nullcontext, tc.stack_capture_only_under_a_recordable_frame, contextlib.nullcontext):
+        with unittest.mock.patch.object(tc, "stack_capture_only_under_a_recordable_frame", variant), \
+                unittest.mock.patch.object(patches, "_a_recordable_frame_on_the_stack", counted):
+            try:
+                programs.append(_described_nodes(export(*build())))
+            except ExportError as exc:
+                programs.append(f"refused: {exc}")
+    return programs[1:], skipped[0]
+
+
+def test_every_program_records_the_stack_traces_fxs_full_capture_records():
+    """Skipping fx's capture where no frame its filter keeps is on the stack changes no node's
+    metadata (stack traces above all), in the forward programs and their bodies."""
+    compared = skipped = 0
+    for name, build in _value_programs():
+        programs, skips = _captured_both_ways(build)
+        assert programs[0] == programs[1], name
+        compared += not isinstance(programs[0], str)
+        skipped += skips
+    assert compared >= 80
+    assert skipped >= 5 * compared, skipped  # the placeholders and outputs of each graph at least
+
+
+@pytest.mark.parametrize("name", ["small_cnn", *(pytest.param(n, marks=pytest.mark.deep) for n in ("bert", "t5"))])
+def test_corpus_and_joint_programs_record_the_stack_traces_fxs_full_capture_records(name):
+    from tests.models import corpus
+
+    for export in (pf.export, lambda m, a, k: pf.export_joint(m, a, k, loss_fn=lambda out: _a_loss(out))):
+        programs, skipped = _captured_both_ways(lambda: corpus.build(name, train=True), export=export)
+        assert not isinstance(programs[0], str), programs[0]
+        assert programs[0] == programs[1], name
+        assert skipped >= 5, skipped
+
+
+def _a_loss(out):
+    leaves = [t for t in tc.pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return sum(t.float().pow(2).mean() for t in leaves)
+
+
+def test_fxs_stack_filter_keeps_nothing_without_a_forward_frame():
+    """The assumption the patch rests on: fx's tracer records a stack trace for a node made under a
+    ``forward`` frame and none for one made with no frame its filter keeps; the patch skips only
+    the capture of the second."""
+    calls = []
+
+    def made_here(tracer):
+        return tracer.create_node("call_function", torch.add, (1, 2), {})
+
+    def forward(tracer):
+        return made_here(tracer)
+
+    for patched in (False, True):
+        tracer = torch.fx.proxy.GraphAppendingTracer(torch.fx.Graph())
+        tracer.record_stack_traces = True
+        with tc.stack_capture_only_under_a_recordable_frame() if patched else contextlib.nullcontext():
+            calls.append((bool(made_here(tracer).stack_trace), bool(forward(tracer).stack_trace)))
+    assert calls == [(False, True), (False, True)], calls
