@@ -504,9 +504,15 @@ def stack_capture_only_under_a_recordable_frame() -> Iterator[None]:
     original = TracerBase.create_node
     anchors = reimplemented.stack_trace_anchors()
 
+    import torch.fx.traceback as fx_traceback
+
+    def meta_gives_one() -> bool:  # fx then copies the current meta's stack_trace and captures nothing
+        return fx_traceback.has_preserved_node_meta() and bool(fx_traceback.get_current_meta().get("stack_trace"))
+
     @functools.wraps(original)
     def create_node(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not self.record_stack_traces or _a_recordable_frame_on_the_stack(sys._getframe(1), anchors):  # noqa: SLF001
+        if not self.record_stack_traces or meta_gives_one() \
+                or _a_recordable_frame_on_the_stack(sys._getframe(1), anchors):  # noqa: SLF001
             return original(self, *args, **kwargs)
         self.record_stack_traces = False
         try:
