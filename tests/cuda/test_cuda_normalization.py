@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch._decomp import decomposition_table
 
-import predispatch_func as pf
 from predispatch_func.opsets.decompositions import normalization
+from tests.opsets.test_normalization import trains_as_eager
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -35,21 +35,6 @@ def test_values_are_torchs_decomposition_bit_for_bit(dtype, train, channels_last
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_a_batch_norm_trains_in_a_session_as_in_eager(memory_format):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).cuda()
-    x = torch.randn(4, 3, 12, 12, device="cuda").contiguous(memory_format=memory_format)
-
-    def grads():
-        model.zero_grad(set_to_none=True)
-        model(x).square().mean().backward()
-        return [p.grad.clone() for p in model.parameters()]
-
-    expected = grads()
-    session = pf.eager.on(pf.OpSet.core_aten())
-    with session:
-        got = grads()
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     # on CUDA eager's batch norm may be cuDNN's: torch's decomposition of its backward calls ours
-    lowered = {str(op) for op in session.stats.decomposed}
-    assert lowered & {"aten.native_batch_norm_backward.default", "aten.cudnn_batch_norm_backward.default"}, lowered
+    trains_as_eager("cuda", memory_format, {"aten.native_batch_norm_backward.default",
+                                            "aten.cudnn_batch_norm_backward.default"}, atol=1e-5)

@@ -81,13 +81,13 @@ def test_both_lowerings_pick_it():
     assert lowering.core_decompositions()[OP] is normalization.native_batch_norm_backward
 
 
-@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
-def test_a_batch_norm_trains_in_a_session_as_in_eager(memory_format):
-    """Through pf.eager.on(core_aten): the gradients of a conv + batch norm + relu step are eager's,
-    to float32's rounding of another summation order, and the session lowered the backward."""
+def trains_as_eager(device: str, memory_format, lowered: set[str], atol: float) -> None:
+    """A conv + batch norm + relu step through pf.eager.on(core_aten) on ``device``: the gradients
+    are eager's, to float32's rounding of another summation order, and the session lowered one of
+    ``lowered`` (the batch norm backward eager's kernel choice reaches)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
-    x = torch.randn(2, 3, 8, 8).contiguous(memory_format=memory_format)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).to(device)
+    x = torch.randn(4, 3, 12, 12, device=device).contiguous(memory_format=memory_format)
 
     def grads():
         model.zero_grad(set_to_none=True)
@@ -99,5 +99,11 @@ def test_a_batch_norm_trains_in_a_session_as_in_eager(memory_format):
     with session:
         got = grads()
     for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-    assert "aten.native_batch_norm_backward.default" in {str(op) for op in session.stats.decomposed}
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=atol)
+    decomposed = {str(op) for op in session.stats.decomposed}
+    assert decomposed & lowered, decomposed
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_a_batch_norm_trains_in_a_session_as_in_eager(memory_format):
+    trains_as_eager("cpu", memory_format, {"aten.native_batch_norm_backward.default"}, atol=1e-6)
