@@ -25,6 +25,7 @@ from .reexports import (
     disable_proxy_modes_tracing,
     fsdp_forward_hook_handles,
     fsdp_units,
+    stack_trace_anchors,
     written_arguments,
     written_values,
 )
@@ -499,10 +500,8 @@ def stack_capture_only_under_a_recordable_frame() -> Iterator[None]:
     node made under one is captured by fx as before, so every stack_trace is fx's."""
     from torch.fx.proxy import TracerBase
 
-    from . import reimplemented  # imports this module: not at its top
-
     original = TracerBase.create_node
-    anchors = reimplemented.stack_trace_anchors()
+    anchors = stack_trace_anchors()
 
     import torch.fx.traceback as fx_traceback
 

@@ -104,6 +104,7 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "function_has_setup_context",
     "current_proxy_tracer",
     "torch_function_modes_off",
+    "stack_trace_anchors",
     "autocast_state",
     "all_higher_order_ops",
     "active_functional_mode",
@@ -701,6 +702,16 @@ def current_proxy_tracer() -> Any:
 def autocast_state() -> dict[str, tuple[bool, Any]]:
     """Autocast's thread-local state, per device: (enabled, dtype)."""
     return {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
+
+
+def stack_trace_anchors() -> set[tuple[str, str]]:
+    """What fx's tracer keeps of a stack besides ``forward`` frames when only those are
+    recorded: the (filename, function) anchors torch registered (the live set: torch adds
+    to it as it goes). Frames of :func:`uninteresting_stack_files` are dropped after.
+    torch before 2.13 has no anchors (``fx.proxy._STACK_TRACE_ANCHORS`` is absent): an empty set."""
+    import torch.fx.proxy as fx_proxy
+
+    return getattr(fx_proxy, "_STACK_TRACE_ANCHORS", set())
 
 
 def all_higher_order_ops() -> list[Any]:

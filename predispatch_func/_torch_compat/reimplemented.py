@@ -7,7 +7,7 @@ FunctionalTensorMode's dispatch on the edge-case catalogue,
 ``functionalize_inplace_through_twin`` likewise (catalogue cases of in-place ops with
 Python Meta kernels), ``torch_export_keeps`` against ``aot_export_module(pre_dispatch=True)``'s
 graphs, the node recorders against the graphs torch's tracer records,
-``stack_trace_anchors``, ``uninteresting_stack_files`` and ``fake_with_dynamic_dims`` against torch.export's
+``uninteresting_stack_files`` (beside the re-exported ``stack_trace_anchors``) and ``fake_with_dynamic_dims`` against torch.export's
 stack traces and runtime shape checks, ``fake_of_plain_state`` against ``FakeTensorMode.from_tensor``, ``static_tensor_metadata`` against
 ``torch.fx.passes.shape_prop._extract_tensor_metadata``, ``record_op_call`` against fx's ``proxy_call``.
 """
@@ -191,16 +191,6 @@ def _functional_wrappers(value: Any, mode: FunctionalTensorMode, wrapped: list[b
         items = [_functional_wrappers(v, mode, wrapped) for v in value]
         return items if type(value) is list else tuple(items) if type(value) is tuple else type(value)(items)
     return value
-
-
-def stack_trace_anchors() -> set[tuple[str, str]]:
-    """What fx's tracer keeps of a stack besides ``forward`` frames when only those are
-    recorded: the (filename, function) anchors torch registered (the live set: torch adds
-    to it as it goes). Frames of :func:`uninteresting_stack_files` are dropped after.
-    torch before 2.13 has no anchors (``fx.proxy._STACK_TRACE_ANCHORS`` is absent): an empty set."""
-    import torch.fx.proxy as fx_proxy
-
-    return getattr(fx_proxy, "_STACK_TRACE_ANCHORS", set())
 
 
 # the modules whose files torch's ``uninteresting_files`` names (torch/fx/experimental/symbolic_shapes.py
@@ -652,7 +642,6 @@ __all__ = [
     "functionalize_kept_op",
     "is_unary_inplace_with_python_meta",
     "functionalize_inplace_through_twin",
-    "stack_trace_anchors",
     "uninteresting_stack_files",
     "torchs_uninteresting_stack_files",
     "fake_with_dynamic_dims",

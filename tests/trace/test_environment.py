@@ -21,7 +21,7 @@ LAYERS = {
     "tracer": ["caller's modes neutral", "autocast nesting", "exporting", "rnn decompositions as eager",
                "rnn weights left unflattened", "HOP partitioner quiet",
                "pre-dispatch pushes without uncache", "lazy graph modules",
-               "static tensor metadata", "op calls recorded directly", "node values unsnapshotted", "fake mode"],
+               "stack capture only under a recordable frame", "static tensor metadata", "op calls recorded directly", "node values unsnapshotted", "fake mode"],
     "traced function": ["functional mode", "grad on", "caller's autocast cache", "torch HOP rules",
                         "autograd Functions traced", "inference mode as grad mode", "compiled modules run eagerly",
                         "torch HOP limits refused", "HOP capture static", "func transforms below autograd",
