@@ -1096,6 +1096,7 @@ def _captured_both_ways(build, export=pf.export) -> tuple[list, int]:
     return programs[1:], skipped[0]
 
 
+@pytest.mark.deep  # three exports of every catalogue program: the default suite keeps small_cnn's below
 def test_every_program_records_the_stack_traces_fxs_full_capture_records():
     """Skipping fx's capture where no frame its filter keeps is on the stack changes no node's
     metadata (stack traces above all), in the forward programs and their bodies."""
