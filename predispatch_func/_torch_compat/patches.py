@@ -497,7 +497,8 @@ def stack_capture_only_under_a_recordable_frame() -> Iterator[None]:
     placeholders and output, whose trace make_fx deletes anyway; grad-mode markers of a body's
     entry; nodes our passes add) got nothing from it: 20-50 captures an export, 2-5 ms. Here
     such a node skips the capture, after a walk of the live frames (a few us) finds none; a
-    node made under one is captured by fx as before, so every stack_trace is fx's."""
+    node made under one is captured by fx as before, so every stack_trace is fx's. A tracer with a
+    filter of its own is left alone."""
     from torch.fx.proxy import TracerBase
 
     original = TracerBase.create_node
@@ -508,9 +509,12 @@ def stack_capture_only_under_a_recordable_frame() -> Iterator[None]:
     def meta_gives_one() -> bool:  # fx then copies the current meta's stack_trace and captures nothing
         return fx_traceback.has_preserved_node_meta() and bool(fx_traceback.get_current_meta().get("stack_trace"))
 
+    filter_frames = TracerBase._filter_traceback_frames  # the filter the walk restates
+
     @functools.wraps(original)
     def create_node(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not self.record_stack_traces or meta_gives_one() \
+                or type(self)._filter_traceback_frames is not filter_frames \
                 or _a_recordable_frame_on_the_stack(sys._getframe(1), anchors):  # noqa: SLF001
             return original(self, *args, **kwargs)
         self.record_stack_traces = False

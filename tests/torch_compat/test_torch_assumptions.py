@@ -113,6 +113,7 @@ INSTANCE_ATTRIBUTES = [
     (lambda: torch.nn.Module(), ("_parameters", "_buffers", "_non_persistent_buffers_set")),
     (lambda: torch.fx.Node, ("_rename",)),
     (lambda: torch.fx.Graph(), ("_root",)),
+    (lambda: torch.fx.proxy.TracerBase, ("_filter_traceback_frames",)),
 ]
 
 

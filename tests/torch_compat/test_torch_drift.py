@@ -1144,3 +1144,15 @@ def test_fxs_stack_filter_keeps_nothing_without_a_forward_frame():
         with tc.stack_capture_only_under_a_recordable_frame() if patched else contextlib.nullcontext():
             calls.append((bool(made_here(tracer).stack_trace), bool(forward(tracer).stack_trace)))
     assert calls == [(False, True), (False, True)], calls
+
+
+def test_a_tracer_with_its_own_stack_filter_is_left_alone():
+    class KeepingAll(torch.fx.proxy.GraphAppendingTracer):
+        def _filter_traceback_frames(self, summary):
+            return summary
+
+    tracer = KeepingAll(torch.fx.Graph())
+    tracer.record_stack_traces = True
+    with tc.stack_capture_only_under_a_recordable_frame():
+        node = tracer.create_node("call_function", torch.add, (1, 2), {})
+    assert node.stack_trace and "test_a_tracer_with_its_own_stack_filter_is_left_alone" in node.stack_trace
