@@ -1112,18 +1112,14 @@ def test_every_program_records_the_stack_traces_fxs_full_capture_records():
 
 @pytest.mark.parametrize("name", ["small_cnn", *(pytest.param(n, marks=pytest.mark.deep) for n in ("bert", "t5"))])
 def test_corpus_and_joint_programs_record_the_stack_traces_fxs_full_capture_records(name):
+    from tests.fuzz.harness import fuzz_loss
     from tests.models import corpus
 
-    for export in (pf.export, lambda m, a, k: pf.export_joint(m, a, k, loss_fn=lambda out: _a_loss(out))):
+    for export in (pf.export, lambda m, a, k: pf.export_joint(m, a, k, loss_fn=fuzz_loss)):
         programs, skipped = _captured_both_ways(lambda: corpus.build(name, train=True), export=export)
         assert not isinstance(programs[0], str), programs[0]
         assert programs[0] == programs[1], name
         assert skipped >= 5, skipped
-
-
-def _a_loss(out):
-    leaves = [t for t in tc.pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    return sum(t.float().pow(2).mean() for t in leaves)
 
 
 def test_fxs_stack_filter_keeps_nothing_without_a_forward_frame():
