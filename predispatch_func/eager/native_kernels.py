@@ -1,5 +1,6 @@
 """The session's C++ kernels (``native/``: in-place ops through their twins, decomposed ops'
-cached kernels replayed, ops of the target run with the key off, sdpa's math path), built once per torch build and machine.
+cached kernels replayed, ops of the target run with the key off, sdpa's math path, ``where`` and
+the comparisons as vector loops), built once per torch build and machine.
 
 Built with torch's own extension builder (``torch.utils.cpp_extension``: the machine's C++
 compiler and ninja) the first time a process asks, into ``$PREDISPATCH_FUNC_NATIVE_DIR``
@@ -26,8 +27,9 @@ import torch
 
 _NATIVE = Path(__file__).parent / "native"
 _SOURCES = tuple(_NATIVE / name for name in ("kernels.cpp", "through_twin.cpp", "graph_replay.cpp", "key_off.cpp",
-                                               "math_attention.cpp", "first_meeting.cpp"))
-_HEADERS = (_NATIVE / "registry.h",)
+                                               "math_attention.cpp", "first_meeting.cpp",
+                                               "mask_kernels.cpp"))
+_HEADERS = (_NATIVE / "registry.h", _NATIVE / "mask_kernels.h")
 _lock = threading.Lock()
 _loaded: list[ModuleType | None] = []
 why_unavailable = ""  # set where ``module()`` is None

@@ -11,6 +11,8 @@
 // (eager/graph_programs.py; the programs and their keys are kept on disk with the kernels, so
 // the replay of a later process starts with them); so does any call it cannot key (a wrapped number, which the Python
 // kernel turns into a tensor of the dtype eager computes it in; a tensor subclass; a generator).
+// A program's ``where`` and comparisons run our CPU loops where they fit (mask_kernels.cpp).
+#include "mask_kernels.h"
 #include "registry.h"
 
 #include <ATen/ATen.h>
@@ -58,6 +60,7 @@ struct Instruction {
   size_t returns = 1;
   int64_t source = -1;  // getitem: the slot and the index
   int64_t index = 0;
+  MaskKernel mask = MaskKernel::kNone;  // ``where`` or a comparison: our CPU loop where it fits
 };
 
 // Slots 0..inputs-1 hold the call's tensors in the order the Python signature walks them; each
@@ -252,6 +255,7 @@ std::shared_ptr<const Program> program_of(const py::handle& described, const c10
         instruction.arguments.push_back(argument_of(arguments[i], op_schema.arguments()[i].type()));
       }
       instruction.returns = op_schema.returns().size();
+      instruction.mask = mask_kernel_for(op_schema.operator_name());
     }
     for (const auto& argument : instruction.arguments) {
       TORCH_CHECK(argument.slot < slots, "a value used before it is made");
@@ -345,7 +349,9 @@ class GraphReplay final : public c10::OperatorKernel {
         }
         call.clear();
         for (const auto& argument : instruction.arguments) call.push_back(value_of(argument, values));
-        instruction.op->callBoxed(call);
+        if (instruction.mask == MaskKernel::kNone || !run_mask_kernel(instruction.mask, call)) {
+          instruction.op->callBoxed(call);
+        }
         if (instruction.returns == 1) {
           values.push_back(std::move(call[0]));
         } else if (instruction.returns == 0) {

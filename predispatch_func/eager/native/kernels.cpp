@@ -1,4 +1,5 @@
 // The module of the session's C++ kernels: the registry every kind shares, and its Python API.
+#include "mask_kernels.h"
 #include "registry.h"
 
 #include <pybind11/pybind11.h>
@@ -126,7 +127,31 @@ int64_t add_registration(const std::string& op_name, const std::string& op_overl
 
 }  // namespace pf_native
 
+namespace {
+
+// Our CPU kernel's result for ``op_name.op_overload`` on ``arguments`` (every argument of its
+// schema), or None where the call is torch's kernel's: for the tests, which hold it to torch's.
+pybind11::object mask_kernel_result(const std::string& op_name, const std::string& op_overload,
+                                    const pybind11::tuple& arguments) {
+  const auto op = pf_native::operator_named(op_name, op_overload);
+  const auto kernel = pf_native::mask_kernel_for(op.schema().operator_name());
+  const auto& schema_arguments = op.schema().arguments();
+  TORCH_CHECK(arguments.size() == schema_arguments.size(), "arguments: ", arguments.size(), " for ",
+              schema_arguments.size());
+  torch::jit::Stack call;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    call.push_back(pf_native::ivalue_of(arguments[i], schema_arguments[i].type()));
+  }
+  if (!pf_native::run_mask_kernel(kernel, call)) return pybind11::none();
+  return torch::jit::toPyObject(call.at(0));
+}
+
+}  // namespace
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("mask_kernel_result", &mask_kernel_result);
+  m.def("take_mask_kernel_calls", &pf_native::take_mask_kernel_calls);
+  m.def("set_mask_kernels_enabled", &pf_native::set_mask_kernels_enabled);
   m.def("register_through_twin", &pf_native::register_through_twin);
   m.def("register_graph_replay", &pf_native::register_graph_replay);
   m.def("register_with_key_off", &pf_native::register_with_key_off);

@@ -1,5 +1,5 @@
 // The session's C++ kernels, one registry for every kind (through_twin.cpp, graph_replay.cpp, key_off.cpp,
-// math_attention.cpp).
+// math_attention.cpp; the replay's mask loops, mask_kernels.cpp, register nothing).
 //
 // Each registration keeps the torch::Library holding its kernel (destroyed to unregister) and the
 // count of calls it served, which the session adds to its statistics (``take_served``).
