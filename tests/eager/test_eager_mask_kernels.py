@@ -139,6 +139,13 @@ def test_what_the_loops_do_not_fit_is_left_to_torchs_kernel():
     for name, overload, *arguments in left:
         assert ours(name, overload, *arguments) is None, (name, overload, [a.shape for a in arguments])
 
+    def batched(v):  # a functorch wrapper: its memory is not its own
+        assert ours("le", "Scalar", v, 0) is None
+        assert ours("where", "self", v > 0, v, torch.zeros(())) is None
+        return v
+
+    torch.func.vmap(batched)(x)
+
 
 def test_the_replay_serves_an_activations_backward_with_them_and_matches_eager():
     """ReLU's, ReLU6's and hardswish's backward are comparisons and a ``where`` in Core ATen:

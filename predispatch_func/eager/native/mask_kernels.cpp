@@ -96,9 +96,13 @@ PF_VECTOR_LOOP void compare_values(const T* x, bool x_one, const T* y, bool y_on
   }
 }
 
-// A tensor these loops read: on the CPU, torch's own memory, no lazy conjugate or negation.
+// A tensor these loops read: on the CPU, dense, its own memory (not a functorch wrapper's, an
+// efficient zero tensor's, which has none), no lazy conjugate or negation.
 bool plain_cpu(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && torchs_own(t) && !t.is_conj() && !t.is_neg();
+  static const c10::DispatchKeySet wrappers({c10::DispatchKey::FuncTorchBatched,
+                                              c10::DispatchKey::FuncTorchGradWrapper, c10::DispatchKey::ZeroTensor});
+  return t.defined() && t.device().is_cpu() && torchs_own(t) && t.has_storage() &&
+         !t.key_set().has_any(wrappers) && !t.is_conj() && !t.is_neg();
 }
 
 // The shape of the call's result where each operand is contiguous with that shape or holds one
