@@ -530,6 +530,52 @@ def stack_capture_only_under_a_recordable_frame() -> Iterator[None]:
         TracerBase.create_node = original  # type: ignore[method-assign]
 
 
+def _passes_modules_through(wrapper: Any) -> bool:
+    """Whether ``wrapper`` (fx's ``module_call_wrapper`` or ``module_getattr_wrapper``) belongs to
+    a tracer whose ``call_module`` and ``getattr`` are make_fx's: the call, and the attribute, as
+    they are. The tracer is the one the wrapper closes over."""
+    from torch.fx import Tracer
+    from torch.fx.experimental.proxy_tensor import PythonKeyTracer
+
+    for cell in getattr(wrapper, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, Tracer):
+            kind = type(value)
+            return kind.call_module is PythonKeyTracer.call_module and kind.getattr is PythonKeyTracer.getattr
+    return False
+
+
+@contextlib.contextmanager
+def module_methods_left_unpatched() -> Iterator[None]:
+    """fx's ``Tracer.trace`` sets ``nn.Module.__call__`` and ``__getattr__`` to wrappers around
+    its tracer's ``call_module`` and ``getattr``, and restores them after: four ``setattr`` on
+    ``nn.Module`` a trace, each invalidating the type cache of every subclass (60 us in a bare
+    process, 300 us with transformers, timm and torchvision imported: 1-5% of a small model's
+    export, three times over with a custom Function's bodies). make_fx's tracer passes both
+    through (``call_module`` calls ``forward``, ``getattr`` returns the value; the autowrap check
+    the call wrapper makes patches functions that run as they are on tensors), so for it the
+    patch is skipped; any other tracer is patched by fx as before."""
+    from torch.fx import _symbolic_trace
+
+    patcher = _symbolic_trace._Patcher
+    original = patcher.patch_method
+
+    @functools.wraps(original)
+    def patch_method(self: Any, cls: type, name: str, new_fn: Any, deduplicate: bool = True) -> None:
+        if cls is torch.nn.Module and name in ("__call__", "__getattr__") and _passes_modules_through(new_fn):
+            return
+        original(self, cls, name, new_fn, deduplicate)
+
+    patcher.patch_method = patch_method  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        patcher.patch_method = original  # type: ignore[method-assign]
+
+
 @contextlib.contextmanager
 def outside_all_modes() -> Iterator[None]:
     """Run real ops from inside a trace: no dispatch modes, no PreDispatch/Functionalize keys.
@@ -1257,6 +1303,7 @@ __all__ = [
     "autocast_cache_as",
     "grad_mode_untraced",
     "stack_capture_only_under_a_recordable_frame",
+    "module_methods_left_unpatched",
     "outside_all_modes",
     "patched_function_apply",
     "non_strict_export_handler", "only_function_modes", "outside_trace",

@@ -130,6 +130,9 @@ def around_the_tracer(ambient: AmbientModes, fake_mode: Any) -> Manager:
         Entry("stack capture only under a recordable frame", "speed: a node made with no frame fx's stack "
               "filter keeps on the stack skips fx's capture of the whole stack, whose filtered result is empty",
               tc.stack_capture_only_under_a_recordable_frame),
+        Entry("module methods left unpatched", "speed: fx's trace sets nn.Module.__call__ and __getattr__ "
+              "to wrappers make_fx's tracer passes through; each set invalidates every subclass's type cache",
+              tc.module_methods_left_unpatched),
         Entry("static tensor metadata", "speed: tensor_meta of dense int-sized tensors from ints",
               lambda: tc.tensor_metadata_recorded_through(tc.static_tensor_metadata)),
         Entry("op calls recorded directly", "speed: the common op call recorded without proxy_call; "

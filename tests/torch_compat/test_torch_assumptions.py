@@ -114,6 +114,8 @@ INSTANCE_ATTRIBUTES = [
     (lambda: torch.fx.Node, ("_rename",)),
     (lambda: torch.fx.Graph(), ("_root",)),
     (lambda: torch.fx.proxy.TracerBase, ("_filter_traceback_frames",)),
+    (lambda: torch.fx._symbolic_trace._Patcher, ("patch_method",)),
+    (lambda: torch.fx.Tracer(), ("_autowrap_function_ids",)),
 ]
 
 
@@ -238,6 +240,7 @@ def _state() -> dict:
         "builtins": (builtins.max, builtins.min, math.pow),
         "functional_bool": tc.FunctionalTensor.__dict__["__bool__"],
         "module_getattr": torch.nn.Module.__dict__["__getattr__"],
+        "module_call": torch.nn.Module.__dict__["__call__"],
         "module_setattr": torch.nn.Module.__dict__["__setattr__"],
         "cudnn_reserve_size": getattr(torch._C, "_get_cudnn_batch_norm_reserve_space_size", None),
         "meta_kernels": tuple(torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta")
@@ -245,6 +248,7 @@ def _state() -> dict:
         "encoder_forward": torch.nn.TransformerEncoder.__dict__["forward"],
         "node_is_impure": torch.fx.node.Node.__dict__["is_impure"],
         "tracer_create_node": torch.fx.proxy.TracerBase.__dict__["create_node"],
+        "fx_patch_method": torch.fx._symbolic_trace._Patcher.__dict__["patch_method"],
         "function_modes": torch._C._len_torch_function_stack(),
         "sdp_backends": [getattr(torch._C, n)() for n in dir(torch._C) if n.startswith("_get_") and n.endswith("_sdp_enabled")],
         "backends": (torch._C._get_mkldnn_enabled(), torch._C._get_nnpack_enabled(), torch._C._get_cudnn_enabled()),
@@ -314,6 +318,7 @@ PATCHES = {  # name -> () -> the context manager, entered with a body that raise
     "exporting_state": lambda: patches.exporting_state(),
     "lazy_graph_modules": lambda: patches.lazy_graph_modules(),
     "stack_capture_only_under_a_recordable_frame": lambda: patches.stack_capture_only_under_a_recordable_frame(),
+    "module_methods_left_unpatched": lambda: patches.module_methods_left_unpatched(),
     "pre_dispatch_pushes_without_uncache": lambda: patches.pre_dispatch_pushes_without_uncache(),
     "autocast_cache_as": lambda: patches.autocast_cache_as(not torch.is_autocast_cache_enabled()),
     "grad_mode_untraced": lambda: patches.grad_mode_untraced(not torch.is_grad_enabled()),

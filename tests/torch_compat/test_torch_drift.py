@@ -1152,3 +1152,127 @@ def test_a_tracer_with_its_own_stack_filter_is_left_alone():
     with tc.stack_capture_only_under_a_recordable_frame():
         node = tracer.create_node("call_function", torch.add, (1, 2), {})
     assert node.stack_trace and "test_a_tracer_with_its_own_stack_filter_is_left_alone" in node.stack_trace
+
+
+# --- module methods left unpatched -------------------------------------------------------------
+
+
+def _exported_both_ways(build, export=pf.export) -> list:
+    """The program ``export(*build())`` records with ``module_methods_left_unpatched`` and with fx
+    patching ``nn.Module.__call__`` and ``__getattr__`` as it does (first, and dropped: it fills the
+    process's caches, as above), described node by node."""
+    from predispatch_func.errors import ExportError
+
+    programs = []
+    for variant in (contextlib.nullcontext, tc.module_methods_left_unpatched, contextlib.nullcontext):
+        with unittest.mock.patch.object(tc, "module_methods_left_unpatched", variant):
+            try:
+                programs.append(_described_nodes(export(*build())))
+            except ExportError as exc:
+                programs.append(f"refused: {exc}")
+    return programs[1:]
+
+
+@pytest.mark.deep  # three exports of every catalogue program
+def test_every_program_is_the_one_traced_with_fxs_module_patches():
+    """make_fx's tracer passes module calls and attribute reads through: leaving fx's patches of
+    ``nn.Module`` out changes no node of any program, forward or body."""
+    compared = 0
+    for name, build in _value_programs():
+        programs = _exported_both_ways(build)
+        assert programs[0] == programs[1], name
+        compared += not isinstance(programs[0], str)
+    assert compared >= 80
+
+
+@pytest.mark.parametrize("name", ["small_cnn", *(pytest.param(n, marks=pytest.mark.deep) for n in ("bert", "t5"))])
+def test_corpus_and_joint_programs_are_the_ones_traced_with_fxs_module_patches(name):
+    from tests.fuzz.harness import fuzz_loss
+    from tests.models import corpus
+
+    for export in (pf.export, lambda m, a, k: pf.export_joint(m, a, k, loss_fn=fuzz_loss)):
+        programs = _exported_both_ways(lambda: corpus.build(name, train=True), export=export)
+        assert not isinstance(programs[0], str), programs[0]
+        assert programs[0] == programs[1], name
+
+
+class _Gelu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return grad * (s + x * s * (1 - s))
+
+
+class _HookedBlocks(torch.nn.Module):
+    """Submodules reached through ``__getattr__`` and ``__call__``, hooks, a custom Function's bodies."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+        self.norm = torch.nn.LayerNorm(4)
+        self.blocks[0].register_forward_hook(lambda m, i, o: o * 2)
+        self.norm.register_forward_pre_hook(lambda m, i: (i[0] + 1,))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = _Gelu.apply(block(x))
+        return self.norm(x) + self.blocks[1].bias
+
+
+def _first_difference(a, b) -> str:
+    if isinstance(a, str) or isinstance(b, str) or len(a) != len(b):
+        return f"{str(a)[:500]}\n---\n{str(b)[:500]}"
+    return next((f"{x}\n---\n{y}" for x, y in zip(a, b) if x != y), "")
+
+
+def test_hooks_submodules_and_function_bodies_trace_alike_without_fxs_module_patches():
+    programs = _exported_both_ways(lambda: (_HookedBlocks(), (torch.randn(3, 4),), {}))
+    assert not isinstance(programs[0], str), programs[0]
+    assert programs[0] == programs[1], _first_difference(*programs)
+    joint = _exported_both_ways(lambda: (_HookedBlocks(), (torch.randn(3, 4),), {}),
+                                export=lambda m, a, k: pf.export_joint(m, a, k, loss_fn=lambda out: out.sum()))
+    assert joint[0] == joint[1], _first_difference(*joint)
+
+
+def test_make_fxs_tracer_passes_module_calls_and_attributes_through():
+    """What the patch rests on: make_fx's tracer's ``call_module`` calls ``forward`` with the
+    arguments and returns its result, its ``getattr`` returns the value, it autowraps nothing, and
+    fx's module wrappers close over it (how the patch finds the tracer)."""
+    from torch.fx.experimental.proxy_tensor import PythonKeyTracer, make_fx
+
+    from predispatch_func._torch_compat import patches
+
+    tracer = PythonKeyTracer()
+    seen = []
+    result = tracer.call_module(torch.nn.Identity(), lambda *a, **k: seen.append((a, k)) or "out", (1,), {"k": 2})
+    assert (result, seen) == ("out", [((1,), {"k": 2})])
+    value = object()
+    assert tracer.getattr("weight", value, {}) is value
+    assert not tracer._autowrap_function_ids
+
+    during = []
+
+    def traced(x):
+        during.append((torch.nn.Module.__dict__["__call__"], torch.nn.Module.__dict__["__getattr__"]))
+        return x + 1
+
+    plain = (torch.nn.Module.__dict__["__call__"], torch.nn.Module.__dict__["__getattr__"])
+    make_fx(traced)(torch.randn(2))
+    with tc.module_methods_left_unpatched():
+        make_fx(traced)(torch.randn(2))
+    assert during[0] != plain and all(patches._passes_modules_through(f) for f in during[0])
+    assert during[1] == plain
+
+
+def test_a_tracer_that_makes_modules_leaves_is_still_patched():
+    """fx's own symbolic trace (a leaf module is a ``call_module`` node) is left to fx's patches."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    with tc.module_methods_left_unpatched():
+        gm = torch.fx.symbolic_trace(model)
+    assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_module", "call_module", "output"]
