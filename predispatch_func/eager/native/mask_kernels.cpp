@@ -41,7 +41,8 @@ std::atomic<int64_t> calls_served{0};
 std::atomic<bool> enabled{true};
 
 // out[i] = cond[i] ? a[i] : b[i], each of the three either n values or one (step 0). By bits: a
-// select of floating values is a copy of their bits, so one loop per element size serves all.
+// select of floating values is a copy of their bits, so one loop per element size serves all. The
+// common shapes get a loop each with no index chosen per element: those the compiler vectorises.
 template <typename Bits>
 PF_VECTOR_LOOP void select_bits(const uint8_t* cond, bool cond_one, const Bits* a, bool a_one, const Bits* b,
                                 bool b_one, Bits* out, int64_t begin, int64_t end) {
@@ -81,7 +82,7 @@ inline bool compare(T x, T y) {
   return x >= y;
 }
 
-// out[i] = x[i] <op> y[i], either side n values or one.
+// out[i] = x[i] <op> y[i], either side n values or one (a loop each, so each vectorises).
 template <Comparison kind, typename T>
 PF_VECTOR_LOOP void compare_values(const T* x, bool x_one, const T* y, bool y_one, uint8_t* out, int64_t begin,
                                    int64_t end) {
