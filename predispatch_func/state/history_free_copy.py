@@ -36,9 +36,15 @@ def deepcopy_without_history(obj: Any, memo: dict[int, Any] | None = None) -> An
     of ``obj`` holds (in an attribute, a container or a plain object, a few levels down)
     is copied detached; ``memo`` as ``deepcopy``'s (entries already there win)."""
     memo = {} if memo is None else memo
-    for t in tensors_with_history(obj):
-        memo.setdefault(id(t), t.detach().clone())
-    copied = copy.deepcopy(obj, memo)
+    first_try = dict(memo)
+    try:  # most models hold no such tensor: deepcopy alone, without the walk that finds them
+        copied = copy.deepcopy(obj, first_try)
+    except RuntimeError:  # deepcopy's refusal of a non-leaf (or the same failure again below)
+        for t in tensors_with_history(obj):
+            memo.setdefault(id(t), t.detach().clone())
+        copied = copy.deepcopy(obj, memo)
+    else:
+        memo.update(first_try)
     rebind_closures(copied, memo)
     return copied
 
