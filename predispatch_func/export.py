@@ -11,6 +11,7 @@ from . import _torch_compat as tc
 from .aot import aot_export_module
 from .autograd_facts import may_carry_grad
 from .errors import ExportError
+from .frame_stack import on_a_reserved_frame_stack
 from .inputs import tensor_subclasses
 from .inputs.dynamic_shapes_spec import int_inputs_unwrapped
 from .inputs.input_check import checked_call
@@ -18,6 +19,7 @@ from .program.runtime import to_exported_program
 from .trace import environment
 
 
+@on_a_reserved_frame_stack
 def export(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
            pre_dispatch: bool = True, dynamic_shapes: Any = None,
            composite_overrides: dict[str, str] | None = None,

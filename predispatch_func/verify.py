@@ -28,6 +28,7 @@ from . import output_aliasing
 from .artifacts import program_facts
 from .autograd_facts import may_carry_grad
 from .errors import VerificationError
+from .frame_stack import on_a_reserved_frame_stack
 from .graphs import all_graph_modules
 from .hidden_writes import inputs_the_graph_writes
 from .state.caller_tripwire import CallersTensorsTripwire, callers_tensors
@@ -289,6 +290,7 @@ def _grad_of(names: list[str], params: dict[str, torch.Tensor]) -> Any:
     return sum(grads[1:], grads[0]) if grads else None
 
 
+@on_a_reserved_frame_stack
 def verify(ep: torch.export.ExportedProgram, model: torch.nn.Module | None = None,
            args: tuple | None = None, kwargs: dict | None = None, *,
            raise_on_failure: bool = False, check_values: bool = True, check_grads: bool = True,

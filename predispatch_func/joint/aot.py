@@ -18,9 +18,11 @@ import torch
 
 from .. import aot
 from ..export import export
+from ..frame_stack import on_a_reserved_frame_stack
 from .export import differentiate_program
 
 
+@on_a_reserved_frame_stack
 def aot_export_module(mod: torch.nn.Module, args: Any, *, trace_joint: bool = False,
                       output_loss_index: int | None = None, **kwargs: Any) -> tuple[torch.fx.GraphModule, Any]:
     """``predispatch_func.aot.aot_export_module`` (same arguments); with ``trace_joint=True`` the

@@ -22,6 +22,7 @@ from ..artifacts import ProgramFacts, program_facts, with_program_facts
 from ..autograd_facts import may_carry_grad
 from ..errors import ExportError
 from ..export import export
+from ..frame_stack import on_a_reserved_frame_stack
 from ..graphs import all_graph_modules
 from ..opsets.lowering import Lowering
 from ..passes import node_meta
@@ -39,6 +40,7 @@ from .signature import joint_signature
 from .temporary_writes import functional_writes
 
 
+@on_a_reserved_frame_stack
 def export_joint(model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                  loss_fn: Callable[..., Any] | None = None, optimizer: Any = None, dynamic_shapes: Any = None,
                  target: Any = None, python_state: str = "error",

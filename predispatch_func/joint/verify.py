@@ -21,10 +21,12 @@ import torch
 from .. import _torch_compat as tc
 from .. import output_aliasing
 from ..errors import VerificationError
+from ..frame_stack import on_a_reserved_frame_stack
 from ..state.history_free_copy import rebind_closures
 from ..verify import VerifyReport, check_contract
 
 
+@on_a_reserved_frame_stack
 def verify_joint(ep: Any, model: torch.nn.Module, args: tuple, kwargs: dict | None = None, *,
                  loss_fn: Callable[..., Any] | None = None, optimizer: Any = None, calls: int = 1,
                  rtol: float = 1e-5, atol: float = 1e-5, seed: int = 0, target: Any = None,
