@@ -1,7 +1,9 @@
 """What a first export in a fresh process imports: nothing of torch that ``torch.export``'s
 own first export needs and ours does not (its tracer's module pulls in aot_autograd and
 networkx, a tenth to a third of a second of a cold export), also with an empty disk cache
-(a machine that never ran the package)."""
+(a machine that never ran the package); and none of our parts an export without ``target=``
+never runs (the training-graph API, pf.eager, the distributed helpers, our decomposition
+table: 15-20 ms of a first export), which load when first used."""
 
 import json
 import os
@@ -16,7 +18,13 @@ before = [m for m in heavy if m in sys.modules]
 import predispatch_func as pf
 ep = pf.export(model, (torch.randn(1, 3, 8, 8),))
 assert torch.allclose(ep.module()(torch.ones(1, 3, 8, 8)), model(torch.ones(1, 3, 8, 8)))
-print(json.dumps({"before": before, "after": [m for m in heavy if m in sys.modules]}))
+ours_unused = ("predispatch_func.joint", "predispatch_func.eager", "predispatch_func.distributed",
+               "predispatch_func.opsets.decompositions")
+unused_loaded = [m for m in ours_unused if m in sys.modules]
+pf.export_joint, pf.JointError
+core = pf.export(torch.nn.Sequential(torch.nn.Hardswish()), (torch.randn(2, 3),), target=pf.OpSet.core_aten())
+print(json.dumps({"before": before, "after": [m for m in heavy if m in sys.modules], "unused_loaded": unused_loaded,
+                  "loaded_on_use": [m for m in ours_unused if m in sys.modules]}))
 """
 
 
@@ -33,3 +41,6 @@ def test_a_first_export_imports_no_module_of_torch_exports_tracer(tmp_path):
     got = _first_export(env)
     assert got["before"] == []  # importing torch alone does not import them: the check means something
     assert got["after"] == []
+    assert got["unused_loaded"] == []
+    # the training-graph API and the decompositions load when used: the check above means something
+    assert got["loaded_on_use"] == ["predispatch_func.joint", "predispatch_func.opsets.decompositions"]
