@@ -57,13 +57,13 @@ _NEVER_DECOMPOSED_BY_US = frozenset({aten.copy.default})
 AUTOGRAD_BOUNDARIES = frozenset({aten.detach.default})
 
 
-def _reads_data() -> frozenset:
-    """Our decompositions that read tensor data (``decompositions.READS_DATA``). The table's
+def _ours() -> Any:
+    """Our decompositions (``decompositions``: ``TABLE``, ``FALLBACK``, ``READS_DATA``). Their
     thirty modules load on first use: an export without ``target=`` never needs them, and a
     first export in a fresh process paid 10 ms importing them."""
-    from .decompositions import READS_DATA
+    from . import decompositions
 
-    return READS_DATA
+    return decompositions
 
 
 def is_infrastructure(target: Any) -> bool:
@@ -136,7 +136,7 @@ class Lowering:
                          or any(a.alias_info for a in (*schema.arguments, *schema.returns)))
             self._functional_cache[op] = (
                 self.target.decompositions.get(op) or self._table().get(op)
-                if plain and not self.allows(op) and op not in _reads_data() else None)
+                if plain and not self.allows(op) and op not in _ours().READS_DATA else None)
             if op is _SDPA and not self.allows(op):
                 self._functional_cache[op] = _sdpa_lowered
         return self._functional_cache[op]
@@ -187,7 +187,7 @@ class Lowering:
         op = next(iter(ops), None) if ops else None
         if op is None:
             return "not an ATen operator overload"
-        if op in _reads_data():
+        if op in _ours().READS_DATA:
             return ("its decomposition reads tensor data for a size or a value (.item()), which a program "
                     "cannot hold; pf.eager runs it")
         if self.decomposition(op) is None:
@@ -287,9 +287,8 @@ def core_decompositions() -> dict[tc.OpOverload, Callable]:
     for an op that table lacks, then ours for ops torch leaves without one
     (``decompositions``; its ``FALLBACK`` only where this torch has none): the one table both
     export and eager lower with."""
-    from .decompositions import FALLBACK, TABLE
-
-    return {**FALLBACK, **tc.aten_decomposition_table(), **tc.core_aten_decomposition_table(), **TABLE}
+    ours = _ours()
+    return {**ours.FALLBACK, **tc.aten_decomposition_table(), **tc.core_aten_decomposition_table(), **ours.TABLE}
 
 
 @functools.lru_cache(maxsize=1)
@@ -310,6 +309,6 @@ def _proxy_table(target: OpSet, above_autograd: bool) -> dict[tc.OpOverload, Cal
     table = {}
     for op in (*core_decompositions(), *_composite_aten_ops(), *target.decompositions):
         decomposition = lowering.decomposition(op)
-        if decomposition is not None and op not in _reads_data():
+        if decomposition is not None and op not in _ours().READS_DATA:
             table[op] = decomposition
     return table

@@ -22,7 +22,9 @@ ours_unused = ("predispatch_func.joint", "predispatch_func.eager", "predispatch_
                "predispatch_func.opsets.decompositions")
 unused_loaded = [m for m in ours_unused if m in sys.modules]
 pf.export_joint, pf.JointError
-core = pf.export(torch.nn.Sequential(torch.nn.Hardswish()), (torch.randn(2, 3),), target=pf.OpSet.core_aten())
+lowered, x = torch.nn.Sequential(torch.nn.Hardswish()), torch.randn(2, 3)
+core = pf.export(lowered, (x,), target=pf.OpSet.core_aten())
+assert torch.allclose(core.module()(x), lowered(x))
 print(json.dumps({"before": before, "after": [m for m in heavy if m in sys.modules], "unused_loaded": unused_loaded,
                   "loaded_on_use": [m for m in ours_unused if m in sys.modules]}))
 """
