@@ -10,6 +10,7 @@ cheaply, when a torch build added, removed or changed an op, and
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -83,8 +84,9 @@ def build(progress: Callable[[str], None] | None = None) -> AuditTable:
 
 
 def save(table: AuditTable, path: Path | None = None) -> Path:
-    """One entry per line, so a torch bump shows up as a readable diff. Written to the
-    table of the release it was built on unless ``path`` says otherwise."""
+    """One entry per line, sorted by overload (:class:`ShippedEntries` finds a line by
+    bisection), so a torch bump shows up as a readable diff. Written to the table of the
+    release it was built on unless ``path`` says otherwise."""
     path = path or table_path(release_of(table.torch_version))
     data = table.to_json()
     head = {k: v for k, v in data.items() if k != "entries"}
@@ -105,8 +107,10 @@ class ShippedEntries(Mapping[str, Entry]):
 
     An export meets a few dozen of the three thousand overloads, and parsing all of them
     is most of what reading the table costs a first export. :func:`save` writes one entry
-    a line, so the lines are indexed by the overload they name and parsed on demand; a
-    file in any other layout is parsed whole, as :func:`load` does.
+    a line, sorted by overload, so an entry's line is found by bisection and parsed on
+    demand (indexing every line cost a first export 5-9 ms); a file in any other layout is
+    parsed whole, as :func:`load` does. A file edited out of order finds fewer entries,
+    never another op's: a missed entry is audited live, as on a torch without a table.
     """
 
     __slots__ = ("_lines", "_parsed")
@@ -116,7 +120,7 @@ class ShippedEntries(Mapping[str, Entry]):
         lines = _entry_lines(text)
         if lines is None:
             self._parsed = AuditTable.from_json(json.loads(text)).entries
-        self._lines: dict[str, str] = lines or {}
+        self._lines: list[str] = lines or []
 
     @classmethod
     def read(cls, path: Path | None = None) -> ShippedEntries:
@@ -125,14 +129,21 @@ class ShippedEntries(Mapping[str, Entry]):
     def __getitem__(self, name: str) -> Entry:
         entry = self._parsed.get(name)
         if entry is None:
-            data = json.loads(self._lines[name])  # KeyError: not in the table
+            data = json.loads(self._line_of(name))
             if data.get("op") != name:
                 raise ValueError(f"audit table line for {name} names {data.get('op')!r}")
             entry = self._parsed[name] = Entry.from_json(data)
         return entry
 
+    def _line_of(self, name: str) -> str:
+        lines = self._lines
+        at = bisect.bisect_left(lines, name, key=_op_of)
+        if at == len(lines) or _op_of(lines[at]) != name:
+            raise KeyError(name)
+        return lines[at].removesuffix(",")
+
     def __iter__(self) -> Iterator[str]:
-        return iter(self._parsed if not self._lines else self._lines)
+        return iter(self._parsed) if not self._lines else map(_op_of, self._lines)
 
     def __len__(self) -> int:
         return len(self._parsed if not self._lines else self._lines)
@@ -141,10 +152,9 @@ class ShippedEntries(Mapping[str, Entry]):
 _OP_KEY = ', "op": "'
 
 
-def _entry_lines(text: str) -> dict[str, str] | None:
-    """{overload: its entry's JSON} for a table in :func:`save`'s layout (a header line
-    ending in the entries' bracket, one entry a line, ``]}`` last), else None. Inside a
-    JSON string every quote is escaped, so the first unescaped ``, "op": "`` is the key."""
+def _entry_lines(text: str) -> list[str] | None:
+    """The entry lines of a table in :func:`save`'s layout (a header line ending in the
+    entries' bracket, one entry a line, ``]}`` last), else None."""
     lines = text.rstrip("\n").split("\n")
     if len(lines) < 3 or lines[-1] != "]}" or not lines[0].endswith('"entries": ['):
         return None
@@ -154,14 +164,18 @@ def _entry_lines(text: str) -> dict[str, str] | None:
         return None
     if head.get("format") != FORMAT:
         raise ValueError(f"audit table format {head.get('format')!r}, expected {FORMAT}")
-    index = {}
-    for line in lines[1:-1]:
-        start = line.find(_OP_KEY)
-        if not line.startswith("{") or start < 0:
-            return None
-        start += len(_OP_KEY)
-        index[line[start:line.index('"', start)]] = line.removesuffix(",")
-    return index
+    del lines[0], lines[-1]
+    return lines
+
+
+def _op_of(line: str) -> str:
+    """The overload an entry line names. Inside a JSON string every quote is escaped, so
+    the first unescaped ``, "op": "`` is the key."""
+    start = line.find(_OP_KEY)
+    if not line.startswith("{") or start < 0:
+        raise ValueError(f"audit table line is not an entry: {line[:80]!r}")
+    start += len(_OP_KEY)
+    return line[start:line.index('"', start)]
 
 
 def load_release(release: str) -> AuditTable:

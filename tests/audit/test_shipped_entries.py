@@ -41,13 +41,29 @@ def test_a_table_of_another_format_is_refused(tmp_path):
 
 def test_an_entry_under_another_name_is_not_trusted():
     lines = audit_table.table_path().read_text().split("\n")
-    swapped = lines[1].replace('"op": "', '"op": "aten.other.', 1)
-    entries = audit_table.ShippedEntries("\n".join([lines[0], swapped, *lines[2:]]))
     name = json.loads(lines[1].removesuffix(","))["op"]
+    renamed = lines[1].replace(f'"op": "{name}"', f'"op": "{name}_renamed"', 1)
+    entries = audit_table.ShippedEntries("\n".join([lines[0], renamed, *lines[2:]]))
     with pytest.raises(KeyError):
-        entries[name]  # the line now names another op: indexed under that name
-    other = next(iter(entries))
-    assert other.startswith("aten.other.") and entries[other].op == other
+        entries[name]  # the line now names another op: found under that name only
+    assert entries[f"{name}_renamed"].op == f"{name}_renamed"
+
+
+def test_a_table_out_of_order_never_gives_another_ops_entry():
+    lines = audit_table.table_path().read_text().rstrip("\n").split("\n")
+    body = [line.removesuffix(",") for line in lines[1:-1]]
+    shuffled = [lines[0], ",\n".join(reversed(body)), lines[-1]]
+    entries = audit_table.ShippedEntries("\n".join(shuffled))
+    names = [json.loads(line)["op"] for line in body]
+    found = {name: entries.get(name) for name in names[:: max(1, len(names) // 40)]}
+    assert all(entry is None or entry.op == name for name, entry in found.items())
+
+
+def test_a_line_that_is_not_an_entry_is_refused():
+    lines = audit_table.table_path().read_text().split("\n")
+    entries = audit_table.ShippedEntries("\n".join([lines[0], '"not an entry",', *lines[2:]]))
+    with pytest.raises(ValueError, match="not an entry"):
+        entries[json.loads(lines[1].removesuffix(","))["op"]]
 
 
 class TypeAsLinear(torch.nn.Module):
