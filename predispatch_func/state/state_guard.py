@@ -27,14 +27,19 @@ import inspect
 import linecache
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .. import _torch_compat as tc
 from ..errors import PACKAGE_DIR, Refusal, UnsupportedError, _is_user_frame
-from . import state_memos
-from .python_state import Written, judge_over_calls
+
+if TYPE_CHECKING:
+    from .python_state import Written
+
+# The judge (python_state, with its replicas and tripwires) and the memo reader
+# (state_memos) load on first use: only a model that writes Python state meets them,
+# and importing them was a tenth of the package's import in every fresh process.
 
 # the Module methods through which model code changes what a module holds
 _RECORDED = ("__setattr__", "__delattr__", "register_buffer", "register_parameter",
@@ -203,9 +208,15 @@ class StateGuard:
         except AttributeError:
             return False
         nodes = self.memo_entries.get((id(module), change.written.name))
-        return nodes is not None and state_memos.computed_from_unwritten_state(nodes, readable_state)
+        if nodes is None:
+            return False
+        from .state_memos import computed_from_unwritten_state
+
+        return computed_from_unwritten_state(nodes, readable_state)
 
     def _change(self, snap: _ModuleSnapshot, where: str, name: str, what: str) -> Change:
+        from .python_state import Written
+
         return Change(Written(where, name), what, self.writes.get((id(vars(snap.module)), name)))
 
     def note_memo_entries(self) -> None:
@@ -219,8 +230,9 @@ class StateGuard:
                 value = now.get(name)
                 if isinstance(value, dict) and value is snap.attrs[name] \
                         and len(value) != len(snap.contents.get(name, ())):
-                    self.memo_entries[(id(snap.module), name)] = state_memos.new_entries(
-                        snap.contents.get(name, {}), value)
+                    from .state_memos import new_entries
+
+                    self.memo_entries[(id(snap.module), name)] = new_entries(snap.contents.get(name, {}), value)
 
     def refuse_uncarried_changes(self, readable_state: frozenset[torch.fx.Node] = frozenset()) -> None:
         """Raise (or warn) for every change a program cannot carry; call before exit.
@@ -237,6 +249,8 @@ class StateGuard:
             return
         self._stop_recording()
         self._restore()
+        from .python_state import judge_over_calls
+
         judged = judge_over_calls(self.mod, self.inputs, [c.written for c in found])
         refused = [f"{c}\n  eager: the attribute {judged[c.written]}" for c in found
                    if not judged[c.written].carried]

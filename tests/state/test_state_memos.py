@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-import predispatch_func.state.state_guard as state_guard
+import predispatch_func.state.python_state as python_state
 from predispatch_func.errors import Refusal, UnsupportedError
 from tests.state.test_python_state import AttentionBiasCacheByDevice, _exports_and_equals_eager_over_three_calls
 from tests.support.reference import export_checked
@@ -20,12 +20,12 @@ from tests.support.reference import export_checked
 @pytest.fixture
 def judge_calls(monkeypatch):
     calls = []
-    judge = state_guard.judge_over_calls
+    judge = python_state.judge_over_calls  # the state guard imports it where it calls it
 
     def counted(*args, **kwargs):
         calls.append(args[2])
         return judge(*args, **kwargs)
-    monkeypatch.setattr(state_guard, "judge_over_calls", counted)
+    monkeypatch.setattr(python_state, "judge_over_calls", counted)
     return calls
 
 

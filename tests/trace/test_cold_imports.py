@@ -3,7 +3,7 @@ own first export needs and ours does not (its tracer's module pulls in aot_autog
 networkx, a tenth to a third of a second of a cold export), also with an empty disk cache
 (a machine that never ran the package); and none of our parts an export without ``target=``
 never runs (the training-graph API, pf.eager, the distributed helpers, our decomposition
-table: 15-20 ms of a first export), which load when first used."""
+table, the Python-state judge: 20-25 ms of a first export), which load when first used."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 _SCRIPT = """
-import json, sys, torch
+import json, sys, warnings, torch
 heavy = ("torch.export._trace", "torch._functorch.aot_autograd", "networkx")
 model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
 before = [m for m in heavy if m in sys.modules]
@@ -19,13 +19,32 @@ import predispatch_func as pf
 ep = pf.export(model, (torch.randn(1, 3, 8, 8),))
 assert torch.allclose(ep.module()(torch.ones(1, 3, 8, 8)), model(torch.ones(1, 3, 8, 8)))
 ours_unused = ("predispatch_func.joint", "predispatch_func.eager", "predispatch_func.distributed",
-               "predispatch_func.opsets.decompositions")
+               "predispatch_func.opsets.decompositions", "predispatch_func.state.python_state",
+               "predispatch_func.state.state_memos")
 unused_loaded = [m for m in ours_unused if m in sys.modules]
 pf.export_joint, pf.JointError
 lowered, x = torch.nn.Sequential(torch.nn.Hardswish()), torch.randn(2, 3)
 core = pf.export(lowered, (x,), target=pf.OpSet.core_aten())
 assert torch.allclose(core.module()(x), lowered(x))
-print(json.dumps({"before": before, "after": [m for m in heavy if m in sys.modules], "unused_loaded": unused_loaded,
+after = [m for m in heavy if m in sys.modules]
+
+class Counts(torch.nn.Module):  # writes Python state: the judge and the memo reader run
+    def __init__(self):
+        super().__init__()
+        self.calls, self.seen = 0, {}
+
+    def forward(self, x):
+        self.calls += 1
+        self.seen[self.calls] = x.shape[0]
+        return x * 2
+
+counts = Counts()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    judged = pf.export(counts, (x,), python_state="warn")
+assert torch.allclose(judged.module()(x), x * 2) and (counts.calls, counts.seen) == (0, {})
+assert any("calls" in str(w.message) for w in caught)
+print(json.dumps({"before": before, "after": after, "unused_loaded": unused_loaded,
                   "loaded_on_use": [m for m in ours_unused if m in sys.modules]}))
 """
 
@@ -45,4 +64,5 @@ def test_a_first_export_imports_no_module_of_torch_exports_tracer(tmp_path):
     assert got["after"] == []
     assert got["unused_loaded"] == []
     # the training-graph API and the decompositions load when used: the check above means something
-    assert got["loaded_on_use"] == ["predispatch_func.joint", "predispatch_func.opsets.decompositions"]
+    assert got["loaded_on_use"] == ["predispatch_func.joint", "predispatch_func.opsets.decompositions",
+                                    "predispatch_func.state.python_state", "predispatch_func.state.state_memos"]
