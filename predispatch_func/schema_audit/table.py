@@ -110,7 +110,8 @@ class ShippedEntries(Mapping[str, Entry]):
     a line, sorted by overload, so an entry's line is found by bisection and parsed on
     demand (indexing every line cost a first export 5-9 ms); a file in any other layout is
     parsed whole, as :func:`load` does. A file edited out of order finds fewer entries,
-    never another op's: a missed entry is audited live, as on a torch without a table.
+    never another op's: an op without an entry is left to the trace-time guard, as one the
+    audit never met.
     """
 
     __slots__ = ("_lines", "_parsed")
