@@ -42,7 +42,7 @@ from .program.mutations import AliasedInputsWritten, ModelCall
 from .program.signature import build_signature, grad_sources
 from .schema_audit import shipped_decision, shipped_untested_layouts
 from .state.state_guard import StateGuard
-from .trace import CompositePolicy, environment
+from .trace import CompositePolicy, environment, persisted_fake_dispatch
 from .trace.environment import CallRecorders
 
 
@@ -104,7 +104,7 @@ def _aot_export_module(mod: torch.nn.Module, args: Any, *, pre_dispatch: bool, d
                                                        after_the_call=guard.note_memo_entries),
                      over_bases=over_bases)
     settings = TraceSettings(policy, {**(lowering.proxy_table() if lowering else {}), **(decompositions or {})})
-    with environment.around_the_model_state(guard):
+    with environment.around_the_model_state(guard, lambda: persisted_fake_dispatch.seeded(mod, fakes)):
         traced = trace_subgraph(call, fakes, grad_enabled=True, settings=settings, pre_dispatch=pre_dispatch,
                                 fake_mode=fakeify.mode, prepare=functools.partial(_named_inputs, inputs, guard, call))
     trace, gm, mutations = traced.trace, traced.graph_module, call.mutations

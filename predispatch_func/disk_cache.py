@@ -7,7 +7,8 @@ process never reads a half-written one, and a file that cannot be read or
 written only costs the time it was meant to save.
 
 Kept here: the composite guard's verdicts and eager-kernel checks
-(``trace/persisted_guards.py``), aten entries audited lazily on a torch without a
+(``trace/persisted_guards.py``), fake dispatch results per model
+(``trace/persisted_fake_dispatch.py``), aten entries audited lazily on a torch without a
 shipped table (``schema_audit/lazy.py``), OpInfo samples (``schema_audit/opinfo.py``), and
 ``pf.eager``'s registrations and traced kernels per target (``eager/persisted_kernels.py``).
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,15 @@ def cache_root() -> Path | None:
 def torch_build() -> str:
     """The installed torch's release and build commit, as cache file names carry them."""
     return f"{torch.__version__.split('+')[0]}-{(torch.version.git_version or '')[:12] or 'unknown'}"
+
+
+def files_fingerprint(paths: Iterable[Path]) -> str:
+    """A CRC of the files' bytes: the code a cached result depends on besides torch, so that a
+    change to it starts a new file."""
+    crc = 0
+    for path in paths:
+        crc = zlib.crc32(path.read_bytes(), crc)
+    return f"{crc:08x}"
 
 
 def write_json(path: Path, value: Any) -> bool:

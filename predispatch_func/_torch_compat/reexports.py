@@ -72,6 +72,10 @@ __all__ = [  # the private names the rest of the package uses as they are, then 
     "has_kernel",
     "has_data_mutation",
     "fake_mode_of",
+    "fake_dispatch_cache",
+    "fake_dispatch_key",
+    "fake_dispatch_key_parts",
+    "fake_dispatch_record_classes",
     "shape_env_of",
     "discarding_unbacked_symbols",
     "SET_GRAD_ENABLED",
@@ -966,3 +970,36 @@ def functional_reduce_scatter(t: torch.Tensor, op: str, world_size: int, group_n
     """This rank's block (along dim 0) of ``t`` reduced over the ranks by ``op``, functional plus its wait."""
     scattered = torch.ops._c10d_functional.reduce_scatter_tensor(t, op, world_size, group_name)
     return torch.ops._c10d_functional.wait_tensor(scattered)
+
+
+# --- FakeTensorMode's dispatch cache (trace/persisted_fake_dispatch.py) -----------------------
+
+
+def fake_dispatch_cache() -> dict[Any, Any]:
+    """FakeTensorMode's process-wide dispatch cache: key -> the result's metadata (or why the op
+    bypasses the cache). Insertion-ordered (a dict), shared by every FakeTensorMode."""
+    return FakeTensorMode.cache
+
+
+def fake_dispatch_key_parts(key: Any) -> tuple[Any, ...]:
+    """The tuple a cache key was made from (the op first, then what torch read of its inputs)."""
+    return key.key
+
+
+def fake_dispatch_key(parts: tuple[Any, ...]) -> Any:
+    """The cache key of ``parts``, hashed in this process (a key's hash covers strings, which
+    each process hashes differently)."""
+    from torch._subclasses.fake_tensor import _DispatchCacheKey
+
+    return _DispatchCacheKey(parts)
+
+
+def fake_dispatch_record_classes() -> dict[tuple[str, str], type]:
+    """The classes of a cache entry and what a key holds besides plain values, by (module, name)
+    as pickle names them: a persisted entry may build these and no other class."""
+    from torch._subclasses import fake_tensor as ft
+    from torch.fx.experimental.symbolic_shapes import ShapeEnvSettings
+
+    classes = (ft._DispatchCacheValidEntry, ft._DispatchCacheBypassEntry, ft._DispatchCacheEntryOutputInfo,
+               ft.TensorMetadata, ft.SingletonConstant, ShapeEnvSettings)
+    return {(cls.__module__, cls.__qualname__): cls for cls in classes}

@@ -98,11 +98,13 @@ def around_the_call(inputs: tuple[tuple, dict]) -> Iterator[leaks.LeakWatch | No
         yield entered[-1]
 
 
-def around_the_model_state(guard: StateGuard) -> Manager:
+def around_the_model_state(guard: StateGuard, fake_dispatch_seeded: Callable[[], Any]) -> Manager:
     """MODEL_STATE: the trace and the step after it, which judges what forward wrote."""
     return _entered(MODEL_STATE, [
         Entry("state guard", "the model's Python state is snapshotted and restored on every path; "
               "attribute writes are recorded for the judgement after the trace", lambda: guard),
+        Entry("fake dispatch seeded", "speed: torch's fake dispatch cache starts from what earlier processes "
+              "found for this model (trace/persisted_fake_dispatch.py)", fake_dispatch_seeded),
     ])
 
 

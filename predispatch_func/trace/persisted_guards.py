@@ -13,24 +13,16 @@ address are kept in memory only, since another process may reuse the address.
 from __future__ import annotations
 
 import atexit
-import zlib
 from pathlib import Path
 from typing import Any
 
 from .. import _torch_compat as tc
-from ..disk_cache import cache_root, keep_recent, read_json, torch_build, touch, write_json
+from ..disk_cache import cache_root, files_fingerprint, keep_recent, read_json, torch_build, touch, write_json
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 # the code a verdict depends on besides torch: a change to it starts a new file
 _GUARD_CODE = (_PACKAGE / "trace" / "composite_policy.py", Path(__file__).resolve(),
                *sorted((_PACKAGE / "_torch_compat").glob("*.py")))
-
-
-def _code_fingerprint() -> str:
-    crc = 0
-    for path in _GUARD_CODE:
-        crc = zlib.crc32(path.read_bytes(), crc)
-    return f"{crc:08x}"
 
 
 _KEEP = 8  # files kept per cache and torch build
@@ -51,7 +43,7 @@ class PersistedVerdicts:
 
     def path(self) -> Path | None:
         root = cache_root()
-        return None if root is None else root / f"{self.name}-{torch_build()}-{_code_fingerprint()}.json"
+        return None if root is None else root / f"{self.name}-{torch_build()}-{files_fingerprint(_GUARD_CODE)}.json"
 
     def __contains__(self, key: Any) -> bool:
         if key in self._memory:

@@ -17,7 +17,7 @@ from tests.support.reference import export_checked
 LAYERS = {
     "export": ["caller's fake mode unset"],
     "call": ["module inputs flattened", "fake tensor leaks watched"],
-    "model state": ["state guard"],
+    "model state": ["state guard", "fake dispatch seeded"],
     "tracer": ["caller's modes neutral", "autocast nesting", "exporting", "rnn decompositions as eager",
                "rnn weights left unflattened", "HOP partitioner quiet",
                "pre-dispatch pushes without uncache", "lazy graph modules",
