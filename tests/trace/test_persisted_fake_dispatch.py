@@ -106,7 +106,9 @@ def test_only_aten_entries_of_plain_values_are_kept(tmp_path, monkeypatch):
 
 class _Namespaced(pickle.Unpickler):
     def persistent_load(self, pid):
-        return getattr(getattr(torch.ops, pid[0]), pid[1]).__getattr__(pid[2])
+        # getattr, never packet.__getattr__: that makes a new OpOverload object and caches it in
+        # torch.ops over the one every table of the process holds (an OpSet then misses the op)
+        return getattr(getattr(getattr(torch.ops, pid[0]), pid[1]), pid[2])
 
 
 class _Calls:
