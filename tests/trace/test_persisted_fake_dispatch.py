@@ -45,7 +45,12 @@ got = ep.module()(*args)
 torch.manual_seed(0)
 expected = Net().train()(*args)
 assert all(torch.allclose(a, b) for a, b in zip(got, expected))
-metas = [(n.name, str(n.target), repr(n.meta.get("val"))) for n in ep.graph.nodes]
+def described(value):
+    if isinstance(value, torch.Tensor):
+        return [list(value.shape), list(value.stride()), str(value.dtype), value.storage_offset(),
+                value.requires_grad, str(value.device)]
+    return [described(v) for v in value] if isinstance(value, (list, tuple)) else repr(value)
+metas = [(n.name, str(n.target), described(n.meta.get("val"))) for n in ep.graph.nodes]
 print(json.dumps({"code": ep.graph_module.code, "metas": metas, "misses": FakeTensorMode.cache_misses,
                   "hits": FakeTensorMode.cache_hits}))
 """
