@@ -49,8 +49,8 @@ _KEEP = 64  # files (models) kept per torch build
 _MAX_BYTES = 64 << 20
 _PENDING_MODELS = 64  # models whose new entries a process remembers for the write at exit
 
-# path -> {key parts: entry} learned by this process, written (merged) at exit
-_learned: dict[Path, dict[tuple[Any, ...], Any]] = {}
+# path -> {torch's key: entry} learned by this process, written (merged) at exit
+_learned: dict[Path, dict[Any, Any]] = {}
 
 
 @contextlib.contextmanager
@@ -98,13 +98,10 @@ def _seed(cache: dict[Any, Any], path: Path) -> None:
 
 
 def _remember(path: Path, items: Iterator[tuple[Any, Any]]) -> None:
-    kept = {parts: entry for key, entry in items
-            if _persistable(parts := tc.fake_dispatch_key_parts(key)) and _plain_entry(entry)}
-    if not kept:
-        return
+    """Kept as torch made them: which may be written is decided at exit, off the export's time."""
     if not _learned:
         atexit.register(save)
-    _learned.setdefault(path, {}).update(kept)
+    _learned.setdefault(path, {}).update(items)
     while len(_learned) > _PENDING_MODELS:  # a long process (a test run) exports hundreds of models
         del _learned[next(iter(_learned))]
 
@@ -114,7 +111,8 @@ def save() -> None:
     written it meanwhile); files beyond the bounds, least recently used first, go."""
     for path, learned in list(_learned.items()):
         merged = {parts: entry for parts, entry in _read(path)}
-        merged.update(learned)
+        merged.update((parts, entry) for key, entry in learned.items()
+                      if _persistable(parts := tc.fake_dispatch_key_parts(key)) and _plain_entry(entry))
         if _write(path, list(merged.items())):
             del _learned[path]
             keep_recent(path.parent, f"{_NAME}-{torch_build()}-*.pkl", _KEEP, in_use=path, max_bytes=_MAX_BYTES)
@@ -154,7 +152,9 @@ def _plain_entry(entry: Any) -> bool:
 
 
 _BY_NAME = tc.fake_dispatch_record_classes()
-_SINGLETON = next(cls for cls in _BY_NAME.values() if cls.__name__ == "SingletonConstant")
+_NAMED: dict[str, Any] = {cls.__name__: cls for cls in _BY_NAME.values()}
+_SINGLETON, _VALID, _BYPASS = _NAMED["SingletonConstant"], _NAMED["_DispatchCacheValidEntry"], _NAMED["_DispatchCacheBypassEntry"]
+_OUTPUT, _METADATA = _NAMED["_DispatchCacheEntryOutputInfo"], _NAMED["TensorMetadata"]
 _RECORDS = frozenset(cls for cls in _BY_NAME.values() if dataclasses.is_dataclass(cls))
 
 
@@ -227,8 +227,19 @@ def _read(path: Path) -> list[tuple[tuple[Any, ...], Any]]:
         return []
     if not isinstance(entries, list):
         return []
-    return [(parts, entry) for parts, entry in entries
-            if isinstance(parts, tuple) and _persistable(parts) and _plain_entry(entry)]
+    # what the reader can build is plain already (it builds nothing else): only the shape is checked
+    return [item for item in entries if type(item) is tuple and len(item) == 2 and _well_formed(*item)]
+
+
+def _well_formed(parts: Any, entry: Any) -> bool:
+    """A key of an aten op and an entry torch can answer from (a record in another's place
+    would fail inside torch's cache hit)."""
+    if type(parts) is not tuple or not parts or not isinstance(parts[0], tc.OpOverload):
+        return False
+    if type(entry) is _BYPASS:
+        return type(entry.reason) is str
+    return type(entry) is _VALID and type(entry.output_infos) is tuple and all(
+        type(info) is _OUTPUT and type(info.metadata) in (_METADATA, type(None)) for info in entry.output_infos)
 
 
 def _write(path: Path, entries: list[tuple[tuple[Any, ...], Any]]) -> bool:
