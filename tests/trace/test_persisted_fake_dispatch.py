@@ -138,6 +138,14 @@ def test_a_file_holding_anything_else_is_not_read(tmp_path, capsys):
     persisted._Pickler(buffer).dump([((torch.ops.pftest.scaled.default, torch.float32), None)])
     path.write_bytes(buffer.getvalue())
     assert persisted._read(path) == []  # another namespace: refused by the reader too
+    from torch._subclasses.fake_tensor import _DispatchCacheBypassEntry
+
+    buffer = io.BytesIO()
+    persisted._Pickler(buffer).dump([((torch.ops.aten.sin.default,), _DispatchCacheBypassEntry("kept")),
+                                     ((torch.ops.aten.cos.default,), _DispatchCacheBypassEntry(5)),
+                                     ((torch.ops.aten.tan.default,), ("not", "an entry"))])
+    path.write_bytes(buffer.getvalue())
+    assert [str(parts[0]) for parts, _ in persisted._read(path)] == ["aten.sin.default"]  # ill-formed dropped
 
 
 def test_entries_round_trip_to_keys_torch_finds(tmp_path):
