@@ -51,6 +51,7 @@ _PENDING_MODELS = 64  # models whose new entries a process remembers for the wri
 
 # path -> {torch's key: entry} learned by this process, written (merged) at exit
 _learned: dict[Path, dict[Any, Any]] = {}
+_seeded: set[Path] = set()  # the files this process has read
 
 
 @contextlib.contextmanager
@@ -62,7 +63,8 @@ def seeded(model: torch.nn.Module, fakes: Sequence[Any]) -> Iterator[None]:
         yield
         return
     cache = tc.fake_dispatch_cache()
-    if path not in _learned:
+    if path not in _seeded:  # once a process: torch's cache keeps what was read
+        _seeded.add(path)
         _seed(cache, path)
     size = len(cache)
     try:
@@ -119,8 +121,9 @@ def save() -> None:
 
 
 def forget() -> None:
-    """Drop what this process learned (tests of the cache)."""
+    """Drop what this process learned and which files it read (tests of the cache)."""
     _learned.clear()
+    _seeded.clear()
 
 
 # --- what may be kept -------------------------------------------------------------------
