@@ -47,16 +47,22 @@ def files_fingerprint(paths: Iterable[Path]) -> str:
     return f"{crc:08x}"
 
 
-def write_json(path: Path, value: Any) -> bool:
-    """Replace ``path`` by ``value`` as JSON, atomically; False where it cannot be written."""
+def write_atomically(path: Path, data: bytes) -> bool:
+    """Replace ``path`` by ``data`` (written beside it, then renamed: a reader never sees half a
+    file); False where it cannot be written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(value))
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except OSError:
         return False
     return True
+
+
+def write_json(path: Path, value: Any) -> bool:
+    """Replace ``path`` by ``value`` as JSON, atomically; False where it cannot be written."""
+    return write_atomically(path, json.dumps(value).encode())
 
 
 def read_json(path: Path | None) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import os
 import zlib
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..disk_cache import cache_root
+from ..disk_cache import cache_root, write_atomically
 from .samples import Sample
 
 MAX_OPINFO_SAMPLES = 6
@@ -55,7 +54,7 @@ def _opinfos_by_packet() -> dict[str, list[Any]]:
             index.setdefault(n, []).append(info)
     cache = _cache_dir()
     if cache is not None:
-        _write_atomic(cache / "index.json", json.dumps(sorted(index)).encode())
+        write_atomically(cache / "index.json", json.dumps(sorted(index)).encode())
     return index
 
 
@@ -68,16 +67,6 @@ def _packets_with_opinfo() -> frozenset[str]:
         except (OSError, ValueError):
             pass
     return frozenset(_opinfos_by_packet())
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only home only costs speed
 
 
 def _pick_dtype(info: Any) -> torch.dtype | None:
@@ -139,7 +128,7 @@ def _samples_for_packet(packet: str) -> tuple[Sample, ...]:
 
             buf = io.BytesIO()
             torch.save([(s.source, tuple(s.args), dict(s.kwargs)) for s in samples], buf)
-            _write_atomic(path, buf.getvalue())
+            write_atomically(path, buf.getvalue())
         except Exception:
             pass  # a sample holding something unpicklable is simply not cached
     return samples

@@ -31,7 +31,6 @@ import dataclasses
 import functools
 import io
 import itertools
-import os
 import pickle
 import zlib
 from collections.abc import Iterator, Sequence
@@ -41,7 +40,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as tc
-from ..disk_cache import cache_root, files_fingerprint, keep_recent, torch_build, touch
+from ..disk_cache import cache_root, files_fingerprint, keep_recent, torch_build, touch, write_atomically
 
 _COMPAT_CODE = sorted((Path(__file__).resolve().parent.parent / "_torch_compat").glob("*.py"))
 _NAME = "fake-dispatch"
@@ -101,8 +100,6 @@ def _seed(cache: dict[Any, Any], path: Path) -> None:
 
 def _remember(path: Path, items: Iterator[tuple[Any, Any]]) -> None:
     """Kept as torch made them: which may be written is decided at exit, off the export's time."""
-    if not _learned:
-        atexit.register(save)
     _learned.setdefault(path, {}).update(items)
     while len(_learned) > _PENDING_MODELS:  # a long process (a test run) exports hundreds of models
         del _learned[next(iter(_learned))]
@@ -118,6 +115,9 @@ def save() -> None:
         if _write(path, list(merged.items())):
             del _learned[path]
             keep_recent(path.parent, f"{_NAME}-{torch_build()}-*.pkl", _KEEP, in_use=path, max_bytes=_MAX_BYTES)
+
+
+atexit.register(save)  # nothing to do where nothing was learned
 
 
 def forget() -> None:
@@ -173,7 +173,7 @@ class _RecordsOnly(pickle.Unpickler):
     """Builds the plain values and torch's records a kept entry holds, and nothing else."""
 
     def find_class(self, module: str, name: str) -> Any:
-        found = _ALLOWED.get((module, name))
+        found = _allowed().get((module, name))
         if found is None:
             raise pickle.UnpicklingError(f"{module}.{name} is not in a fake dispatch entry")
         return found
@@ -191,6 +191,7 @@ def _type_of_none(value: Any) -> type:
     return type(None)
 
 
+@functools.cache
 def _allowed() -> dict[tuple[str, str], Any]:
     allowed: dict[tuple[str, str], Any] = {("builtins", cls.__name__): cls
                                            for cls in (bool, int, float, str, list, tuple, dict)}
@@ -217,15 +218,10 @@ def _layout_named(name: str) -> torch.layout:
     return layout
 
 
-_ALLOWED = _allowed()
-
-
 def _read(path: Path) -> list[tuple[tuple[Any, ...], Any]]:
     try:
         with open(path, "rb") as f:
             entries = _RecordsOnly(f).load()
-    except FileNotFoundError:
-        return []
     except Exception:  # noqa: BLE001 (a file of another torch, truncated, or not ours: only time is lost)
         return []
     if not isinstance(entries, list):
@@ -249,10 +245,6 @@ def _write(path: Path, entries: list[tuple[tuple[Any, ...], Any]]) -> bool:
     buffer = io.BytesIO()
     try:
         _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(entries)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(buffer.getvalue())
-        tmp.replace(path)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+    except (pickle.PicklingError, TypeError, AttributeError):
         return False
-    return True
+    return write_atomically(path, buffer.getvalue())
